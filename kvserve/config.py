@@ -1,0 +1,136 @@
+"""Configuration: one frozen dataclass tree, validated once in ``__post_init__``.
+
+``ModelConfig`` is the model's shape normalised from an HF ``config.json`` or GGUF metadata
+(see ``kvserve.loader.model_config``); the others are engine settings that CLI flags map onto.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvserve.errors import ConfigError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a decoder-only transformer, independent of the file format it came from."""
+
+    architecture: str  # HF `architectures[0]`, e.g. "LlamaForCausalLM"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    max_position_embeddings: int = 4096
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
+    qk_norm: bool = False  # RMSNorm over each head of q and k (Qwen3)
+    hidden_act: str = "silu"
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    quantization: dict[str, Any] | None = None  # checkpoint's quantization_config, if any
+
+    def __post_init__(self) -> None:
+        positive = (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model config: {name} must be positive, got {getattr(self, name)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"model config: num_heads ({self.num_heads}) is not a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    page_size: int = 16  # tokens per KV page
+    # CPU: KV memory is sized from this token budget. GPU: from mem_fraction_static unless set.
+    max_total_tokens: int | None = None
+    mem_fraction_static: float = 0.88  # share of GPU memory for weights + KV cache
+    enable_prefix_cache: bool = True
+    kv_cache_dtype: str = "auto"  # "auto" = the model dtype
+
+    def __post_init__(self) -> None:
+        if self.page_size <= 0 or self.page_size & (self.page_size - 1):
+            raise ConfigError(f"page_size must be a positive power of two, got {self.page_size}")
+        if self.max_total_tokens is not None and self.max_total_tokens < self.page_size:
+            raise ConfigError(
+                f"max_total_tokens ({self.max_total_tokens}) must hold at least one page "
+                f"({self.page_size} tokens)"
+            )
+        if not 0.0 < self.mem_fraction_static < 1.0:
+            raise ConfigError(
+                f"mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}"
+            )
+        if self.kv_cache_dtype not in ("auto", *DTYPES[1:]):
+            raise ConfigError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not supported")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_running_requests: int = 256
+    max_num_batched_tokens: int = 8192  # token budget of one step (prefill chunks + decodes)
+    chunked_prefill_size: int = 2048  # most prompt tokens one request may prefill in a step
+    max_queued_requests: int | None = None  # waiting-queue bound (None = unbounded)
+
+    def __post_init__(self) -> None:
+        for name in ("max_running_requests", "max_num_batched_tokens", "chunked_prefill_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_num_batched_tokens < self.max_running_requests:
+            # Every running request must be able to decode one token in the same step.
+            object.__setattr__(self, "max_num_batched_tokens", self.max_running_requests)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the engine core needs. ``model`` None means the bundled SmolLM2 GGUF."""
+
+    model: str | None = None
+    dtype: str = "auto"
+    device: str = "auto"  # "auto" = cuda if available, else cpu
+    seed: int = 0
+    context_length: int | None = None  # None = the model's max_position_embeddings
+    attention_backend: str = "auto"  # "torch" everywhere; "triton" on GPU
+    load_format: str = "auto"  # "auto" or "dummy" (random weights from config.json)
+    enforce_eager: bool = False
+    cuda_graph_max_bs: int = 256
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
+        if self.attention_backend not in ("auto", "torch", "triton"):
+            raise ConfigError(f"unknown attention backend {self.attention_backend!r}")
+        if self.load_format not in ("auto", "dummy"):
+            raise ConfigError(f"load_format must be auto or dummy, got {self.load_format!r}")
+        if self.context_length is not None and self.context_length <= 0:
+            raise ConfigError(f"context_length must be positive, got {self.context_length}")
