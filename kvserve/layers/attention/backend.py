@@ -1,0 +1,51 @@
+"""The attention backend seam: one interface, picked once by a factory from config."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from kvserve.errors import ConfigError
+from kvserve.layers.attention.metadata import AttentionMetadata
+
+
+class AttentionBackend(Protocol):
+    name: str
+
+    def forward(
+        self,
+        q: torch.Tensor,  # [T, num_heads, head_dim]
+        k: torch.Tensor,  # [T, num_kv_heads, head_dim]
+        v: torch.Tensor,  # [T, num_kv_heads, head_dim]
+        kv_cache: torch.Tensor,  # [2, num_pages, page_size, num_kv_heads, head_dim]
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:  # [T, num_heads, head_dim]
+        """Write the new k/v at ``meta.slot_mapping``, then attend causally over the cache."""
+        ...
+
+
+def create_attention_backend(name: str, device: torch.device) -> AttentionBackend:
+    """``auto`` is triton on CUDA when Triton is importable, torch otherwise."""
+    if name == "auto":
+        name = "triton" if device.type == "cuda" and _triton_available() else "torch"
+    if name == "torch":
+        from kvserve.layers.attention.torch_backend import TorchAttentionBackend
+
+        return TorchAttentionBackend()
+    if name == "triton":
+        if device.type != "cuda":
+            raise ConfigError("the triton attention backend needs a CUDA device")
+        from kvserve.layers.attention.triton_backend import TritonAttentionBackend
+
+        return TritonAttentionBackend()
+    raise ConfigError(f"unknown attention backend {name!r} (choose auto, torch or triton)")
+
+
+def _triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,111 @@
+"""Reference attention backend in plain torch: runs on CPU and GPU, and is what every fast
+kernel is tested against. Decode rows are batched into one padded SDPA call; prefill chunks
+are attended one sequence at a time."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kvserve.layers.attention.metadata import AttentionMetadata
+
+
+def write_kv_cache(
+    k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    """Store new keys/values ([T, Hkv, D]) at their flat cache slots."""
+    num_kv_heads, head_dim = kv_cache.shape[-2:]
+    kv_cache[0].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, k)
+    kv_cache[1].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, v)
+
+
+def gather_sequence_kv(
+    kv_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of one sequence, [seq_len, Hkv, D] each, read through its page table."""
+    page_size = kv_cache.shape[2]
+    num_pages = -(-seq_len // page_size)
+    pages = block_table[:num_pages]
+    k = kv_cache[0, pages].flatten(0, 1)[:seq_len]
+    v = kv_cache[1, pages].flatten(0, 1)[:seq_len]
+    return k, v
+
+
+class TorchAttentionBackend:
+    name = "torch"
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        write_kv_cache(k, v, kv_cache, meta.slot_mapping)
+        out = torch.empty_like(q)
+        starts = [0]
+        for n in meta.query_lens_cpu:
+            starts.append(starts[-1] + n)
+        decode_seqs = [i for i, n in enumerate(meta.query_lens_cpu) if n == 1]
+        if decode_seqs:
+            rows = [starts[i] for i in decode_seqs]
+            out[rows] = self._decode(q[rows], kv_cache, meta, decode_seqs, scale)
+        for i, n in enumerate(meta.query_lens_cpu):
+            if n > 1:
+                rows_i = slice(starts[i], starts[i] + n)
+                out[rows_i] = self._prefill_one(q[rows_i], kv_cache, meta, i, scale)
+        return out
+
+    def _decode(
+        self,
+        q: torch.Tensor,  # [b, Hq, D], one row per decoding sequence
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        seqs: list[int],
+        scale: float,
+    ) -> torch.Tensor:
+        page_size = kv_cache.shape[2]
+        seq_lens = [meta.seq_lens_cpu[i] for i in seqs]
+        max_len = max(seq_lens)
+        num_pages = -(-max_len // page_size)
+        tables = meta.block_tables[seqs, :num_pages]
+        # [b, pages, page_size, Hkv, D] -> [b, Hkv, L, D]
+        keys = kv_cache[0][tables].flatten(1, 2).transpose(1, 2)
+        values = kv_cache[1][tables].flatten(1, 2).transpose(1, 2)
+        lens = torch.tensor(seq_lens, device=q.device)
+        valid = torch.arange(keys.shape[2], device=q.device)[None, :] < lens[:, None]
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(2),  # [b, Hq, 1, D]
+            keys,
+            values,
+            attn_mask=valid[:, None, None, :],
+            scale=scale,
+            enable_gqa=True,
+        )
+        return out.squeeze(2)
+
+    def _prefill_one(
+        self,
+        q: torch.Tensor,  # [n, Hq, D]
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        i: int,
+        scale: float,
+    ) -> torch.Tensor:
+        seq_len, n = meta.seq_lens_cpu[i], q.shape[0]
+        k, v = gather_sequence_kv(kv_cache, meta.block_tables[i], seq_len)
+        qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+        if seq_len == n:
+            out = F.scaled_dot_product_attention(
+                qh, kh, vh, is_causal=True, scale=scale, enable_gqa=True
+            )
+        else:
+            # Row j sits at position seq_len - n + j and sees keys up to it.
+            pos = torch.arange(seq_len - n, seq_len, device=q.device)
+            mask = torch.arange(seq_len, device=q.device)[None, :] <= pos[:, None]
+            out = F.scaled_dot_product_attention(
+                qh, kh, vh, attn_mask=mask, scale=scale, enable_gqa=True
+            )
+        return out.transpose(0, 1)
