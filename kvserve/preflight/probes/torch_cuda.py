@@ -1,0 +1,31 @@
+"""What torch sees: its CUDA build, the GPUs, and whether a tiny kernel really runs."""
+
+from __future__ import annotations
+
+from kvserve.preflight.facts import TorchCudaFacts
+
+
+def probe_torch() -> TorchCudaFacts:
+    try:
+        import torch
+    except ImportError as exc:
+        return TorchCudaFacts(None, reason=f"torch is not installed ({exc})")
+    facts = TorchCudaFacts(torch.__version__, torch_cuda=torch.version.cuda)
+    if facts.torch_cuda is None:
+        facts.reason = "torch is a CPU-only build"
+        return facts
+    facts.cuda_available = torch.cuda.is_available()
+    if not facts.cuda_available:
+        facts.reason = "torch.cuda.is_available() is False"
+        return facts
+    facts.device_count = torch.cuda.device_count()
+    facts.capabilities = [torch.cuda.get_device_capability(i) for i in range(facts.device_count)]
+    try:
+        x = torch.arange(1024, device="cuda", dtype=torch.float32)
+        facts.kernel_ok = float((x * 2).sum().item()) == 1023 * 1024.0
+        if not facts.kernel_ok:
+            facts.kernel_error = "wrong result from x * 2 summed on the GPU"
+    except RuntimeError as exc:
+        facts.kernel_ok = False
+        facts.kernel_error = str(exc).splitlines()[0]
+    return facts
