@@ -13,14 +13,8 @@ from kvserve.loader.bundled import bundled_model_path
 from kvserve.loader.chat_template import render_chat_template
 from kvserve.loader.files import one_line
 from kvserve.loader.generation_defaults import read_generation_defaults
+from kvserve.loader.gguf_config import gguf_eos_token_ids
 from kvserve.loader.gguf_reader import gguf_field, open_gguf
-
-# GGUF metadata keys naming tokens that end a turn, besides the eos token itself.
-_GGUF_EOS_KEYS = (
-    "tokenizer.ggml.eos_token_id",
-    "tokenizer.ggml.eot_token_id",
-    "tokenizer.ggml.eom_token_id",
-)
 
 
 class Tokenizer:
@@ -107,7 +101,7 @@ def _load_gguf(path: str) -> Tokenizer:
         hf = AutoTokenizer.from_pretrained(directory, gguf_file=filename, local_files_only=True)
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot load the tokenizer: {one_line(exc)}") from exc
-    eos = [int(reader.fields[k].contents()) for k in _GGUF_EOS_KEYS if k in reader.fields]
+    eos = gguf_eos_token_ids(reader)
     template = gguf_field(reader, "tokenizer.chat_template", hf.chat_template)
     return Tokenizer(hf, template, eos, path)
 

@@ -1,0 +1,45 @@
+"""llama.cpp tensor names -> HF parameter names."""
+
+from __future__ import annotations
+
+import re
+
+GGUF_GLOBAL_NAMES = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+
+GGUF_BLOCK_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+_BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+_GLOBAL_RE = re.compile(r"(\w+)\.(weight|bias)")
+
+# Tensors llama.cpp stores that have no HF parameter: rope_freqs holds precomputed llama3 rope
+# frequency factors, which the engine derives from the config instead.
+IGNORED_GGUF_TENSORS = frozenset({"rope_freqs.weight"})
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """The HF name of a GGUF tensor, or None when there is no HF equivalent."""
+    if match := _BLOCK_RE.fullmatch(gguf_name):
+        layer, kind, suffix = match.groups()
+        module = GGUF_BLOCK_NAMES.get(kind)
+        return None if module is None else f"model.layers.{layer}.{module}.{suffix}"
+    if match := _GLOBAL_RE.fullmatch(gguf_name):
+        kind, suffix = match.groups()
+        module = GGUF_GLOBAL_NAMES.get(kind)
+        return None if module is None else f"{module}.{suffix}"
+    return None

@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from gguf.quants import dequantize, quantize
+from model_factory import bundled_gguf_path, llama_cpp_permute, load_reference_model, make_tiny_gguf
+from safetensors.torch import load_file
+
+from kvserve.loader import open_model_source
+from kvserve.loader.gguf_weights import unpermute_rope_rows
+
+
+def test_bundled_config() -> None:
+    src = open_model_source(None)
+    cfg = src.config
+    assert src.format == "gguf" and src.path == bundled_gguf_path()
+    assert cfg.architecture == "LlamaForCausalLM"
+    assert (cfg.num_layers, cfg.hidden_size, cfg.intermediate_size) == (30, 576, 1536)
+    assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (9, 3, 64)
+    assert cfg.vocab_size == 49152
+    assert cfg.tie_word_embeddings is True
+    assert cfg.rope_theta == 100000.0 and cfg.rope_scaling is None
+    assert cfg.rms_norm_eps == pytest.approx(1e-5)
+    assert cfg.max_position_embeddings == 8192
+    assert (cfg.attention_bias, cfg.qk_norm) == (False, False)
+    assert cfg.bos_token_id == 1 and cfg.eos_token_ids == (2,)
+    assert src.generation_defaults.eos_token_ids == (2,)
+    assert src.generation_defaults.temperature is None
+
+
+def test_bundled_weights_equal_transformers() -> None:
+    reference = load_reference_model(bundled_gguf_path()).state_dict()
+    ours = dict(open_model_source(None).weights())
+    assert set(ours) == set(reference) - {"lm_head.weight"}  # tied: lm_head is the embedding
+    for name, tensor in ours.items():
+        assert tensor.dtype == torch.float32
+        assert tensor.shape == reference[name].shape, name
+        torch.testing.assert_close(tensor, reference[name], rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("n_head", [1, 3, 9])
+def test_unpermute_inverts_llama_cpp_permute(n_head: int) -> None:
+    weight = torch.randn(n_head * 16, 24)
+    permuted = llama_cpp_permute(weight, n_head)
+    assert not torch.equal(permuted, weight)
+    restored = unpermute_rope_rows(permuted.numpy(), n_head)
+    assert np.array_equal(restored, weight.numpy())
+
+
+@pytest.mark.parametrize(
+    ("arch", "tensor_type"),
+    [
+        ("LlamaForCausalLM", "Q8_0"),
+        ("LlamaForCausalLM", "Q4_0"),
+        ("LlamaForCausalLM", "Q4_1"),
+        ("Qwen2ForCausalLM", "F16"),
+        ("Qwen3ForCausalLM", "BF16"),
+        ("Qwen3ForCausalLM", "F32"),
+    ],
+)
+def test_tiny_gguf_weights_equal_quantized_hf_weights(
+    arch: str, tensor_type: str, tmp_path: Path
+) -> None:
+    path, hf_dir = make_tiny_gguf(arch, tmp_path, tensor_type, rope_scaling="yarn")
+    src = open_model_source(str(path))
+    cfg = src.config
+    assert cfg.architecture == arch
+    assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden_size) == (4, 2, 16, 64)
+    assert cfg.attention_bias == (arch == "Qwen2ForCausalLM")
+    assert cfg.qk_norm == (arch == "Qwen3ForCausalLM")
+    assert cfg.rope_scaling == {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 1024,
+    }
+    kind = gguf.GGMLQuantizationType[tensor_type]
+    reference = load_file(str(hf_dir / "model.safetensors"))
+    ours = dict(src.weights())
+    assert set(ours) == set(reference)
+    for name, weight in reference.items():
+        array = weight.numpy()
+        expected = array if array.ndim == 1 else dequantize(quantize(array, kind), kind)
+        assert np.array_equal(ours[name].numpy(), expected), name
+
+
+@pytest.mark.parametrize("tensor_type", ["Q4_K", "Q5_K", "Q6_K"])
+def test_k_quant_blocks_dequantize_to_hf_shape(tensor_type: str, tmp_path: Path) -> None:
+    """gguf-py cannot quantize K-quants: write random raw blocks, check name, shape, values."""
+    kind = gguf.GGMLQuantizationType[tensor_type]
+    block, type_size = gguf.GGML_QUANT_SIZES[kind]
+    rows, cols = 8, 2 * block
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 256, size=(rows, cols // block * type_size), dtype=np.uint8)
+    path = tmp_path / "k.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("blk.0.ffn_up.weight", raw, raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    from kvserve.loader.gguf_reader import open_gguf
+    from kvserve.loader.gguf_weights import iter_gguf_weights
+
+    reader = open_gguf(str(path))
+    ((name, tensor),) = list(iter_gguf_weights(reader, open_model_source(None).config, str(path)))
+    assert name == "model.layers.0.mlp.up_proj.weight"
+    assert tensor.shape == (rows, cols)
+    np.testing.assert_array_equal(tensor.numpy(), dequantize(raw, kind).reshape(rows, cols))

@@ -1,0 +1,198 @@
+"""Real model files for tests: the bundled GGUF, its transformers reference, tiny random models.
+
+Plain functions (no fixtures) so conftest can wire them in at any scope.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TINY_VOCAB = 49152  # the bundled tokenizer's vocabulary, saved beside every tiny model
+
+ROPE_SCALINGS: dict[str, dict[str, Any]] = {
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 1024,
+    },
+    "linear": {"rope_type": "linear", "factor": 2.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024},
+}
+
+_ARCH_CONFIGS = {
+    "LlamaForCausalLM": "LlamaConfig",
+    "Qwen2ForCausalLM": "Qwen2Config",
+    "Qwen3ForCausalLM": "Qwen3Config",
+}
+
+
+def bundled_gguf_path() -> str:
+    from kvserve.loader.bundled import bundled_model_path
+
+    return bundled_model_path()
+
+
+@functools.lru_cache(maxsize=4)
+def load_reference_model(path: str) -> Any:
+    """The transformers model for an HF directory or GGUF file: float32, eval, cached."""
+    import transformers
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    kwargs: dict[str, Any] = {"dtype": torch.float32}
+    if path.endswith(".gguf"):
+        path, kwargs["gguf_file"] = os.path.split(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    return model.eval()
+
+
+def make_tiny_model(
+    arch: str,
+    out_dir: Path,
+    *,
+    num_layers: int = 2,
+    tie_word_embeddings: bool = False,
+    rope_scaling: str | dict[str, Any] | None = None,
+    max_shard_size: str | None = None,
+    chat_template: str | None = None,
+    generation_config: dict[str, Any] | None = None,
+    seed: int = 0,
+    **overrides: Any,
+) -> Path:
+    """Save a tiny random ``arch`` model with the bundled tokenizer into ``out_dir``.
+
+    ``rope_scaling`` is a key of ROPE_SCALINGS or a dict; ``max_shard_size`` (e.g. "200KB")
+    writes a sharded checkpoint with an index; ``overrides`` go to the transformers config.
+    """
+    import transformers
+
+    config_cls = getattr(transformers, _ARCH_CONFIGS[arch])
+    fields: dict[str, Any] = {
+        "vocab_size": TINY_VOCAB,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": tie_word_embeddings,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 2,
+    }
+    if rope_scaling is not None:
+        scaling = ROPE_SCALINGS[rope_scaling] if isinstance(rope_scaling, str) else rope_scaling
+        fields["rope_parameters"] = {"rope_theta": 10000.0, **scaling}
+    fields.update(overrides)
+    config = config_cls(**fields)
+    config.architectures = [arch]
+    torch.manual_seed(seed)
+    model = getattr(transformers, arch)(config).eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_kwargs: dict[str, Any] = {"safe_serialization": True}
+    if max_shard_size is not None:
+        save_kwargs["max_shard_size"] = max_shard_size
+    model.save_pretrained(out_dir, **save_kwargs)
+    _save_tokenizer(out_dir, chat_template)
+    gen = {"bos_token_id": 1, "eos_token_id": [2], "temperature": 0.7, "top_p": 0.9}
+    (out_dir / "generation_config.json").write_text(json.dumps(generation_config or gen))
+    return out_dir
+
+
+def _save_tokenizer(out_dir: Path, chat_template: str | None) -> None:
+    from kvserve.loader.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(bundled_gguf_path())
+    tok.hf.chat_template = chat_template or tok.chat_template
+    tok.hf.save_pretrained(out_dir)
+
+
+def llama_cpp_permute(weight: torch.Tensor, n_head: int) -> torch.Tensor:
+    """llama.cpp's converter reorders Q/K rows per head for its adjacent-pair rope."""
+    rows = weight.shape[0]
+    return (
+        weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weight.shape)
+    )
+
+
+def make_tiny_gguf(
+    arch: str, out_dir: Path, tensor_type: str = "Q8_0", **overrides: Any
+) -> tuple[Path, Path]:
+    """Convert a tiny HF model (see make_tiny_model) to GGUF as llama.cpp would.
+
+    2-D weights are stored as ``tensor_type`` (F32, F16, BF16, Q8_0, Q4_0, Q4_1), 1-D as F32;
+    returns (gguf file, HF directory it came from).
+    """
+    import gguf
+    from gguf.quants import quantize
+    from safetensors.torch import load_file
+
+    from kvserve.loader.architectures import GGUF_ARCHITECTURES
+    from kvserve.loader.gguf_names import GGUF_BLOCK_NAMES, GGUF_GLOBAL_NAMES
+
+    hf_dir = make_tiny_model(arch, out_dir / "hf", **overrides)
+    config = json.loads((hf_dir / "config.json").read_text())
+    gguf_arch = {v: k for k, v in GGUF_ARCHITECTURES.items()}[arch]
+    to_gguf = {f"{v}.": f"{k}." for k, v in GGUF_GLOBAL_NAMES.items()}
+    to_gguf_block = {f".{v}.": f".{k}." for k, v in GGUF_BLOCK_NAMES.items()}
+    path = out_dir / f"tiny-{gguf_arch}-{tensor_type}.gguf"
+    writer = gguf.GGUFWriter(str(path), gguf_arch)
+    _write_gguf_metadata(writer, config)
+    kind = gguf.GGMLQuantizationType[tensor_type]
+    for name, weight in sorted(load_file(str(hf_dir / "model.safetensors")).items()):
+        if arch == "LlamaForCausalLM" and name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = config["num_attention_heads" if "q_proj" in name else "num_key_value_heads"]
+            weight = llama_cpp_permute(weight, heads)
+        array = weight.float().numpy()
+        for hf, gg in (to_gguf_block if ".layers." in name else to_gguf).items():
+            name = name.replace(hf, gg)
+        name = name.replace("model.layers.", "blk.")
+        if array.ndim == 1:
+            writer.add_tensor(name, array)
+        else:
+            writer.add_tensor(name, quantize(array, kind), raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path, hf_dir
+
+
+_GGUF_ARCHS = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+
+def _write_gguf_metadata(writer: Any, config: dict[str, Any]) -> None:
+    import gguf
+
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(config["num_attention_heads"])
+    writer.add_head_count_kv(config["num_key_value_heads"])
+    writer.add_key_length(config["head_dim"])
+    writer.add_value_length(config["head_dim"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_rope_freq_base(config["rope_parameters"]["rope_theta"])
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    scaling = config["rope_parameters"]
+    if scaling.get("rope_type") in ("linear", "yarn"):
+        writer.add_rope_scaling_type(gguf.RopeScalingType(scaling["rope_type"]))
+        writer.add_rope_scaling_factor(scaling["factor"])
+        if "original_max_position_embeddings" in scaling:
+            writer.add_rope_scaling_orig_ctx_len(scaling["original_max_position_embeddings"])
