@@ -18,7 +18,11 @@ from kvserve.loader.gguf_config import gguf_eos_token_ids, read_gguf_config
 from kvserve.loader.gguf_reader import open_gguf
 from kvserve.loader.gguf_weights import iter_gguf_weights
 from kvserve.loader.hf_config import read_hf_config
-from kvserve.loader.safetensors_weights import iter_safetensors_weights, safetensors_files
+from kvserve.loader.safetensors_weights import (
+    check_safetensors_headers,
+    iter_safetensors_weights,
+    safetensors_files,
+)
 from kvserve.loader.tokenizer import Tokenizer, load_tokenizer
 
 ModelFormat = Literal["hf", "gguf"]
@@ -67,7 +71,7 @@ def open_model_source(path: str | None) -> ModelSource:
 
 def _open_hf_dir(directory: Path) -> ModelSource:
     config = read_hf_config(directory)
-    safetensors_files(directory)  # fail now, not on the first weights() call
+    check_safetensors_headers(safetensors_files(directory))  # fail now, not in weights()
     defaults = read_generation_defaults(directory)
     if not defaults.eos_token_ids:
         defaults = replace(defaults, eos_token_ids=config.eos_token_ids)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,16 +32,27 @@ def safetensors_files(directory: Path) -> list[Path]:
     return files
 
 
+def check_safetensors_headers(files: list[Path]) -> None:
+    """Read every file's header now, so a truncated or corrupt file fails on open."""
+    for file in files:
+        with _open(file):
+            pass
+
+
 def iter_safetensors_weights(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) in checkpoint dtype, one shard open at a time."""
+    for file in files:
+        with _open(file) as handle:
+            for name in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                yield name, handle.get_tensor(name)
+
+
+def _open(file: Path) -> Any:
     from safetensors import safe_open
 
-    for file in files:
-        try:
-            with safe_open(str(file), framework="pt") as handle:
-                for name in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                    yield name, handle.get_tensor(name)
-        except Exception as exc:  # SafetensorError, OSError, ... on a bad file
-            raise ModelLoadError(
-                f"{file}: not a readable safetensors file (truncated or corrupt?): {one_line(exc)}"
-            ) from exc
+    try:
+        return safe_open(str(file), framework="pt")
+    except Exception as exc:  # SafetensorError, OSError, ... on a bad file
+        raise ModelLoadError(
+            f"{file}: not a readable safetensors file (truncated or corrupt?): {one_line(exc)}"
+        ) from exc
