@@ -50,7 +50,9 @@ class ModelConfig:
         )
         for name in positive:
             if getattr(self, name) <= 0:
-                raise ConfigError(f"model config: {name} must be positive, got {getattr(self, name)}")
+                raise ConfigError(
+                    f"model config: {name} must be positive, got {getattr(self, name)}"
+                )
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(
                 f"model config: num_heads ({self.num_heads}) is not a multiple of "

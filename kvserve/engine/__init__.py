@@ -1,0 +1,1 @@
+"""Engine: request state, scheduler, KV cache manager, model runner, engine core, offline API."""

@@ -1,0 +1,45 @@
+"""Flat keyword settings (offline API kwargs, CLI flags) -> the frozen config tree."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kvserve.config import CacheConfig, EngineConfig, SchedulerConfig
+from kvserve.errors import ConfigError
+
+_SECTIONS = {"cache": CacheConfig, "scheduler": SchedulerConfig}
+# vLLM spellings the field uses -> ours
+ALIASES = {
+    "tensor_parallel_size": "tp",
+    "gpu_memory_utilization": "mem_fraction_static",
+    "max_num_seqs": "max_running_requests",
+    "max_model_len": "context_length",
+    "block_size": "page_size",
+}
+
+
+def build_engine_config(model: str | None = None, **settings: Any) -> EngineConfig:
+    settings = {ALIASES.get(k, k): v for k, v in settings.items() if v is not None}
+    if settings.pop("disable_prefix_cache", False):
+        settings["enable_prefix_cache"] = False
+    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+    top: dict[str, Any] = {}
+    top_fields = {f.name for f in dataclasses.fields(EngineConfig)} - set(_SECTIONS)
+    for key, value in settings.items():
+        section = next(
+            (n for n, cls in _SECTIONS.items() if key in {f.name for f in dataclasses.fields(cls)}),
+            None,
+        )
+        if section is not None:
+            sections[section][key] = value
+        elif key in top_fields:
+            top[key] = value
+        else:
+            raise ConfigError(f"unknown engine setting {key!r}")
+    return EngineConfig(
+        model=model,
+        cache=CacheConfig(**sections["cache"]),
+        scheduler=SchedulerConfig(**sections["scheduler"]),
+        **top,
+    )

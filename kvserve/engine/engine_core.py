@@ -1,0 +1,165 @@
+"""The engine core: scheduler + model runner, one step at a time.
+
+    plan = scheduler.schedule(); sampled = runner.run(plan); scheduler.update(plan, sampled)
+
+It speaks token ids only (tokenizing, chat templates and detokenizing belong to its caller) and
+is driven in-process by the offline ``LLM`` or from its own process by the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from kvserve.config import EngineConfig
+from kvserve.engine.device import resolve_device, resolve_dtype
+from kvserve.engine.kv_cache_manager import KVCacheManager
+from kvserve.engine.model_runner import ModelRunner
+from kvserve.engine.outputs import EngineCoreOutput
+from kvserve.engine.request import FinishReason, Request
+from kvserve.engine.sampling_params import SamplingParams
+from kvserve.engine.scheduler import Scheduler
+from kvserve.engine.stats import EngineStats
+from kvserve.errors import ConfigError, InvalidRequestError
+from kvserve.loader import ModelSource, open_model_source
+
+log = logging.getLogger("kvserve.engine")
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, source: ModelSource | None = None) -> None:
+        self.config = config
+        self.source = source or open_model_source(config.model)
+        mc = self.source.config
+        self.model_config = mc
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        max_len = config.context_length or mc.max_position_embeddings
+        weights = None if config.load_format == "dummy" else self.source.weights()
+        self.runner = ModelRunner(config, mc, weights, self.device, self.dtype, max_len)
+        kv_tokens = self.runner.num_pages * config.cache.page_size
+        if kv_tokens < config.cache.page_size:
+            raise ConfigError("no memory is left for the KV cache: raise --mem-fraction-static")
+        self.context_length = min(max_len, kv_tokens)
+        self.kv = KVCacheManager(
+            self.runner.num_pages, config.cache.page_size, config.cache.enable_prefix_cache
+        )
+        self.scheduler = Scheduler(config.scheduler, self.kv)
+        self.requests: dict[str, Request] = {}
+        self.eos_token_ids = self.source.generation_defaults.eos_token_ids or mc.eos_token_ids
+        self._rng = random.Random(config.seed)
+        self.num_finished = 0
+
+    # -- requests ---------------------------------------------------------------------------
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float | None = None,
+    ) -> None:
+        if request_id in self.requests:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        max_tokens = self.validate_prompt(prompt_token_ids, params)
+        seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
+        request = Request(
+            request_id=request_id,
+            prompt_token_ids=list(prompt_token_ids),
+            params=params,
+            seed=seed,
+            arrival_time=arrival_time if arrival_time is not None else time.monotonic(),
+            max_tokens=max_tokens,
+            eos_token_ids=tuple(self.eos_token_ids),
+        )
+        self.requests[request_id] = request
+        self.scheduler.add(request)
+
+    def validate_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
+        """Checks a prompt against the vocabulary and the context; returns the resolved
+        max_tokens."""
+        n = len(prompt_token_ids)
+        if n == 0:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        vocab = self.model_config.vocab_size
+        bad = next((t for t in prompt_token_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise InvalidRequestError(
+                f"token id {bad} is outside the vocabulary (0..{vocab - 1})", param="prompt"
+            )
+        room = self.context_length - n
+        if params.max_tokens is None:
+            if room < 1:
+                raise InvalidRequestError(
+                    f"the prompt has {n} tokens, which leaves no room in the context length "
+                    f"of {self.context_length}",
+                    param="prompt",
+                )
+            return room
+        if params.max_tokens > room:
+            raise InvalidRequestError(
+                f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) = "
+                f"{n + params.max_tokens} exceeds the context length of {self.context_length}",
+                param="max_tokens",
+            )
+        return params.max_tokens
+
+    def abort_request(self, request_id: str) -> None:
+        request = self.requests.pop(request_id, None)
+        if request is not None:
+            self.scheduler.abort(request)
+
+    def stop_request(self, request_id: str, stop: str) -> None:
+        """End a request whose text hit a stop string (found by the detokenizing caller)."""
+        request = self.requests.pop(request_id, None)
+        if request is not None:
+            self.scheduler.finish_by_stop_string(request, stop)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # -- the loop ---------------------------------------------------------------------------
+    def step(self) -> list[EngineCoreOutput]:
+        plan = self.scheduler.schedule()
+        if plan.is_empty:
+            if not self.scheduler.has_unfinished():
+                self.check_integrity()
+            return []
+        sampled, logprobs = self.runner.run(plan)
+        changed = self.scheduler.update(plan, sampled)
+        outputs = []
+        for req in changed:
+            lp = logprobs.get(req.request_id)
+            finish = req.finish_reason.value if req.finish_reason is not None else None
+            outputs.append(
+                EngineCoreOutput(
+                    request_id=req.request_id,
+                    new_token_ids=[req.output_token_ids[-1]],
+                    new_logprobs=[lp] if lp is not None else None,
+                    finish_reason=finish,
+                    stop_reason=req.stop_reason,
+                    num_prompt_tokens=req.num_prompt_tokens,
+                    num_cached_tokens=req.num_cached_tokens,
+                )
+            )
+            if req.finish_reason is not None:
+                self.requests.pop(req.request_id, None)
+                self.num_finished += 1
+        return outputs
+
+    def check_integrity(self) -> None:
+        self.kv.check_integrity(self.scheduler.live_block_tables())
+
+    def stats(self) -> EngineStats:
+        s = self.scheduler
+        return EngineStats(
+            num_running=len(s.running),
+            num_waiting=len(s.waiting),
+            kv_cache_usage=self.kv.usage,
+            prefix_cache_queries=s.counters.prefix_cache_queries,
+            prefix_cache_hits=s.counters.prefix_cache_hits,
+            num_preemptions=s.counters.preemptions,
+        )
+
+
+__all__ = ["EngineCore", "FinishReason"]

@@ -1,0 +1,100 @@
+"""The KV cache manager: a small check-then-act API over the page pool and the radix cache.
+
+    match_prefix -> acquire (lock) -> allocate -> cache (insert) -> release (free) / evict
+
+``check_integrity()`` verifies free + evictable + in-use == total and that every reference is
+held by a live request; tests run it after every engine test and the engine runs it when idle.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from kvserve.engine.block_pool import BlockPool
+from kvserve.engine.radix_cache import RadixCache
+
+
+class KVCacheIntegrityError(AssertionError):
+    pass
+
+
+class KVCacheManager:
+    def __init__(self, num_pages: int, page_size: int, enable_prefix_cache: bool) -> None:
+        self.page_size = page_size
+        self.enable_prefix_cache = enable_prefix_cache
+        self.pool = BlockPool(num_pages)
+        self.cache = RadixCache(self.pool, page_size)
+
+    @property
+    def num_pages(self) -> int:
+        return self.pool.num_pages
+
+    @property
+    def num_free_pages(self) -> int:
+        return self.pool.num_free
+
+    @property
+    def num_available_pages(self) -> int:
+        """Pages an allocation could get now: free ones plus evictable cached ones."""
+        return self.pool.num_free + self.cache.num_evictable
+
+    @property
+    def usage(self) -> float:
+        """Share of pages held by requests (cached-but-idle pages count as free)."""
+        return 1.0 - self.num_available_pages / self.num_pages
+
+    def match_prefix(self, tokens: list[int]) -> list[int]:
+        return self.cache.match(tokens) if self.enable_prefix_cache else []
+
+    def acquire(self, pages: Iterable[int]) -> None:
+        for p in pages:
+            self.cache.acquire(p)
+
+    def release(self, pages: Iterable[int]) -> None:
+        for p in pages:
+            self.cache.release(p)
+
+    def allocate(self, n: int) -> list[int] | None:
+        """``n`` fresh pages (ref 1 each), evicting cached pages if needed; None if impossible."""
+        if n > self.num_available_pages:
+            return None
+        if n > self.pool.num_free:
+            self.cache.evict(n - self.pool.num_free)
+        return self.pool.take(n)
+
+    def cache_pages(self, tokens: list[int], pages: list[int]) -> list[int]:
+        """Insert the full pages of ``tokens``; returns the canonical pages (see RadixCache)."""
+        if not self.enable_prefix_cache:
+            return pages
+        return self.cache.insert(tokens, pages)
+
+    def reset_prefix_cache(self) -> int:
+        return self.cache.evict(self.cache.num_evictable)
+
+    def check_integrity(self, live_block_tables: Iterable[list[int]]) -> None:
+        holders = Counter(p for table in live_block_tables for p in table)
+        refs = self.pool.ref_counts
+        free = self.pool.free_pages()
+        if len(set(free)) != len(free):
+            raise KVCacheIntegrityError("a page is on the free list twice")
+        cached = self.cache.page_to_node
+        in_use = sum(1 for r in refs if r > 0)
+        evictable = sum(1 for p in cached if refs[p] == 0)
+        if len(free) + evictable + in_use != self.num_pages:
+            raise KVCacheIntegrityError(
+                f"free {len(free)} + evictable {evictable} + in use {in_use} "
+                f"!= total {self.num_pages}"
+            )
+        if evictable != self.cache.num_evictable:
+            raise KVCacheIntegrityError(
+                f"evictable counter {self.cache.num_evictable} != actual {evictable}"
+            )
+        for p in free:
+            if refs[p] or p in cached:
+                raise KVCacheIntegrityError(f"free page {p} is referenced or cached")
+        for p, r in enumerate(refs):
+            if r != holders.get(p, 0):
+                raise KVCacheIntegrityError(
+                    f"page {p} has {r} references but {holders.get(p, 0)} live holders"
+                )

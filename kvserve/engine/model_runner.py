@@ -1,0 +1,133 @@
+"""The model runner: builds the model and its KV cache, turns each batch plan into tensors,
+runs the forward pass and samples. Everything tensor-shaped lives here."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import torch
+
+from kvserve.config import EngineConfig, ModelConfig
+from kvserve.engine.input_batch import build_model_inputs
+from kvserve.engine.kv_cache_sizing import kv_bytes_per_token, num_pages_cpu, num_pages_gpu
+from kvserve.engine.outputs import TokenLogprobs
+from kvserve.engine.sampling_batch import build_sampling_batch
+from kvserve.engine.scheduler_output import SchedulerOutput
+from kvserve.layers.attention import create_attention_backend
+from kvserve.layers.sampler import Sampler, SamplerOutput
+from kvserve.models.forward_context import ForwardContext
+from kvserve.models.registry import model_class
+
+log = logging.getLogger("kvserve.runner")
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        config: EngineConfig,
+        model_config: ModelConfig,
+        weights: Iterable[tuple[str, torch.Tensor]] | None,
+        device: torch.device,
+        dtype: torch.dtype,
+        context_length: int,
+    ) -> None:
+        self.config, self.model_config = config, model_config
+        self.device, self.dtype = device, dtype
+        self.page_size = config.cache.page_size
+        with torch.device(device):
+            self.model = model_class(model_config.architecture)(model_config, dtype, context_length)
+        if weights is None:
+            _init_dummy_weights(self.model, config.seed)
+        else:
+            self.model.load_weights(weights)
+        self.model.eval()
+        self.backend = create_attention_backend(config.attention_backend, device)
+        self.sampler = Sampler()
+        self.num_pages = self._size_kv_cache(context_length)
+        shape = (
+            2,
+            self.num_pages,
+            self.page_size,
+            model_config.num_kv_heads,
+            model_config.head_dim,
+        )
+        self.kv_caches = [
+            torch.zeros(shape, dtype=dtype, device=device) for _ in range(model_config.num_layers)
+        ]
+        log.info(
+            "KV cache: %d pages x %d tokens = %d tokens (%.2f GB)",
+            self.num_pages,
+            self.page_size,
+            self.num_pages * self.page_size,
+            self.num_pages * self.page_size * kv_bytes_per_token(model_config, dtype) / 1e9,
+        )
+
+    def _size_kv_cache(self, context_length: int) -> int:
+        if self.device.type != "cuda":
+            return num_pages_cpu(self.config.cache, context_length)
+        return num_pages_gpu(
+            self.config.cache, self.model_config, self.dtype, self.device, self._activation_peak()
+        )
+
+    def _activation_peak(self) -> int:
+        """Bytes a largest step needs beyond the weights, measured with a throw-away KV page set."""
+        tokens = self.config.scheduler.max_num_batched_tokens
+        pages = -(-tokens // self.page_size)
+        cfg = self.model_config
+        shape = (2, pages, self.page_size, cfg.num_kv_heads, cfg.head_dim)
+        caches = [torch.zeros(shape, dtype=self.dtype, device=self.device)] * cfg.num_layers
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        base = torch.cuda.memory_allocated(self.device)
+        from kvserve.engine.warmup import profile_step
+
+        profile_step(self, caches, tokens)
+        peak = torch.cuda.max_memory_allocated(self.device) - base
+        del caches
+        torch.cuda.empty_cache()
+        return peak
+
+    @torch.inference_mode()
+    def run(self, plan: SchedulerOutput) -> tuple[dict[str, int], dict[str, TokenLogprobs]]:
+        """Execute one step; returns sampled token per request id and logprobs where asked."""
+        inputs = build_model_inputs(plan, self.page_size, self.device)
+        ctx = ForwardContext(inputs.meta, self.kv_caches, self.backend)
+        hidden = self.model(inputs.token_ids, inputs.positions, ctx)
+        if not inputs.sampled_chunks:
+            return {}, {}
+        logits = self.model.compute_logits(hidden[inputs.sample_rows])
+        requests = [plan.chunks[i].request for i in inputs.sampled_chunks]
+        batch = build_sampling_batch(requests, logits.shape[1], self.device)
+        out = self.sampler(logits, batch)
+        return _to_host(requests, out)
+
+
+def _to_host(requests: list, out: SamplerOutput) -> tuple[dict[str, int], dict[str, TokenLogprobs]]:
+    token_ids = out.token_ids.tolist()
+    sampled = {r.request_id: t for r, t in zip(requests, token_ids)}
+    logprobs: dict[str, TokenLogprobs] = {}
+    if out.logprob is None:
+        return sampled, logprobs
+    values = out.logprob.tolist()
+    top_ids = out.top_ids.tolist() if out.top_ids is not None else None
+    top_lps = out.top_logprobs.tolist() if out.top_logprobs is not None else None
+    for i, r in enumerate(requests):
+        n = r.params.logprobs
+        if n is None:
+            continue
+        top = list(zip(top_ids[i][:n], top_lps[i][:n])) if n and top_ids and top_lps else []
+        logprobs[r.request_id] = TokenLogprobs(token_ids[i], values[i], top)
+    return sampled, logprobs
+
+
+def _init_dummy_weights(model: torch.nn.Module, seed: int) -> None:
+    """Random weights of the right shapes (``--load-format dummy``): small values keep the
+    activations finite; norms stay at one."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    for name, param in model.named_parameters():
+        if "norm" in name:
+            param.data.fill_(1.0)
+            continue
+        values = torch.empty(param.shape, dtype=torch.float32).uniform_(-0.02, 0.02, generator=gen)
+        param.data.copy_(values)

@@ -1,0 +1,123 @@
+"""Radix prefix cache over page-aligned token ids.
+
+Each node holds one full page: its key is the page's token ids, its value the KV page id, and
+its path from the root spells the whole prefix. A page in the tree is locked while any request
+holds it (its pool ref count > 0) and evictable once none does. Invariant: a locked node's
+ancestors are locked too (a request holds its whole prefix), so ref-0 nodes form subtrees at the
+bottom and can all be reclaimed by evicting least-recently-used leaves.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from kvserve.engine.block_pool import BlockPool
+
+
+@dataclass(eq=False)
+class RadixNode:
+    key: tuple[int, ...]
+    page: int
+    parent: RadixNode | None
+    children: dict[tuple[int, ...], RadixNode] = field(default_factory=dict)
+    last_access: float = 0.0
+
+
+class RadixCache:
+    def __init__(self, pool: BlockPool, page_size: int) -> None:
+        self.pool = pool
+        self.page_size = page_size
+        self.root = RadixNode(key=(), page=-1, parent=None)
+        self.page_to_node: dict[int, RadixNode] = {}
+        self.num_evictable = 0  # cached pages with ref 0
+        self._clock: Callable[[], float] = time.monotonic
+
+    def _pages_of(self, tokens: list[int]) -> Iterator[tuple[int, ...]]:
+        ps = self.page_size
+        for i in range(len(tokens) // ps):
+            yield tuple(tokens[i * ps : (i + 1) * ps])
+
+    def match(self, tokens: list[int]) -> list[int]:
+        """Pages of the longest cached page-aligned prefix of ``tokens`` (not locked)."""
+        node, pages, now = self.root, [], self._clock()
+        for key in self._pages_of(tokens):
+            child = node.children.get(key)
+            if child is None:
+                break
+            child.last_access = now
+            pages.append(child.page)
+            node = child
+        return pages
+
+    def insert(self, tokens: list[int], pages: list[int]) -> list[int]:
+        """Cache the full pages of ``tokens`` (held by the caller, ``pages[i]`` for page i).
+        Returns the canonical page list: where the tree already held a page with the same
+        prefix, that page replaces the caller's, with the ref counts moved accordingly."""
+        node, out, now = self.root, list(pages), self._clock()
+        for i, key in enumerate(self._pages_of(tokens)):
+            child = node.children.get(key)
+            if child is None:
+                child = RadixNode(key=key, page=pages[i], parent=node, last_access=now)
+                node.children[key] = child
+                self.page_to_node[pages[i]] = child
+            elif child.page != pages[i]:
+                self.acquire(child.page)
+                self.release(pages[i])
+                out[i] = child.page
+            child.last_access = now
+            node = child
+        return out
+
+    def acquire(self, page: int) -> None:
+        if self.pool.incref(page) == 1 and page in self.page_to_node:
+            self.num_evictable -= 1
+
+    def release(self, page: int) -> None:
+        """Drop one reference; an unreferenced page goes to the free list unless cached."""
+        if self.pool.decref(page) == 0:
+            if page in self.page_to_node:
+                self.num_evictable += 1
+            else:
+                self.pool.give_back(page)
+
+    def evict(self, num_pages: int) -> int:
+        """Free up to ``num_pages`` unreferenced cached pages, least recently used leaves first."""
+        tie = itertools.count()
+        heap = [(n.last_access, next(tie), n) for n in self._evictable_leaves()]
+        heapq.heapify(heap)
+        freed = 0
+        while heap and freed < num_pages:
+            _, _, node = heapq.heappop(heap)
+            parent = node.parent
+            assert parent is not None
+            del parent.children[node.key]
+            del self.page_to_node[node.page]
+            self.pool.give_back(node.page)
+            self.num_evictable -= 1
+            freed += 1
+            if parent is not self.root and not parent.children and self._unreferenced(parent):
+                heapq.heappush(heap, (parent.last_access, next(tie), parent))
+        return freed
+
+    def _unreferenced(self, node: RadixNode) -> bool:
+        return self.pool.ref_counts[node.page] == 0
+
+    def _evictable_leaves(self) -> Iterator[RadixNode]:
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(node.children.values())
+            elif self._unreferenced(node):
+                yield node
+
+    def nodes(self) -> Iterator[RadixNode]:
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            yield node

@@ -1,0 +1,61 @@
+"""Builds the sampler's per-row tensors from the chunks that sample this step."""
+
+from __future__ import annotations
+
+import torch
+
+from kvserve.engine.request import Request
+from kvserve.layers.sampler import PenaltyBatch, SamplingBatch
+
+
+def _padded(rows: list[list[int]], device: torch.device) -> torch.Tensor:
+    width = max(1, max(len(r) for r in rows))
+    out = torch.full((len(rows), width), -1, dtype=torch.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.as_tensor(r, dtype=torch.int64)
+    return out.to(device, non_blocking=True)
+
+
+def _penalties(requests: list[Request], device: torch.device) -> PenaltyBatch | None:
+    if not any(r.params.uses_penalties for r in requests):
+        return None
+
+    def column(name: str) -> torch.Tensor:
+        values = [getattr(r.params, name) for r in requests]
+        return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
+
+    return PenaltyBatch(
+        repetition=column("repetition_penalty"),
+        presence=column("presence_penalty"),
+        frequency=column("frequency_penalty"),
+        output_ids=_padded([r.output_token_ids for r in requests], device),
+        prompt_ids=_padded(
+            [r.prompt_token_ids if r.params.repetition_penalty != 1.0 else [] for r in requests],
+            device,
+        ),
+    )
+
+
+def build_sampling_batch(
+    requests: list[Request], vocab_size: int, device: torch.device
+) -> SamplingBatch:
+    params = [r.params for r in requests]
+
+    def tensor(values: list[float] | list[int], dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+
+    top_k = [p.top_k if p.top_k > 0 else vocab_size for p in params]
+    wants_logprobs = [p.logprobs for p in params if p.logprobs is not None]
+    return SamplingBatch(
+        temperature=tensor([p.temperature for p in params], torch.float32),
+        top_k=tensor(top_k, torch.int64),
+        top_p=tensor([p.top_p for p in params], torch.float32),
+        min_p=tensor([p.min_p for p in params], torch.float32),
+        seeds=tensor([r.seed for r in requests], torch.int64),
+        steps=tensor([r.num_output_tokens for r in requests], torch.int64),
+        all_greedy=all(p.greedy for p in params),
+        use_top_k_top_p=any(not p.greedy and (p.top_k > 0 or p.top_p < 1) for p in params),
+        use_min_p=any(not p.greedy and p.min_p > 0 for p in params),
+        penalties=_penalties(requests, device),
+        max_logprobs=max(wants_logprobs) if wants_logprobs else None,
+    )

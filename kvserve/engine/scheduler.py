@@ -1,0 +1,201 @@
+"""Continuous-batching scheduler: bookkeeping only, it never touches a tensor.
+
+One rule: each step gives every running request tokens so that its computed tokens catch up
+with its known tokens (``num_tokens``), within the step's token budget and the per-request
+chunk size. That covers prefill, chunked prefill, prefix-cache hits and decode. Running
+requests are served first (oldest first); when pages run out the newest running request is
+preempted (its pages released, cached where full) and later recomputed. Waiting requests are
+admitted FCFS while budget, slots and pages allow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from kvserve.config import SchedulerConfig
+from kvserve.engine.kv_cache_manager import KVCacheManager
+from kvserve.engine.request import FinishReason, Request, RequestStatus
+from kvserve.engine.scheduler_output import ScheduledChunk, SchedulerOutput
+
+
+@dataclass
+class SchedulerCounters:
+    """Monotonic totals for metrics."""
+
+    prefix_cache_queries: int = 0  # prompt tokens looked up at first admission
+    prefix_cache_hits: int = 0  # of those, tokens served from the cache
+    preemptions: int = 0
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+        self.config = config
+        self.kv = kv
+        self.page_size = kv.page_size
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.counters = SchedulerCounters()
+
+    # -- queue management -------------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def abort(self, request: Request) -> None:
+        if request.is_finished:
+            return
+        if request.status is RequestStatus.WAITING:
+            self.waiting.remove(request)
+        self._finish(request, FinishReason.ABORT)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def live_block_tables(self) -> list[list[int]]:
+        return [r.block_table for r in self.running]
+
+    # -- planning ---------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = min(
+                req.num_tokens - req.num_computed_tokens, self.config.chunked_prefill_size, budget
+            )
+            if self._reserve(req, req.num_computed_tokens + n):
+                out.chunks.append(self._chunk(req, n))
+                budget -= n
+                i += 1
+                continue
+            victim = self.running.pop()
+            self._preempt(victim)
+            out.preempted.append(victim)
+        if not out.preempted:
+            budget = self._admit(out, budget)
+        out.num_batched_tokens = self.config.max_num_batched_tokens - budget
+        return out
+
+    def _chunk(self, req: Request, n: int) -> ScheduledChunk:
+        start = req.num_computed_tokens
+        return ScheduledChunk(req, start, n, sample=start + n == req.num_tokens)
+
+    def _reserve(self, req: Request, num_tokens: int) -> bool:
+        needed = -(-num_tokens // self.page_size) - len(req.block_table)
+        if needed <= 0:
+            return True
+        pages = self.kv.allocate(needed)
+        if pages is None:
+            return False
+        req.block_table.extend(pages)
+        return True
+
+    def _admit(self, out: SchedulerOutput, budget: int) -> int:
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_running_requests:
+            req = self.waiting[0]
+            if self._prefix_in_flight(req):
+                break  # wait one step: the request prefilling it will cache the shared pages
+            # Leave at least one token to compute, so the step yields logits to sample from.
+            cached_pages = self.kv.match_prefix(req.token_ids(0, req.num_tokens - 1))
+            num_cached = len(cached_pages) * self.page_size
+            n = min(req.num_tokens - num_cached, self.config.chunked_prefill_size, budget)
+            self.kv.acquire(cached_pages)
+            new_pages = self.kv.allocate(-(-(num_cached + n) // self.page_size) - len(cached_pages))
+            if new_pages is None:
+                self.kv.release(cached_pages)
+                break
+            self.waiting.popleft()
+            if not req.admitted:
+                req.admitted, req.num_cached_tokens = True, num_cached
+                req.first_scheduled_time = time.monotonic()
+                self.counters.prefix_cache_queries += req.num_prompt_tokens
+                self.counters.prefix_cache_hits += num_cached
+            req.block_table = cached_pages + new_pages
+            req.num_computed_tokens = num_cached
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            out.chunks.append(self._chunk(req, n))
+            budget -= n
+        return budget
+
+    def _prefix_in_flight(self, req: Request) -> bool:
+        """True when a running request is still prefilling the same first page: admitting
+        this one now would compute the shared prefix twice instead of hitting the cache."""
+        if not self.kv.enable_prefix_cache or req.num_tokens <= self.page_size:
+            return False
+        head = req.token_ids(0, self.page_size)
+        return any(
+            r.num_computed_tokens < r.num_prompt_tokens
+            and r.num_tokens > self.page_size
+            and r.token_ids(0, self.page_size) == head
+            for r in self.running
+        )
+
+    # -- results ----------------------------------------------------------------------------
+    def update(self, plan: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
+        """Advance counters by the executed plan; append sampled tokens; finish requests that
+        hit a stop condition. Returns the requests that got a token or finished."""
+        changed = []
+        for chunk in plan.chunks:
+            req = chunk.request
+            if req.is_finished:
+                continue  # aborted while the step ran
+            req.num_computed_tokens += chunk.num_new_tokens
+            self._cache_computed(req)
+            if not chunk.sample:
+                continue
+            token = sampled[req.request_id]
+            req.output_token_ids.append(token)
+            reason = self._stop_reason(req, token)
+            if reason is not None:
+                self._finish(req, reason)
+            changed.append(req)
+        return changed
+
+    def _stop_reason(self, req: Request, token: int) -> FinishReason | None:
+        params = req.params
+        if req.num_output_tokens >= params.min_tokens:
+            if not params.ignore_eos and token in req.eos_token_ids:
+                req.stop_reason = None  # vLLM: None means EOS
+                return FinishReason.STOP
+            if token in params.stop_token_ids:
+                req.stop_reason = token
+                return FinishReason.STOP
+        if req.num_output_tokens >= req.max_tokens:
+            return FinishReason.LENGTH
+        return None
+
+    def finish_by_stop_string(self, req: Request, stop: str) -> None:
+        """Called by the output processor when detokenized text hits a stop string."""
+        if not req.is_finished:
+            req.stop_reason = stop
+            self._finish(req, FinishReason.STOP)
+
+    def _cache_computed(self, req: Request) -> None:
+        full = req.num_computed_tokens // self.page_size
+        if full == 0 or not self.kv.enable_prefix_cache:
+            return
+        tokens = req.token_ids(0, full * self.page_size)
+        req.block_table[:full] = self.kv.cache_pages(tokens, req.block_table[:full])
+
+    def _release(self, req: Request) -> None:
+        self._cache_computed(req)
+        self.kv.release(req.block_table)
+        req.block_table = []
+
+    def _preempt(self, req: Request) -> None:
+        self._release(req)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.WAITING
+        req.num_preemptions += 1
+        self.counters.preemptions += 1
+        self.waiting.appendleft(req)
+
+    def _finish(self, req: Request, reason: FinishReason) -> None:
+        if req.status is RequestStatus.RUNNING:
+            self.running.remove(req)
+            self._release(req)
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = reason

@@ -1,0 +1,30 @@
+"""The batch plan the scheduler hands the runner: bookkeeping only, no tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvserve.engine.request import Request
+
+
+@dataclass
+class ScheduledChunk:
+    request: Request
+    start: int  # first position computed this step (== request.num_computed_tokens at plan time)
+    num_new_tokens: int  # positions [start, start + num_new_tokens) are computed this step
+    sample: bool  # the chunk reaches the last known token, so a next token is sampled
+
+
+@dataclass
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)  # batch order = row order
+    num_batched_tokens: int = 0  # sum of num_new_tokens
+    preempted: list[Request] = field(default_factory=list)  # sent back to waiting this step
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(c.num_new_tokens for c in self.chunks if c.num_new_tokens > 1 or not c.sample)

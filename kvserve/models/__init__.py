@@ -1,0 +1,1 @@
+"""Model families, looked up by HF `architectures` name (see ``registry.py``)."""

@@ -1,0 +1,180 @@
+"""The decoder-only transformer shared by the Llama, Qwen2 and Qwen3 families. Family files
+only choose features that ``ModelConfig`` carries (q/k/v bias, q/k norm)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from kvserve.config import ModelConfig
+from kvserve.errors import ModelLoadError
+from kvserve.layers.activation import SiluAndMul
+from kvserve.layers.embedding import LMHead, VocabEmbedding
+from kvserve.layers.linear import Linear
+from kvserve.layers.norm import RMSNorm
+from kvserve.layers.rotary import RotaryEmbedding
+from kvserve.models.forward_context import ForwardContext
+
+# checkpoint name fragment -> (merged module name, shard index)
+STACKED_PARAMS: dict[str, tuple[str, int]] = {
+    "q_proj": ("qkv_proj", 0),
+    "k_proj": ("qkv_proj", 1),
+    "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
+}
+
+
+class Attention(nn.Module):
+    def __init__(
+        self, cfg: ModelConfig, layer_idx: int, dtype: torch.dtype, rotary: RotaryEmbedding
+    ):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+        )
+        self.q_size, self.kv_size = cfg.q_size, cfg.kv_size
+        self.scale = cfg.head_dim**-0.5
+        self.qkv_proj = Linear(
+            cfg.hidden_size, [cfg.q_size, cfg.kv_size, cfg.kv_size], cfg.attention_bias, dtype
+        )
+        self.o_proj = Linear(cfg.q_size, [cfg.hidden_size], False, dtype)
+        self.rotary = rotary
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
+
+    def forward(
+        self, positions: torch.Tensor, hidden: torch.Tensor, ctx: ForwardContext
+    ) -> torch.Tensor:
+        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        if self.q_norm is not None and self.k_norm is not None:
+            q = self.q_norm(q.reshape(-1, self.head_dim)).view(q.shape)
+            k = self.k_norm(k.reshape(-1, self.head_dim)).view(k.shape)
+        q, k = self.rotary(positions, q.contiguous(), k.contiguous())
+        out = ctx.backend.forward(
+            q.view(-1, self.num_heads, self.head_dim),
+            k.view(-1, self.num_kv_heads, self.head_dim),
+            v.contiguous().view(-1, self.num_kv_heads, self.head_dim),
+            ctx.kv_caches[self.layer_idx],
+            ctx.meta,
+            self.scale,
+        )
+        return self.o_proj(out.flatten(1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+        super().__init__()
+        size = cfg.intermediate_size
+        self.gate_up_proj = Linear(cfg.hidden_size, [size, size], False, dtype)
+        self.down_proj = Linear(size, [cfg.hidden_size], False, dtype)
+        self.act = SiluAndMul()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, idx: int, dtype: torch.dtype, rotary: RotaryEmbedding):
+        super().__init__()
+        self.self_attn = Attention(cfg, idx, dtype, rotary)
+        self.mlp = MLP(cfg, dtype)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        ctx: ForwardContext,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None:
+            residual = hidden
+            hidden = self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden, ctx)
+        hidden, residual = self.post_attention_layernorm(hidden, residual)
+        return self.mlp(hidden), residual
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, max_positions: int) -> None:
+        super().__init__()
+        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
+        rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling)
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg, i, dtype, rotary) for i in range(cfg.num_layers)
+        )
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+
+    def forward(
+        self, token_ids: torch.Tensor, positions: torch.Tensor, ctx: ForwardContext
+    ) -> torch.Tensor:
+        hidden, residual = self.embed_tokens(token_ids), None
+        for layer in self.layers:
+            hidden, residual = layer(positions, hidden, residual, ctx)
+        hidden, _ = self.norm(hidden, residual)
+        return hidden
+
+
+class DecoderForCausalLM(nn.Module):
+    """Llama-style causal LM: ``forward`` gives final hidden states for every new row;
+    ``compute_logits`` projects only the rows that are sampled."""
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, max_positions: int) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = DecoderModel(cfg, dtype, max_positions)
+        tied = self.model.embed_tokens if cfg.tie_word_embeddings else None
+        self.lm_head = LMHead(cfg.vocab_size, cfg.hidden_size, dtype, tied)
+
+    def forward(
+        self, token_ids: torch.Tensor, positions: torch.Tensor, ctx: ForwardContext
+    ) -> torch.Tensor:
+        return self.model(token_ids, positions, ctx)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy HF-named checkpoint tensors into the parameters; every parameter must be set."""
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            if "rotary_emb.inv_freq" in name:
+                continue
+            if name == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue
+            target = _load_one(self, params, name, tensor)
+            loaded.add(target)
+        missing = set(params) - loaded
+        if missing:
+            raise ModelLoadError(f"checkpoint is missing weights: {', '.join(sorted(missing)[:5])}")
+
+
+def _load_one(
+    model: nn.Module, params: dict[str, nn.Parameter], name: str, tensor: torch.Tensor
+) -> str:
+    for fragment, (merged, shard) in STACKED_PARAMS.items():
+        if f".{fragment}." in name:
+            module_name, _, param_name = name.replace(fragment, merged).rpartition(".")
+            module = model.get_submodule(module_name)
+            module.load_shard(param_name, tensor, shard)
+            return f"{module_name}.{param_name}"
+    if name not in params:
+        raise ModelLoadError(f"checkpoint weight {name!r} does not belong to this architecture")
+    param = params[name]
+    if param.shape != tensor.shape:
+        raise ModelLoadError(
+            f"checkpoint weight {name!r} has shape {tuple(tensor.shape)}, "
+            f"expected {tuple(param.shape)}"
+        )
+    param.data.copy_(tensor)
+    return name
