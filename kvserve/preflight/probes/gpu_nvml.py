@@ -153,7 +153,11 @@ def _watts(milliwatts: int | None) -> float | None:
 def _fabric_fields(fabric: dict[str, Any] | None) -> tuple[str | None, str | None]:
     if fabric is None:
         return None, None
-    status = "success" if fabric["status"] == 0 else f"NVML error {fabric['status']}"
+    raw = fabric["status"]  # an nvmlReturn_t from NVML, nvidia-smi's text otherwise
+    if raw in (0, "Success"):
+        status = "success"
+    else:
+        status = raw if isinstance(raw, str) else f"NVML error {raw}"
     return FABRIC_STATES.get(fabric["state"], str(fabric["state"])), status
 
 

@@ -124,7 +124,8 @@ def parse_smi_q(text: str) -> dict[str, Any]:
             fabrics.append(None)
             continue
         state = _FABRIC_STATE.get(match.group(1), 0)
-        fabrics.append({"state": state, "status": 0 if match.group(2) in ("Success", "N/A") else 1})
+        status = match.group(2)
+        fabrics.append({"state": state, "status": 0 if status in ("Success", "N/A") else status})
     major_minor = cuda.group(1) if cuda else None
     return {"cuda_version": major_minor, "fabric": fabrics}
 
