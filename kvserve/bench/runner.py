@@ -54,6 +54,7 @@ class RunOutcome:
     records: list[RequestRecord]
     model: str
     server: dict | None  # --scrape-metrics summary
+    clock_origin: float = 0.0  # perf_counter() at run time 0 (records' times are relative to it)
 
 
 async def _closed_loop(phase: Phase, units: Iterator[Unit], workers: int, delay_s: float) -> None:
@@ -141,7 +142,7 @@ async def run_async(units: Iterator[Unit], target: Target, tok: Tokenizer, load:
         for rec in phase.records:
             rec.request_id += len(records)
         records += phase.records
-    return RunOutcome(records, target.model, scraper.summary() if scraper else None)
+    return RunOutcome(records, target.model, scraper.summary() if scraper else None, t0)
 
 
 def run(units: Iterator[Unit], target: Target, tok: Tokenizer, load: LoadConfig,
