@@ -110,9 +110,9 @@ def make_tiny_model(
 def _save_tokenizer(out_dir: Path, chat_template: str | None) -> None:
     from kvserve.loader.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(bundled_gguf_path())
-    tok.hf.chat_template = chat_template or tok.chat_template
+    tok = load_tokenizer(bundled_gguf_path())  # shared per process: never modify it
     tok.hf.save_pretrained(out_dir)
+    (out_dir / "chat_template.jinja").write_text(chat_template or tok.chat_template)
 
 
 def llama_cpp_permute(weight: torch.Tensor, n_head: int) -> torch.Tensor:
