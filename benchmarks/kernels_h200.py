@@ -1,0 +1,247 @@
+"""Attention kernels on the GPU against the ceilings measured in the same run.
+
+Decode: bytes of K/V read (plus q, out, page tables) per second, against a large device-to-device
+copy (bytes read + written per second). Prefill: causal FLOPs (2 * 2 * Hq * D * L^2 / 2) per
+second, against a bf16 8192^3 matmul and against torch's own SDPA (flash) on unpaged tensors.
+Shapes: Llama-3-8B attention (32 q heads, 8 kv heads, D = 128), bf16, page 16.
+
+    PYTHONPATH=. python3 benchmarks/kernels_h200.py --out $OUT/kernels.json [--sweep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+import triton
+from triton.testing import do_bench
+
+from kvserve.kernels.decode_attention import DecodeConfig, num_decode_splits, paged_decode_attention
+from kvserve.kernels.prefill_attention import (
+    PrefillConfig,
+    default_prefill_config,
+    paged_prefill_attention,
+)
+
+HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
+DTYPE = torch.bfloat16
+DECODE_BATCHES = [1, 8, 64, 256]
+CONTEXTS = [1024, 4096, 16384]
+SCALE = HEAD_DIM**-0.5
+
+
+def median_ms(fn: Callable[[], object]) -> float:
+    return float(do_bench(fn, warmup=25, rep=200, return_mode="median"))
+
+
+def copy_bandwidth_gbs() -> float:
+    src = torch.randn(2 * 2**30, dtype=DTYPE, device="cuda")  # 4 GiB
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src))
+    return 2 * src.numel() * src.element_size() / ms / 1e6
+
+
+def matmul_tflops() -> float:
+    a = torch.randn(8192, 8192, dtype=DTYPE, device="cuda")
+    b = torch.randn(8192, 8192, dtype=DTYPE, device="cuda")
+    ms = median_ms(lambda: a @ b)
+    return 2 * 8192**3 / ms / 1e9
+
+
+class DecodeShapes:
+    """One KV cache big enough for the largest B x ctx; each shape takes a random page subset."""
+
+    def __init__(self) -> None:
+        max_tokens = max(DECODE_BATCHES) * max(CONTEXTS)
+        self.num_pages = max_tokens // PAGE
+        self.kv_cache = torch.randn(
+            2, self.num_pages, PAGE, HKV, HEAD_DIM, dtype=DTYPE, device="cuda"
+        )
+
+    def inputs(self, batch: int, ctx: int) -> tuple[torch.Tensor, ...]:
+        pages = ctx // PAGE
+        perm = torch.randperm(self.num_pages, device="cuda")[: batch * pages]
+        tables = perm.view(batch, pages).to(torch.int32)
+        seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
+        q = torch.randn(batch, HQ, HEAD_DIM, dtype=DTYPE, device="cuda")
+        return q, tables, seq_lens
+
+    def run(self, batch: int, ctx: int, config: DecodeConfig | None = None) -> dict:
+        q, tables, seq_lens = self.inputs(batch, ctx)
+        out = torch.empty_like(q)
+        ms = median_ms(
+            lambda: paged_decode_attention(
+                q, self.kv_cache, tables, seq_lens, SCALE, out=out, config=config
+            )
+        )
+        kv_bytes = 2 * batch * ctx * HKV * HEAD_DIM * DTYPE.itemsize
+        total = kv_bytes + 2 * q.numel() * q.element_size() + tables.numel() * 4
+        splits = (config and config.num_splits) or num_decode_splits(
+            batch, HKV, ctx, torch.cuda.get_device_properties(0).multi_processor_count
+        )
+        return {
+            "batch": batch,
+            "ctx": ctx,
+            "splits": splits,
+            "us": ms * 1e3,
+            "bytes": total,
+            "gbs": total / ms / 1e6,
+        }
+
+
+def prefill_inputs(seq_len: int) -> tuple[torch.Tensor, ...]:
+    pages = seq_len // PAGE
+    kv_cache = torch.randn(2, pages, PAGE, HKV, HEAD_DIM, dtype=DTYPE, device="cuda")
+    tables = torch.randperm(pages, device="cuda").to(torch.int32)[None, :]
+    q = torch.randn(seq_len, HQ, HEAD_DIM, dtype=DTYPE, device="cuda")
+    qsl = torch.tensor([0, seq_len], dtype=torch.int32, device="cuda")
+    seq_lens = torch.tensor([seq_len], dtype=torch.int32, device="cuda")
+    return q, kv_cache, qsl, seq_lens, tables
+
+
+def causal_flops(seq_len: int) -> float:
+    return 2 * 2 * HQ * HEAD_DIM * seq_len**2 / 2
+
+
+def run_prefill(seq_len: int, config: PrefillConfig | None = None) -> dict:
+    q, kv_cache, qsl, seq_lens, tables = prefill_inputs(seq_len)
+    ms = median_ms(
+        lambda: paged_prefill_attention(
+            q, kv_cache, qsl, seq_lens, tables, seq_len, SCALE, config=config
+        )
+    )
+    cfg = config or default_prefill_config(HEAD_DIM, DTYPE)
+    return {
+        "seq_len": seq_len,
+        "ms": ms,
+        "tflops": causal_flops(seq_len) / ms / 1e9,
+        "config": vars(cfg),
+    }
+
+
+def run_sdpa(seq_len: int) -> dict:
+    """torch's SDPA (flash) on contiguous, unpaged [1, H, L, D]: a practical ceiling."""
+    q = torch.randn(1, HQ, seq_len, HEAD_DIM, dtype=DTYPE, device="cuda")
+    k = torch.randn(1, HQ, seq_len, HEAD_DIM, dtype=DTYPE, device="cuda")
+    v = torch.randn_like(k)
+    ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=SCALE))
+    return {"seq_len": seq_len, "ms": ms, "tflops": causal_flops(seq_len) / ms / 1e9}
+
+
+DECODE_SWEEP = [
+    DecodeConfig(block_n=bn, num_warps=w, num_stages=s)
+    for bn in (32, 64, 128)
+    for w in (4, 8)
+    for s in (2, 3, 4)
+    if not (bn == 128 and s == 4)
+]
+PREFILL_SWEEP = [
+    PrefillConfig(128, 64, 8, 3),
+    PrefillConfig(128, 64, 8, 2),
+    PrefillConfig(128, 64, 4, 3),
+    PrefillConfig(128, 128, 8, 2),
+    PrefillConfig(128, 32, 4, 3),
+    PrefillConfig(64, 64, 4, 3),
+    PrefillConfig(64, 128, 4, 3),
+]
+
+
+def sweep(decode: DecodeShapes) -> dict:
+    result: dict = {"decode": [], "prefill": []}
+    for batch, ctx in [(8, 16384), (64, 4096), (256, 16384)]:
+        for cfg in DECODE_SWEEP:
+            row = decode.run(batch, ctx, cfg)
+            row["config"] = vars(cfg)
+            result["decode"].append(row)
+            print(
+                f"sweep decode B={batch} ctx={ctx} {vars(cfg)}: {row['gbs']:.0f} GB/s", flush=True
+            )
+    for seq_len in (4096, 16384):
+        for pcfg in PREFILL_SWEEP:
+            row = run_prefill(seq_len, pcfg)
+            result["prefill"].append(row)
+            print(
+                f"sweep prefill L={seq_len} {vars(pcfg)}: {row['tflops']:.0f} TFLOP/s", flush=True
+            )
+    return result
+
+
+def commit() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("KVSERVE_COMMIT", "unknown")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sweep", action="store_true", help="also try other block configs")
+    args = parser.parse_args()
+
+    props = torch.cuda.get_device_properties(0)
+    copy_gbs, mm_tflops = copy_bandwidth_gbs(), matmul_tflops()
+    print(f"copy {copy_gbs:.0f} GB/s, bf16 matmul {mm_tflops:.0f} TFLOP/s", flush=True)
+    decode = DecodeShapes()
+    decode_rows = []
+    for batch in DECODE_BATCHES:
+        for ctx in CONTEXTS:
+            row = decode.run(batch, ctx)
+            row["ratio_copy"] = row["gbs"] / copy_gbs
+            decode_rows.append(row)
+    prefill_rows = []
+    for seq_len in CONTEXTS:
+        row = run_prefill(seq_len)
+        row["ratio_matmul"] = row["tflops"] / mm_tflops
+        row["sdpa_tflops"] = run_sdpa(seq_len)["tflops"]
+        row["ratio_sdpa"] = row["tflops"] / row["sdpa_tflops"]
+        prefill_rows.append(row)
+    result = {
+        "device": props.name,
+        "num_sms": props.multi_processor_count,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "shape": {
+            "num_heads": HQ,
+            "num_kv_heads": HKV,
+            "head_dim": HEAD_DIM,
+            "page_size": PAGE,
+            "dtype": str(DTYPE),
+        },
+        "ceilings": {"copy_gbs": copy_gbs, "matmul_bf16_tflops": mm_tflops},
+        "decode": decode_rows,
+        "prefill": prefill_rows,
+    }
+    if args.sweep:
+        result["sweep"] = sweep(decode)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print_table(result)
+
+
+def print_table(result: dict) -> None:
+    c = result["ceilings"]
+    print(
+        f"\n{result['device']}: copy {c['copy_gbs']:.0f} GB/s, "
+        f"bf16 matmul {c['matmul_bf16_tflops']:.0f} TFLOP/s"
+    )
+    print("decode   B    ctx  splits      us     GB/s  of copy")
+    for r in result["decode"]:
+        cols = f"{r['batch']:4d} {r['ctx']:6d} {r['splits']:6d} {r['us']:8.1f} {r['gbs']:8.0f}"
+        print(f"      {cols}  {r['ratio_copy']:6.1%}")
+    print("prefill      L      ms  TFLOP/s  of matmul  SDPA TF  of SDPA")
+    for r in result["prefill"]:
+        cols = f"{r['seq_len']:6d} {r['ms']:7.2f} {r['tflops']:8.0f}   {r['ratio_matmul']:6.1%}"
+        print(f"       {cols}  {r['sdpa_tflops']:7.0f}  {r['ratio_sdpa']:6.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""Paged decode attention (one new query row per sequence), flash-decoding style.
+
+Reference: ``TorchAttentionBackend._decode`` in ``kvserve/layers/attention/torch_backend.py``.
+
+Grid ``(B, Hkv, S)``: one program serves all ``G = Hq / Hkv`` query heads of a kv head (the G rows
+padded to >= 16 for ``tl.dot``), so each K/V tile is read once per group. Each sequence is cut
+into S splits; S comes from shapes only (batch, heads, page-table capacity, SM count) and each
+program derives its own token range from ``seq_lens`` on the device, so the launch is
+CUDA-graph capturable. A second kernel merges the splits' partial outputs by their
+log-sum-exp. With S == 1 the first kernel writes the output directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+
+_MIN_SPLIT_TOKENS = 256  # shorter splits cost more in the merge than they win in parallelism
+_MAX_SPLITS = 64
+_PROGRAMS_PER_SM = 4
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+    num_splits: int | None = None  # None: choose from shapes
+
+
+@jit
+def _decode_split_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    part_out_ptr,
+    part_lse_ptr,
+    out_ptr,
+    scale_log2,
+    page_size,
+    stride_qb,
+    stride_qh,
+    stride_cache_page,
+    stride_cache_tok,
+    stride_cache_head,
+    stride_bt,
+    stride_ob,
+    stride_oh,
+    num_splits,
+    GROUP: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    DIRECT: tl.constexpr,  # num_splits == 1: write the output, skip the merge
+    DOT_PRECISION: tl.constexpr,
+):
+    b = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    num_kv_heads = tl.num_programs(1)
+
+    seq_len = tl.load(seq_lens_ptr + b)
+    split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    start = split * split_len
+    end = tl.minimum(start + split_len, seq_len)
+
+    rows = tl.arange(0, BLOCK_H)  # row r = query head kv_head * GROUP + r
+    dims = tl.arange(0, HEAD_DIM)
+    row_mask = rows < GROUP
+    heads = kv_head * GROUP + rows
+    q_off = b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + dims[None, :]
+    q = tl.load(q_ptr + q_off, mask=row_mask[:, None], other=0.0)  # [BLOCK_H, D]
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
+    table = block_tables_ptr + b.to(tl.int64) * stride_bt
+    for n0 in range(start, end, BLOCK_N):
+        toks = n0 + tl.arange(0, BLOCK_N)
+        tok_mask = toks < end
+        page = tl.load(table + toks // page_size, mask=tok_mask, other=0).to(tl.int64)
+        kv_off = page * stride_cache_page + (toks % page_size) * stride_cache_tok
+        kv_off = kv_off + kv_head * stride_cache_head
+        kv_ptrs = kv_off[:, None] + dims[None, :]  # [BLOCK_N, D]
+        k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
+
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [BLOCK_H, N]
+        s = tl.where(tok_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every tile has a valid token
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    empty = l_i == 0.0  # split past the end of the sequence (or seq_len 0)
+    o = acc / tl.where(empty, 1.0, l_i)[:, None]
+    if DIRECT:
+        out_off = b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dims[None, :]
+        tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+    else:
+        # part_out: [B, Hq, S, D] fp32, part_lse: [B, Hq, S] fp32 (log2 units)
+        part_row = (b.to(tl.int64) * num_kv_heads * GROUP + heads) * num_splits + split
+        lse = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+        tl.store(part_lse_ptr + part_row, lse, mask=row_mask)
+        part_ptrs = part_out_ptr + part_row[:, None] * HEAD_DIM + dims[None, :]
+        tl.store(part_ptrs, o, mask=row_mask[:, None])
+
+
+@jit
+def _decode_merge_kernel(
+    part_out_ptr,
+    part_lse_ptr,
+    out_ptr,
+    stride_ob,
+    stride_oh,
+    num_splits,
+    BLOCK_S: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    row = b.to(tl.int64) * tl.num_programs(1) + h
+    splits = tl.arange(0, BLOCK_S)
+    dims = tl.arange(0, HEAD_DIM)
+    split_mask = splits < num_splits
+    lse = tl.load(part_lse_ptr + row * num_splits + splits, mask=split_mask, other=float("-inf"))
+    m = tl.max(lse, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)  # all splits empty: seq_len 0 -> zeros
+    w = tl.exp2(lse - m)  # [BLOCK_S]
+    denom = tl.sum(w, 0)
+    denom = tl.where(denom == 0.0, 1.0, denom)
+    part_ptrs = part_out_ptr + (row * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :]
+    o = tl.load(part_ptrs, mask=split_mask[:, None], other=0.0)  # [BLOCK_S, D]
+    o = tl.sum(o * w[:, None], 0) / denom
+    out_off = b.to(tl.int64) * stride_ob + h * stride_oh + dims
+    tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132  # TRITON_INTERPRET runs on CPU tensors; any fixed number will do
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def num_decode_splits(batch: int, num_kv_heads: int, max_context: int, num_sms: int) -> int:
+    """Splits per sequence, from shapes only: enough programs to fill the SMs a few times over,
+    but no split shorter than ``_MIN_SPLIT_TOKENS`` of the page table's capacity."""
+    by_occupancy = math.ceil(_PROGRAMS_PER_SM * num_sms / max(1, batch * num_kv_heads))
+    by_length = math.ceil(max_context / _MIN_SPLIT_TOKENS)
+    return max(1, min(by_occupancy, by_length, _MAX_SPLITS))
+
+
+def paged_decode_attention(
+    q: torch.Tensor,  # [B, Hq, D]
+    kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]
+    block_tables: torch.Tensor,  # int32 [B, max_pages]
+    seq_lens: torch.Tensor,  # int32 [B]; 0 = padding row (output zeros)
+    scale: float,
+    out: torch.Tensor | None = None,  # [B, Hq, D]
+    *,
+    config: DecodeConfig | None = None,
+) -> torch.Tensor:
+    require_triton()
+    cfg = config or DecodeConfig()
+    batch, num_heads, head_dim = q.shape
+    page_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
+    assert kv_cache.shape[4] == head_dim and num_heads % num_kv_heads == 0
+    assert head_dim == next_pow2(head_dim), "head_dim must be a power of two"
+    assert q.stride(-1) == 1 and kv_cache.stride(-1) == 1
+    if out is None:
+        out = torch.empty_like(q)
+    if batch == 0:
+        return out
+    group = num_heads // num_kv_heads
+    splits = cfg.num_splits or num_decode_splits(
+        batch, num_kv_heads, block_tables.shape[1] * page_size, _num_sms(q.device)
+    )
+    part_out = part_lse = out  # placeholders, unused when splits == 1
+    if splits > 1:
+        part_out = torch.empty(
+            batch, num_heads, splits, head_dim, dtype=torch.float32, device=q.device
+        )
+        part_lse = torch.empty(batch, num_heads, splits, dtype=torch.float32, device=q.device)
+    k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
+    _decode_split_kernel[(batch, num_kv_heads, splits)](
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        seq_lens,
+        part_out,
+        part_lse,
+        out,
+        scale * math.log2(math.e),
+        page_size,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        splits,
+        GROUP=group,
+        BLOCK_H=max(16, next_pow2(group)),
+        BLOCK_N=cfg.block_n,
+        HEAD_DIM=head_dim,
+        DIRECT=splits == 1,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    if splits > 1:
+        _decode_merge_kernel[(batch, num_heads)](
+            part_out,
+            part_lse,
+            out,
+            out.stride(0),
+            out.stride(1),
+            splits,
+            BLOCK_S=next_pow2(splits),
+            HEAD_DIM=head_dim,
+            num_warps=4,
+        )
+    return out

@@ -1,0 +1,217 @@
+"""Paged prefill attention: variable-length, causal, over cached prefix + new tokens, one launch.
+
+Reference: ``TorchAttentionBackend._prefill_one`` in ``kvserve/layers/attention/torch_backend.py``.
+
+The new tokens are already in the cache (``store_kv_cache`` runs first), so every key/value is
+read through the page table. Row j of sequence i sits at position ``ctx_i + j`` with
+``ctx_i = seq_lens[i] - qlen_i``; the prefix may end mid-page.
+
+Grid ``(ceil(max_query_len / BLOCK_M), B, Hq)``; blocks past a sequence's own query length exit.
+For a block of rows starting at ``start_m``, keys split into two ranges:
+
+    keys: | 0 ............ lo | lo ......... hi |
+          | every row sees it | causal mask    |    lo = (ctx + start_m) rounded down to BLOCK_N
+                                                     hi = min(ctx + start_m + BLOCK_M, seq_len)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+
+
+@dataclass(frozen=True)
+class PrefillConfig:
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+def default_prefill_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
+    if dtype == torch.float32:
+        return PrefillConfig(block_m=32, block_n=32, num_warps=4, num_stages=2)
+    if head_dim <= 64:
+        return PrefillConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
+    return PrefillConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
+
+
+@jit
+def _attend_tile(
+    q,
+    acc,
+    m_i,
+    l_i,
+    k_cache_ptr,
+    v_cache_ptr,
+    table,
+    n0,
+    q_pos,
+    hi,
+    kv_head_off,
+    page_size,
+    stride_cache_page,
+    stride_cache_tok,
+    scale_log2,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    MASKED: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    toks = n0 + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, HEAD_DIM)
+    if MASKED:
+        tok_mask = toks < hi
+        page = tl.load(table + toks // page_size, mask=tok_mask, other=0).to(tl.int64)
+    else:
+        page = tl.load(table + toks // page_size).to(tl.int64)
+    kv_off = page * stride_cache_page + (toks % page_size) * stride_cache_tok + kv_head_off
+    kv_ptrs = kv_off[:, None] + dims[None, :]  # [BLOCK_N, D]
+    if MASKED:
+        k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
+    else:
+        k = tl.load(k_cache_ptr + kv_ptrs)
+        v = tl.load(v_cache_ptr + kv_ptrs)
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [BLOCK_M, N]
+    if MASKED:
+        visible = (toks[None, :] <= q_pos[:, None]) & tok_mask[None, :]
+        s = tl.where(visible, s, float("-inf"))
+    # Every row sees key 0 in the first tile it visits, so m_new is finite from then on.
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return acc, m_new, l_i
+
+
+@jit
+def _prefill_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    out_ptr,
+    query_start_loc_ptr,
+    seq_lens_ptr,
+    block_tables_ptr,
+    scale_log2,
+    page_size,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_cache_page,
+    stride_cache_tok,
+    stride_cache_head,
+    stride_bt,
+    GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    # Last row blocks (the most keys) first, so the long programs do not form the tail.
+    m_block = tl.num_programs(0) - 1 - tl.program_id(0)
+    b = tl.program_id(1)
+    head = tl.program_id(2)
+    q_start = tl.load(query_start_loc_ptr + b)
+    q_len = tl.load(query_start_loc_ptr + b + 1) - q_start
+    start_m = m_block * BLOCK_M
+    if start_m >= q_len:
+        return
+    seq_len = tl.load(seq_lens_ptr + b)
+    ctx_len = seq_len - q_len
+
+    rows = start_m + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, HEAD_DIM)
+    row_mask = rows < q_len
+    q_rows = (q_start + rows).to(tl.int64)
+    q_ptrs = q_ptr + q_rows[:, None] * stride_qt + head * stride_qh + dims[None, :]
+    q = tl.load(q_ptrs, mask=row_mask[:, None], other=0.0)  # [BLOCK_M, D]
+    q_pos = ctx_len + rows
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    table = block_tables_ptr + b.to(tl.int64) * stride_bt
+    kv_head_off = (head // GROUP) * stride_cache_head
+    lo = (ctx_len + start_m) // BLOCK_N * BLOCK_N
+    hi = tl.minimum(ctx_len + start_m + BLOCK_M, seq_len)
+    for n0 in range(0, lo, BLOCK_N):
+        acc, m_i, l_i = _attend_tile(
+            q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
+            page_size, stride_cache_page, stride_cache_tok, scale_log2,
+            BLOCK_N, HEAD_DIM, False, DOT_PRECISION,
+        )  # fmt: skip
+    for n0 in range(lo, hi, BLOCK_N):
+        acc, m_i, l_i = _attend_tile(
+            q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
+            page_size, stride_cache_page, stride_cache_tok, scale_log2,
+            BLOCK_N, HEAD_DIM, True, DOT_PRECISION,
+        )  # fmt: skip
+
+    o = acc / l_i[:, None]
+    out_ptrs = out_ptr + q_rows[:, None] * stride_ot + head * stride_oh + dims[None, :]
+    tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+
+
+def paged_prefill_attention(
+    q: torch.Tensor,  # [T, Hq, D]
+    kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]
+    query_start_loc: torch.Tensor,  # int32 [B + 1]
+    seq_lens: torch.Tensor,  # int32 [B]
+    block_tables: torch.Tensor,  # int32 [B, max_pages]
+    max_query_len: int,
+    scale: float,
+    *,
+    config: PrefillConfig | None = None,
+) -> torch.Tensor:  # [T, Hq, D]
+    require_triton()
+    num_tokens, num_heads, head_dim = q.shape
+    page_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
+    assert kv_cache.shape[4] == head_dim and num_heads % num_kv_heads == 0
+    assert head_dim == next_pow2(head_dim), "head_dim must be a power of two"
+    assert q.stride(-1) == 1 and kv_cache.stride(-1) == 1
+    cfg = config or default_prefill_config(head_dim, q.dtype)
+    out = torch.empty_like(q)
+    batch = seq_lens.shape[0]
+    if num_tokens == 0 or batch == 0:
+        return out
+    k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
+    grid = (triton_cdiv(max_query_len, cfg.block_m), batch, num_heads)
+    _prefill_kernel[grid](
+        q,
+        k_cache,
+        v_cache,
+        out,
+        query_start_loc,
+        seq_lens,
+        block_tables,
+        scale * math.log2(math.e),
+        page_size,
+        q.stride(0),
+        q.stride(1),
+        out.stride(0),
+        out.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        block_tables.stride(0),
+        GROUP=num_heads // num_kv_heads,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        HEAD_DIM=head_dim,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return out
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)

@@ -1,0 +1,100 @@
+"""RMSNorm, plain and fused with the residual add (Hugging Face semantics).
+
+``rms_norm(x) = weight * (x.float() * rsqrt(mean(x.float() ** 2) + eps)).to(x.dtype)``: the
+statistics in fp32, the normalised value rounded to the input dtype before the weight multiply.
+One program per row.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+
+
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+
+
+def fused_add_rms_norm_reference(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    residual_out = x + residual
+    return rms_norm_reference(residual_out, weight, eps), residual_out
+
+
+@jit
+def _rms_norm_kernel(
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    out_ptr,
+    hidden,
+    eps,
+    stride_x,
+    stride_r,
+    stride_o,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < hidden
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(residual_ptr + row * stride_r + cols, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)  # rounded like torch's x + r
+        tl.store(residual_ptr + row * stride_r + cols, x, mask=mask)
+    xf = x.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(xf * xf, 0) / hidden + eps)
+    normed = (xf * rstd).to(x.dtype).to(tl.float32)
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * stride_o + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _launch(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+) -> torch.Tensor:
+    require_triton()
+    rows, hidden = x.shape
+    assert weight.shape == (hidden,) and x.stride(-1) == 1 and weight.stride(-1) == 1
+    out = torch.empty(
+        rows, hidden, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device
+    )
+    if rows == 0:
+        return out
+    block = next_pow2(hidden)
+    _rms_norm_kernel[(rows,)](
+        x,
+        residual if residual is not None else x,
+        weight,
+        out,
+        hidden,
+        eps,
+        x.stride(0),
+        residual.stride(0) if residual is not None else 0,
+        out.stride(0),
+        HAS_RESIDUAL=residual is not None,
+        BLOCK=block,
+        num_warps=min(16, max(1, block // 512)),
+    )
+    return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x`` [T, H], ``weight`` [H] -> [T, H]."""
+    return _launch(x, None, weight, eps)
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor,  # [T, H]
+    residual: torch.Tensor,  # [T, H]; overwritten with x + residual
+    weight: torch.Tensor,  # [H]
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns ``(rms_norm(x + residual), x + residual)``; the second is ``residual`` itself,
+    updated in place."""
+    assert residual.shape == x.shape and residual.stride(-1) == 1 and residual.dtype == x.dtype
+    return _launch(x, residual, weight, eps), residual

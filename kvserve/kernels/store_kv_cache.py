@@ -1,0 +1,84 @@
+"""Write the step's new keys/values into the paged KV cache.
+
+Reference: ``kvserve.layers.attention.torch_backend.write_kv_cache``. One program per token; a
+negative slot means "skip" (padding rows of a CUDA-graph batch), so the grid depends only on T.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+
+
+@jit
+def _store_kv_cache_kernel(
+    k_ptr,
+    v_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_mapping_ptr,
+    page_size,
+    num_kv_heads,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_cache_page,
+    stride_cache_tok,
+    stride_cache_head,
+    BLOCK_H: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    t = tl.program_id(0)
+    slot = tl.load(slot_mapping_ptr + t).to(tl.int64)
+    if slot < 0:
+        return
+    page = slot // page_size
+    in_page = slot % page_size
+    heads = tl.arange(0, BLOCK_H)
+    dims = tl.arange(0, HEAD_DIM)
+    mask = (heads < num_kv_heads)[:, None]
+    src_k = t.to(tl.int64) * stride_kt + heads[:, None] * stride_kh + dims[None, :]
+    src_v = t.to(tl.int64) * stride_vt + heads[:, None] * stride_vh + dims[None, :]
+    dst = page * stride_cache_page + in_page * stride_cache_tok
+    dst = dst + heads[:, None] * stride_cache_head + dims[None, :]
+    k = tl.load(k_ptr + src_k, mask=mask)
+    v = tl.load(v_ptr + src_v, mask=mask)
+    tl.store(k_cache_ptr + dst, k, mask=mask)
+    tl.store(v_cache_ptr + dst, v, mask=mask)
+
+
+def store_kv_cache(
+    k: torch.Tensor,  # [T, Hkv, D]
+    v: torch.Tensor,  # [T, Hkv, D]
+    kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]
+    slot_mapping: torch.Tensor,  # int64 [T]; < 0 = skip the row
+) -> None:
+    require_triton()
+    num_tokens, num_kv_heads, head_dim = k.shape
+    if num_tokens == 0:
+        return
+    assert kv_cache.shape[-2:] == (num_kv_heads, head_dim), "k/v heads do not match the cache"
+    assert head_dim == next_pow2(head_dim), "head_dim must be a power of two"
+    assert k.stride(-1) == 1 and v.stride(-1) == 1 and kv_cache.stride(-1) == 1
+    k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
+    _store_kv_cache_kernel[(num_tokens,)](
+        k,
+        v,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        kv_cache.shape[2],
+        num_kv_heads,
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        BLOCK_H=next_pow2(num_kv_heads),
+        HEAD_DIM=head_dim,
+        num_warps=4 if num_kv_heads * head_dim >= 1024 else 2,
+    )

@@ -1,0 +1,42 @@
+"""Attention on GPU through the Triton kernels in ``kvserve/kernels``.
+
+Same contract as ``TorchAttentionBackend`` (its reference): store the new k/v, then one decode
+kernel when every sequence has one new row, else one variable-length prefill kernel for the
+whole batch (decode rows included). No host syncs: only ``meta``'s tensors and host ints.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvserve.kernels.decode_attention import paged_decode_attention
+from kvserve.kernels.prefill_attention import paged_prefill_attention
+from kvserve.kernels.store_kv_cache import store_kv_cache
+from kvserve.layers.attention.metadata import AttentionMetadata
+
+
+class TritonAttentionBackend:
+    name = "triton"
+
+    def forward(
+        self,
+        q: torch.Tensor,  # [T, Hq, D]
+        k: torch.Tensor,  # [T, Hkv, D]
+        v: torch.Tensor,  # [T, Hkv, D]
+        kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:  # [T, Hq, D]
+        store_kv_cache(k, v, kv_cache, meta.slot_mapping)
+        if meta.is_decode_only:
+            # T == B: row i is sequence i's single new token.
+            return paged_decode_attention(q, kv_cache, meta.block_tables, meta.seq_lens, scale)
+        return paged_prefill_attention(
+            q,
+            kv_cache,
+            meta.query_start_loc,
+            meta.seq_lens,
+            meta.block_tables,
+            meta.max_query_len,
+            scale,
+        )

@@ -1,0 +1,396 @@
+"""Triton attention kernels (store, decode, prefill) and the Triton backend against the torch
+reference backend, computed in fp32 on the same cache.
+
+``KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 pytest --noconftest -k "not 16k"`` runs these
+through Triton's interpreter on a CPU (slowly) to check the kernels without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
+from kvserve.kernels.prefill_attention import paged_prefill_attention  # noqa: E402
+from kvserve.kernels.store_kv_cache import store_kv_cache  # noqa: E402
+from kvserve.layers.attention.metadata import AttentionMetadata  # noqa: E402
+from kvserve.layers.attention.torch_backend import (  # noqa: E402
+    TorchAttentionBackend,
+    write_kv_cache,
+)
+from kvserve.layers.attention.triton_backend import TritonAttentionBackend  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DEVICE = torch.device(os.environ.get("KVSERVE_TEST_DEVICE", "cuda"))
+TOL = {torch.bfloat16: 2e-2, torch.float16: 1e-2, torch.float32: 2e-4}
+
+
+@dataclass
+class PagedBatch:
+    q: torch.Tensor  # [T, Hq, D]
+    k: torch.Tensor  # [T, Hkv, D]
+    v: torch.Tensor  # [T, Hkv, D]
+    kv_cache: torch.Tensor  # [2, P, page, Hkv, D]; prefix filled, new rows not yet stored
+    meta: AttentionMetadata
+
+
+def make_batch(
+    query_lens: list[int],
+    seq_lens: list[int],
+    *,
+    page_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    seed: int = 0,
+    spare_pages: int = 3,
+    min_table_width: int = 0,
+) -> PagedBatch:
+    """Random q/k/v/cache; each sequence's pages are scattered over the cache in random order,
+    and the page table is wider than needed (tail entries 0, as the contract says)."""
+    gen = torch.Generator().manual_seed(seed)
+    pages_per_seq = [max(1, -(-n // page_size)) for n in seq_lens]
+    num_pages = sum(pages_per_seq) + spare_pages
+    order = torch.randperm(num_pages, generator=gen)
+    width = max(max(pages_per_seq) + 2, min_table_width)
+    tables = torch.zeros(len(seq_lens), width, dtype=torch.int32)
+    slots: list[int] = []
+    used = 0
+    for i, (qlen, slen) in enumerate(zip(query_lens, seq_lens, strict=True)):
+        tables[i, : pages_per_seq[i]] = order[used : used + pages_per_seq[i]].to(torch.int32)
+        used += pages_per_seq[i]
+        for pos in range(slen - qlen, slen):
+            slots.append(int(tables[i, pos // page_size]) * page_size + pos % page_size)
+    num_tokens = sum(query_lens)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype).to(DEVICE)
+
+    starts = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
+    meta = AttentionMetadata(
+        query_start_loc=starts.to(DEVICE),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
+        block_tables=tables.to(DEVICE),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=DEVICE),
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        query_lens_cpu=list(query_lens),
+        seq_lens_cpu=list(seq_lens),
+    )
+    return PagedBatch(
+        q=rand(num_tokens, num_heads, head_dim),
+        k=rand(num_tokens, num_kv_heads, head_dim),
+        v=rand(num_tokens, num_kv_heads, head_dim),
+        kv_cache=rand(2, num_pages, page_size, num_kv_heads, head_dim),
+        meta=meta,
+    )
+
+
+def reference(batch: PagedBatch) -> torch.Tensor:
+    """The torch backend in fp32 on copies; returns [T, Hq, D] fp32."""
+    cache = batch.kv_cache.float().clone()
+    scale = 1.0 / math.sqrt(batch.q.shape[-1])
+    return TorchAttentionBackend().forward(
+        batch.q.float(), batch.k.float(), batch.v.float(), cache, batch.meta, scale
+    )
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), ref.float(), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+# (head_dim, Hq, Hkv, page_size, dtype): every value of each axis appears at least once.
+SHAPES = [
+    (128, 32, 8, 16, torch.bfloat16),
+    (128, 8, 8, 32, torch.float16),
+    (64, 8, 4, 64, torch.bfloat16),
+    (64, 16, 2, 1, torch.float16),
+    (128, 16, 16, 16, torch.float32),
+    (64, 8, 1, 32, torch.bfloat16),
+]
+SHAPE_IDS = [f"d{d}-q{hq}-kv{hkv}-p{p}-{str(t)[6:]}" for d, hq, hkv, p, t in SHAPES]
+
+
+@pytest.mark.parametrize(("head_dim", "hq", "hkv", "page", "dtype"), SHAPES, ids=SHAPE_IDS)
+def test_store_kv_cache_matches_reference_and_skips_negative_slots(
+    head_dim: int, hq: int, hkv: int, page: int, dtype: torch.dtype
+) -> None:
+    b = make_batch(
+        [5, 3],
+        [9, 40],
+        page_size=page,
+        num_heads=hq,
+        num_kv_heads=hkv,
+        head_dim=head_dim,
+        dtype=dtype,
+    )
+    slots = b.meta.slot_mapping.clone()
+    slots[2] = -1  # a padding row: must leave the cache untouched
+    expected = b.kv_cache.clone()
+    keep = slots >= 0
+    write_kv_cache(b.k[keep], b.v[keep], expected, slots[keep])
+    store_kv_cache(b.k, b.v, b.kv_cache, slots)
+    assert torch.equal(b.kv_cache, expected)
+
+
+DECODE_LENS = [[1, 17, 300, 1000], [4096, 33, 2500], [16], [999, 1024, 64, 7, 3000, 1, 12, 513]]
+
+
+@pytest.mark.parametrize(("head_dim", "hq", "hkv", "page", "dtype"), SHAPES, ids=SHAPE_IDS)
+@pytest.mark.parametrize("lens_idx", range(len(DECODE_LENS)))
+def test_decode_matches_reference(
+    head_dim: int, hq: int, hkv: int, page: int, dtype: torch.dtype, lens_idx: int
+) -> None:
+    lens = DECODE_LENS[lens_idx]
+    b = make_batch(
+        [1] * len(lens),
+        lens,
+        page_size=page,
+        num_heads=hq,
+        num_kv_heads=hkv,
+        head_dim=head_dim,
+        dtype=dtype,
+        seed=lens_idx,
+    )
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    out = torch.full_like(b.q, float("nan"))  # every element must be written
+    scale = 1.0 / math.sqrt(head_dim)
+    paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, b.meta.seq_lens, scale, out=out)
+    assert_close(out, ref, dtype)
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 64])
+def test_decode_forced_split_counts(num_splits: int) -> None:
+    lens = [1, 100, 2049, 640]
+    b = make_batch(
+        [1] * 4,
+        lens,
+        page_size=16,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=128,
+        dtype=torch.bfloat16,
+        seed=num_splits,
+    )
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    out = paged_decode_attention(
+        b.q,
+        b.kv_cache,
+        b.meta.block_tables,
+        b.meta.seq_lens,
+        128**-0.5,
+        config=DecodeConfig(num_splits=num_splits),
+    )
+    assert_close(out, ref, torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_decode_16k_context(dtype: torch.dtype) -> None:
+    lens = [16384, 9000, 16383]
+    b = make_batch(
+        [1] * 3, lens, page_size=16, num_heads=32, num_kv_heads=8, head_dim=128, dtype=dtype
+    )
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    out = paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, b.meta.seq_lens, 128**-0.5)
+    assert_close(out, ref, dtype)
+
+
+def test_decode_padding_rows_give_zeros() -> None:
+    b = make_batch(
+        [1] * 3,
+        [50, 1, 700],
+        page_size=16,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=64,
+        dtype=torch.bfloat16,
+    )
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    seq_lens = b.meta.seq_lens.clone()
+    seq_lens[1] = 0  # padding row of a CUDA-graph batch; its page-table row may be anything
+    tables = b.meta.block_tables.clone()
+    tables[1] = 0
+    for splits in (1, 4):
+        out = paged_decode_attention(
+            b.q, b.kv_cache, tables, seq_lens, 0.125, config=DecodeConfig(num_splits=splits)
+        )
+        assert torch.equal(out[1], torch.zeros_like(out[1]))
+        assert_close(out[[0, 2]], ref[[0, 2]], torch.bfloat16)
+
+
+# (query_lens, seq_lens): pure prefill, prefix hits ending mid-page, chunked, mixed with decodes.
+PREFILL_CASES = [
+    ([37], [37]),
+    ([200, 1, 64], [200, 1, 64]),
+    ([100, 1, 1, 300], [133, 77, 1025, 1000]),
+    ([513, 2, 129], [1100, 15, 129]),
+    ([1, 1, 50], [4000, 10, 81]),
+]
+
+
+@pytest.mark.parametrize(("head_dim", "hq", "hkv", "page", "dtype"), SHAPES, ids=SHAPE_IDS)
+@pytest.mark.parametrize("case_idx", range(len(PREFILL_CASES)))
+def test_prefill_matches_reference(
+    head_dim: int, hq: int, hkv: int, page: int, dtype: torch.dtype, case_idx: int
+) -> None:
+    qlens, slens = PREFILL_CASES[case_idx]
+    b = make_batch(
+        qlens,
+        slens,
+        page_size=page,
+        num_heads=hq,
+        num_kv_heads=hkv,
+        head_dim=head_dim,
+        dtype=dtype,
+        seed=case_idx,
+    )
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    m = b.meta
+    out = paged_prefill_attention(
+        b.q,
+        b.kv_cache,
+        m.query_start_loc,
+        m.seq_lens,
+        m.block_tables,
+        m.max_query_len,
+        1.0 / math.sqrt(head_dim),
+    )
+    assert_close(out, ref, dtype)
+
+
+@pytest.mark.parametrize(
+    ("qlens", "slens"),
+    [([16384], [16384]), ([700, 1], [16384, 16000]), ([1500, 2048], [1500, 16384])],
+    ids=["16k-fresh", "16k-prefix-mid-page", "16k-mixed"],
+)
+def test_prefill_16k(qlens: list[int], slens: list[int]) -> None:
+    b = make_batch(
+        qlens,
+        slens,
+        page_size=16,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=128,
+        dtype=torch.bfloat16,
+    )
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    m = b.meta
+    out = paged_prefill_attention(
+        b.q,
+        b.kv_cache,
+        m.query_start_loc,
+        m.seq_lens,
+        m.block_tables,
+        m.max_query_len,
+        128**-0.5,
+    )
+    assert_close(out, ref, torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    ("qlens", "slens"),
+    [([1, 1, 1], [5, 300, 4097]), ([64, 1, 9], [64, 1000, 40]), ([3, 1], [3, 2])],
+    ids=["decode-only", "mixed", "tiny"],
+)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_triton_backend_matches_torch_backend(
+    qlens: list[int], slens: list[int], dtype: torch.dtype
+) -> None:
+    b = make_batch(
+        qlens, slens, page_size=16, num_heads=32, num_kv_heads=8, head_dim=128, dtype=dtype
+    )
+    ref_cache = b.kv_cache.clone()
+    ref = TorchAttentionBackend().forward(b.q, b.k, b.v, ref_cache, b.meta, 128**-0.5)
+    out = TritonAttentionBackend().forward(b.q, b.k, b.v, b.kv_cache, b.meta, 128**-0.5)
+    assert torch.equal(b.kv_cache, ref_cache)
+    assert_close(out, ref, dtype)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+def test_decode_step_replays_in_cuda_graph() -> None:
+    """Capture store + decode once, change seq_lens/block_tables/slot_mapping in place, replay."""
+    b = make_batch(
+        [1] * 4,
+        [40, 1, 900, 333],
+        page_size=16,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        dtype=torch.bfloat16,
+        spare_pages=100,
+        min_table_width=80,
+    )
+    m = b.meta
+    out = torch.empty_like(b.q)
+
+    def step() -> None:
+        store_kv_cache(b.k, b.v, b.kv_cache, m.slot_mapping)
+        paged_decode_attention(b.q, b.kv_cache, m.block_tables, m.seq_lens, 128**-0.5, out=out)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # compile and warm up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+
+    # Next step: other lengths, other pages, row 1 turned into padding, fresh q/k/v.
+    new_lens = [70, 0, 1201, 2]
+    gen = torch.Generator().manual_seed(1)
+    perm = torch.randperm(b.kv_cache.shape[1], generator=gen).tolist()
+    tables = torch.zeros_like(m.block_tables, device="cpu")
+    slots = []
+    for i, n in enumerate(new_lens):
+        pages = [perm.pop() for _ in range(-(-n // 16))]
+        tables[i, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
+        slots.append(pages[(n - 1) // 16] * 16 + (n - 1) % 16 if n else -1)
+    for t in (b.q, b.k, b.v):
+        t.copy_(torch.randn(t.shape, generator=gen).to(t.dtype))
+    m.seq_lens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+    m.block_tables.copy_(tables)
+    m.slot_mapping.copy_(torch.tensor(slots, dtype=torch.int64))
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = out.clone()
+
+    step()  # eager on the same inputs (the store rewrites the same values)
+    torch.cuda.synchronize()
+    assert torch.equal(replayed, out)
+    assert torch.equal(replayed[1], torch.zeros_like(replayed[1]))
+    rows = [0, 2, 3]
+    ref_meta = AttentionMetadata(
+        query_start_loc=torch.arange(4, dtype=torch.int32, device=DEVICE),
+        seq_lens=m.seq_lens[rows],
+        block_tables=m.block_tables[rows],
+        slot_mapping=m.slot_mapping[rows],
+        max_query_len=1,
+        max_seq_len=1201,
+        query_lens_cpu=[1, 1, 1],
+        seq_lens_cpu=[new_lens[i] for i in rows],
+    )
+    ref = TorchAttentionBackend().forward(
+        b.q[rows].float(),
+        b.k[rows].float(),
+        b.v[rows].float(),
+        b.kv_cache.float(),
+        ref_meta,
+        128**-0.5,
+    )
+    assert_close(replayed[rows], ref, torch.bfloat16)

@@ -1,0 +1,116 @@
+"""RMSNorm, rotary and SiLU-and-mul Triton kernels against their torch references."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kvserve.kernels.activation import silu_and_mul, silu_and_mul_reference  # noqa: E402
+from kvserve.kernels.rmsnorm import (  # noqa: E402
+    fused_add_rms_norm,
+    fused_add_rms_norm_reference,
+    rms_norm,
+    rms_norm_reference,
+)
+from kvserve.kernels.rotary import apply_rotary, apply_rotary_reference  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DEVICE = torch.device(os.environ.get("KVSERVE_TEST_DEVICE", "cuda"))
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+# One rounding step of the dtype apart from the reference, at values of order 1.
+TOL = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 1e-5}
+
+
+def randn(*shape: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(dtype).to(DEVICE)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("rows", "hidden"), [(1, 64), (7, 1000), (33, 4096), (5, 8192)])
+def test_rms_norm(rows: int, hidden: int, dtype: torch.dtype) -> None:
+    x = randn(rows, hidden, dtype=dtype) * 3
+    weight = randn(hidden, dtype=dtype, seed=1)
+    out = rms_norm(x, weight, 1e-6)
+    ref = rms_norm_reference(x, weight, 1e-6)
+    assert out.dtype == ref.dtype
+    torch.testing.assert_close(out, ref, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def test_rms_norm_strided_rows_and_fp32_weight() -> None:
+    x = randn(9, 2048, dtype=torch.bfloat16)[:, :1024]  # rows 2048 apart
+    weight = randn(1024, dtype=torch.float32, seed=2)
+    out = rms_norm(x, weight, 1e-5)
+    ref = rms_norm_reference(x, weight, 1e-5)
+    assert out.dtype == torch.float32
+    # The normalised value is rounded to bf16 before the fp32 weight: one bf16 step apart.
+    tol = TOL[torch.bfloat16]
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("rows", "hidden"), [(3, 576), (64, 4096)])
+def test_fused_add_rms_norm_updates_residual_in_place(
+    rows: int, hidden: int, dtype: torch.dtype
+) -> None:
+    x = randn(rows, hidden, dtype=dtype)
+    residual = randn(rows, hidden, dtype=dtype, seed=1)
+    weight = randn(hidden, dtype=dtype, seed=2)
+    ref_out, ref_residual = fused_add_rms_norm_reference(x, residual.clone(), weight, 1e-6)
+    out, residual_out = fused_add_rms_norm(x, residual, weight, 1e-6)
+    assert residual_out.data_ptr() == residual.data_ptr()
+    assert torch.equal(residual_out, ref_residual)  # same single rounding of x + residual
+    torch.testing.assert_close(out, ref_out, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def cos_sin_cache(max_pos: int, head_dim: int, base: float = 10000.0) -> torch.Tensor:
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    freqs = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).float().to(DEVICE)  # [max_pos, D]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("tokens", "hq", "hkv", "head_dim"), [(1, 8, 8, 64), (37, 32, 8, 128), (200, 12, 2, 64)]
+)
+def test_apply_rotary(tokens: int, hq: int, hkv: int, head_dim: int, dtype: torch.dtype) -> None:
+    cache = cos_sin_cache(20000, head_dim)
+    gen = torch.Generator().manual_seed(3)
+    positions = torch.randint(0, 20000, (tokens,), generator=gen).to(DEVICE)
+    q = randn(tokens, hq * head_dim, dtype=dtype)
+    k = randn(tokens, hkv * head_dim, dtype=dtype, seed=1)
+    ref_q, ref_k = apply_rotary_reference(q, k, positions, cache, head_dim)
+    out_q, out_k = apply_rotary(q, k, positions, cache, head_dim)
+    assert out_q.data_ptr() == q.data_ptr() and out_k.data_ptr() == k.data_ptr()
+    torch.testing.assert_close(out_q, ref_q, atol=TOL[dtype], rtol=TOL[dtype])
+    torch.testing.assert_close(out_k, ref_k, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def test_apply_rotary_reference_matches_hf_formula() -> None:
+    """rotate-half: q * cos + rotate_half(q) * sin, with cos/sin repeated over both halves."""
+    head_dim, tokens = 64, 5
+    cache = cos_sin_cache(100, head_dim)
+    positions = torch.tensor([0, 1, 7, 50, 99], device=DEVICE)
+    q = randn(tokens, 2 * head_dim, dtype=torch.float32)
+    k = randn(tokens, head_dim, dtype=torch.float32, seed=1)
+    ref_q, _ = apply_rotary_reference(q, k, positions, cache, head_dim)
+    cos = cache[positions, : head_dim // 2].repeat(1, 2)[:, None, :]
+    sin = cache[positions, head_dim // 2 :].repeat(1, 2)[:, None, :]
+    qh = q.view(tokens, 2, head_dim)
+    rotate_half = torch.cat((-qh[..., head_dim // 2 :], qh[..., : head_dim // 2]), dim=-1)
+    hf = (qh * cos + rotate_half * sin).view_as(q)
+    torch.testing.assert_close(ref_q, hf)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("rows", "inter"), [(1, 11), (17, 1024), (64, 14336)])
+def test_silu_and_mul(rows: int, inter: int, dtype: torch.dtype) -> None:
+    x = randn(rows, 2 * inter, dtype=dtype) * 2
+    out = silu_and_mul(x)
+    ref = silu_and_mul_reference(x)
+    torch.testing.assert_close(out, ref, atol=TOL[dtype], rtol=TOL[dtype])
