@@ -21,3 +21,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def bundled_path() -> str:
+    from model_factory import bundled_gguf_path
+
+    return bundled_gguf_path()
+
+
+@pytest.fixture(scope="session")
+def bundled_llm():  # noqa: ANN201 - kvserve.LLM, imported lazily
+    """The bundled SmolLM2 on the offline API, loaded once per session (float32, CPU)."""
+    from kvserve import LLM
+
+    return LLM(device="cpu")
+
+
+@pytest.fixture(scope="session")
+def bundled_reference(bundled_path: str):  # noqa: ANN201 - a transformers model
+    from model_factory import load_reference_model
+
+    return load_reference_model(bundled_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """``tiny_model_dir(arch, **overrides)``: a tiny random HF model saved once per variant."""
+    from model_factory import make_tiny_model
+
+    made: dict[tuple, object] = {}
+
+    def build(arch: str, **overrides: object):  # noqa: ANN202
+        key = (arch, tuple(sorted(overrides.items(), key=lambda kv: kv[0])))
+        if key not in made:
+            name = "-".join([arch, *(f"{k}={v}" for k, v in key[1])])
+            made[key] = make_tiny_model(arch, tmp_path_factory.mktemp(name[:60]), **overrides)
+        return made[key]
+
+    return build

@@ -54,16 +54,17 @@ class OutputProcessor:
             st.token_ids.append(token)
             if out.new_logprobs is not None:
                 st.logprobs.append(out.new_logprobs[i])
-            is_stop_token = out.finish_reason == "stop" and i == len(out.new_token_ids) - 1
             piece = st.detokenizer.add(token)
-            if is_stop_token and out.stop_reason is None or token in st.params.stop_token_ids:
-                piece = piece if st.params.include_stop_str_in_output else ""
+            ends_here = out.finish_reason == "stop" and i == len(out.new_token_ids) - 1
+            if ends_here and not st.params.include_stop_str_in_output:
+                piece = ""  # the EOS / stop token's own text is not returned
             hit = self._append_text(st, piece)
             if hit is not None:
                 st.finish_reason, st.stop_reason = "stop", hit
                 break
         if hit is None and out.finish_reason is not None:
             st.finish_reason, st.stop_reason = out.finish_reason, out.stop_reason
+            st.text += st.detokenizer.flush()  # bytes held back for an unfinished character
         if st.finished:
             self.states.pop(out.request_id, None)
         return st, hit

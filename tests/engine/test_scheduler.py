@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+from kvserve.engine.request import FinishReason, RequestStatus
+from sched_helpers import PAGE, make_request, make_scheduler, run_step, run_to_completion
+
+
+def test_prefill_then_one_token_per_decode_step() -> None:
+    sched, kv = make_scheduler(32)
+    req = make_request("a", list(range(1, 11)), max_tokens=3)
+    sched.add(req)
+    plan = run_step(sched, kv)
+    assert [(c.start, c.num_new_tokens, c.sample) for c in plan.chunks] == [(0, 10, True)]
+    plan = run_step(sched, kv)
+    assert [(c.start, c.num_new_tokens) for c in plan.chunks] == [(10, 1)]
+    run_to_completion(sched, kv)
+    assert req.output_token_ids == [9, 9, 9]
+    assert req.finish_reason is FinishReason.LENGTH
+    assert kv.usage == 0
+
+
+def test_chunked_prefill_shares_steps_with_decodes() -> None:
+    sched, kv = make_scheduler(64, chunked_prefill_size=8, max_num_batched_tokens=10)
+    short = make_request("short", [1, 2, 3], max_tokens=8)
+    sched.add(short)
+    run_step(sched, kv)  # short is now decoding
+    long = make_request("long", list(range(100, 130)), max_tokens=2)
+    sched.add(long)
+    plan = run_step(sched, kv)
+    sizes = {c.request.request_id: (c.num_new_tokens, c.sample) for c in plan.chunks}
+    assert sizes == {"short": (1, True), "long": (8, False)}
+    assert plan.num_batched_tokens <= 10
+    while long.num_computed_tokens < 30:
+        plan = run_step(sched, kv)
+        assert sum(c.num_new_tokens for c in plan.chunks) <= 10
+    assert long.num_output_tokens == 1  # sampled exactly when its prompt was complete
+    run_to_completion(sched, kv)
+    assert kv.usage == 0
+
+
+def test_max_running_requests_and_fcfs() -> None:
+    sched, kv = make_scheduler(64, max_running_requests=2)
+    reqs = [make_request(str(i), [i + 1] * 5, max_tokens=2) for i in range(4)]
+    for r in reqs:
+        sched.add(r)
+    plan = run_step(sched, kv)
+    assert [c.request.request_id for c in plan.chunks] == ["0", "1"]
+    run_to_completion(sched, kv)
+    assert all(r.status is RequestStatus.FINISHED for r in reqs)
+
+
+def test_preempts_newest_and_recomputes_it() -> None:
+    # 6 pages of 4 tokens: two requests of 8 prompt tokens growing to 16 cannot both fit.
+    sched, kv = make_scheduler(6, prefix_cache=False)
+    old = make_request("old", list(range(1, 9)), max_tokens=8)
+    new = make_request("new", list(range(20, 28)), max_tokens=8)
+    sched.add(old)
+    sched.add(new)
+    preempted = []
+    while sched.has_unfinished():
+        plan = run_step(sched, kv)
+        preempted += [r.request_id for r in plan.preempted]
+    assert preempted and set(preempted) == {"new"}
+    assert old.output_token_ids == [9] * 8 and new.output_token_ids == [9] * 8
+    assert new.num_preemptions >= 1 and kv.usage == 0
+
+
+def test_prefix_hit_counts_whole_shared_pages() -> None:
+    sched, kv = make_scheduler(64)
+    system = list(range(1, 14))  # 13 tokens: 3 full pages of 4
+    first = make_request("first", system + [50, 51], max_tokens=1)
+    sched.add(first)
+    run_to_completion(sched, kv)
+    second = make_request("second", system + [60, 61, 62], max_tokens=1)
+    sched.add(second)
+    plan = run_step(sched, kv)
+    assert second.num_cached_tokens == 3 * PAGE
+    assert plan.chunks[0].start == 12 and plan.chunks[0].num_new_tokens == 4
+    assert sched.counters.prefix_cache_hits == 12
+    assert sched.counters.prefix_cache_queries == 15 + 16
+
+
+def test_fully_cached_prompt_still_computes_its_last_token() -> None:
+    sched, kv = make_scheduler(64)
+    prompt = list(range(1, 9))  # exactly two pages
+    for rid in ("a", "b"):
+        sched.add(make_request(rid, prompt, max_tokens=1))
+        run_to_completion(sched, kv)
+    assert sched.counters.prefix_cache_hits == 4  # page 2 holds the last token: recomputed
+
+
+def test_shared_prefix_in_flight_waits_one_step_then_hits() -> None:
+    sched, kv = make_scheduler(64)
+    prompt = list(range(1, 18))
+    a, b = make_request("a", prompt, max_tokens=2), make_request("b", prompt, max_tokens=2)
+    sched.add(a)
+    sched.add(b)
+    plan = run_step(sched, kv)
+    assert [c.request.request_id for c in plan.chunks] == ["a"]
+    run_step(sched, kv)
+    assert b.num_cached_tokens == 16
+
+
+def test_abort_frees_everything() -> None:
+    sched, kv = make_scheduler(16, prefix_cache=False)
+    running, waiting = make_request("r", [1] * 10), make_request("w", [2] * 10)
+    sched.add(running)
+    run_step(sched, kv)
+    sched.add(waiting)
+    sched.abort(running)
+    sched.abort(waiting)
+    assert running.finish_reason is FinishReason.ABORT
+    assert not sched.has_unfinished()
+    kv.check_integrity([])
+    assert kv.num_free_pages == 16
+
+
+def test_eviction_under_pressure_keeps_serving() -> None:
+    sched, kv = make_scheduler(8)
+    for i in range(10):
+        sched.add(make_request(str(i), [i + 1] * 12, max_tokens=4))
+        run_to_completion(sched, kv)
+    assert kv.num_available_pages == 8
+
+
+def test_eos_and_stop_token_ids_finish_with_stop() -> None:
+    sched, kv = make_scheduler(16)
+    eos = make_request("eos", [1, 2, 3])
+    sched.add(eos)
+    plan = sched.schedule()
+    sched.update(plan, {"eos": 0})
+    assert eos.finish_reason is FinishReason.STOP and eos.stop_reason is None
+    stop = make_request("stop", [1, 2, 3], stop_token_ids=[9])
+    sched.add(stop)
+    run_to_completion(sched, kv)
+    assert stop.finish_reason is FinishReason.STOP and stop.stop_reason == 9
+    ignore = make_request("ignore", [1, 2, 3], max_tokens=3, ignore_eos=True)
+    sched.add(ignore)
+    for _ in range(3):
+        plan = sched.schedule()
+        sched.update(plan, {"ignore": 0})
+    assert ignore.finish_reason is FinishReason.LENGTH and ignore.output_token_ids == [0, 0, 0]
