@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from engine_checks import assert_engine_clean
+
 from kvserve import LLM, SamplingParams
 
 CHATS = [

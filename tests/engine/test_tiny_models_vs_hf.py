@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from engine_checks import assert_engine_clean
+from model_factory import load_reference_model
+
 from kvserve.engine.config_builder import build_engine_config
 from kvserve.engine.engine_core import EngineCore
 from kvserve.engine.input_batch import build_model_inputs
 from kvserve.engine.sampling_params import SamplingParams
 from kvserve.models.forward_context import ForwardContext
-from model_factory import load_reference_model
 
 VARIANTS = [
     ("LlamaForCausalLM", {}),
