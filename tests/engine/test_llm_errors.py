@@ -1,0 +1,43 @@
+"""Bad models and settings give one-line errors a user can act on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvserve import LLM
+from kvserve.errors import ConfigError, ModelLoadError
+
+
+def test_missing_model_path_names_it(tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="no such file"):
+        LLM(model=str(tmp_path / "nope"))
+
+
+def test_unknown_architecture(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(ModelLoadError, match="GPT2LMHeadModel"):
+        LLM(model=str(tmp_path))
+
+
+def test_corrupt_gguf(tmp_path) -> None:
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(b"GGUF" + b"\x00" * 10)
+    with pytest.raises(ModelLoadError, match="broken.gguf"):
+        LLM(model=str(path))
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"dtype": "float8"}, "dtype must be one of"),
+        ({"page_size": 12}, "power of two"),
+        ({"max_running_requests": 0}, "must be positive"),
+        ({"no_such_setting": 1}, "unknown engine setting"),
+        ({"attention_backend": "magic"}, "unknown attention backend"),
+    ],
+)
+def test_bad_settings(settings, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        LLM(**settings)
