@@ -30,7 +30,7 @@ log = logging.getLogger("kvserve.engine")
 class EngineCore:
     def __init__(self, config: EngineConfig, source: ModelSource | None = None) -> None:
         self.config = config
-        self.source = source or open_model_source(config.model)
+        self.source = source or open_model_source(config.model, config.load_format)
         mc = self.source.config
         self.model_config = mc
         self.device = resolve_device(config.device)

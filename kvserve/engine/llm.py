@@ -15,6 +15,7 @@ from kvserve.engine.output_processor import OutputProcessor, StreamState
 from kvserve.engine.request_output import CompletionOutput, RequestOutput
 from kvserve.engine.sampling_params import SamplingParams
 from kvserve.errors import InvalidRequestError
+from kvserve.loader import Tokenizer
 
 Prompt = str | list[int]
 Message = dict[str, Any]
@@ -24,8 +25,11 @@ class LLM:
     def __init__(self, model: str | None = None, **settings: Any) -> None:
         self.config = build_engine_config(model, **settings)
         self.engine = EngineCore(self.config)
-        self.tokenizer = self.engine.source.tokenizer
         self._ids = itertools.count()
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.engine.source.tokenizer
 
     def default_sampling_params(self) -> SamplingParams:
         d = self.engine.source.generation_defaults
@@ -86,7 +90,8 @@ class LLM:
         params = _params_per_prompt(sampling_params, len(prompt_ids), self.default_sampling_params)
         for ids, p in zip(prompt_ids, params):
             self.engine.validate_prompt(ids, p)  # fail before anything is queued
-        processor = OutputProcessor(self.tokenizer)
+        dummy = self.config.load_format == "dummy"
+        processor = OutputProcessor(None if dummy else self.tokenizer)
         groups: list[list[str]] = []
         for ids, p in zip(prompt_ids, params):
             base = str(next(self._ids))

@@ -122,12 +122,12 @@ def _to_host(requests: list, out: SamplerOutput) -> tuple[dict[str, int], dict[s
 
 
 def _init_dummy_weights(model: torch.nn.Module, seed: int) -> None:
-    """Random weights of the right shapes (``--load-format dummy``): small values keep the
-    activations finite; norms stay at one."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    """Random weights of the right shapes (``--load-format dummy``), drawn on the model's
+    device: small values keep activations finite; norms stay at one."""
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
     for name, param in model.named_parameters():
         if "norm" in name:
             param.data.fill_(1.0)
-            continue
-        values = torch.empty(param.shape, dtype=torch.float32).uniform_(-0.02, 0.02, generator=gen)
-        param.data.copy_(values)
+        else:
+            param.data.uniform_(-0.02, 0.02, generator=gen)

@@ -18,7 +18,7 @@ class StreamState:
 
     request_id: str
     params: SamplingParams
-    detokenizer: IncrementalDetokenizer
+    detokenizer: IncrementalDetokenizer | None  # None: no tokenizer (dummy weights), no text
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprobs] = field(default_factory=list)
     text: str = ""  # text so far, stop string cut off
@@ -34,13 +34,17 @@ class StreamState:
 
 
 class OutputProcessor:
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer | None) -> None:
         self.tokenizer = tokenizer
         self.states: dict[str, StreamState] = {}
 
     def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        detok = IncrementalDetokenizer(
-            self.tokenizer, prompt_token_ids, skip_special_tokens=params.skip_special_tokens
+        detok = (
+            IncrementalDetokenizer(
+                self.tokenizer, prompt_token_ids, skip_special_tokens=params.skip_special_tokens
+            )
+            if self.tokenizer is not None
+            else None
         )
         self.states[request_id] = StreamState(request_id, params, detok)
 
@@ -54,7 +58,7 @@ class OutputProcessor:
             st.token_ids.append(token)
             if out.new_logprobs is not None:
                 st.logprobs.append(out.new_logprobs[i])
-            piece = st.detokenizer.add(token)
+            piece = st.detokenizer.add(token) if st.detokenizer is not None else ""
             ends_here = out.finish_reason == "stop" and i == len(out.new_token_ids) - 1
             if ends_here and not st.params.include_stop_str_in_output:
                 piece = ""  # the EOS / stop token's own text is not returned
@@ -64,7 +68,8 @@ class OutputProcessor:
                 break
         if hit is None and out.finish_reason is not None:
             st.finish_reason, st.stop_reason = out.finish_reason, out.stop_reason
-            st.text += st.detokenizer.flush()  # bytes held back for an unfinished character
+            if st.detokenizer is not None:  # bytes held back for an unfinished character
+                st.text += st.detokenizer.flush()
         if st.finished:
             self.states.pop(out.request_id, None)
         return st, hit

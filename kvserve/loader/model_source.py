@@ -57,21 +57,23 @@ class ModelSource:
         return f"ModelSource({self.path!r}, format={self.format!r}, {self.config.architecture})"
 
 
-def open_model_source(path: str | None) -> ModelSource:
-    """Open an HF model directory or a GGUF file; None means the bundled SmolLM2 GGUF."""
+def open_model_source(path: str | None, load_format: str = "auto") -> ModelSource:
+    """Open an HF model directory or a GGUF file; None means the bundled SmolLM2 GGUF.
+    ``load_format="dummy"`` needs only the directory's config.json (no weight files)."""
     resolved = Path(path if path is not None else bundled_model_path()).expanduser().resolve()
     if not resolved.exists():
         raise ModelLoadError(f"{resolved}: no such file or directory")
     if resolved.is_dir():
-        return _open_hf_dir(resolved)
+        return _open_hf_dir(resolved, need_weights=load_format != "dummy")
     if resolved.suffix == ".gguf":
         return _open_gguf(resolved)
     raise ModelLoadError(f"{resolved}: expected an HF model directory or a .gguf file")
 
 
-def _open_hf_dir(directory: Path) -> ModelSource:
+def _open_hf_dir(directory: Path, need_weights: bool = True) -> ModelSource:
     config = read_hf_config(directory)
-    check_safetensors_headers(safetensors_files(directory))  # fail now, not in weights()
+    if need_weights:
+        check_safetensors_headers(safetensors_files(directory))  # fail now, not in weights()
     defaults = read_generation_defaults(directory)
     if not defaults.eos_token_ids:
         defaults = replace(defaults, eos_token_ids=config.eos_token_ids)
