@@ -1,0 +1,190 @@
+"""The API process's side of the engine core: spawns ``kvserve.engine.core_process``, sends it
+typed messages and routes its output batches to one asyncio queue per request."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from kvserve.config import EngineConfig
+from kvserve.engine.messages import (
+    AbortRequests,
+    AddRequest,
+    Fatal,
+    OutputBatch,
+    Ready,
+    RequestFailed,
+    Shutdown,
+    StopRequest,
+    decode_output,
+    encode,
+)
+from kvserve.engine.outputs import EngineCoreOutput
+from kvserve.engine.sampling_params import SamplingParams
+from kvserve.engine.stats import EngineStats
+from kvserve.errors import ModelLoadError
+
+log = logging.getLogger("kvserve.engine.core_client")
+QueueItem = EngineCoreOutput | RequestFailed | BaseException
+
+
+class EngineDeadError(RuntimeError):
+    """The engine-core process exited; no request can be served any more."""
+
+
+class CoreClient:
+    def __init__(self, config: EngineConfig, log_level: str = "info") -> None:
+        self.config = config
+        self.log_level = log_level
+        self.ready: Ready | None = None
+        self.stats = EngineStats(0, 0, 0.0, 0, 0, 0)
+        self.queues: dict[str, asyncio.Queue[QueueItem]] = {}
+        self.num_sent_adds = 0
+        self.num_engine_adds = 0
+        self.dead: str | None = None  # why the engine is gone, once it is
+        self.last_message = time.monotonic()
+        self.on_batch: Callable[[OutputBatch], None] | None = None
+        self.on_dead: Callable[[str], None] | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = False
+
+    # -- life cycle -------------------------------------------------------------------------
+    async def start(self) -> Ready:
+        self._dir = tempfile.mkdtemp(prefix="kvserve-")
+        in_addr, out_addr = f"ipc://{self._dir}/in", f"ipc://{self._dir}/out"
+        self.ctx = zmq.asyncio.Context()
+        self.to_engine = self.ctx.socket(zmq.PUSH)
+        self.to_engine.setsockopt(zmq.SNDHWM, 0)
+        self.to_engine.setsockopt(zmq.LINGER, 0)
+        self.to_engine.bind(in_addr)
+        self.from_engine = self.ctx.socket(zmq.PULL)
+        self.from_engine.setsockopt(zmq.RCVHWM, 0)
+        self.from_engine.bind(out_addr)
+        cmd = [sys.executable, "-m", "kvserve.engine.core_process", "--input", in_addr,
+               "--output", out_addr, "--config", msgspec.json.encode(self.config).decode(),
+               "--log-level", self.log_level]  # fmt: skip
+        self.proc = subprocess.Popen(cmd)
+        self.ready = await self._wait_ready()
+        self._tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._watch())]
+        return self.ready
+
+    async def _wait_ready(self) -> Ready:
+        while True:
+            if await self.from_engine.poll(100):
+                msg = decode_output(await self.from_engine.recv())
+                if isinstance(msg, Ready):
+                    return msg
+                if isinstance(msg, Fatal):
+                    self._cleanup()
+                    raise ModelLoadError(f"the engine failed to start: {msg.message}")
+            elif self.proc.poll() is not None:
+                self._cleanup()
+                raise ModelLoadError(f"the engine process exited with code {self.proc.returncode}")
+
+    async def shutdown(self, timeout_s: float = 10.0) -> None:
+        self._stopping = True
+        if self.proc.poll() is None:
+            with contextlib.suppress(zmq.ZMQError):
+                await self.to_engine.send(encode(Shutdown()))
+            deadline = time.monotonic() + timeout_s
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        self.to_engine.close(0)
+        self.from_engine.close(0)
+        self.ctx.term()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    # -- requests ---------------------------------------------------------------------------
+    @property
+    def num_waiting(self) -> int:
+        """Requests waiting in the engine plus those sent but not yet seen by it."""
+        return self.stats.num_waiting + self.num_sent_adds - self.num_engine_adds
+
+    def add(
+        self, request_id: str, prompt: list[int], params: SamplingParams, queue: asyncio.Queue
+    ) -> None:
+        """Send a request; its outputs (or its failure) arrive on ``queue``, which several
+        requests may share."""
+        if self.dead is not None:
+            raise EngineDeadError(self.dead)
+        self.queues[request_id] = queue
+        self.num_sent_adds += 1
+        self.to_engine.send(encode(AddRequest(request_id, prompt, params)))
+
+    def abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.queues.pop(rid, None)
+        if self.dead is None and request_ids:
+            self.to_engine.send(encode(AbortRequests(request_ids)))
+
+    def stop(self, request_id: str, stop: str) -> None:
+        if self.dead is None:
+            self.to_engine.send(encode(StopRequest(request_id, stop)))
+
+    # -- background tasks -------------------------------------------------------------------
+    async def _receive(self) -> None:
+        while True:
+            msg = decode_output(await self.from_engine.recv())
+            self.last_message = time.monotonic()
+            if isinstance(msg, Fatal):
+                self._mark_dead(f"the engine failed: {msg.message}")
+                return
+            if not isinstance(msg, OutputBatch):
+                continue
+            self.stats, self.num_engine_adds = msg.stats, msg.num_added
+            for out in msg.outputs:
+                queue = self.queues.get(out.request_id)
+                if queue is not None:
+                    queue.put_nowait(out)
+                    if out.finish_reason is not None:
+                        del self.queues[out.request_id]
+            for failed in msg.failed:
+                queue = self.queues.pop(failed.request_id, None)
+                if queue is not None:
+                    queue.put_nowait(failed)
+            if self.on_batch is not None:
+                self.on_batch(msg)
+
+    async def _watch(self) -> None:
+        while self.proc.poll() is None:
+            await asyncio.sleep(0.05)
+        if not self._stopping:
+            self._mark_dead(f"the engine process exited with code {self.proc.returncode}")
+
+    def _mark_dead(self, why: str) -> None:
+        if self.dead is not None:
+            return
+        self.dead = why
+        log.error("%s", why)
+        for queue in self.queues.values():
+            queue.put_nowait(EngineDeadError(why))
+        self.queues.clear()
+        if self.on_dead is not None:
+            self.on_dead(why)
+
+    def seconds_since_heard(self) -> float:
+        return time.monotonic() - self.last_message
+
+    @property
+    def engine_pid(self) -> int | None:
+        return self.proc.pid if getattr(self, "proc", None) else None

@@ -1,0 +1,96 @@
+"""Typed messages between the API process and the engine-core process (ZeroMQ, msgspec;
+never pickle). One tagged union per direction, so a receiver decodes with one call."""
+
+from __future__ import annotations
+
+import msgspec
+
+from kvserve.engine.outputs import EngineCoreOutput
+from kvserve.engine.sampling_params import SamplingParams
+from kvserve.engine.stats import EngineStats
+
+
+# -- API process -> engine ------------------------------------------------------------------
+class AddRequest(msgspec.Struct, tag="add"):
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+
+
+class AbortRequests(msgspec.Struct, tag="abort"):
+    request_ids: list[str]
+
+
+class StopRequest(msgspec.Struct, tag="stop"):
+    """The API process found a stop string in the detokenized text."""
+
+    request_id: str
+    stop: str
+
+
+class Shutdown(msgspec.Struct, tag="shutdown"):
+    pass
+
+
+EngineInput = AddRequest | AbortRequests | StopRequest | Shutdown
+
+
+# -- engine -> API process ------------------------------------------------------------------
+class Ready(msgspec.Struct, tag="ready"):
+    """Sent once the model is loaded; the API process validates requests against it."""
+
+    pid: int
+    model_path: str
+    device: str
+    dtype: str
+    context_length: int
+    vocab_size: int
+    num_pages: int
+    page_size: int
+    eos_token_ids: list[int]
+    max_running_requests: int
+    max_queued_requests: int | None
+    # the model's generation_config defaults (None: not set)
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    repetition_penalty: float | None
+
+
+class RequestFailed(msgspec.Struct, tag="failed"):
+    request_id: str
+    message: str
+    param: str | None
+
+
+class OutputBatch(msgspec.Struct, tag="outputs"):
+    """One engine step's outputs plus a stats snapshot (also sent empty as a heartbeat)."""
+
+    outputs: list[EngineCoreOutput]
+    stats: EngineStats
+    num_added: int  # AddRequest messages processed so far (monotonic): the rest are in transit
+    queue_times: dict[str, float]  # request id -> seconds from arrival to first scheduling
+    failed: list[RequestFailed]
+
+
+class Fatal(msgspec.Struct, tag="fatal"):
+    message: str
+
+
+EngineOutput = Ready | OutputBatch | Fatal
+
+_input_decoder = msgspec.msgpack.Decoder(EngineInput)
+_output_decoder = msgspec.msgpack.Decoder(EngineOutput)
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode(message: EngineInput | EngineOutput) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_input(data: bytes) -> EngineInput:
+    return _input_decoder.decode(data)
+
+
+def decode_output(data: bytes) -> EngineOutput:
+    return _output_decoder.decode(data)

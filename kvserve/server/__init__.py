@@ -1,0 +1,1 @@
+"""The OpenAI-compatible API server: protocol models, FastAPI app, parsers, metrics, CLI."""

@@ -1,0 +1,141 @@
+"""The ``kvserve serve`` flag table: one list of specs, SGLang names first and vLLM aliases
+after. Specs marked ``engine`` become ``build_engine_config`` settings under their ``dest``."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from kvserve.server.reasoning_parsers import REASONING_PARSERS
+from kvserve.server.tool_parsers import TOOL_PARSERS
+
+
+@dataclass(frozen=True)
+class Flag:
+    names: tuple[str, ...]
+    help: str
+    type: Any = str
+    default: Any = None
+    engine: bool = False
+    choices: tuple[str, ...] | None = None
+    switch: bool = False  # store_true
+
+    @property
+    def dest(self) -> str:
+        return self.names[0].lstrip("-").replace("-", "_")
+
+
+FLAGS: list[Flag] = [
+    # -- server
+    Flag(("--model",), "HF model directory or .gguf file (default: the bundled SmolLM2-135M)"),
+    Flag(("--served-model-name",), "model name in the API (default: derived from --model)"),
+    Flag(("--host",), "address to listen on", default="127.0.0.1"),
+    Flag(("--port",), "port to listen on", type=int, default=8000),
+    Flag(("--api-key",), "require 'Authorization: Bearer KEY' (default: $KVSERVE_API_KEY)"),
+    Flag(
+        ("--tool-call-parser",), "parse tool calls out of chat answers", choices=tuple(TOOL_PARSERS)
+    ),  # fmt: skip
+    Flag(
+        ("--reasoning-parser",),
+        "split <think>...</think> into reasoning_content",
+        choices=tuple(REASONING_PARSERS),
+    ),  # fmt: skip
+    Flag(("--max-request-bytes",), "larger request bodies get 413", type=int, default=16 << 20),
+    Flag(
+        ("--shutdown-timeout",),
+        "seconds SIGTERM waits for in-flight requests",
+        type=float,
+        default=30.0,
+    ),  # fmt: skip
+    Flag(
+        ("--log-level",),
+        "logging level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+    ),  # fmt: skip
+    Flag(
+        ("--tp", "--tensor-parallel-size"),
+        "tensor-parallel size (only 1 for now)",
+        type=int,
+        default=1,
+    ),  # fmt: skip
+    # -- engine
+    Flag(
+        ("--dtype",),
+        "weights/activations dtype",
+        engine=True,
+        choices=("auto", "float32", "bfloat16", "float16"),
+    ),  # fmt: skip
+    Flag(("--device",), "auto, cpu, cuda or cuda:N", engine=True),
+    Flag(("--seed",), "engine seed for requests without their own", type=int, engine=True),
+    Flag(
+        ("--context-length", "--max-model-len"),
+        "max tokens per sequence (prompt + output)",
+        type=int,
+        engine=True,
+    ),  # fmt: skip
+    Flag(("--page-size", "--block-size"), "tokens per KV page", type=int, engine=True),
+    Flag(("--max-total-tokens",), "KV cache size in tokens", type=int, engine=True),
+    Flag(
+        ("--mem-fraction-static", "--gpu-memory-utilization"),
+        "share of GPU memory for weights + KV cache",
+        type=float,
+        engine=True,
+    ),  # fmt: skip
+    Flag(
+        ("--max-running-requests", "--max-num-seqs"),
+        "most requests in a batch",
+        type=int,
+        engine=True,
+    ),  # fmt: skip
+    Flag(("--max-num-batched-tokens",), "token budget of one step", type=int, engine=True),
+    Flag(
+        ("--chunked-prefill-size",),
+        "most prompt tokens one request prefills per step",
+        type=int,
+        engine=True,
+    ),  # fmt: skip
+    Flag(
+        ("--max-queued-requests",), "waiting requests beyond this get 429", type=int, engine=True
+    ),  # fmt: skip
+    Flag(
+        ("--disable-prefix-cache",), "turn the radix prefix cache off", switch=True, engine=True
+    ),  # fmt: skip
+    Flag(("--kv-cache-dtype",), "KV cache dtype (auto = model dtype)", engine=True),
+    Flag(
+        ("--attention-backend",),
+        "attention kernels",
+        engine=True,
+        choices=("auto", "torch", "triton"),
+    ),  # fmt: skip
+    Flag(
+        ("--load-format",),
+        "auto, or dummy (random weights)",
+        engine=True,
+        choices=("auto", "dummy"),
+    ),  # fmt: skip
+    Flag(("--enforce-eager",), "no CUDA graphs", switch=True, engine=True),
+    Flag(
+        ("--cuda-graph-max-bs",), "largest batch captured in a CUDA graph", type=int, engine=True
+    ),  # fmt: skip
+]
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    server = parser.add_argument_group("server")
+    engine = parser.add_argument_group("engine")
+    for f in FLAGS:
+        group = engine if f.engine else server
+        if f.switch:
+            group.add_argument(*f.names, dest=f.dest, action="store_true", help=f.help)
+            continue
+        help_text = f.help + (f" (default: {f.default})" if f.default is not None else "")
+        group.add_argument(*f.names, dest=f.dest, type=f.type, default=f.default,
+                           choices=f.choices, help=help_text)  # fmt: skip
+
+
+def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Only what the user set: the config dataclasses keep their own defaults."""
+    settings = {f.dest: getattr(args, f.dest) for f in FLAGS if f.engine}
+    return {k: v for k, v in settings.items() if v is not None and v is not False}
