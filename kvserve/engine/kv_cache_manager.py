@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from kvserve.engine.block_pool import BlockPool
-from kvserve.engine.radix_cache import RadixCache
+from kvserve.engine.radix_cache import RadixCache, RadixNode
 
 
 class KVCacheIntegrityError(AssertionError):
@@ -63,11 +63,14 @@ class KVCacheManager:
             self.cache.evict(n - self.pool.num_free)
         return self.pool.take(n)
 
-    def cache_pages(self, tokens: list[int], pages: list[int]) -> list[int]:
-        """Insert the full pages of ``tokens``; returns the canonical pages (see RadixCache)."""
+    def cache_pages(
+        self, tokens: list[int], pages: list[int], start: int = 0, parent: RadixNode | None = None
+    ) -> tuple[list[int], RadixNode | None]:
+        """Insert full pages ``start..`` of ``tokens`` below ``parent`` (the node of page
+        ``start - 1``); returns the canonical pages and the last page's node (RadixCache)."""
         if not self.enable_prefix_cache:
-            return pages
-        return self.cache.insert(tokens, pages)
+            return pages, None
+        return self.cache.insert(tokens, pages, start, parent)
 
     def reset_prefix_cache(self) -> int:
         return self.cache.evict(self.cache.num_evictable)

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import torch
 
 from kvserve.config import EngineConfig, ModelConfig
+from kvserve.engine.cuda_graphs import DecodeGraphs
 from kvserve.engine.input_batch import build_model_inputs
 from kvserve.engine.kv_cache_sizing import kv_bytes_per_token, num_pages_cpu, num_pages_gpu
 from kvserve.engine.outputs import TokenLogprobs
@@ -43,6 +44,8 @@ class ModelRunner:
             self.model.load_weights(weights)
         self.model.eval()
         self.backend = create_attention_backend(config.attention_backend, device)
+        if self.backend.name == "triton":
+            _use_fused_kernels(self.model)
         self.sampler = Sampler()
         self.num_pages = self._size_kv_cache(context_length)
         shape = (
@@ -62,6 +65,14 @@ class ModelRunner:
             self.num_pages * self.page_size,
             self.num_pages * self.page_size * kv_bytes_per_token(model_config, dtype) / 1e9,
         )
+        self.max_pages_per_seq = -(-context_length // self.page_size)
+        self.graphs: DecodeGraphs | None = None
+        if device.type == "cuda" and self.backend.name == "triton" and not config.enforce_eager:
+            max_bs = min(config.cuda_graph_max_bs, config.scheduler.max_running_requests)
+            self.graphs = DecodeGraphs(
+                self.model, self.kv_caches, self.backend, max_bs, self.max_pages_per_seq,
+                model_config.hidden_size, dtype, device,
+            )  # fmt: skip
 
     def _size_kv_cache(self, context_length: int) -> int:
         if self.device.type != "cuda":
@@ -92,8 +103,11 @@ class ModelRunner:
     def run(self, plan: SchedulerOutput) -> tuple[dict[str, int], dict[str, TokenLogprobs]]:
         """Execute one step; returns sampled token per request id and logprobs where asked."""
         inputs = build_model_inputs(plan, self.page_size, self.device)
-        ctx = ForwardContext(inputs.meta, self.kv_caches, self.backend)
-        hidden = self.model(inputs.token_ids, inputs.positions, ctx)
+        if self.graphs is not None and self.graphs.can_run(inputs):
+            hidden = self.graphs.run(inputs)
+        else:
+            ctx = ForwardContext(inputs.meta, self.kv_caches, self.backend)
+            hidden = self.model(inputs.token_ids, inputs.positions, ctx)
         if not inputs.sampled_chunks:
             return {}, {}
         logits = self.model.compute_logits(hidden[inputs.sample_rows])
@@ -119,6 +133,13 @@ def _to_host(requests: list, out: SamplerOutput) -> tuple[dict[str, int], dict[s
         top = list(zip(top_ids[i][:n], top_lps[i][:n])) if n and top_ids and top_lps else []
         logprobs[r.request_id] = TokenLogprobs(token_ids[i], values[i], top)
     return sampled, logprobs
+
+
+def _use_fused_kernels(model: torch.nn.Module) -> None:
+    """Switch the layers that have a Triton kernel (norms, rotary, SiLU-mul) onto it."""
+    for module in model.modules():
+        if hasattr(module, "use_kernel"):
+            module.use_kernel = True
 
 
 def _init_dummy_weights(model: torch.nn.Module, seed: int) -> None:

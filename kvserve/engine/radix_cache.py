@@ -36,16 +36,11 @@ class RadixCache:
         self.num_evictable = 0  # cached pages with ref 0
         self._clock: Callable[[], float] = time.monotonic
 
-    def _pages_of(self, tokens: list[int]) -> Iterator[tuple[int, ...]]:
-        ps = self.page_size
-        for i in range(len(tokens) // ps):
-            yield tuple(tokens[i * ps : (i + 1) * ps])
-
     def match(self, tokens: list[int]) -> list[int]:
         """Pages of the longest cached page-aligned prefix of ``tokens`` (not locked)."""
-        node, pages, now = self.root, [], self._clock()
-        for key in self._pages_of(tokens):
-            child = node.children.get(key)
+        node, pages, now, ps = self.root, [], self._clock(), self.page_size
+        for i in range(len(tokens) // ps):
+            child = node.children.get(tuple(tokens[i * ps : (i + 1) * ps]))
             if child is None:
                 break
             child.last_access = now
@@ -53,12 +48,22 @@ class RadixCache:
             node = child
         return pages
 
-    def insert(self, tokens: list[int], pages: list[int]) -> list[int]:
-        """Cache the full pages of ``tokens`` (held by the caller, ``pages[i]`` for page i).
-        Returns the canonical page list: where the tree already held a page with the same
-        prefix, that page replaces the caller's, with the ref counts moved accordingly."""
-        node, out, now = self.root, list(pages), self._clock()
-        for i, key in enumerate(self._pages_of(tokens)):
+    def insert(
+        self,
+        tokens: list[int],
+        pages: list[int],
+        start: int = 0,
+        parent: RadixNode | None = None,
+    ) -> tuple[list[int], RadixNode]:
+        """Cache full pages ``start..`` of ``tokens`` (held by the caller, ``pages[i]`` for page
+        i) below ``parent``, the node of page ``start - 1`` (the root when ``start`` is 0).
+        Returns the canonical page list and the node of the last full page: where the tree
+        already held a page with the same prefix, that page replaces the caller's, with the
+        ref counts moved accordingly."""
+        node, out, now = parent or self.root, list(pages), self._clock()
+        ps = self.page_size
+        for i in range(start, len(tokens) // ps):
+            key = tuple(tokens[i * ps : (i + 1) * ps])
             child = node.children.get(key)
             if child is None:
                 child = RadixNode(key=key, page=pages[i], parent=node, last_access=now)
@@ -70,7 +75,7 @@ class RadixCache:
                 out[i] = child.page
             child.last_access = now
             node = child
-        return out
+        return out, node
 
     def acquire(self, page: int) -> None:
         if self.pool.incref(page) == 1 and page in self.page_to_node:

@@ -35,6 +35,10 @@ class Request:
     num_computed_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     block_table: list[int] = field(default_factory=list)
+    # Prefix-cache progress: pages of block_table already in the radix tree, and the tree node
+    # of the last of them (locked by this request, so it cannot be evicted while held).
+    num_cached_pages: int = 0
+    last_cached_node: object | None = None
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: FinishReason | None = None
     stop_reason: int | str | None = None  # the stop token id or string that ended it

@@ -174,16 +174,22 @@ class Scheduler:
             self._finish(req, FinishReason.STOP)
 
     def _cache_computed(self, req: Request) -> None:
+        """Insert the request's newly completed full pages into the prefix cache."""
         full = req.num_computed_tokens // self.page_size
-        if full == 0 or not self.kv.enable_prefix_cache:
+        if full <= req.num_cached_pages or not self.kv.enable_prefix_cache:
             return
         tokens = req.token_ids(0, full * self.page_size)
-        req.block_table[:full] = self.kv.cache_pages(tokens, req.block_table[:full])
+        pages, node = self.kv.cache_pages(
+            tokens, req.block_table[:full], req.num_cached_pages, req.last_cached_node
+        )
+        req.block_table[:full] = pages
+        req.num_cached_pages, req.last_cached_node = full, node
 
     def _release(self, req: Request) -> None:
         self._cache_computed(req)
         self.kv.release(req.block_table)
         req.block_table = []
+        req.num_cached_pages, req.last_cached_node = 0, None
 
     def _preempt(self, req: Request) -> None:
         self._release(req)

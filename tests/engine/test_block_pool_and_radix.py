@@ -23,7 +23,7 @@ def test_match_insert_and_lock() -> None:
     tokens = list(range(10))  # two full pages + 2 tokens
     pages = kv.allocate(3)
     assert pages is not None
-    assert kv.cache_pages(tokens[:8], pages[:2]) == pages[:2]
+    assert kv.cache_pages(tokens[:8], pages[:2])[0] == pages[:2]
     assert kv.match_prefix(tokens) == pages[:2]
     assert kv.match_prefix([0, 1, 2, 3, 99, 5, 6, 7]) == pages[:1]
     assert kv.match_prefix([5, 1, 2, 3]) == []
@@ -44,7 +44,7 @@ def test_duplicate_insert_swaps_to_the_cached_page() -> None:
     first, second = kv.allocate(1), kv.allocate(1)
     assert first and second
     kv.cache_pages(tokens, first)
-    canonical = kv.cache_pages(tokens, second)
+    canonical, _ = kv.cache_pages(tokens, second)
     assert canonical == first  # the duplicate page went back to the free list
     assert kv.num_free_pages == 7
     kv.check_integrity([first, canonical])

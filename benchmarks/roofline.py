@@ -1,0 +1,245 @@
+"""kvserve on a GPU against the machine's own ceilings, measured in the same run.
+
+    python benchmarks/roofline.py --model benchmarks/configs/llama-3-8b --parts all \
+        --out-dir benchmarks/results
+
+Parts (``--parts`` takes a comma list or ``all``):
+  ceilings  device-to-device copy GB/s (bytes read + written) and bf16 matmul TFLOP/s
+  decode    decode tok/s at batch 1..256 x context 1K/4K; rate = tokens between two output
+            lengths over the time between them (as vLLM's figures were taken); share of the
+            bytes-moved ceiling = (weights + KV read per step) / copy bandwidth
+  prefill   prefill tok/s and share of the matmul ceiling for 1K/4K/16K-token prompts
+  offline   1000 requests x (1024 random in, 1024 out, ignore_eos): output and total tok/s
+  hf        Hugging Face transformers (static cache) decode at batch 1 and 64, 1K context
+Dummy (random) bf16 weights from the config alone. Writes roofline_<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from results_io import write_result  # noqa: E402
+
+from kvserve.engine.config_builder import build_engine_config  # noqa: E402
+from kvserve.engine.engine_core import EngineCore  # noqa: E402
+from kvserve.engine.kv_cache_sizing import kv_bytes_per_token  # noqa: E402
+from kvserve.engine.sampling_params import SamplingParams  # noqa: E402
+
+VLLM_0_26 = {"decode_b1": 202.7, "decode_b64": 8142, "decode_b256": 13726, "offline_out": 8411}
+
+
+def ceilings(device: torch.device) -> dict[str, float]:
+    x = torch.empty(4 * 1024**3 // 2, dtype=torch.bfloat16, device=device)  # 4 GiB
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(10):
+        y.copy_(x)
+    torch.cuda.synchronize()
+    copy = 10 * 2 * x.numel() * 2 / (time.perf_counter() - t) / 1e9
+    del x, y
+    n = 8192
+    a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    torch.cuda.synchronize()
+    tflops = 10 * 2 * n**3 / (time.perf_counter() - t) / 1e12
+    return {"copy_GBps": copy, "bf16_matmul_TFLOPs": tflops}
+
+
+def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(1000, vocab - 1000, (n, length), generator=gen).tolist()
+
+
+def decode_rate(core: EngineCore, batch: int, ctx: int, out_lo: int, out_hi: int) -> dict:
+    """Tokens decoded between every request having ``out_lo`` and ``out_hi`` outputs."""
+    vocab = core.model_config.vocab_size
+    params = SamplingParams(temperature=0, max_tokens=out_hi, ignore_eos=True)
+    for i, p in enumerate(random_prompts(batch, ctx, vocab, seed=batch * 7 + ctx)):
+        core.add_request(f"d{batch}-{ctx}-{i}", p, params)
+    reqs = list(core.requests.values())
+    t_lo = None
+    steps = 0
+    while core.has_unfinished():
+        core.step()
+        if t_lo is None and min(r.num_output_tokens for r in reqs) >= out_lo:
+            torch.cuda.synchronize()
+            t_lo, steps = time.perf_counter(), 0
+        steps += 1
+    t_hi = time.perf_counter()
+    assert t_lo is not None
+    tokens = batch * (out_hi - out_lo)
+    step_s = (t_hi - t_lo) / (out_hi - out_lo)
+    return {"tok_s": tokens / (t_hi - t_lo), "step_ms": step_s * 1e3}
+
+
+def weight_bytes(core: EngineCore) -> int:
+    return sum(p.numel() * p.element_size() for p in core.runner.model.parameters())
+
+
+def run_decode(core: EngineCore, ceil: dict, batches: list[int], ctxs: list[int]) -> list[dict]:
+    rows, wbytes = [], weight_bytes(core)
+    kv_tok = kv_bytes_per_token(core.model_config, core.dtype)
+    capacity = core.kv.num_pages * core.kv.page_size
+    for ctx in ctxs:
+        for b in batches:
+            lo, hi = 64, 192
+            if b * (ctx + hi) > capacity:
+                rows.append({"batch": b, "context": ctx, "skipped": "KV does not fit"})
+                continue
+            r = decode_rate(core, b, ctx, lo, hi)
+            mean_ctx = ctx + (lo + hi) / 2
+            bytes_step = wbytes + b * mean_ctx * kv_tok
+            achieved = bytes_step / (r["step_ms"] / 1e3) / 1e9
+            rows.append({"batch": b, "context": ctx, **r, "bytes_per_step": bytes_step,
+                         "achieved_GBps": achieved,
+                         "share_of_copy_ceiling": achieved / ceil["copy_GBps"]})  # fmt: skip
+            print(f"decode b={b} ctx={ctx}: {r['tok_s']:.0f} tok/s, step {r['step_ms']:.2f} ms, "
+                  f"{100 * achieved / ceil['copy_GBps']:.0f}% of copy bw", flush=True)  # fmt: skip
+            core.kv.reset_prefix_cache()
+    return rows
+
+
+def prefill_flops(core: EngineCore, length: int) -> float:
+    cfg = core.model_config
+    params = sum(p.numel() for n, p in core.runner.model.named_parameters() if "embed" not in n)
+    attn = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * length * length / 2
+    return 2 * params * length + attn
+
+
+def run_prefill(core: EngineCore, ceil: dict, lengths: list[int], budget: int) -> list[dict]:
+    rows = []
+    vocab = core.model_config.vocab_size
+    params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    for length in lengths:
+        n = max(1, budget // length)
+        for warm in (True, False):
+            for i, p in enumerate(random_prompts(n, length, vocab, seed=length + warm)):
+                core.add_request(f"p{length}-{warm}-{i}", p, params)
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            while core.has_unfinished():
+                core.step()
+            dt = time.perf_counter() - t
+            core.kv.reset_prefix_cache()
+        flops = n * prefill_flops(core, length)
+        tflops = flops / dt / 1e12
+        share = tflops / ceil["bf16_matmul_TFLOPs"]
+        rows.append({"prompt_len": length, "prompts_per_step": n, "tok_s": n * length / dt,
+                     "TFLOPs": tflops, "share_of_matmul_ceiling": share})  # fmt: skip
+        print(f"prefill {n}x{length}: {n * length / dt:.0f} tok/s, {tflops:.0f} TFLOP/s "
+              f"({100 * share:.0f}%)", flush=True)  # fmt: skip
+    return rows
+
+
+def run_offline(core: EngineCore, num: int, in_len: int, out_len: int) -> dict:
+    vocab = core.model_config.vocab_size
+    params = SamplingParams(temperature=0, max_tokens=out_len, ignore_eos=True)
+    prompts = random_prompts(num, in_len, vocab, seed=1)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for i, p in enumerate(prompts):
+        core.add_request(f"o{i}", p, params)
+    produced = 0
+    while core.has_unfinished():
+        produced += sum(len(o.new_token_ids) for o in core.step())
+    wall = time.perf_counter() - t
+    assert produced == num * out_len
+    res = {"requests": num, "input_len": in_len, "output_len": out_len, "wall_s": wall,
+           "output_tok_s": produced / wall, "total_tok_s": (produced + num * in_len) / wall,
+           "preemptions": core.scheduler.counters.preemptions}  # fmt: skip
+    print(f"offline: {res['output_tok_s']:.0f} output tok/s in {wall:.1f} s", flush=True)
+    return res
+
+
+def run_hf(model_dir: str, batches: list[int], ctx: int) -> list[dict]:
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(model_dir)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    rows = []
+    for b in batches:
+        ids = torch.tensor(random_prompts(b, ctx, config.vocab_size, seed=3), device="cuda")
+        times = {}
+        for n in (32, 96):
+            kwargs = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                          cache_implementation="static", pad_token_id=0)  # fmt: skip
+            with torch.no_grad():
+                model.generate(ids, **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                model.generate(ids, **kwargs)
+                torch.cuda.synchronize()
+            times[n] = time.perf_counter() - t
+        rate = b * 64 / (times[96] - times[32])
+        rows.append({"batch": b, "context": ctx, "tok_s": rate})
+        print(f"transformers b={b}: {rate:.0f} tok/s", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="benchmarks/configs/llama-3-8b")
+    ap.add_argument("--parts", default="all")
+    ap.add_argument("--batches", default="1,8,32,64,128,256")
+    ap.add_argument("--contexts", default="1024,4096")
+    ap.add_argument("--prefill-lengths", default="1024,4096,16384")
+    ap.add_argument("--offline-requests", type=int, default=1000)
+    ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--tag", default="h200")
+    args = ap.parse_args()
+    parts = {"ceilings", "decode", "prefill", "offline", "hf"}
+    parts = parts if args.parts == "all" else set(args.parts.split(","))
+    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    result: dict[str, Any] = {"model": args.model, "dtype": "bfloat16", "weights": "dummy",
+                              "vllm_0_26_same_h200": VLLM_0_26}  # fmt: skip
+    device = torch.device("cuda")
+    ceil = ceilings(device)
+    result["ceilings"] = ceil
+    print(f"ceilings: {ceil}", flush=True)
+    if parts & {"decode", "prefill", "offline"}:
+        budget = 16384
+        t = time.perf_counter()
+        core = EngineCore(build_engine_config(
+            args.model, load_format="dummy", device="cuda", dtype="bfloat16",
+            max_num_batched_tokens=budget, chunked_prefill_size=budget, max_running_requests=256,
+        ))  # fmt: skip
+        result["engine"] = {"startup_s": time.perf_counter() - t, "kv_pages": core.kv.num_pages,
+                            "kv_tokens": core.kv.num_pages * core.kv.page_size,
+                            "weights_GB": weight_bytes(core) / 1e9}  # fmt: skip
+        print(f"engine: {result['engine']}", flush=True)
+        if "decode" in parts:
+            result["decode"] = run_decode(core, ceil, ints(args.batches), ints(args.contexts))
+        if "prefill" in parts:
+            result["prefill"] = run_prefill(core, ceil, ints(args.prefill_lengths), budget)
+        if "offline" in parts:
+            result["offline"] = run_offline(core, args.offline_requests, 1024, 1024)
+        del core
+        gc.collect()
+        torch.cuda.empty_cache()
+    if "hf" in parts:
+        result["transformers"] = run_hf(args.model, [1, 64], 1024)
+    out_dir = None if args.out_dir is None else __import__("pathlib").Path(args.out_dir)
+    path = write_result(f"roofline_{args.tag}", result, out_dir)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
