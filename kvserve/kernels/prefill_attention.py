@@ -35,9 +35,10 @@ class PrefillConfig:
 def default_prefill_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
     if dtype == torch.float32:
         return PrefillConfig(block_m=32, block_n=32, num_warps=4, num_stages=2)
-    if head_dim <= 64:
-        return PrefillConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
-    return PrefillConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
+    if head_dim > 128:  # untuned: keep the [BLOCK_M, D] accumulator in registers
+        return PrefillConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
+    # H200 sweep, Llama-3-8B heads, 2026-11-29 (benchmarks/kernels_h200.py --sweep).
+    return PrefillConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
 
 
 @jit
@@ -77,14 +78,15 @@ def _attend_tile(
     else:
         k = tl.load(k_cache_ptr + kv_ptrs)
         v = tl.load(v_cache_ptr + kv_ptrs)
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [BLOCK_M, N]
+    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_M, N], unscaled
     if MASKED:
         visible = (toks[None, :] <= q_pos[:, None]) & tok_mask[None, :]
         s = tl.where(visible, s, float("-inf"))
     # Every row sees key 0 in the first tile it visits, so m_new is finite from then on.
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # The scale is applied inside the exponent (one FMA per score); m is kept scaled.
+    m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
     alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    p = tl.exp2(s * scale_log2 - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return acc, m_new, l_i
