@@ -44,18 +44,20 @@ def build_sampling_batch(
     def tensor(values: list[float] | list[int], dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
 
-    top_k = [p.top_k if p.top_k > 0 else vocab_size for p in params]
     wants_logprobs = [p.logprobs for p in params if p.logprobs is not None]
-    return SamplingBatch(
-        temperature=tensor([p.temperature for p in params], torch.float32),
-        top_k=tensor(top_k, torch.int64),
-        top_p=tensor([p.top_p for p in params], torch.float32),
-        min_p=tensor([p.min_p for p in params], torch.float32),
-        seeds=tensor([r.seed for r in requests], torch.int64),
-        steps=tensor([r.num_output_tokens for r in requests], torch.int64),
-        all_greedy=all(p.greedy for p in params),
+    all_greedy = all(p.greedy for p in params)
+    batch = SamplingBatch(
+        all_greedy=all_greedy,
         use_top_k_top_p=any(not p.greedy and (p.top_k > 0 or p.top_p < 1) for p in params),
         use_min_p=any(not p.greedy and p.min_p > 0 for p in params),
         penalties=_penalties(requests, device),
         max_logprobs=max(wants_logprobs) if wants_logprobs else None,
     )
+    if not all_greedy:  # greedy rows need no per-row tensors: skip the host->device copies
+        batch.temperature = tensor([p.temperature for p in params], torch.float32)
+        batch.top_k = tensor([p.top_k if p.top_k > 0 else vocab_size for p in params], torch.int64)
+        batch.top_p = tensor([p.top_p for p in params], torch.float32)
+        batch.min_p = tensor([p.min_p for p in params], torch.float32)
+        batch.seeds = tensor([r.seed for r in requests], torch.int64)
+        batch.steps = tensor([r.num_output_tokens for r in requests], torch.int64)
+    return batch

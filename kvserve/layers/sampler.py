@@ -15,19 +15,20 @@ _M32 = 0xFFFFFFFF
 
 @dataclass
 class SamplingBatch:
-    """Per-row sampling settings as device tensors, built once per step by the runner."""
+    """Per-row sampling settings as device tensors, built once per step by the runner. The
+    per-row tensors are only set when some row samples at random (``all_greedy`` False)."""
 
-    temperature: torch.Tensor  # float32 [B]; rows with 0 are greedy
-    top_k: torch.Tensor  # int64 [B]; vocab size when off
-    top_p: torch.Tensor  # float32 [B]
-    min_p: torch.Tensor  # float32 [B]
-    seeds: torch.Tensor  # int64 [B]
-    steps: torch.Tensor  # int64 [B]: index of the token being sampled (output count)
     all_greedy: bool
     use_top_k_top_p: bool
     use_min_p: bool
     penalties: PenaltyBatch | None
     max_logprobs: int | None  # most top-N logprobs any row wants (None: no row wants any)
+    temperature: torch.Tensor | None = None  # float32 [B]; rows with 0 are greedy
+    top_k: torch.Tensor | None = None  # int64 [B]; vocab size when off
+    top_p: torch.Tensor | None = None  # float32 [B]
+    min_p: torch.Tensor | None = None  # float32 [B]
+    seeds: torch.Tensor | None = None  # int64 [B]
+    steps: torch.Tensor | None = None  # int64 [B]: index of the token being sampled
 
 
 @dataclass
@@ -105,7 +106,7 @@ class Sampler:
         if batch.penalties is not None:
             logits = apply_penalties(logits, batch.penalties)
         greedy_ids = logits.argmax(dim=-1)
-        if batch.all_greedy:
+        if batch.all_greedy or batch.temperature is None:
             token_ids = greedy_ids
         else:
             token_ids = torch.where(
@@ -118,13 +119,14 @@ class Sampler:
         return SamplerOutput(token_ids, logprob, top_ids, top_logprobs)
 
     def _random_sample(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+        assert batch.temperature is not None and batch.seeds is not None and batch.steps is not None
         temperature = torch.where(batch.temperature == 0, 1.0, batch.temperature)
         logits = logits / temperature[:, None]
-        if batch.use_min_p:
+        if batch.use_min_p and batch.min_p is not None:
             probs = logits.softmax(dim=-1)
             threshold = probs.max(dim=-1, keepdim=True).values * batch.min_p[:, None]
             logits = logits.masked_fill(probs < threshold, float("-inf"))
-        if batch.use_top_k_top_p:
+        if batch.use_top_k_top_p and batch.top_k is not None and batch.top_p is not None:
             logits = _mask_top_k_top_p(logits, batch.top_k, batch.top_p)
         u = uniform_noise(batch.seeds, batch.steps, logits.shape[1])
         gumbel = -torch.log(-torch.log(u))
