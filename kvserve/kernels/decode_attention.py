@@ -22,7 +22,7 @@ from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
 
 _MIN_SPLIT_TOKENS = 256  # shorter splits cost more in the merge than they win in parallelism
 _MAX_SPLITS = 64
-_PROGRAMS_PER_SM = 4
+_PROGRAMS_PER_SM = 8  # at 2-3 resident programs per SM, several short waves: a small tail
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,10 @@ def default_prefill_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
         return PrefillConfig(block_m=32, block_n=32, num_warps=4, num_stages=2)
     if head_dim > 128:  # untuned: keep the [BLOCK_M, D] accumulator in registers
         return PrefillConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
-    # H200 sweep, Llama-3-8B heads, 2026-11-29 (benchmarks/kernels_h200.py --sweep).
+    # H200 sweep, Llama-3-8B heads, 2026-11-29 (benchmarks/kernels_h200.py --sweep):
+    # 256x64 / 8 warps / 3 stages led at 4K and 16K; D=64 was not swept.
+    if head_dim == 128:
+        return PrefillConfig(block_m=256, block_n=64, num_warps=8, num_stages=3)
     return PrefillConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
 
 
