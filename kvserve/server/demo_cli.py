@@ -44,8 +44,8 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
     raise KVServeError(f"the server did not become healthy within {timeout_s:.0f} s")
 
 
-def sample_answer(url: str) -> str:
-    body = {"messages": [{"role": "user", "content": _QUESTION}], "max_tokens": 96,
+def sample_answer(url: str, max_tokens: int) -> str:
+    body = {"messages": [{"role": "user", "content": _QUESTION}], "max_tokens": max_tokens,
             "temperature": 0}  # fmt: skip
     resp = httpx.post(url + "/v1/chat/completions", json=body, timeout=300.0)
     resp.raise_for_status()
@@ -72,6 +72,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", default="45s", help="load duration (default: 45s)")
     p.add_argument("--num-requests", type=int, help="send this many requests instead")
     p.add_argument("--concurrency", type=int, default=4, help="concurrent sessions (default: 4)")
+    p.add_argument("--answer-tokens", type=int, default=80, help="sample answer length")
     p.add_argument("--port", type=int, help="server port (default: a free one)")
     p.add_argument("--startup-timeout", type=float, default=300.0)
     p.add_argument("serve_args", nargs="*", help="extra `kvserve serve` flags, after --")
@@ -91,7 +92,8 @@ def main(argv: list[str]) -> int:
         wait_healthy(url, server, a.startup_timeout)
         print("kvserve demo: server healthy; running the mixed load ...", flush=True)
         run_load(url, a, str(Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")))
-        print(f"\nSample answer to {_QUESTION!r}:\n{sample_answer(url)}\n", flush=True)
+        answer = sample_answer(url, a.answer_tokens)
+        print(f"\nSample answer to {_QUESTION!r}:\n{answer}\n", flush=True)
     finally:
         code = stop_server(server)
     if code != 0:
