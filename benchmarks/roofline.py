@@ -21,6 +21,7 @@ import gc
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -210,6 +211,11 @@ def main() -> None:
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     result: dict[str, Any] = {"model": args.model, "dtype": "bfloat16", "weights": "dummy",
                               "vllm_0_26_same_h200": VLLM_0_26}  # fmt: skip
+    out_dir = None if args.out_dir is None else Path(args.out_dir)
+
+    def save() -> None:  # after every part, so a run cut short keeps what it measured
+        print(f"wrote {write_result(f'roofline_{args.tag}', result, out_dir)}", flush=True)
+
     device = torch.device("cuda")
     ceil = ceilings(device)
     result["ceilings"] = ceil
@@ -225,20 +231,21 @@ def main() -> None:
                             "kv_tokens": core.kv.num_pages * core.kv.page_size,
                             "weights_GB": weight_bytes(core) / 1e9}  # fmt: skip
         print(f"engine: {result['engine']}", flush=True)
-        if "decode" in parts:
-            result["decode"] = run_decode(core, ceil, ints(args.batches), ints(args.contexts))
         if "prefill" in parts:
             result["prefill"] = run_prefill(core, ceil, ints(args.prefill_lengths), budget)
+            save()
+        if "decode" in parts:
+            result["decode"] = run_decode(core, ceil, ints(args.batches), ints(args.contexts))
+            save()
         if "offline" in parts:
             result["offline"] = run_offline(core, args.offline_requests, 1024, 1024)
+            save()
         del core
         gc.collect()
         torch.cuda.empty_cache()
     if "hf" in parts:
         result["transformers"] = run_hf(args.model, [1, 64], 1024)
-    out_dir = None if args.out_dir is None else __import__("pathlib").Path(args.out_dir)
-    path = write_result(f"roofline_{args.tag}", result, out_dir)
-    print(f"wrote {path}")
+        save()
 
 
 if __name__ == "__main__":
