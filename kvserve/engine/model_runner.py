@@ -77,14 +77,13 @@ class ModelRunner:
     def _size_kv_cache(self, context_length: int) -> int:
         if self.device.type != "cuda":
             return num_pages_cpu(self.config.cache, context_length)
-        return num_pages_gpu(
-            self.config.cache, self.model_config, self.dtype, self.device, self._activation_peak()
-        )
+        peak = self._activation_peak(context_length)
+        return num_pages_gpu(self.config.cache, self.model_config, self.dtype, self.device, peak)
 
-    def _activation_peak(self) -> int:
+    def _activation_peak(self, context_length: int) -> int:
         """Bytes a largest step needs beyond the weights, measured with a throw-away KV page set."""
         tokens = self.config.scheduler.max_num_batched_tokens
-        pages = -(-tokens // self.page_size)
+        pages = -(-tokens // self.page_size) + -(-tokens // context_length)
         cfg = self.model_config
         shape = (2, pages, self.page_size, cfg.num_kv_heads, cfg.head_dim)
         caches = [torch.zeros(shape, dtype=self.dtype, device=self.device)] * cfg.num_layers
@@ -93,7 +92,7 @@ class ModelRunner:
         base = torch.cuda.memory_allocated(self.device)
         from kvserve.engine.warmup import profile_step
 
-        profile_step(self, caches, tokens)
+        profile_step(self, caches, tokens, context_length)
         peak = torch.cuda.max_memory_allocated(self.device) - base
         del caches
         torch.cuda.empty_cache()

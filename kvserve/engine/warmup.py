@@ -15,21 +15,35 @@ if TYPE_CHECKING:
 
 
 @torch.inference_mode()
-def profile_step(runner: ModelRunner, caches: list[torch.Tensor], num_tokens: int) -> None:
+def profile_step(
+    runner: ModelRunner, caches: list[torch.Tensor], num_tokens: int, context_length: int
+) -> None:
+    """One prefill step of ``num_tokens`` rows, cut into sequences no longer than the context
+    (positions beyond it would index past the rotary table)."""
     dev, ps = runner.device, runner.page_size
-    pages = -(-num_tokens // ps)
+    seq_len = min(num_tokens, context_length)
+    lens = [seq_len] * (num_tokens // seq_len) + (
+        [num_tokens % seq_len] if num_tokens % seq_len else []
+    )
+    pages_per_seq = -(-seq_len // ps)
+    starts = [0]
+    for n in lens:
+        starts.append(starts[-1] + n)
+    tables = torch.arange(len(lens) * pages_per_seq, dtype=torch.int32, device=dev)
     meta = AttentionMetadata(
-        query_start_loc=torch.tensor([0, num_tokens], dtype=torch.int32, device=dev),
-        seq_lens=torch.tensor([num_tokens], dtype=torch.int32, device=dev),
-        block_tables=torch.arange(pages, dtype=torch.int32, device=dev)[None, :],
-        slot_mapping=torch.arange(num_tokens, dtype=torch.int64, device=dev),
-        max_query_len=num_tokens,
-        max_seq_len=num_tokens,
-        query_lens_cpu=[num_tokens],
-        seq_lens_cpu=[num_tokens],
+        query_start_loc=torch.tensor(starts, dtype=torch.int32, device=dev),
+        seq_lens=torch.tensor(lens, dtype=torch.int32, device=dev),
+        block_tables=tables.view(len(lens), pages_per_seq),
+        slot_mapping=torch.cat(
+            [i * pages_per_seq * ps + torch.arange(n, device=dev) for i, n in enumerate(lens)]
+        ),
+        max_query_len=seq_len,
+        max_seq_len=seq_len,
+        query_lens_cpu=lens,
+        seq_lens_cpu=lens,
     )
     token_ids = torch.zeros(num_tokens, dtype=torch.int64, device=dev)
-    positions = torch.arange(num_tokens, dtype=torch.int64, device=dev)
+    positions = torch.cat([torch.arange(n, device=dev) for n in lens])
     hidden = runner.model(token_ids, positions, ForwardContext(meta, caches, runner.backend))
     rows = min(num_tokens, runner.config.scheduler.max_running_requests)
     runner.model.compute_logits(hidden[:rows]).softmax(dim=-1)
