@@ -36,8 +36,8 @@ def prompts(n: int) -> list[str]:
     return [f"Question {i}: write a short story about {TOPICS[i % len(TOPICS)]}." for i in range(n)]
 
 
-def offline(ps: list[str], max_tokens: int, settings: list[str]) -> float:
-    llm = LLM(**dict(s.split("=", 1) for s in settings))
+def offline(ps: list[str], max_tokens: int, settings: dict) -> float:
+    llm = LLM(**settings)
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     llm.generate(ps[:8], params)  # warm-up
     start = time.perf_counter()
@@ -100,7 +100,7 @@ def main() -> None:
     a = p.parse_args()
     ps = prompts(a.num_prompts)
     # the offline side batches everything at once; cap it at the same concurrency
-    settings = [f"device={a.device}", f"max_running_requests={a.concurrency}"]
+    settings = {"device": a.device, "max_running_requests": a.concurrency}
     flags = ["--device", a.device, "--max-running-requests", str(a.concurrency)]
     http_tps = through_http(ps, a.max_tokens, a.concurrency, a.stream, flags)
     offline_tps = offline(ps, a.max_tokens, settings)
