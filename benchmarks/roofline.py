@@ -10,6 +10,7 @@ Parts (``--parts`` takes a comma list or ``all``):
             bytes-moved ceiling = (weights + KV read per step) / copy bandwidth
   prefill   prefill tok/s and share of the matmul ceiling for 1K/4K/16K-token prompts
   offline   1000 requests x (1024 random in, 1024 out, ignore_eos): output and total tok/s
+  breakdown wall time per decode step vs the captured graph alone; top host functions
   hf        Hugging Face transformers (static cache) decode at batch 1 and 64, 1K context
 Dummy (random) bf16 weights from the config alone. Writes roofline_<date>.json.
 """
@@ -117,6 +118,56 @@ def run_decode(core: EngineCore, ceil: dict, batches: list[int], ctxs: list[int]
     return rows
 
 
+def step_breakdown(core: EngineCore, batch: int, ctx: int, steps: int = 40) -> dict:
+    """Where a decode step's time goes: wall time per step, GPU time of the captured graph
+    alone (replayed back to back), and the host's top Python functions per step."""
+    import cProfile
+    import pstats
+
+    vocab = core.model_config.vocab_size
+    params = SamplingParams(temperature=0, max_tokens=3 * steps + 64, ignore_eos=True)
+    for i, p in enumerate(random_prompts(batch, ctx, vocab, seed=11)):
+        core.add_request(f"s{batch}-{i}", p, params)
+    reqs = list(core.requests.values())
+    while min(r.num_output_tokens for r in reqs) < 8:
+        core.step()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(steps):
+        core.step()
+    step_ms = (time.perf_counter() - t) / steps * 1e3
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        core.step()
+    prof.disable()
+    stats = pstats.Stats(prof).sort_stats("cumulative")
+    top = {}
+    for (file, _line, fn), (_, _, _, cum, _) in list(stats.stats.items()):
+        if "kvserve" in file:
+            top[f"{file.split('kvserve/')[-1]}:{fn}"] = cum / steps * 1e3
+    top = dict(sorted(top.items(), key=lambda kv: -kv[1])[:15])
+    graphs = core.runner.graphs
+    replay_ms = None
+    if graphs is not None:
+        bs = next(s for s in graphs.sizes if s >= batch)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps):
+            graphs.graphs[bs].replay()
+        end.record()
+        torch.cuda.synchronize()
+        replay_ms = start.elapsed_time(end) / steps
+    while core.has_unfinished():
+        core.step()
+    core.kv.reset_prefix_cache()
+    host_ms = step_ms - (replay_ms or 0)
+    res = {"batch": batch, "context": ctx, "step_ms": step_ms, "graph_replay_ms": replay_ms,
+           "host_and_sampling_ms": host_ms, "python_cumulative_ms": top}  # fmt: skip
+    print(f"breakdown b={batch}: step {step_ms:.2f} ms, graph {replay_ms} ms", flush=True)
+    return res
+
+
 def prefill_flops(core: EngineCore, length: int) -> float:
     cfg = core.model_config
     params = sum(p.numel() for n, p in core.runner.model.named_parameters() if "embed" not in n)
@@ -206,7 +257,7 @@ def main() -> None:
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
-    parts = {"ceilings", "decode", "prefill", "offline", "hf"}
+    parts = {"ceilings", "decode", "prefill", "breakdown", "offline", "hf"}
     parts = parts if args.parts == "all" else set(args.parts.split(","))
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     result: dict[str, Any] = {"model": args.model, "dtype": "bfloat16", "weights": "dummy",
@@ -220,7 +271,7 @@ def main() -> None:
     ceil = ceilings(device)
     result["ceilings"] = ceil
     print(f"ceilings: {ceil}", flush=True)
-    if parts & {"decode", "prefill", "offline"}:
+    if parts & {"decode", "prefill", "breakdown", "offline"}:
         budget = 16384
         t = time.perf_counter()
         core = EngineCore(build_engine_config(
@@ -237,6 +288,9 @@ def main() -> None:
             save()
         if "decode" in parts:
             result["decode"] = run_decode(core, ceil, ints(args.batches), ints(args.contexts))
+            save()
+        if "breakdown" in parts:
+            result["breakdown"] = [step_breakdown(core, b, 1024) for b in (1, 64, 256)]
             save()
         if "offline" in parts:
             result["offline"] = run_offline(core, args.offline_requests, 1024, 1024)
