@@ -75,6 +75,7 @@ class Scheduler:
             out.preempted.append(victim)
         if not out.preempted:
             budget = self._admit(out, budget)
+        out.chunks.sort(key=lambda c: c.num_new_tokens > 1)  # decodes first (stable)
         out.num_batched_tokens = self.config.max_num_batched_tokens - budget
         return out
 

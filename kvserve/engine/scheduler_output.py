@@ -17,7 +17,9 @@ class ScheduledChunk:
 
 @dataclass
 class SchedulerOutput:
-    chunks: list[ScheduledChunk] = field(default_factory=list)  # batch order = row order
+    # Batch order = row order, single-token chunks (decodes) first, so attention backends can
+    # send them through a decode kernel.
+    chunks: list[ScheduledChunk] = field(default_factory=list)
     num_batched_tokens: int = 0  # sum of num_new_tokens
     preempted: list[Request] = field(default_factory=list)  # sent back to waiting this step
 

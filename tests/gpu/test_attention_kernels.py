@@ -304,8 +304,13 @@ def test_prefill_16k(qlens: list[int], slens: list[int]) -> None:
 
 @pytest.mark.parametrize(
     ("qlens", "slens"),
-    [([1, 1, 1], [5, 300, 4097]), ([64, 1, 9], [64, 1000, 40]), ([3, 1], [3, 2])],
-    ids=["decode-only", "mixed", "tiny"],
+    [
+        ([1, 1, 1], [5, 300, 4097]),
+        ([64, 1, 9], [64, 1000, 40]),
+        ([1, 1, 64, 9], [300, 1000, 64, 40]),
+        ([3, 1], [3, 2]),
+    ],
+    ids=["decode-only", "mixed", "decodes-first", "tiny"],
 )
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_triton_backend_matches_torch_backend(

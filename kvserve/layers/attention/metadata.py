@@ -40,3 +40,14 @@ class AttentionMetadata:
     @property
     def is_decode_only(self) -> bool:
         return self.max_query_len == 1
+
+    @property
+    def num_leading_decodes(self) -> int:
+        """Sequences at the front of the batch with one new row each (the scheduler puts
+        decodes first, so a backend can run them through its decode kernel)."""
+        n = 0
+        for q in self.query_lens_cpu:
+            if q != 1:
+                break
+            n += 1
+        return n

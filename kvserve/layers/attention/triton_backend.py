@@ -31,12 +31,34 @@ class TritonAttentionBackend:
         if meta.is_decode_only:
             # T == B: row i is sequence i's single new token.
             return paged_decode_attention(q, kv_cache, meta.block_tables, meta.seq_lens, scale)
+        nd = meta.num_leading_decodes
+        if nd == 0:
+            return self._prefill(q, kv_cache, meta.query_start_loc, meta, 0, scale)
+        # Mixed step: decode rows [0, nd) through the decode kernel (a prefill tile would spend
+        # a whole block of query rows on each of them), the prefill chunks after them.
+        out = torch.empty_like(q)
+        paged_decode_attention(
+            q[:nd], kv_cache, meta.block_tables[:nd], meta.seq_lens[:nd], scale, out=out[:nd]
+        )
+        starts = meta.query_start_loc[nd:] - nd
+        out[nd:] = self._prefill(q[nd:], kv_cache, starts, meta, nd, scale)
+        return out
+
+    @staticmethod
+    def _prefill(
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        meta: AttentionMetadata,
+        first_seq: int,
+        scale: float,
+    ) -> torch.Tensor:
         return paged_prefill_attention(
             q,
             kv_cache,
-            meta.query_start_loc,
-            meta.seq_lens,
-            meta.block_tables,
+            query_start_loc,
+            meta.seq_lens[first_seq:],
+            meta.block_tables[first_seq:],
             meta.max_query_len,
             scale,
         )
