@@ -122,10 +122,12 @@ FLAGS: list[Flag] = [
 ]
 
 
-def add_flags(parser: argparse.ArgumentParser) -> None:
+def add_flags(parser: argparse.ArgumentParser, engine_only: bool = False) -> None:
     server = parser.add_argument_group("server")
     engine = parser.add_argument_group("engine")
     for f in FLAGS:
+        if engine_only and not f.engine:
+            continue
         group = engine if f.engine else server
         if f.switch:
             group.add_argument(*f.names, dest=f.dest, action="store_true", help=f.help)
