@@ -3,6 +3,7 @@ then copied to the device once)."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,40 +24,56 @@ class ModelInputs:
 
 def build_model_inputs(plan: SchedulerOutput, page_size: int, device: torch.device) -> ModelInputs:
     chunks = plan.chunks
-    query_lens = [c.num_new_tokens for c in chunks]
-    seq_lens = [c.start + c.num_new_tokens for c in chunks]
-    max_pages = max(-(-s // page_size) for s in seq_lens)
-    tables = np.zeros((len(chunks), max_pages), dtype=np.int32)
-    token_ids, positions, slots = [], [], []
-    for i, c in enumerate(chunks):
-        table = c.request.block_table
-        n_pages = -(-seq_lens[i] // page_size)
-        tables[i, :n_pages] = table[:n_pages]
-        pos = np.arange(c.start, c.start + c.num_new_tokens)
-        positions.append(pos)
-        slots.append(tables[i][pos // page_size].astype(np.int64) * page_size + pos % page_size)
-        token_ids.extend(c.request.token_ids(c.start, c.start + c.num_new_tokens))
-    starts = np.zeros(len(chunks) + 1, dtype=np.int32)
-    np.cumsum(query_lens, out=starts[1:])
+    n = len(chunks)
+    starts = np.fromiter((c.start for c in chunks), np.int64, n)
+    query_lens = np.fromiter((c.num_new_tokens for c in chunks), np.int64, n)
+    seq_lens = starts + query_lens
+    num_pages = (seq_lens + page_size - 1) // page_size
+    # Page tables: the used prefix of each request's table, padded with 0 to the widest.
+    tables = np.zeros((n, int(num_pages.max())), dtype=np.int32)
+    used = np.arange(tables.shape[1])[None, :] < num_pages[:, None]
+    tables[used] = np.fromiter(
+        itertools.chain.from_iterable(
+            c.request.block_table[:k] for c, k in zip(chunks, num_pages.tolist())
+        ),
+        np.int32,
+        int(num_pages.sum()),
+    )
+    row_starts = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(query_lens, out=row_starts[1:])
+    if int(row_starts[-1]) == n:  # decode-only: one row per sequence
+        seq_of_row, positions = np.arange(n), starts
+        token_ids = [c.request.token_ids(c.start, c.start + 1)[0] for c in chunks]
+    else:
+        seq_of_row = np.repeat(np.arange(n), query_lens)
+        positions = np.arange(int(row_starts[-1])) - np.repeat(row_starts[:-1] - starts, query_lens)
+        token_ids = list(
+            itertools.chain.from_iterable(
+                c.request.token_ids(c.start, c.start + c.num_new_tokens) for c in chunks
+            )
+        )
+    slots = tables[seq_of_row, positions // page_size].astype(np.int64) * page_size
+    slots += positions % page_size
     sampled = [i for i, c in enumerate(chunks) if c.sample]
 
     def to_dev(a: np.ndarray | list[int], dtype: torch.dtype) -> torch.Tensor:
         return torch.as_tensor(np.asarray(a), dtype=dtype).to(device, non_blocking=True)
 
+    query_lens_cpu, seq_lens_cpu = query_lens.tolist(), seq_lens.tolist()
     meta = AttentionMetadata(
-        query_start_loc=to_dev(starts, torch.int32),
+        query_start_loc=to_dev(row_starts, torch.int32),
         seq_lens=to_dev(seq_lens, torch.int32),
         block_tables=to_dev(tables, torch.int32),
-        slot_mapping=to_dev(np.concatenate(slots), torch.int64),
-        max_query_len=max(query_lens),
-        max_seq_len=max(seq_lens),
-        query_lens_cpu=query_lens,
-        seq_lens_cpu=seq_lens,
+        slot_mapping=to_dev(slots, torch.int64),
+        max_query_len=max(query_lens_cpu),
+        max_seq_len=max(seq_lens_cpu),
+        query_lens_cpu=query_lens_cpu,
+        seq_lens_cpu=seq_lens_cpu,
     )
     return ModelInputs(
         token_ids=to_dev(token_ids, torch.int64),
-        positions=to_dev(np.concatenate(positions), torch.int64),
+        positions=to_dev(positions, torch.int64),
         meta=meta,
-        sample_rows=to_dev([int(starts[i + 1]) - 1 for i in sampled], torch.int64),
+        sample_rows=to_dev([int(row_starts[i + 1]) - 1 for i in sampled], torch.int64),
         sampled_chunks=sampled,
     )
