@@ -17,6 +17,7 @@ from kvserve.engine.device import resolve_device, resolve_dtype
 from kvserve.engine.kv_cache_manager import KVCacheManager
 from kvserve.engine.model_runner import ModelRunner
 from kvserve.engine.outputs import EngineCoreOutput
+from kvserve.engine.prompt_checks import check_prompt
 from kvserve.engine.request import FinishReason, Request
 from kvserve.engine.sampling_params import SamplingParams
 from kvserve.engine.scheduler import Scheduler
@@ -78,31 +79,9 @@ class EngineCore:
     def validate_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         """Checks a prompt against the vocabulary and the context; returns the resolved
         max_tokens."""
-        n = len(prompt_token_ids)
-        if n == 0:
-            raise InvalidRequestError("the prompt is empty", param="prompt")
-        vocab = self.model_config.vocab_size
-        bad = next((t for t in prompt_token_ids if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise InvalidRequestError(
-                f"token id {bad} is outside the vocabulary (0..{vocab - 1})", param="prompt"
-            )
-        room = self.context_length - n
-        if params.max_tokens is None:
-            if room < 1:
-                raise InvalidRequestError(
-                    f"the prompt has {n} tokens, which leaves no room in the context length "
-                    f"of {self.context_length}",
-                    param="prompt",
-                )
-            return room
-        if params.max_tokens > room:
-            raise InvalidRequestError(
-                f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) = "
-                f"{n + params.max_tokens} exceeds the context length of {self.context_length}",
-                param="max_tokens",
-            )
-        return params.max_tokens
+        return check_prompt(
+            prompt_token_ids, params, self.context_length, self.model_config.vocab_size
+        )
 
     def abort_request(self, request_id: str) -> None:
         request = self.requests.pop(request_id, None)
