@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from kvserve.bench.jsonl import read_jsonl
 from kvserve.errors import ConfigError
 
 
@@ -54,16 +55,10 @@ def write_records(path: Path, records: list[RequestRecord]) -> None:
 
 
 def read_records(path: Path) -> list[RequestRecord]:
-    if not path.is_file():
-        raise ConfigError(f"no records file {path}")
     records = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-                records.append(RequestRecord(**{k: v for k, v in raw.items() if k in _FIELDS}))
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(f"{path}:{lineno}: not a request record ({exc})") from None
+    for where, raw in read_jsonl(path, "records"):
+        try:
+            records.append(RequestRecord(**{k: v for k, v in raw.items() if k in _FIELDS}))
+        except TypeError as exc:
+            raise ConfigError(f"{where}: not a request record ({exc})") from None
     return records

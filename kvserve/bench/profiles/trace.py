@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvserve.bench.corpus import TokenPool
+from kvserve.bench.jsonl import read_jsonl
 from kvserve.bench.profiles.base import Turn, Unit, tag
 from kvserve.errors import ConfigError
 
@@ -45,20 +45,7 @@ def _entry(raw: object, where: str) -> TraceEntry:
 
 def read_trace(path: str | Path) -> list[TraceEntry]:
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"--trace: no such file {str(path)!r}")
-    entries = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except ValueError:
-                raise ConfigError(
-                    f"{path}:{lineno}: not a JSON line: {line.strip()[:60]!r}"
-                ) from None
-            entries.append(_entry(raw, f"{path}:{lineno}"))
+    entries = [_entry(raw, where) for where, raw in read_jsonl(path, "--trace")]
     if not entries:
         raise ConfigError(f"--trace: {str(path)!r} holds no requests")
     return entries
