@@ -44,6 +44,8 @@ class TorchAttentionBackend:
         scale: float,
     ) -> torch.Tensor:
         write_kv_cache(k, v, kv_cache, meta.slot_mapping)
+        if meta.is_decode_only:
+            return self._decode(q, kv_cache, meta, list(range(meta.num_seqs)), scale)
         out = torch.empty_like(q)
         starts = [0]
         for n in meta.query_lens_cpu:
@@ -70,10 +72,11 @@ class TorchAttentionBackend:
         seq_lens = [meta.seq_lens_cpu[i] for i in seqs]
         max_len = max(seq_lens)
         num_pages = -(-max_len // page_size)
-        tables = meta.block_tables[seqs, :num_pages]
-        # [b, pages, page_size, Hkv, D] -> [b, Hkv, L, D]
-        keys = kv_cache[0][tables].flatten(1, 2).transpose(1, 2)
-        values = kv_cache[1][tables].flatten(1, 2).transpose(1, 2)
+        tables = meta.block_tables[seqs, :num_pages].flatten()
+        b, (hkv, d) = len(seqs), kv_cache.shape[-2:]
+        # [b * pages, page_size, Hkv, D] -> [b, Hkv, L, D]
+        keys = kv_cache[0].index_select(0, tables).view(b, -1, hkv, d).transpose(1, 2)
+        values = kv_cache[1].index_select(0, tables).view(b, -1, hkv, d).transpose(1, 2)
         lens = torch.tensor(seq_lens, device=q.device)
         valid = torch.arange(keys.shape[2], device=q.device)[None, :] < lens[:, None]
         out = F.scaled_dot_product_attention(
