@@ -66,8 +66,9 @@ class KVCacheManager:
     def cache_pages(
         self, tokens: list[int], pages: list[int], start: int = 0, parent: RadixNode | None = None
     ) -> tuple[list[int], RadixNode | None]:
-        """Insert full pages ``start..`` of ``tokens`` below ``parent`` (the node of page
-        ``start - 1``); returns the canonical pages and the last page's node (RadixCache)."""
+        """Insert full pages ``start..`` (``tokens`` begins at page ``start``) below ``parent``
+        (the node of page ``start - 1``); returns the canonical pages and the last page's node
+        (RadixCache.insert)."""
         if not self.enable_prefix_cache:
             return pages, None
         return self.cache.insert(tokens, pages, start, parent)

@@ -55,15 +55,17 @@ class RadixCache:
         start: int = 0,
         parent: RadixNode | None = None,
     ) -> tuple[list[int], RadixNode]:
-        """Cache full pages ``start..`` of ``tokens`` (held by the caller, ``pages[i]`` for page
-        i) below ``parent``, the node of page ``start - 1`` (the root when ``start`` is 0).
-        Returns the canonical page list and the node of the last full page: where the tree
-        already held a page with the same prefix, that page replaces the caller's, with the
-        ref counts moved accordingly."""
+        """Cache full pages ``start, start + 1, ...`` whose token ids are ``tokens`` (page
+        ``start`` begins at ``tokens[0]``; ``pages[i]`` holds page i, held by the caller) below
+        ``parent``, the node of page ``start - 1`` (the root when ``start`` is 0). Returns the
+        canonical page list and the node of the last full page: where the tree already held a
+        page with the same prefix, that page replaces the caller's, with the ref counts moved
+        accordingly."""
         node, out, now = parent or self.root, list(pages), self._clock()
         ps = self.page_size
-        for i in range(start, len(tokens) // ps):
-            key = tuple(tokens[i * ps : (i + 1) * ps])
+        for j in range(len(tokens) // ps):
+            i = start + j
+            key = tuple(tokens[j * ps : (j + 1) * ps])
             child = node.children.get(key)
             if child is None:
                 child = RadixNode(key=key, page=pages[i], parent=node, last_access=now)

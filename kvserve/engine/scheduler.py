@@ -179,9 +179,10 @@ class Scheduler:
         full = req.num_computed_tokens // self.page_size
         if full <= req.num_cached_pages or not self.kv.enable_prefix_cache:
             return
-        tokens = req.token_ids(0, full * self.page_size)
+        start = req.num_cached_pages
+        tokens = req.token_ids(start * self.page_size, full * self.page_size)
         pages, node = self.kv.cache_pages(
-            tokens, req.block_table[:full], req.num_cached_pages, req.last_cached_node
+            tokens, req.block_table[:full], start, req.last_cached_node
         )
         req.block_table[:full] = pages
         req.num_cached_pages, req.last_cached_node = full, node
