@@ -18,7 +18,7 @@ from kvserve.engine.kv_cache_manager import KVCacheManager
 from kvserve.engine.model_runner import ModelRunner
 from kvserve.engine.outputs import EngineCoreOutput
 from kvserve.engine.prompt_checks import check_prompt
-from kvserve.engine.request import FinishReason, Request
+from kvserve.engine.request import Request
 from kvserve.engine.sampling_params import SamplingParams
 from kvserve.engine.scheduler import Scheduler
 from kvserve.engine.stats import EngineStats
@@ -50,7 +50,6 @@ class EngineCore:
         self.requests: dict[str, Request] = {}
         self.eos_token_ids = self.source.generation_defaults.eos_token_ids or mc.eos_token_ids
         self._rng = random.Random(config.seed)
-        self.num_finished = 0
 
     # -- requests ---------------------------------------------------------------------------
     def add_request(
@@ -123,7 +122,6 @@ class EngineCore:
             )
             if req.finish_reason is not None:
                 self.requests.pop(req.request_id, None)
-                self.num_finished += 1
         return outputs
 
     def check_integrity(self) -> None:
@@ -139,6 +137,3 @@ class EngineCore:
             prefix_cache_hits=s.counters.prefix_cache_hits,
             num_preemptions=s.counters.preemptions,
         )
-
-
-__all__ = ["EngineCore", "FinishReason"]

@@ -121,10 +121,3 @@ class RadixCache:
                 stack.extend(node.children.values())
             elif self._unreferenced(node):
                 yield node
-
-    def nodes(self) -> Iterator[RadixNode]:
-        stack = list(self.root.children.values())
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children.values())
-            yield node

@@ -26,7 +26,3 @@ class SchedulerOutput:
     @property
     def is_empty(self) -> bool:
         return not self.chunks
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(c.num_new_tokens for c in self.chunks if c.num_new_tokens > 1 or not c.sample)
