@@ -103,6 +103,17 @@ def reference(batch: PagedBatch) -> torch.Tensor:
     )
 
 
+def run_prefill(batch: PagedBatch) -> torch.Tensor:
+    """Store the new rows, then the prefill kernel over the whole batch."""
+    store_kv_cache(batch.k, batch.v, batch.kv_cache, batch.meta.slot_mapping)
+    m = batch.meta
+    scale = 1.0 / math.sqrt(batch.q.shape[-1])
+    return paged_prefill_attention(
+        batch.q, batch.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables,
+        m.max_query_len, scale,
+    )  # fmt: skip
+
+
 def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.float(), ref.float(), atol=TOL[dtype], rtol=TOL[dtype])
@@ -257,19 +268,7 @@ def test_prefill_matches_reference(
         dtype=dtype,
         seed=case_idx,
     )
-    ref = reference(b)
-    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
-    m = b.meta
-    out = paged_prefill_attention(
-        b.q,
-        b.kv_cache,
-        m.query_start_loc,
-        m.seq_lens,
-        m.block_tables,
-        m.max_query_len,
-        1.0 / math.sqrt(head_dim),
-    )
-    assert_close(out, ref, dtype)
+    assert_close(run_prefill(b), reference(b), dtype)
 
 
 @pytest.mark.parametrize(
@@ -287,19 +286,7 @@ def test_prefill_16k(qlens: list[int], slens: list[int]) -> None:
         head_dim=128,
         dtype=torch.bfloat16,
     )
-    ref = reference(b)
-    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
-    m = b.meta
-    out = paged_prefill_attention(
-        b.q,
-        b.kv_cache,
-        m.query_start_loc,
-        m.seq_lens,
-        m.block_tables,
-        m.max_query_len,
-        128**-0.5,
-    )
-    assert_close(out, ref, torch.bfloat16)
+    assert_close(run_prefill(b), reference(b), torch.bfloat16)
 
 
 @pytest.mark.parametrize(
