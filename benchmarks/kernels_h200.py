@@ -13,15 +13,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import subprocess
 import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 import triton
-from triton.testing import do_bench
+from ceilings import copy_bandwidth_gbs, matmul_tflops, median_ms
+from results_io import git_commit
 
 from kvserve.kernels.decode_attention import DecodeConfig, num_decode_splits, paged_decode_attention
 from kvserve.kernels.prefill_attention import (
@@ -35,24 +34,6 @@ DTYPE = torch.bfloat16
 DECODE_BATCHES = [1, 8, 64, 256]
 CONTEXTS = [1024, 4096, 16384]
 SCALE = HEAD_DIM**-0.5
-
-
-def median_ms(fn: Callable[[], object]) -> float:
-    return float(do_bench(fn, warmup=25, rep=200, return_mode="median"))
-
-
-def copy_bandwidth_gbs() -> float:
-    src = torch.randn(2 * 2**30, dtype=DTYPE, device="cuda")  # 4 GiB
-    dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src))
-    return 2 * src.numel() * src.element_size() / ms / 1e6
-
-
-def matmul_tflops() -> float:
-    a = torch.randn(8192, 8192, dtype=DTYPE, device="cuda")
-    b = torch.randn(8192, 8192, dtype=DTYPE, device="cuda")
-    ms = median_ms(lambda: a @ b)
-    return 2 * 8192**3 / ms / 1e9
 
 
 class DecodeShapes:
@@ -225,13 +206,6 @@ def sweep(decode: DecodeShapes) -> dict:
     return result
 
 
-def commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("KVSERVE_COMMIT", "unknown")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -260,7 +234,7 @@ def main() -> None:
         "device": props.name,
         "num_sms": props.multi_processor_count,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit(),
+        "commit": git_commit(),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "shape": {

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from ceilings import copy_bandwidth_gbs, matmul_tflops  # noqa: E402
 from results_io import write_result  # noqa: E402
 
 from kvserve.engine.config_builder import build_engine_config  # noqa: E402
@@ -38,30 +39,8 @@ from kvserve.engine.sampling_params import SamplingParams  # noqa: E402
 VLLM_0_26 = {"decode_b1": 202.7, "decode_b64": 8142, "decode_b256": 13726, "offline_out": 8411}
 
 
-def ceilings(device: torch.device) -> dict[str, float]:
-    x = torch.empty(4 * 1024**3 // 2, dtype=torch.bfloat16, device=device)  # 4 GiB
-    y = torch.empty_like(x)
-    for _ in range(3):
-        y.copy_(x)
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(10):
-        y.copy_(x)
-    torch.cuda.synchronize()
-    copy = 10 * 2 * x.numel() * 2 / (time.perf_counter() - t) / 1e9
-    del x, y
-    n = 8192
-    a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
-    b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
-    for _ in range(3):
-        a @ b
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(10):
-        a @ b
-    torch.cuda.synchronize()
-    tflops = 10 * 2 * n**3 / (time.perf_counter() - t) / 1e12
-    return {"copy_GBps": copy, "bf16_matmul_TFLOPs": tflops}
+def ceilings() -> dict[str, float]:
+    return {"copy_GBps": copy_bandwidth_gbs(), "bf16_matmul_TFLOPs": matmul_tflops()}
 
 
 def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -267,8 +246,7 @@ def main() -> None:
     def save() -> None:  # after every part, so a run cut short keeps what it measured
         print(f"wrote {write_result(f'roofline_{args.tag}', result, out_dir)}", flush=True)
 
-    device = torch.device("cuda")
-    ceil = ceilings(device)
+    ceil = ceilings()
     result["ceilings"] = ceil
     print(f"ceilings: {ceil}", flush=True)
     if parts & {"decode", "prefill", "breakdown", "offline"}:
