@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from results_io import write_result
 
 from kvserve.bench import metrics, tokens
 from kvserve.bench.client import Target
 from kvserve.bench.load_sink import running_sink
 from kvserve.bench.profiles import WorkloadConfig, make_units
 from kvserve.bench.runner import LoadConfig, run
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def _pin() -> str:
@@ -80,16 +77,10 @@ def main() -> None:
         cap = [capacity(url, c, 1, 2000) for c in (1, 16, 64)]
         cap += [capacity(url, c, 256, 200) for c in (16, 64)]
     err = [timing_error(c) for c in (1, 16, 64)]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()  # fmt: skip
-    result = {"benchmark": "bench_client_capacity", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "commit": commit, "device": f"{platform.processor() or platform.machine()}, "
-              f"{os.cpu_count()} CPUs, {where}; sink in a separate process",
+    result = {"device": f"{where}; sink in a separate process",
               "client": "httpx AsyncClient, HTTP/1.1 keep-alive, SSE over aiter_raw",
               "capacity": cap, "timing_error": err}  # fmt: skip
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"bench_client_capacity_{time.strftime('%Y-%m-%d')}.json"
-    path.write_text(json.dumps(result, indent=2))
+    path = write_result("bench_client_capacity", result)
     print(json.dumps(result, indent=2))
     print(f"wrote {path}")
 

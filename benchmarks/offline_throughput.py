@@ -89,7 +89,7 @@ def main() -> None:
         kv[c] = run_kvserve(llm, prompts, args.output_len)
         print(f"kvserve concurrency {c}: {kv[c]['output_tok_s']:.1f} output tok/s", flush=True)
     assert llm is not None
-    from model_factory_path import reference_model  # noqa: PLC0415
+    from reference_model import reference_model
 
     ref = reference_model(llm.engine.source.path, args.dtype)
     hf = {}
