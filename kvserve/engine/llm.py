@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from kvserve.engine.config_builder import build_engine_config
@@ -97,7 +98,7 @@ class LLM:
             base = str(next(self._ids))
             children = [f"{base}-{i}" for i in range(p.n)]
             for i, child in enumerate(children):
-                child_params = p if p.seed is None or i == 0 else _with_seed(p, p.seed + i)
+                child_params = p if p.seed is None or i == 0 else replace(p, seed=p.seed + i)
                 self.engine.add_request(child, ids, child_params)
                 processor.add(child, ids, child_params)
             groups.append(children)
@@ -117,12 +118,6 @@ class LLM:
                 if state.finished:
                     finished[out.request_id] = state
         return finished
-
-
-def _with_seed(p: SamplingParams, seed: int) -> SamplingParams:
-    from dataclasses import replace
-
-    return replace(p, seed=seed)
 
 
 def _as_prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:

@@ -90,7 +90,7 @@ class ModelRunner:
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         base = torch.cuda.memory_allocated(self.device)
-        from kvserve.engine.warmup import profile_step
+        from kvserve.engine.activation_profile import profile_step
 
         profile_step(self, caches, tokens, context_length)
         peak = torch.cuda.max_memory_allocated(self.device) - base
