@@ -106,8 +106,6 @@ class EngineCore:
     def step(self) -> list[EngineCoreOutput]:
         plan = self.scheduler.schedule()
         if plan.is_empty:
-            if not self.scheduler.has_unfinished():
-                self.check_integrity()
             return []
         sampled, logprobs = self.runner.run(plan)
         changed = self.scheduler.update(plan, sampled)
@@ -128,6 +126,8 @@ class EngineCore:
             )
             if req.finish_reason is not None:
                 self.requests.pop(req.request_id, None)
+        if not self.scheduler.has_unfinished():
+            self.check_integrity()  # once, as the engine goes idle
         return outputs
 
     def check_integrity(self) -> None:
