@@ -1,0 +1,96 @@
+"""Where a decode step's GPU time goes, kernel by kernel (torch profiler, CUPTI).
+
+    python benchmarks/decode_profile.py --model benchmarks/configs/llama-3-8b --batches 1,64,256
+
+For each batch size: ``batch`` requests of ``--context`` random tokens are prefilled, then
+``--steps`` decode steps run under the profiler exactly as the engine runs them (CUDA graphs
+unless ``--enforce-eager``). Reports per step: wall time, summed kernel time, the idle gap
+between them, and kernel time grouped by kernel name. Writes decode_profile_<tag>_<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from results_io import write_result  # noqa: E402
+from roofline import random_prompts  # noqa: E402
+
+from kvserve.engine.config_builder import build_engine_config  # noqa: E402
+from kvserve.engine.engine_core import EngineCore  # noqa: E402
+from kvserve.engine.sampling_params import SamplingParams  # noqa: E402
+
+
+def kernel_times(prof: torch.profiler.profile) -> dict[str, float]:
+    """Summed device time (us) per kernel name over the profiled window."""
+    totals: dict[str, float] = defaultdict(float)
+    for evt in prof.events():
+        if evt.device_type == torch.autograd.DeviceType.CUDA:
+            totals[evt.name] += evt.device_time
+    return totals
+
+
+def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dict[str, Any]:
+    vocab = core.model_config.vocab_size
+    params = SamplingParams(temperature=0, max_tokens=steps + 16, ignore_eos=True)
+    for i, p in enumerate(random_prompts(batch, context, vocab, seed=5)):
+        core.add_request(f"prof{batch}-{i}", p, params)
+    reqs = list(core.requests.values())
+    while min(r.num_output_tokens for r in reqs) < 4:
+        core.step()
+    for _ in range(3):
+        core.step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        t = time.perf_counter()
+        for _ in range(steps):
+            core.step()
+        torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - t) / steps * 1e3
+    for r in reqs:
+        core.abort_request(r.request_id)
+    while core.has_unfinished():
+        core.step()
+    core.kv.reset_prefix_cache()
+    per_step = {k: v / steps / 1e3 for k, v in kernel_times(prof).items()}  # ms per step
+    busy = sum(per_step.values())
+    top = dict(sorted(per_step.items(), key=lambda kv: -kv[1])[:20])
+    print(f"b={batch}: wall {wall_ms:.3f} ms/step, kernels {busy:.3f} ms, "
+          f"idle {wall_ms - busy:.3f} ms", flush=True)  # fmt: skip
+    for name, ms in top.items():
+        print(f"    {ms:8.4f} ms  {100 * ms / busy:5.1f}%  {name[:110]}", flush=True)
+    return {"batch": batch, "context": context, "wall_ms_per_step": wall_ms,
+            "kernel_ms_per_step": busy, "idle_ms_per_step": wall_ms - busy,
+            "top_kernels_ms_per_step": top}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="benchmarks/configs/llama-3-8b")
+    ap.add_argument("--batches", default="1,64,256")
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--enforce-eager", action="store_true")
+    ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--tag", default="h200")
+    args = ap.parse_args()
+    core = EngineCore(build_engine_config(
+        args.model, load_format="dummy", device="cuda", dtype="bfloat16",
+        max_running_requests=256, enforce_eager=args.enforce_eager,
+    ))  # fmt: skip
+    rows = [profile_batch(core, int(b), args.context, args.steps) for b in args.batches.split(",")]
+    result = {"model": args.model, "enforce_eager": args.enforce_eager, "rows": rows}
+    out_dir = None if args.out_dir is None else Path(args.out_dir)
+    print(f"wrote {write_result(f'decode_profile_{args.tag}', result, out_dir)}")
+
+
+if __name__ == "__main__":
+    main()
