@@ -122,6 +122,9 @@ class EngineConfig:
     load_format: str = "auto"  # "auto" or "dummy" (random weights from config.json)
     enforce_eager: bool = False
     cuda_graph_max_bs: int = 256
+    # Plan and launch step N+1 before step N's tokens reach the host (None: on for CUDA, where
+    # the host work then hides behind the GPU's; off on CPU, where nothing runs concurrently).
+    overlap_schedule: bool | None = None
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 

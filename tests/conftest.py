@@ -39,6 +39,15 @@ def bundled_llm():  # noqa: ANN201 - kvserve.LLM, imported lazily
 
 
 @pytest.fixture(scope="session")
+def bundled_llm_overlap():  # noqa: ANN201
+    """The same with overlap scheduling forced on (a GPU's default), so CI covers its
+    bookkeeping: one step stays in flight while the next is planned."""
+    from kvserve import LLM
+
+    return LLM(device="cpu", overlap_schedule=True)
+
+
+@pytest.fixture(scope="session")
 def bundled_reference(bundled_path: str):  # noqa: ANN201 - a transformers model
     from model_factory import load_reference_model
 

@@ -23,6 +23,10 @@ def build_engine_config(model: str | None = None, **settings: Any) -> EngineConf
     settings = {ALIASES.get(k, k): v for k, v in settings.items() if v is not None}
     if settings.pop("disable_prefix_cache", False):
         settings["enable_prefix_cache"] = False
+    if settings.pop("disable_overlap_schedule", False):
+        settings["overlap_schedule"] = False
+    if "async_scheduling" in settings:  # vLLM's name
+        settings["overlap_schedule"] = bool(settings.pop("async_scheduling"))
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
     top: dict[str, Any] = {}
     top_fields = {f.name for f in dataclasses.fields(EngineConfig)} - set(_SECTIONS)

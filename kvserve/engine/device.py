@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from kvserve.errors import ConfigError
@@ -22,3 +23,18 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return _DTYPES[name]
+
+
+def to_device(
+    values: np.ndarray | list[int] | list[float] | torch.Tensor,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor:
+    """Host values -> a device tensor without blocking the host. On CUDA the values go through
+    pinned memory: a copy from pageable memory would first wait for all work queued on the
+    stream, which defeats overlap scheduling. torch's caching host allocator keeps each pinned
+    block until its copy has run, so a block is never overwritten while a copy reads it."""
+    t = torch.as_tensor(np.asarray(values) if isinstance(values, list) else values, dtype=dtype)
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)

@@ -1,6 +1,10 @@
 """The engine core: scheduler + model runner, one step at a time.
 
-    plan = scheduler.schedule(); sampled = runner.run(plan); scheduler.update(plan, sampled)
+    plan = scheduler.schedule(); step = runner.launch(plan); scheduler.update(plan, step.results())
+
+With overlap scheduling one step stays in flight: step N+1 is planned and launched before step
+N's tokens are read back, so the host's bookkeeping runs while the GPU computes. Each ``step()``
+then returns the outputs of the step before the one it launched.
 
 It speaks token ids only (tokenizing, chat templates and detokenizing belong to its caller) and
 is driven in-process by the offline ``LLM`` or from its own process by the server.
@@ -15,12 +19,14 @@ import time
 from kvserve.config import EngineConfig
 from kvserve.engine.device import resolve_device, resolve_dtype
 from kvserve.engine.kv_cache_manager import KVCacheManager
+from kvserve.engine.launched_step import LaunchedStep
 from kvserve.engine.model_runner import ModelRunner
 from kvserve.engine.outputs import EngineCoreOutput
 from kvserve.engine.prompt_checks import check_prompt
 from kvserve.engine.request import Request
 from kvserve.engine.sampling_params import SamplingParams
 from kvserve.engine.scheduler import Scheduler
+from kvserve.engine.scheduler_output import SchedulerOutput
 from kvserve.engine.stats import EngineStats
 from kvserve.errors import ConfigError, InvalidRequestError
 from kvserve.loader import ModelSource, open_model_source
@@ -56,6 +62,9 @@ class EngineCore:
         self.requests: dict[str, Request] = {}
         self.eos_token_ids = self.source.generation_defaults.eos_token_ids or mc.eos_token_ids
         self._rng = random.Random(config.seed)
+        overlap = config.overlap_schedule
+        self.overlap = self.device.type == "cuda" if overlap is None else overlap
+        self._in_flight: tuple[SchedulerOutput, LaunchedStep] | None = None
 
     # -- requests ---------------------------------------------------------------------------
     def add_request(
@@ -100,14 +109,34 @@ class EngineCore:
             self.scheduler.finish_by_stop_string(request, stop)
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self._in_flight is not None or self.scheduler.has_unfinished()
 
     # -- the loop ---------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
+        """Launch the next step; return the outputs of the step completed meanwhile."""
+        outputs: list[EngineCoreOutput] = []
+        if self._in_flight is not None and not self._can_plan_ahead(self._in_flight[1]):
+            outputs = self._complete(*self._in_flight)
+            self._in_flight = None
         plan = self.scheduler.schedule()
-        if plan.is_empty:
-            return []
-        sampled, logprobs = self.runner.run(plan)
+        launched = None
+        if not plan.is_empty:
+            in_flight = self._in_flight[1] if self._in_flight is not None else None
+            launched = (plan, self.runner.launch(plan, in_flight))
+        if self._in_flight is not None:
+            outputs += self._complete(*self._in_flight)
+        self._in_flight = launched
+        if launched is None and outputs and not self.scheduler.has_unfinished():
+            self.check_integrity()  # once, as the engine goes idle
+        return outputs
+
+    def _can_plan_ahead(self, in_flight: LaunchedStep) -> bool:
+        """Penalties count a request's output tokens on the host, so a request with a token
+        still in flight must have it back before its next step is planned."""
+        return self.overlap and not any(r.params.uses_penalties for r in in_flight.requests)
+
+    def _complete(self, plan: SchedulerOutput, launched: LaunchedStep) -> list[EngineCoreOutput]:
+        sampled, logprobs = launched.results()
         changed = self.scheduler.update(plan, sampled)
         outputs = []
         for req in changed:
@@ -126,8 +155,6 @@ class EngineCore:
             )
             if req.finish_reason is not None:
                 self.requests.pop(req.request_id, None)
-        if not self.scheduler.has_unfinished():
-            self.check_integrity()  # once, as the engine goes idle
         return outputs
 
     def check_integrity(self) -> None:

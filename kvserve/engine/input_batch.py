@@ -9,7 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvserve.engine.scheduler_output import SchedulerOutput
+from kvserve.engine.device import to_device
+from kvserve.engine.request import Request
+from kvserve.engine.scheduler_output import ScheduledChunk, SchedulerOutput
 from kvserve.layers.attention import AttentionMetadata
 
 
@@ -20,6 +22,10 @@ class ModelInputs:
     meta: AttentionMetadata
     sample_rows: torch.Tensor  # int64 [S]: row of the last new token of each sampled chunk
     sampled_chunks: list[int]  # index into plan.chunks of each sampled row
+    # Rows whose token is still being sampled by the step in flight (overlap scheduling):
+    # token_ids holds 0 there until the runner fills them in on the device.
+    pending_rows: list[int]
+    pending_requests: list[Request]
 
 
 def build_model_inputs(plan: SchedulerOutput, page_size: int, device: torch.device) -> ModelInputs:
@@ -43,21 +49,16 @@ def build_model_inputs(plan: SchedulerOutput, page_size: int, device: torch.devi
     np.cumsum(query_lens, out=row_starts[1:])
     if int(row_starts[-1]) == n:  # decode-only: one row per sequence
         seq_of_row, positions = np.arange(n), starts
-        token_ids = [c.request.token_ids(c.start, c.start + 1)[0] for c in chunks]
     else:
         seq_of_row = np.repeat(np.arange(n), query_lens)
         positions = np.arange(int(row_starts[-1])) - np.repeat(row_starts[:-1] - starts, query_lens)
-        token_ids = list(
-            itertools.chain.from_iterable(
-                c.request.token_ids(c.start, c.start + c.num_new_tokens) for c in chunks
-            )
-        )
+    token_ids, pending_rows, pending_requests = _known_token_ids(chunks, row_starts)
     slots = tables[seq_of_row, positions // page_size].astype(np.int64) * page_size
     slots += positions % page_size
     sampled = [i for i, c in enumerate(chunks) if c.sample]
 
     def to_dev(a: np.ndarray | list[int], dtype: torch.dtype) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(a), dtype=dtype).to(device, non_blocking=True)
+        return to_device(a, dtype, device)
 
     query_lens_cpu, seq_lens_cpu = query_lens.tolist(), seq_lens.tolist()
     meta = AttentionMetadata(
@@ -76,4 +77,31 @@ def build_model_inputs(plan: SchedulerOutput, page_size: int, device: torch.devi
         meta=meta,
         sample_rows=to_dev([int(row_starts[i + 1]) - 1 for i in sampled], torch.int64),
         sampled_chunks=sampled,
+        pending_rows=pending_rows,
+        pending_requests=pending_requests,
     )
+
+
+def _known_token_ids(
+    chunks: list[ScheduledChunk], row_starts: np.ndarray
+) -> tuple[list[int], list[int], list[Request]]:
+    """Token id of every row, 0 where the token is pending (only ever a chunk's last row)."""
+    if int(row_starts[-1]) == len(chunks):  # decode-only: the common case, kept cheap
+        token_ids = []
+        for c in chunks:
+            r = c.request
+            token_ids.append(r.token_at(c.start) if c.start < r.num_tokens else 0)
+    else:
+        token_ids = list(
+            itertools.chain.from_iterable(
+                c.request.token_ids(c.start, c.start + c.num_new_tokens) for c in chunks
+            )
+        )
+    pending_rows, pending_requests = [], []
+    for i, c in enumerate(chunks):
+        if c.start + c.num_new_tokens > c.request.num_tokens:
+            pending_rows.append(int(row_starts[i + 1]) - 1)
+            pending_requests.append(c.request)
+            if int(row_starts[-1]) != len(chunks):
+                token_ids.insert(pending_rows[-1], 0)
+    return token_ids, pending_rows, pending_requests

@@ -10,13 +10,14 @@ import torch
 
 from kvserve.config import EngineConfig, ModelConfig
 from kvserve.engine.cuda_graphs import DecodeGraphs
-from kvserve.engine.input_batch import build_model_inputs
+from kvserve.engine.device import to_device
+from kvserve.engine.input_batch import ModelInputs, build_model_inputs
 from kvserve.engine.kv_cache_sizing import kv_bytes_per_token, num_pages_cpu, num_pages_gpu
-from kvserve.engine.outputs import TokenLogprobs
+from kvserve.engine.launched_step import LaunchedStep
 from kvserve.engine.sampling_batch import build_sampling_batch
 from kvserve.engine.scheduler_output import SchedulerOutput
 from kvserve.layers.attention import create_attention_backend
-from kvserve.layers.sampler import Sampler, SamplerOutput
+from kvserve.layers.sampler import Sampler
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.registry import model_class
 
@@ -99,39 +100,35 @@ class ModelRunner:
         return peak
 
     @torch.inference_mode()
-    def run(self, plan: SchedulerOutput) -> tuple[dict[str, int], dict[str, TokenLogprobs]]:
-        """Execute one step; returns sampled token per request id and logprobs where asked."""
+    def launch(self, plan: SchedulerOutput, in_flight: LaunchedStep | None) -> LaunchedStep:
+        """Enqueue one step's forward pass and sampling; returns without waiting for the device.
+        ``in_flight`` is the step still running, whose sampled ids feed this step's pending
+        rows (overlap scheduling); None when every token is known on the host."""
         inputs = build_model_inputs(plan, self.page_size, self.device)
+        if inputs.pending_rows:
+            _fill_pending_rows(inputs, in_flight)
         if self.graphs is not None and self.graphs.can_run(inputs):
             hidden = self.graphs.run(inputs)
         else:
             ctx = ForwardContext(inputs.meta, self.kv_caches, self.backend)
             hidden = self.model(inputs.token_ids, inputs.positions, ctx)
         if not inputs.sampled_chunks:
-            return {}, {}
+            return LaunchedStep.empty()
         logits = self.model.compute_logits(hidden[inputs.sample_rows])
         requests = [plan.chunks[i].request for i in inputs.sampled_chunks]
         batch = build_sampling_batch(requests, logits.shape[1], self.device)
-        out = self.sampler(logits, batch)
-        return _to_host(requests, out)
+        return LaunchedStep.start(requests, self.sampler(logits, batch))
 
 
-def _to_host(requests: list, out: SamplerOutput) -> tuple[dict[str, int], dict[str, TokenLogprobs]]:
-    token_ids = out.token_ids.tolist()
-    sampled = {r.request_id: t for r, t in zip(requests, token_ids)}
-    logprobs: dict[str, TokenLogprobs] = {}
-    if out.logprob is None:
-        return sampled, logprobs
-    values = out.logprob.tolist()
-    top_ids = out.top_ids.tolist() if out.top_ids is not None else None
-    top_lps = out.top_logprobs.tolist() if out.top_logprobs is not None else None
-    for i, r in enumerate(requests):
-        n = r.params.logprobs
-        if n is None:
-            continue
-        top = list(zip(top_ids[i][:n], top_lps[i][:n])) if n and top_ids and top_lps else []
-        logprobs[r.request_id] = TokenLogprobs(token_ids[i], values[i], top)
-    return sampled, logprobs
+def _fill_pending_rows(inputs: ModelInputs, in_flight: LaunchedStep | None) -> None:
+    """Copy the in-flight step's sampled ids into this step's pending rows, on the device."""
+    if in_flight is None or in_flight.token_ids is None:
+        raise RuntimeError("a step has pending tokens but no step is in flight")
+    row_of = in_flight.row_of()
+    device = inputs.token_ids.device
+    src = to_device([row_of[r.request_id] for r in inputs.pending_requests], torch.int64, device)
+    dst = to_device(inputs.pending_rows, torch.int64, device)
+    inputs.token_ids.index_copy_(0, dst, in_flight.token_ids.index_select(0, src))
 
 
 def _use_fused_kernels(model: torch.nn.Module) -> None:

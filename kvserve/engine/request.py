@@ -1,6 +1,8 @@
 """The one request-state object: every counter the scheduler and runner need, nothing hidden
-elsewhere. "Known" tokens are prompt + output; "computed" tokens have their KV in the cache.
-Each step gives a request ``num_tokens - num_computed_tokens`` more tokens (within budgets)."""
+elsewhere. "Known" tokens are prompt + output; "computed" tokens have their KV in the cache (or
+are being written by a launched step). "Pending" tokens are sampled by a launched step but not
+yet back on the host (overlap scheduling keeps one step in flight). Each step gives a request
+``num_tokens + num_pending - num_computed_tokens`` more tokens (within budgets)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ class FinishReason(str, enum.Enum):
     ABORT = "abort"
 
 
-@dataclass
+@dataclass(eq=False)  # identity: queues find and remove requests by object
 class Request:
     request_id: str
     prompt_token_ids: list[int]
@@ -33,6 +35,7 @@ class Request:
     eos_token_ids: tuple[int, ...] = ()
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
+    num_pending: int = 0  # tokens sampled by launched steps, not yet appended to the output
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     block_table: list[int] = field(default_factory=list)
     # Prefix-cache progress: pages of block_table already in the radix tree, and the tree node
@@ -59,6 +62,15 @@ class Request:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
 
     @property
+    def num_tokens_with_pending(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids) + self.num_pending
+
+    @property
+    def ends_with_pending(self) -> bool:
+        """The pending token is its last one (max_tokens): nothing more to compute."""
+        return self.num_pending > 0 and self.num_output_tokens + self.num_pending >= self.max_tokens
+
+    @property
     def is_finished(self) -> bool:
         return self.status is RequestStatus.FINISHED
 
@@ -70,6 +82,12 @@ class Request:
         if start >= p:
             return self.output_token_ids[start - p : end - p]
         return self.prompt_token_ids[start:] + self.output_token_ids[: end - p]
+
+    def token_at(self, position: int) -> int:
+        p = len(self.prompt_token_ids)
+        if position < p:
+            return self.prompt_token_ids[position]
+        return self.output_token_ids[position - p]
 
     def all_token_ids(self) -> list[int]:
         return self.prompt_token_ids + self.output_token_ids

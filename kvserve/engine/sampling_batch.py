@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from kvserve.engine.device import to_device
 from kvserve.engine.request import Request
 from kvserve.layers.sampler import PenaltyBatch, SamplingBatch
 
@@ -13,7 +14,7 @@ def _padded(rows: list[list[int]], device: torch.device) -> torch.Tensor:
     out = torch.full((len(rows), width), -1, dtype=torch.int64)
     for i, r in enumerate(rows):
         out[i, : len(r)] = torch.as_tensor(r, dtype=torch.int64)
-    return out.to(device, non_blocking=True)
+    return to_device(out, torch.int64, device)
 
 
 def _penalties(requests: list[Request], device: torch.device) -> PenaltyBatch | None:
@@ -21,8 +22,7 @@ def _penalties(requests: list[Request], device: torch.device) -> PenaltyBatch | 
         return None
 
     def column(name: str) -> torch.Tensor:
-        values = [getattr(r.params, name) for r in requests]
-        return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
+        return to_device([getattr(r.params, name) for r in requests], torch.float32, device)
 
     return PenaltyBatch(
         repetition=column("repetition_penalty"),
@@ -42,7 +42,7 @@ def build_sampling_batch(
     params = [r.params for r in requests]
 
     def tensor(values: list[float] | list[int], dtype: torch.dtype) -> torch.Tensor:
-        return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+        return to_device(values, dtype, device)
 
     wants_logprobs = [p.logprobs for p in params if p.logprobs is not None]
     all_greedy = all(p.greedy for p in params)
@@ -59,5 +59,8 @@ def build_sampling_batch(
         batch.top_p = tensor([p.top_p for p in params], torch.float32)
         batch.min_p = tensor([p.min_p for p in params], torch.float32)
         batch.seeds = tensor([r.seed for r in requests], torch.int64)
-        batch.steps = tensor([r.num_output_tokens for r in requests], torch.int64)
+        # Output index of the token being sampled: its pending count includes this step's.
+        batch.steps = tensor(
+            [r.num_output_tokens + r.num_pending - 1 for r in requests], torch.int64
+        )
     return batch

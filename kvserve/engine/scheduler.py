@@ -1,11 +1,16 @@
 """Continuous-batching scheduler: bookkeeping only, it never touches a tensor.
 
 One rule: each step gives every running request tokens so that its computed tokens catch up
-with its known tokens (``num_tokens``), within the step's token budget and the per-request
-chunk size. That covers prefill, chunked prefill, prefix-cache hits and decode. Running
-requests are served first (oldest first); when pages run out the newest running request is
-preempted (its pages released, cached where full) and later recomputed. Waiting requests are
-admitted FCFS while budget, slots and pages allow.
+with its known tokens (``num_tokens``, plus a token still being sampled by a launched step),
+within the step's token budget and the per-request chunk size. That covers prefill, chunked
+prefill, prefix-cache hits and decode. Running requests are served first (oldest first); when
+pages run out the newest running request is preempted (its pages released, cached where full)
+and later recomputed. Waiting requests are admitted FCFS while budget, slots and pages allow.
+
+Counters move when a step is planned, not when it returns: ``schedule`` advances
+``num_computed_tokens`` and counts a pending token for each sampling chunk, and ``update``
+appends the sampled tokens. So the next step can be planned while this one runs on the device
+(overlap scheduling); its rows for pending tokens take their ids from the device.
 """
 
 from __future__ import annotations
@@ -43,11 +48,8 @@ class Scheduler:
         self.waiting.append(request)
 
     def abort(self, request: Request) -> None:
-        if request.is_finished:
-            return
-        if request.status is RequestStatus.WAITING:
-            self.waiting.remove(request)
-        self._finish(request, FinishReason.ABORT)
+        if not request.is_finished:
+            self._finish(request, FinishReason.ABORT)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -63,8 +65,13 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             n = min(
-                req.num_tokens - req.num_computed_tokens, self.config.chunked_prefill_size, budget
+                req.num_tokens_with_pending - req.num_computed_tokens,
+                self.config.chunked_prefill_size,
+                budget,
             )
+            if n <= 0 or req.ends_with_pending:
+                i += 1
+                continue
             if self._reserve(req, req.num_computed_tokens + n):
                 out.chunks.append(self._chunk(req, n))
                 budget -= n
@@ -77,11 +84,22 @@ class Scheduler:
             budget = self._admit(out, budget)
         out.chunks.sort(key=lambda c: c.num_new_tokens > 1)  # decodes first (stable)
         out.num_batched_tokens = self.config.max_num_batched_tokens - budget
+        for chunk in out.chunks:
+            self._advance(chunk)
         return out
 
     def _chunk(self, req: Request, n: int) -> ScheduledChunk:
         start = req.num_computed_tokens
-        return ScheduledChunk(req, start, n, sample=start + n == req.num_tokens)
+        return ScheduledChunk(req, start, n, sample=start + n == req.num_tokens_with_pending)
+
+    def _advance(self, chunk: ScheduledChunk) -> None:
+        """Count the planned step as done. Runs after admission, so a request admitted in this
+        step cannot match pages whose KV this same step computes."""
+        req = chunk.request
+        req.num_computed_tokens += chunk.num_new_tokens
+        if chunk.sample:
+            req.num_pending += 1
+        self._cache_computed(req)
 
     def _reserve(self, req: Request, num_tokens: int) -> bool:
         needed = -(-num_tokens // self.page_size) - len(req.block_table)
@@ -96,8 +114,10 @@ class Scheduler:
     def _admit(self, out: SchedulerOutput, budget: int) -> int:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_running_requests:
             req = self.waiting[0]
-            if self._prefix_in_flight(req):
-                break  # wait one step: the request prefilling it will cache the shared pages
+            if req.num_pending or self._prefix_in_flight(req):
+                # A preempted request waits for its in-flight token; a request sharing a
+                # prefix being prefilled waits one step to hit the cache instead of recomputing.
+                break
             # Leave at least one token to compute, so the step yields logits to sample from.
             cached_pages = self.kv.match_prefix(req.token_ids(0, req.num_tokens - 1))
             num_cached = len(cached_pages) * self.page_size
@@ -136,19 +156,19 @@ class Scheduler:
 
     # -- results ----------------------------------------------------------------------------
     def update(self, plan: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
-        """Advance counters by the executed plan; append sampled tokens; finish requests that
-        hit a stop condition. Returns the requests that got a token or finished."""
+        """Append the executed plan's sampled tokens; finish requests that hit a stop
+        condition. Returns the requests that got a token or finished."""
         changed = []
         for chunk in plan.chunks:
             req = chunk.request
-            if req.is_finished:
-                continue  # aborted while the step ran
-            req.num_computed_tokens += chunk.num_new_tokens
-            self._cache_computed(req)
             if not chunk.sample:
                 continue
+            req.num_pending -= 1
+            if req.is_finished:
+                continue  # aborted or stopped while the step ran: the token is dropped
             token = sampled[req.request_id]
             req.output_token_ids.append(token)
+            self._cache_computed(req)
             reason = self._stop_reason(req, token)
             if reason is not None:
                 self._finish(req, reason)
@@ -175,8 +195,10 @@ class Scheduler:
             self._finish(req, FinishReason.STOP)
 
     def _cache_computed(self, req: Request) -> None:
-        """Insert the request's newly completed full pages into the prefix cache."""
-        full = req.num_computed_tokens // self.page_size
+        """Insert the request's newly completed full pages of known tokens into the prefix
+        cache (their KV is written by a step already launched, so any step that reads them
+        runs after it)."""
+        full = min(req.num_computed_tokens, req.num_tokens) // self.page_size
         if full <= req.num_cached_pages or not self.kv.enable_prefix_cache:
             return
         start = req.num_cached_pages
@@ -205,5 +227,7 @@ class Scheduler:
         if req.status is RequestStatus.RUNNING:
             self.running.remove(req)
             self._release(req)
+        elif req.status is RequestStatus.WAITING and req in self.waiting:
+            self.waiting.remove(req)  # never scheduled, or preempted with a token in flight
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason

@@ -117,6 +117,12 @@ FLAGS: list[Flag] = [
     ),  # fmt: skip
     Flag(("--enforce-eager",), "no CUDA graphs", switch=True, engine=True),
     Flag(
+        ("--disable-overlap-schedule",),
+        "wait for each step's tokens before planning the next (no overlap of host and GPU)",
+        switch=True,
+        engine=True,
+    ),  # fmt: skip
+    Flag(
         ("--cuda-graph-max-bs",), "largest batch captured in a CUDA graph", type=int, engine=True
     ),  # fmt: skip
 ]

@@ -66,8 +66,10 @@ def _outputs(llm: LLM) -> list[list[int]]:
         {"chunked_prefill_size": 16, "max_num_batched_tokens": 40},
         {"chunked_prefill_size": 7, "max_num_batched_tokens": 64},
         {"max_total_tokens": 192, "page_size": 16},  # forces preemption
+        {"overlap_schedule": True},
+        {"overlap_schedule": True, "max_total_tokens": 192, "page_size": 16},
     ],
-    ids=["no-prefix-cache", "chunk-16", "chunk-7", "preemption"],
+    ids=["no-prefix-cache", "chunk-16", "chunk-7", "preemption", "overlap", "overlap-preemption"],
 )
 def test_engine_settings_do_not_change_outputs(settings, chat_results) -> None:
     llm = LLM(device="cpu", **settings)

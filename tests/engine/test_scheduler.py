@@ -140,3 +140,76 @@ def test_eos_and_stop_token_ids_finish_with_stop() -> None:
         plan = sched.schedule()
         sched.update(plan, {"ignore": 0})
     assert ignore.finish_reason is FinishReason.LENGTH and ignore.output_token_ids == [0, 0, 0]
+
+
+def test_plans_the_next_step_while_one_is_in_flight() -> None:
+    sched, kv = make_scheduler(32)
+    req = make_request("a", list(range(1, 11)), max_tokens=3)
+    sched.add(req)
+    first = sched.schedule()  # prefill; samples output 0
+    second = sched.schedule()  # decodes output 0 before it is known on the host
+    assert [(c.start, c.num_new_tokens, c.sample) for c in second.chunks] == [(10, 1, True)]
+    assert req.num_pending == 2 and req.num_computed_tokens == 11
+    sched.update(first, {"a": 5})
+    third = sched.schedule()
+    assert [(c.start, c.num_new_tokens) for c in third.chunks] == [(11, 1)]
+    sched.update(second, {"a": 6})
+    assert sched.schedule().is_empty  # its pending token is its last: nothing to compute
+    sched.update(third, {"a": 7})
+    assert req.output_token_ids == [5, 6, 7] and req.finish_reason is FinishReason.LENGTH
+    assert req.num_pending == 0 and kv.usage == 0
+    kv.check_integrity(sched.live_block_tables())
+
+
+def test_token_sampled_after_a_stop_in_flight_is_dropped() -> None:
+    sched, kv = make_scheduler(32)
+    req = make_request("a", list(range(1, 11)), max_tokens=8)
+    sched.add(req)
+    first, second = sched.schedule(), sched.schedule()
+    sched.update(first, {"a": 0})  # EOS
+    assert req.finish_reason is FinishReason.STOP and kv.usage == 0
+    assert sched.update(second, {"a": 9}) == []
+    assert req.output_token_ids == [0]
+    kv.check_integrity(sched.live_block_tables())
+
+
+def _token_for(req_id: str, index: int) -> int:
+    return 1 + (sum(map(ord, req_id)) * 31 + index * 7) % 50  # never the EOS id 0
+
+
+def _run(sched, kv, overlap: bool) -> None:  # noqa: ANN001 - scheduler helpers' types
+    """The engine's loop without a model: with overlap, each plan is made before the previous
+    step's tokens are handed back."""
+    in_flight = None
+    while sched.has_unfinished() or in_flight is not None:
+        plan = sched.schedule()
+        if not overlap:
+            sched.update(plan, _sampled(plan))
+            continue
+        if in_flight is not None:
+            sched.update(in_flight, _sampled(in_flight))
+            kv.check_integrity(sched.live_block_tables())
+        in_flight = None if plan.is_empty else plan
+
+
+def _sampled(plan) -> dict[str, int]:  # noqa: ANN001
+    return {
+        c.request.request_id: _token_for(c.request.request_id, c.request.num_output_tokens)
+        for c in plan.chunks
+        if c.sample
+    }
+
+
+def test_overlap_gives_the_same_tokens_under_preemption() -> None:
+    outputs = {}
+    for overlap in (False, True):
+        sched, kv = make_scheduler(7)
+        reqs = [make_request(str(i), list(range(10 * i + 1, 10 * i + 9)), 9) for i in range(3)]
+        for r in reqs:
+            sched.add(r)
+        _run(sched, kv, overlap)
+        assert sched.counters.preemptions > 0
+        assert kv.usage == 0
+        outputs[overlap] = [r.output_token_ids for r in reqs]
+    assert outputs[True] == outputs[False]
+    assert all(len(o) == 9 for o in outputs[True])
