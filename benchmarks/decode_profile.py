@@ -40,7 +40,9 @@ def kernel_times(prof: torch.profiler.profile) -> dict[str, float]:
 
 def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dict[str, Any]:
     vocab = core.model_config.vocab_size
-    params = SamplingParams(temperature=0, max_tokens=steps + 16, ignore_eos=True)
+    # Long enough that no request ends inside the window (the first ones start decoding while
+    # the last are still prefilling); all are aborted afterwards.
+    params = SamplingParams(temperature=0, max_tokens=2048, ignore_eos=True)
     for i, p in enumerate(random_prompts(batch, context, vocab, seed=5)):
         core.add_request(f"prof{batch}-{i}", p, params)
     reqs = list(core.requests.values())
@@ -79,12 +81,14 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--enforce-eager", action="store_true")
+    ap.add_argument("--disable-overlap-schedule", action="store_true")
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
     core = EngineCore(build_engine_config(
         args.model, load_format="dummy", device="cuda", dtype="bfloat16",
         max_running_requests=256, enforce_eager=args.enforce_eager,
+        disable_overlap_schedule=args.disable_overlap_schedule,
     ))  # fmt: skip
     rows = [profile_batch(core, int(b), args.context, args.steps) for b in args.batches.split(",")]
     result = {"model": args.model, "enforce_eager": args.enforce_eager, "rows": rows}

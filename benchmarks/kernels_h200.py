@@ -46,16 +46,20 @@ class DecodeShapes:
             2, self.num_pages, PAGE, HKV, HEAD_DIM, dtype=DTYPE, device="cuda"
         )
 
-    def inputs(self, batch: int, ctx: int) -> tuple[torch.Tensor, ...]:
+    def inputs(self, batch: int, ctx: int, width: int = 0) -> tuple[torch.Tensor, ...]:
+        """``width``: page-table columns (0: just the context's pages). The engine's CUDA graphs
+        use the widest table the context length allows, padded with page 0."""
         pages = ctx // PAGE
         perm = torch.randperm(self.num_pages, device="cuda")[: batch * pages]
         tables = perm.view(batch, pages).to(torch.int32)
+        if width > pages:
+            tables = torch.nn.functional.pad(tables, (0, width - pages))
         seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
         q = torch.randn(batch, HQ, HEAD_DIM, dtype=DTYPE, device="cuda")
         return q, tables, seq_lens
 
-    def run(self, batch: int, ctx: int, config: DecodeConfig | None = None) -> dict:
-        q, tables, seq_lens = self.inputs(batch, ctx)
+    def run(self, batch: int, ctx: int, config: DecodeConfig | None = None, width: int = 0) -> dict:
+        q, tables, seq_lens = self.inputs(batch, ctx, width)
         out = torch.empty_like(q)
 
         def call() -> None:
@@ -66,9 +70,12 @@ class DecodeShapes:
         eager_ms = median_ms(call)
         kv_bytes = 2 * batch * ctx * HKV * HEAD_DIM * DTYPE.itemsize
         total = kv_bytes + 2 * q.numel() * q.element_size() + tables.numel() * 4
-        graph_ms = self.graph_ms(batch, ctx, kv_bytes, config)
+        graph_ms = self.graph_ms(batch, ctx, kv_bytes, config, width)
         splits = (config and config.num_splits) or num_decode_splits(
-            batch, HKV, ctx, torch.cuda.get_device_properties(0).multi_processor_count
+            batch,
+            HKV,
+            tables.shape[1] * PAGE,
+            torch.cuda.get_device_properties(0).multi_processor_count,
         )
         return {
             "batch": batch,
@@ -81,12 +88,14 @@ class DecodeShapes:
             "eager_gbs": total / eager_ms / 1e6,
         }
 
-    def graph_ms(self, batch: int, ctx: int, kv_bytes: int, config: DecodeConfig | None) -> float:
+    def graph_ms(
+        self, batch: int, ctx: int, kv_bytes: int, config: DecodeConfig | None, width: int = 0
+    ) -> float:
         """Per call, inside one CUDA graph of n calls on n input sets (random pages each), so
         that small shapes are not served from L2 and host launch cost is left out, as in the
         engine's graph-captured decode step."""
         n = max(1, min(100, -(-(512 << 20) // kv_bytes)))
-        sets = [self.inputs(batch, ctx) for _ in range(n)]
+        sets = [self.inputs(batch, ctx, width) for _ in range(n)]
         outs = [torch.empty_like(q) for q, _, _ in sets]
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

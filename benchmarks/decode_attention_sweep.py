@@ -1,0 +1,62 @@
+"""Paged decode attention as the engine's CUDA graphs run it: page tables as wide as the context
+length allows (padded), one graph of many calls on rotating inputs. Sweeps the split count and
+the block config per (batch, context) and prints the best, to set the defaults from.
+
+    PYTHONPATH=. python3 benchmarks/decode_attention_sweep.py --width 512 --out $OUT/sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ceilings import copy_bandwidth_gbs  # noqa: E402
+from kernels_h200 import HKV, DecodeShapes, try_run  # noqa: E402
+from results_io import git_commit  # noqa: E402
+
+from kvserve.kernels.decode_attention import DecodeConfig, num_decode_splits  # noqa: E402
+
+SHAPES = [(1, 1024), (8, 1024), (64, 1024), (256, 1024), (8, 4096), (64, 4096), (128, 4096)]
+SPLITS = [1, 2, 3, 4, 8, 16, 32, 64]
+BLOCKS = [(32, 4, 2), (64, 4, 2), (64, 4, 3), (64, 8, 3), (128, 4, 2), (128, 8, 2), (128, 8, 3)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--width", type=int, default=512, help="page-table columns (8K ctx / 16)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    copy_gbs = copy_bandwidth_gbs()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    decode = DecodeShapes()
+    rows = []
+    for batch, ctx in SHAPES:
+        default = num_decode_splits(batch, HKV, args.width * 16, sms)
+        best = None
+        for splits, (block_n, warps, stages) in itertools.product(SPLITS, BLOCKS):
+            if splits > 1 and ctx // splits < block_n:
+                continue
+            cfg = DecodeConfig(block_n, warps, stages, splits)
+            row = try_run(decode.run, batch, ctx, cfg, args.width)
+            row.update(config=vars(cfg), default_splits=default, of_copy=row["gbs"] / copy_gbs)
+            rows.append(row)
+            if "error" not in row and (best is None or row["gbs"] > best["gbs"]):
+                best = row
+        base = try_run(decode.run, batch, ctx, None, args.width)
+        print(f"B={batch} ctx={ctx}: default (splits {default}) {base['graph_us']:.1f} us "
+              f"{base['gbs']:.0f} GB/s; best {best['config']} {best['graph_us']:.1f} us "
+              f"{best['gbs']:.0f} GB/s ({100 * best['of_copy']:.0f}% of copy)",
+              flush=True)  # fmt: skip
+    with open(args.out, "w") as f:
+        json.dump({"commit": git_commit(), "copy_gbs": copy_gbs, "width": args.width,
+                   "rows": rows}, f, indent=1)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
