@@ -20,9 +20,13 @@ import torch
 
 from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
 
-_MIN_SPLIT_TOKENS = 256  # shorter splits cost more in the merge than they win in parallelism
+# Split count, from a sweep on the H200 with the engine's graph-wide page tables
+# (benchmarks/decode_attention_sweep.py): about 4 programs per SM is best at every batch
+# (batch 64 x 8 kv heads: one split, no merge, 15% faster than three); a split shorter than one
+# tile only adds merge work.
+_MIN_SPLIT_TOKENS = 64
 _MAX_SPLITS = 64
-_PROGRAMS_PER_SM = 8  # at 2-3 resident programs per SM, several short waves: a small tail
+_PROGRAMS_PER_SM = 4
 
 
 @dataclass(frozen=True)
@@ -153,9 +157,9 @@ def _num_sms(device: torch.device) -> int:
 
 
 def num_decode_splits(batch: int, num_kv_heads: int, max_context: int, num_sms: int) -> int:
-    """Splits per sequence, from shapes only: enough programs to fill the SMs a few times over,
-    but no split shorter than ``_MIN_SPLIT_TOKENS`` of the page table's capacity."""
-    by_occupancy = math.ceil(_PROGRAMS_PER_SM * num_sms / max(1, batch * num_kv_heads))
+    """Splits per sequence, from shapes only: about ``_PROGRAMS_PER_SM`` programs per SM, but
+    no split shorter than ``_MIN_SPLIT_TOKENS`` of the page table's capacity."""
+    by_occupancy = _PROGRAMS_PER_SM * num_sms // max(1, batch * num_kv_heads)
     by_length = math.ceil(max_context / _MIN_SPLIT_TOKENS)
     return max(1, min(by_occupancy, by_length, _MAX_SPLITS))
 
