@@ -67,7 +67,7 @@ def _outputs(llm: LLM) -> list[list[int]]:
         {"chunked_prefill_size": 7, "max_num_batched_tokens": 64},
         {"max_total_tokens": 192, "page_size": 16},  # forces preemption
         {"overlap_schedule": True},
-        {"overlap_schedule": True, "max_total_tokens": 192, "page_size": 16},
+        {"overlap_schedule": True, "max_total_tokens": 160, "page_size": 16},  # preempts
     ],
     ids=["no-prefix-cache", "chunk-16", "chunk-7", "preemption", "overlap", "overlap-preemption"],
 )
