@@ -35,16 +35,38 @@ def apply_rotary_reference(
 
 
 @jit
-def _rotate_heads(x_ptr, num_heads, cos, sin, BLOCK_H: tl.constexpr, HALF: tl.constexpr):
+def rotate_heads(
+    src_ptr,
+    dst_ptr,
+    num_heads,
+    src_stride_h,
+    dst_stride_h,
+    cos,
+    sin,
+    BLOCK_H: tl.constexpr,
+    HALF: tl.constexpr,
+):
+    """Rotate ``num_heads`` heads of one token from ``src`` into ``dst`` (may be the same)."""
     heads = tl.arange(0, BLOCK_H)
     dims = tl.arange(0, HALF)
     mask = (heads < num_heads)[:, None]
-    ptrs = x_ptr + heads[:, None] * (2 * HALF) + dims[None, :]  # [BLOCK_H, D/2]
-    x1 = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(ptrs + HALF, mask=mask, other=0.0).to(tl.float32)
-    dtype = x_ptr.dtype.element_ty
-    tl.store(ptrs, (x1 * cos[None, :] - x2 * sin[None, :]).to(dtype), mask=mask)
-    tl.store(ptrs + HALF, (x2 * cos[None, :] + x1 * sin[None, :]).to(dtype), mask=mask)
+    src = src_ptr + heads[:, None] * src_stride_h + dims[None, :]  # [BLOCK_H, D/2]
+    dst = dst_ptr + heads[:, None] * dst_stride_h + dims[None, :]
+    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
+    dtype = dst_ptr.dtype.element_ty
+    tl.store(dst, (x1 * cos[None, :] - x2 * sin[None, :]).to(dtype), mask=mask)
+    tl.store(dst + HALF, (x2 * cos[None, :] + x1 * sin[None, :]).to(dtype), mask=mask)
+
+
+@jit
+def load_cos_sin(cos_sin_ptr, positions_ptr, t, stride_cs, HALF: tl.constexpr):
+    """cos and sin ([D/2] each, fp32) at the position of token ``t``."""
+    pos = tl.load(positions_ptr + t).to(tl.int64)
+    dims = tl.arange(0, HALF)
+    cos = tl.load(cos_sin_ptr + pos * stride_cs + dims)
+    sin = tl.load(cos_sin_ptr + pos * stride_cs + HALF + dims)
+    return cos, sin
 
 
 @jit
@@ -63,12 +85,11 @@ def _rotary_kernel(
     HALF: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
-    pos = tl.load(positions_ptr + t).to(tl.int64)
-    dims = tl.arange(0, HALF)
-    cos = tl.load(cos_sin_ptr + pos * stride_cs + dims)
-    sin = tl.load(cos_sin_ptr + pos * stride_cs + HALF + dims)
-    _rotate_heads(q_ptr + t * stride_qt, num_q_heads, cos, sin, BLOCK_HQ, HALF)
-    _rotate_heads(k_ptr + t * stride_kt, num_kv_heads, cos, sin, BLOCK_HK, HALF)
+    cos, sin = load_cos_sin(cos_sin_ptr, positions_ptr, t, stride_cs, HALF)
+    q = q_ptr + t * stride_qt
+    k = k_ptr + t * stride_kt
+    rotate_heads(q, q, num_q_heads, 2 * HALF, 2 * HALF, cos, sin, BLOCK_HQ, HALF)
+    rotate_heads(k, k, num_kv_heads, 2 * HALF, 2 * HALF, cos, sin, BLOCK_HK, HALF)
 
 
 def apply_rotary(

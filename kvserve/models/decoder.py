@@ -10,6 +10,7 @@ from torch import nn
 
 from kvserve.config import ModelConfig
 from kvserve.errors import ModelLoadError
+from kvserve.kernels.rotary_store_kv import rotary_store_kv
 from kvserve.layers.activation import SiluAndMul
 from kvserve.layers.embedding import LMHead, VocabEmbedding
 from kvserve.layers.linear import Linear
@@ -51,12 +52,43 @@ class Attention(nn.Module):
     def forward(
         self, positions: torch.Tensor, hidden: torch.Tensor, ctx: ForwardContext
     ) -> torch.Tensor:
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        qkv = self.qkv_proj(hidden)
+        if self._fuses_rotary_store(ctx):
+            out = self._rotary_store_attend(positions, qkv, ctx)
+        else:
+            out = self._rotary_then_backend(positions, qkv, ctx)
+        return self.o_proj(out.flatten(1))
+
+    def _fuses_rotary_store(self, ctx: ForwardContext) -> bool:
+        """Rotary and the KV store in one kernel straight from the qkv output (Triton path);
+        q/k norms (Qwen3) sit between the split and rotary, so they keep the unfused path."""
+        return self.rotary.use_kernel and self.q_norm is None and ctx.backend.name == "triton"
+
+    def _rotary_store_attend(
+        self, positions: torch.Tensor, qkv: torch.Tensor, ctx: ForwardContext
+    ) -> torch.Tensor:
+        kv_cache = ctx.kv_caches[self.layer_idx]
+        q = rotary_store_kv(
+            qkv,
+            positions,
+            self.rotary.cos_sin_cache,
+            kv_cache,
+            ctx.meta.slot_mapping,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+        )
+        return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale)
+
+    def _rotary_then_backend(
+        self, positions: torch.Tensor, qkv: torch.Tensor, ctx: ForwardContext
+    ) -> torch.Tensor:
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         if self.q_norm is not None and self.k_norm is not None:
             q = self.q_norm(q.reshape(-1, self.head_dim)).view(q.shape)
             k = self.k_norm(k.reshape(-1, self.head_dim)).view(k.shape)
         q, k = self.rotary(positions, q.contiguous(), k.contiguous())
-        out = ctx.backend.forward(
+        return ctx.backend.forward(
             q.view(-1, self.num_heads, self.head_dim),
             k.view(-1, self.num_kv_heads, self.head_dim),
             v.contiguous().view(-1, self.num_kv_heads, self.head_dim),
@@ -64,7 +96,6 @@ class Attention(nn.Module):
             ctx.meta,
             self.scale,
         )
-        return self.o_proj(out.flatten(1))
 
 
 class MLP(nn.Module):

@@ -1,5 +1,6 @@
 """Triton attention kernels (store, decode, prefill) and the Triton backend against the torch
-reference backend, computed in fp32 on the same cache.
+reference backend, computed in fp32 on the same cache; the decoder's fused rotary + KV store path
+against its unfused one.
 
 ``KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 pytest --noconftest -k "not 16k"`` runs these
 through Triton's interpreter on a CPU (slowly) to check the kernels without a GPU.
@@ -16,6 +17,7 @@ import torch
 
 pytest.importorskip("triton")
 
+from kvserve.config import ModelConfig  # noqa: E402
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
 from kvserve.kernels.prefill_attention import paged_prefill_attention  # noqa: E402
 from kvserve.kernels.store_kv_cache import store_kv_cache  # noqa: E402
@@ -25,11 +27,19 @@ from kvserve.layers.attention.torch_backend import (  # noqa: E402
     write_kv_cache,
 )
 from kvserve.layers.attention.triton_backend import TritonAttentionBackend  # noqa: E402
+from kvserve.models.decoder import DecoderForCausalLM  # noqa: E402
+from kvserve.models.forward_context import ForwardContext  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 DEVICE = torch.device(os.environ.get("KVSERVE_TEST_DEVICE", "cuda"))
 TOL = {torch.bfloat16: 2e-2, torch.float16: 1e-2, torch.float32: 2e-4}
+BF16_UNLESS_INTERPRETED = pytest.param(
+    torch.bfloat16,
+    marks=pytest.mark.skipif(
+        os.environ.get("TRITON_INTERPRET") == "1", reason="bf16 is broken in Triton's interpreter"
+    ),
+)
 
 
 @dataclass
@@ -386,3 +396,65 @@ def test_decode_step_replays_in_cuda_graph() -> None:
         128**-0.5,
     )
     assert_close(replayed[rows], ref, torch.bfloat16)
+
+
+class _UnfusedTritonBackend(TritonAttentionBackend):
+    """The Triton backend under another name, so Attention keeps its unfused path."""
+
+    name = "triton-unfused"
+
+
+def _tiny_decoder(dtype: torch.dtype, qk_norm: bool) -> DecoderForCausalLM:
+    """Llama shape (Qwen3 with ``qk_norm``), random weights, every layer on its Triton kernel."""
+    cfg = ModelConfig(
+        architecture="LlamaForCausalLM", vocab_size=256, hidden_size=128, intermediate_size=256,
+        num_layers=2, num_heads=8, num_kv_heads=2, head_dim=64, qk_norm=qk_norm,
+    )  # fmt: skip
+    model = DecoderForCausalLM(cfg, dtype, max_positions=4096)
+    gen = torch.Generator().manual_seed(0)
+    for name, param in model.named_parameters():
+        if "norm" in name:
+            param.data.fill_(1.0)
+        else:
+            param.data.copy_(torch.rand(param.shape, generator=gen) * 0.2 - 0.1)
+    for module in model.modules():
+        if hasattr(module, "use_kernel"):
+            module.use_kernel = True
+    return model.to(DEVICE).eval()
+
+
+# (query_lens, seq_lens): a mixed step (decodes first, then a prefill), a decode-only step.
+DECODER_STEPS = [([1, 1, 9], [40, 17, 9]), ([1, 1, 1], [41, 18, 10])]
+
+
+@pytest.mark.parametrize("qk_norm", [False, True], ids=["llama", "qwen3-qk-norm"])
+@pytest.mark.parametrize("step", range(len(DECODER_STEPS)), ids=["mixed", "decode"])
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float32])
+def test_decoder_fused_rotary_store_equals_unfused_path(
+    dtype: torch.dtype, step: int, qk_norm: bool
+) -> None:
+    model = _tiny_decoder(dtype, qk_norm)
+    qlens, slens = DECODER_STEPS[step]
+    b = make_batch(
+        qlens, slens, page_size=16, num_heads=8, num_kv_heads=2, head_dim=64, dtype=dtype,
+        seed=step,
+    )  # fmt: skip
+    if b.meta.is_decode_only:  # row 1 as the padding row of a CUDA-graph batch
+        b.meta.slot_mapping[1], b.meta.seq_lens[1] = -1, 0
+    positions = torch.cat([torch.arange(s - q, s) for q, s in zip(qlens, slens)]).to(DEVICE)
+    gen = torch.Generator().manual_seed(step)
+    token_ids = torch.randint(0, 256, (sum(qlens),), generator=gen).to(DEVICE)
+    attn = model.model.layers[0].self_attn
+    results = []
+    for backend in (TritonAttentionBackend(), _UnfusedTritonBackend()):
+        caches = [b.kv_cache.clone() for _ in range(2)]
+        ctx = ForwardContext(b.meta, caches, backend)
+        fused = backend.name == "triton" and not qk_norm
+        assert attn._fuses_rotary_store(ctx) == fused
+        with torch.inference_mode():
+            results.append((model(token_ids, positions, ctx), caches))
+    (fused_out, fused_caches), (out, caches) = results
+    assert torch.isfinite(out).all()
+    assert torch.equal(fused_out, out)
+    for fused_cache, cache in zip(fused_caches, caches, strict=True):
+        assert torch.equal(fused_cache, cache)

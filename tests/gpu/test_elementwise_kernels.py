@@ -1,8 +1,14 @@
-"""RMSNorm, rotary and SiLU-and-mul Triton kernels against their torch references."""
+"""RMSNorm, rotary (alone and fused with the KV store) and SiLU-and-mul Triton kernels against
+their torch references.
+
+``KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 pytest --noconftest`` runs these through Triton's
+interpreter on a CPU; bf16 is broken there, so the fused-kernel tests skip it under the
+interpreter."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -17,11 +23,21 @@ from kvserve.kernels.rmsnorm import (  # noqa: E402
     rms_norm_reference,
 )
 from kvserve.kernels.rotary import apply_rotary, apply_rotary_reference  # noqa: E402
+from kvserve.kernels.rotary_store_kv import (  # noqa: E402
+    rotary_store_kv,
+    rotary_store_kv_reference,
+)
+from kvserve.kernels.store_kv_cache import store_kv_cache  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 DEVICE = torch.device(os.environ.get("KVSERVE_TEST_DEVICE", "cuda"))
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+BF16_UNLESS_INTERPRETED = pytest.param(
+    torch.bfloat16,
+    marks=pytest.mark.skipif(INTERPRETED, reason="bf16 is broken in Triton's interpreter"),
+)
 # One rounding step of the dtype apart from the reference, at values of order 1.
 TOL = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 1e-5}
 
@@ -105,6 +121,85 @@ def test_apply_rotary_reference_matches_hf_formula() -> None:
     rotate_half = torch.cat((-qh[..., head_dim // 2 :], qh[..., : head_dim // 2]), dim=-1)
     hf = (qh * cos + rotate_half * sin).view_as(q)
     torch.testing.assert_close(ref_q, hf)
+
+
+@dataclass
+class FusedInputs:
+    qkv: torch.Tensor  # [T, (Hq + 2 * Hkv) * D], rows possibly wider than that
+    positions: torch.Tensor
+    cos_sin: torch.Tensor
+    kv_cache: torch.Tensor  # [2, P, page, Hkv, D], random: unwritten slots must stay as they are
+    slots: torch.Tensor  # every 7th row from the 4th on is padding (-1)
+
+
+def fused_inputs(
+    head_dim: int, hq: int, hkv: int, page: int, tokens: int, dtype: torch.dtype, row_pad: int
+) -> FusedInputs:
+    gen = torch.Generator().manual_seed(tokens)
+    width = (hq + 2 * hkv) * head_dim
+    num_pages = -(-tokens // page) + 2
+    slots = torch.randperm(num_pages * page, generator=gen)[:tokens]
+    slots[3::7] = -1
+    return FusedInputs(
+        qkv=randn(tokens, width + row_pad, dtype=dtype)[:, :width],
+        positions=torch.randint(0, 4096, (tokens,), generator=gen).to(DEVICE),
+        cos_sin=cos_sin_cache(4096, head_dim),
+        kv_cache=randn(2, num_pages, page, hkv, head_dim, dtype=dtype, seed=1),
+        slots=slots.to(DEVICE),
+    )
+
+
+# (head_dim, Hq, Hkv, page_size, T): GQA ratios 1, 4 and 8; page sizes 1 and 16.
+FUSED_SHAPES = [
+    (64, 8, 8, 16, 1),
+    (128, 32, 8, 16, 37),
+    (64, 16, 2, 1, 300),
+    (128, 8, 1, 1, 130),
+    (64, 4, 4, 1, 64),
+    (128, 16, 2, 16, 200),
+]
+FUSED_IDS = [f"d{d}-q{hq}-kv{hkv}-p{p}-t{t}" for d, hq, hkv, p, t in FUSED_SHAPES]
+FUSED_DTYPES = [BF16_UNLESS_INTERPRETED, torch.float16, torch.float32]
+
+
+@pytest.mark.parametrize("row_pad", [0, 96], ids=["dense", "wide-rows"])
+@pytest.mark.parametrize("dtype", FUSED_DTYPES)
+@pytest.mark.parametrize(("head_dim", "hq", "hkv", "page", "tokens"), FUSED_SHAPES, ids=FUSED_IDS)
+def test_rotary_store_kv_matches_reference(
+    head_dim: int, hq: int, hkv: int, page: int, tokens: int, dtype: torch.dtype, row_pad: int
+) -> None:
+    x = fused_inputs(head_dim, hq, hkv, page, tokens, dtype, row_pad)
+    before, expected = x.kv_cache.clone(), x.kv_cache.clone()
+    args = (x.qkv, x.positions, x.cos_sin)
+    ref_q = rotary_store_kv_reference(*args, expected, x.slots, hq, hkv, head_dim)
+    q = rotary_store_kv(*args, x.kv_cache, x.slots, hq, hkv, head_dim)
+    assert q.shape == (tokens, hq, head_dim) and q.is_contiguous()
+    torch.testing.assert_close(q, ref_q, atol=TOL[dtype], rtol=TOL[dtype])
+    torch.testing.assert_close(x.kv_cache[0], expected[0], atol=TOL[dtype], rtol=TOL[dtype])
+    assert torch.equal(x.kv_cache[1], expected[1])  # v is copied as it is
+    untouched = torch.ones(before[0].flatten(0, 1).shape[0], dtype=torch.bool, device=DEVICE)
+    untouched[x.slots[x.slots >= 0]] = False
+    # Padding rows and slots of other tokens: bit for bit what was there.
+    assert torch.equal(x.kv_cache.flatten(1, 2)[:, untouched], before.flatten(1, 2)[:, untouched])
+
+
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float32])
+def test_rotary_store_kv_equals_unfused_kernels_bit_for_bit(dtype: torch.dtype) -> None:
+    """Same fp32 math as rotary + store, so the fused decoder path changes no result."""
+    head_dim, hq, hkv, page, tokens = 128, 32, 8, 16, 64
+    x = fused_inputs(head_dim, hq, hkv, page, tokens, dtype, row_pad=128)
+    unfused_cache = x.kv_cache.clone()
+    q, k, v = x.qkv.split([hq * head_dim, hkv * head_dim, hkv * head_dim], dim=-1)
+    q, k = apply_rotary(q.contiguous(), k.contiguous(), x.positions, x.cos_sin, head_dim)
+    kv_heads = (tokens, hkv, head_dim)
+    store_kv_cache(k.view(kv_heads), v.contiguous().view(kv_heads), unfused_cache, x.slots)
+    q_out = torch.full((tokens, hq, head_dim), float("nan"), dtype=dtype, device=DEVICE)
+    out = rotary_store_kv(
+        x.qkv, x.positions, x.cos_sin, x.kv_cache, x.slots, hq, hkv, head_dim, q_out=q_out
+    )
+    assert out.data_ptr() == q_out.data_ptr()
+    assert torch.equal(out, q.view_as(out))
+    assert torch.equal(x.kv_cache, unfused_cache)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

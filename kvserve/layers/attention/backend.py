@@ -22,7 +22,17 @@ class AttentionBackend(Protocol):
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:  # [T, num_heads, head_dim]
-        """Write the new k/v at ``meta.slot_mapping``, then attend causally over the cache."""
+        """Write the new k/v at ``meta.slot_mapping``, then ``attend``."""
+        ...
+
+    def attend(
+        self,
+        q: torch.Tensor,  # [T, num_heads, head_dim]
+        kv_cache: torch.Tensor,  # [2, num_pages, page_size, num_kv_heads, head_dim]
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:  # [T, num_heads, head_dim]
+        """Attend causally over the cache, which already holds this step's k/v."""
         ...
 
 

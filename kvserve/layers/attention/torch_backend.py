@@ -44,6 +44,15 @@ class TorchAttentionBackend:
         scale: float,
     ) -> torch.Tensor:
         write_kv_cache(k, v, kv_cache, meta.slot_mapping)
+        return self.attend(q, kv_cache, meta, scale)
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
         if meta.is_decode_only:
             return self._decode(q, kv_cache, meta, list(range(meta.num_seqs)), scale)
         out = torch.empty_like(q)

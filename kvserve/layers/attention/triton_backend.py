@@ -2,7 +2,9 @@
 
 Same contract as ``TorchAttentionBackend`` (its reference): store the new k/v, then one decode
 kernel when every sequence has one new row, else one variable-length prefill kernel for the
-whole batch (decode rows included). No host syncs: only ``meta``'s tensors and host ints.
+whole batch (decode rows included). ``attend`` is the second half alone, for callers that stored
+k/v themselves (``kvserve.kernels.rotary_store_kv``). No host syncs: only ``meta``'s tensors and
+host ints.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ class TritonAttentionBackend:
         scale: float,
     ) -> torch.Tensor:  # [T, Hq, D]
         store_kv_cache(k, v, kv_cache, meta.slot_mapping)
+        return self.attend(q, kv_cache, meta, scale)
+
+    def attend(
+        self,
+        q: torch.Tensor,  # [T, Hq, D]
+        kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]; this step's k/v stored
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:  # [T, Hq, D]
         if meta.is_decode_only:
             # T == B: row i is sequence i's single new token.
             return paged_decode_attention(q, kv_cache, meta.block_tables, meta.seq_lens, scale)
