@@ -187,9 +187,13 @@ def run_offline(core: EngineCore, num: int, in_len: int, out_len: int) -> dict:
     t = time.perf_counter()
     for i, p in enumerate(prompts):
         core.add_request(f"o{i}", p, params)
-    produced = 0
+    produced, next_report = 0, t + 15
     while core.has_unfinished():
         produced += sum(len(o.new_token_ids) for o in core.step())
+        if time.perf_counter() > next_report:  # a run cut short still shows its rate
+            elapsed = time.perf_counter() - t
+            print(f"offline: {produced} tokens in {elapsed:.0f} s", flush=True)
+            next_report += 15
     wall = time.perf_counter() - t
     assert produced == num * out_len
     res = {"requests": num, "input_len": in_len, "output_len": out_len, "wall_s": wall,
