@@ -25,6 +25,9 @@ class KVCacheManager:
         self.enable_prefix_cache = enable_prefix_cache
         self.pool = BlockPool(num_pages)
         self.cache = RadixCache(self.pool, page_size)
+        # Evict at least this many pages at a time: each eviction sorts the evictable leaves,
+        # so one per page would cost that sort on every allocation once the cache is full.
+        self.evict_batch = max(1, num_pages // 128)
 
     @property
     def num_pages(self) -> int:
@@ -60,7 +63,7 @@ class KVCacheManager:
         if n > self.num_available_pages:
             return None
         if n > self.pool.num_free:
-            self.cache.evict(n - self.pool.num_free)
+            self.cache.evict(max(n - self.pool.num_free, self.evict_batch))
         return self.pool.take(n)
 
     def cache_pages(
@@ -94,6 +97,8 @@ class KVCacheManager:
             raise KVCacheIntegrityError(
                 f"evictable counter {self.cache.num_evictable} != actual {evictable}"
             )
+        if self.cache.evictable_leaves != self.cache.evictable_leaves_by_walk():
+            raise KVCacheIntegrityError("the evictable-leaf set differs from the tree")
         for p in free:
             if refs[p] or p in cached:
                 raise KVCacheIntegrityError(f"free page {p} is referenced or cached")
