@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from kvserve.engine.kv_cache_manager import KVCacheIntegrityError, KVCacheManager
@@ -77,3 +79,30 @@ def test_integrity_catches_leaked_reference() -> None:
     assert pages
     with pytest.raises(KVCacheIntegrityError, match="live holders"):
         kv.check_integrity([])  # nobody claims the pages: a leak
+
+
+def test_random_churn_keeps_the_evictable_leaf_set_exact() -> None:
+    """Sequences sharing prefixes are cached, re-acquired, released and evicted in random
+    order; after every operation the kept set of evictable leaves equals a walk of the tree."""
+    rng = random.Random(3)
+    kv = KVCacheManager(256, 2, enable_prefix_cache=True)
+    held: list[list[int]] = []
+    for _ in range(400):
+        if held and rng.random() < 0.45:
+            kv.release(held.pop(rng.randrange(len(held))))
+        else:
+            tokens = [rng.randrange(3) for _ in range(2 * rng.randint(1, 6))]
+            hit = kv.match_prefix(tokens)
+            kv.acquire(hit)
+            new = kv.allocate(len(tokens) // 2 - len(hit))
+            if new is None:
+                kv.release(hit)
+                continue
+            pages, _ = kv.cache_pages(tokens, hit + new)
+            held.append(pages)
+        kv.check_integrity(held)
+    for pages in held:
+        kv.release(pages)
+    assert kv.reset_prefix_cache() > 0
+    assert kv.num_free_pages == 256
+    kv.check_integrity([])
