@@ -203,7 +203,10 @@ def run_offline(core: EngineCore, num: int, in_len: int, out_len: int) -> dict:
     return res
 
 
-def run_hf(model_dir: str, batches: list[int], ctx: int) -> list[dict]:
+def run_hf(model_dir: str, batches: list[int], ctx: int, compile_forward: bool) -> list[dict]:
+    """transformers' generate with a static cache. With a static cache transformers compiles
+    the forward by itself, which takes minutes per batch size on an 8B model; that is off
+    unless ``compile_forward`` (``--hf-compile``)."""
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(model_dir)
@@ -215,7 +218,8 @@ def run_hf(model_dir: str, batches: list[int], ctx: int) -> list[dict]:
         times = {}
         for n in (32, 96):
             kwargs = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                          cache_implementation="static", pad_token_id=0)  # fmt: skip
+                          cache_implementation="static", pad_token_id=0,
+                          disable_compile=not compile_forward)  # fmt: skip
             with torch.no_grad():
                 model.generate(ids, **{**kwargs, "max_new_tokens": 4, "min_new_tokens": 4})
                 torch.cuda.synchronize()
@@ -224,7 +228,7 @@ def run_hf(model_dir: str, batches: list[int], ctx: int) -> list[dict]:
                 torch.cuda.synchronize()
             times[n] = time.perf_counter() - t
         rate = b * 64 / (times[96] - times[32])
-        rows.append({"batch": b, "context": ctx, "tok_s": rate})
+        rows.append({"batch": b, "context": ctx, "tok_s": rate, "compiled": compile_forward})
         print(f"transformers b={b}: {rate:.0f} tok/s", flush=True)
     return rows
 
@@ -239,6 +243,7 @@ def main() -> None:
     ap.add_argument("--offline-requests", type=int, default=1000)
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
+    ap.add_argument("--hf-compile", action="store_true", help="let transformers compile")
     args = ap.parse_args()
     parts = {"ceilings", "decode", "prefill", "breakdown", "offline", "hf"}
     parts = parts if args.parts == "all" else set(args.parts.split(","))
@@ -281,7 +286,7 @@ def main() -> None:
         gc.collect()
         torch.cuda.empty_cache()
     if "hf" in parts:
-        result["transformers"] = run_hf(args.model, [1, 64], 1024)
+        result["transformers"] = run_hf(args.model, [1, 64], 1024, args.hf_compile)
         save()
 
 
