@@ -15,6 +15,10 @@ RESULTS_DIR = Path(__file__).parent / "results"
 
 
 def git_commit() -> str:
+    """KVSERVE_COMMIT when set (a copy of the tree run elsewhere may carry a stale .git), else
+    the checkout's HEAD."""
+    if os.environ.get("KVSERVE_COMMIT"):
+        return os.environ["KVSERVE_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -25,7 +29,7 @@ def git_commit() -> str:
         )
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("KVSERVE_COMMIT", "unknown")
+        return "unknown"
 
 
 def machine() -> dict[str, Any]:
