@@ -25,7 +25,9 @@ def build_engine_config(model: str | None = None, **settings: Any) -> EngineConf
         settings["enable_prefix_cache"] = False
     if settings.pop("disable_overlap_schedule", False):
         settings["overlap_schedule"] = False
-    if "async_scheduling" in settings:  # vLLM's name
+    if settings.pop("enable_overlap_schedule", False):  # a switch: False means "not given"
+        settings["overlap_schedule"] = True
+    if "async_scheduling" in settings:  # vLLM's keyword in the Python API
         settings["overlap_schedule"] = bool(settings.pop("async_scheduling"))
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
     top: dict[str, Any] = {}

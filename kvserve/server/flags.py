@@ -123,6 +123,12 @@ FLAGS: list[Flag] = [
         engine=True,
     ),  # fmt: skip
     Flag(
+        ("--enable-overlap-schedule", "--async-scheduling"),
+        "plan the next step while one runs, on CPU too (the default on CUDA)",
+        switch=True,
+        engine=True,
+    ),  # fmt: skip
+    Flag(
         ("--cuda-graph-max-bs",), "largest batch captured in a CUDA graph", type=int, engine=True
     ),  # fmt: skip
 ]
