@@ -62,7 +62,7 @@ class Attention(nn.Module):
     def _fuses_rotary_store(self, ctx: ForwardContext) -> bool:
         """Rotary and the KV store in one kernel straight from the qkv output (Triton path);
         q/k norms (Qwen3) sit between the split and rotary, so they keep the unfused path."""
-        return self.rotary.use_kernel and self.q_norm is None and ctx.backend.name == "triton"
+        return self.rotary.use_kernel and self.q_norm is None and ctx.backend.fuses_rotary_store
 
     def _rotary_store_attend(
         self, positions: torch.Tensor, qkv: torch.Tensor, ctx: ForwardContext

@@ -399,9 +399,10 @@ def test_decode_step_replays_in_cuda_graph() -> None:
 
 
 class _UnfusedTritonBackend(TritonAttentionBackend):
-    """The Triton backend under another name, so Attention keeps its unfused path."""
+    """The Triton backend without the fused rotary store, so Attention keeps its unfused path."""
 
     name = "triton-unfused"
+    fuses_rotary_store = False
 
 
 def _tiny_decoder(dtype: torch.dtype, qk_norm: bool) -> DecoderForCausalLM:

@@ -12,6 +12,7 @@ from kvserve.layers.attention.metadata import AttentionMetadata
 
 class AttentionBackend(Protocol):
     name: str
+    fuses_rotary_store: bool  # takes k/v stored by the model's fused rotary kernel (``attend``)
 
     def forward(
         self,

@@ -33,6 +33,7 @@ def gather_sequence_kv(
 
 class TorchAttentionBackend:
     name = "torch"
+    fuses_rotary_store = False
 
     def forward(
         self,

@@ -19,6 +19,9 @@ from kvserve.layers.attention.metadata import AttentionMetadata
 
 class TritonAttentionBackend:
     name = "triton"
+    # The model may store k/v itself with rotary fused in (kvserve.kernels.rotary_store_kv)
+    # and call ``attend``.
+    fuses_rotary_store = True
 
     def forward(
         self,
