@@ -85,23 +85,20 @@ def build_model_inputs(plan: SchedulerOutput, page_size: int, device: torch.devi
 def _known_token_ids(
     chunks: list[ScheduledChunk], row_starts: np.ndarray
 ) -> tuple[list[int], list[int], list[Request]]:
-    """Token id of every row, 0 where the token is pending (only ever a chunk's last row)."""
-    if int(row_starts[-1]) == len(chunks):  # decode-only: the common case, kept cheap
-        token_ids = []
-        for c in chunks:
-            r = c.request
-            token_ids.append(r.token_at(c.start) if c.start < r.num_tokens else 0)
-    else:
-        token_ids = list(
-            itertools.chain.from_iterable(
-                c.request.token_ids(c.start, c.start + c.num_new_tokens) for c in chunks
-            )
-        )
-    pending_rows, pending_requests = [], []
+    """Token id of every row, 0 where the token is pending (only ever a chunk's last row: a
+    request with a token in flight has computed all its known tokens)."""
+    token_ids: list[int] = []
+    pending_rows: list[int] = []
+    pending_requests: list[Request] = []
     for i, c in enumerate(chunks):
-        if c.start + c.num_new_tokens > c.request.num_tokens:
+        r, end = c.request, c.start + c.num_new_tokens
+        if end == c.start + 1 and c.start < r.num_tokens:  # a decode row, the common case
+            token_ids.append(r.token_at(c.start))
+        elif end <= r.num_tokens:
+            token_ids.extend(r.token_ids(c.start, end))
+        else:
+            token_ids.extend(r.token_ids(c.start, end - 1))
+            token_ids.append(0)
             pending_rows.append(int(row_starts[i + 1]) - 1)
-            pending_requests.append(c.request)
-            if int(row_starts[-1]) != len(chunks):
-                token_ids.insert(pending_rows[-1], 0)
+            pending_requests.append(r)
     return token_ids, pending_rows, pending_requests
