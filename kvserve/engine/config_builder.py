@@ -16,6 +16,7 @@ ALIASES = {
     "max_num_seqs": "max_running_requests",
     "max_model_len": "context_length",
     "block_size": "page_size",
+    "async_scheduling": "overlap_schedule",
 }
 
 
@@ -27,8 +28,6 @@ def build_engine_config(model: str | None = None, **settings: Any) -> EngineConf
         settings["overlap_schedule"] = False
     if settings.pop("enable_overlap_schedule", False):  # a switch: False means "not given"
         settings["overlap_schedule"] = True
-    if "async_scheduling" in settings:  # vLLM's keyword in the Python API
-        settings["overlap_schedule"] = bool(settings.pop("async_scheduling"))
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
     top: dict[str, Any] = {}
     top_fields = {f.name for f in dataclasses.fields(EngineConfig)} - set(_SECTIONS)

@@ -57,25 +57,22 @@ def build_model_inputs(plan: SchedulerOutput, page_size: int, device: torch.devi
     slots += positions % page_size
     sampled = [i for i, c in enumerate(chunks) if c.sample]
 
-    def to_dev(a: np.ndarray | list[int], dtype: torch.dtype) -> torch.Tensor:
-        return to_device(a, dtype, device)
-
     query_lens_cpu, seq_lens_cpu = query_lens.tolist(), seq_lens.tolist()
     meta = AttentionMetadata(
-        query_start_loc=to_dev(row_starts, torch.int32),
-        seq_lens=to_dev(seq_lens, torch.int32),
-        block_tables=to_dev(tables, torch.int32),
-        slot_mapping=to_dev(slots, torch.int64),
+        query_start_loc=to_device(row_starts, torch.int32, device),
+        seq_lens=to_device(seq_lens, torch.int32, device),
+        block_tables=to_device(tables, torch.int32, device),
+        slot_mapping=to_device(slots, torch.int64, device),
         max_query_len=max(query_lens_cpu),
         max_seq_len=max(seq_lens_cpu),
         query_lens_cpu=query_lens_cpu,
         seq_lens_cpu=seq_lens_cpu,
     )
     return ModelInputs(
-        token_ids=to_dev(token_ids, torch.int64),
-        positions=to_dev(positions, torch.int64),
+        token_ids=to_device(token_ids, torch.int64, device),
+        positions=to_device(positions, torch.int64, device),
         meta=meta,
-        sample_rows=to_dev([int(row_starts[i + 1]) - 1 for i in sampled], torch.int64),
+        sample_rows=to_device([int(row_starts[i + 1]) - 1 for i in sampled], torch.int64, device),
         sampled_chunks=sampled,
         pending_rows=pending_rows,
         pending_requests=pending_requests,

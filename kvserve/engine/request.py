@@ -63,7 +63,7 @@ class Request:
 
     @property
     def num_tokens_with_pending(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids) + self.num_pending
+        return self.num_tokens + self.num_pending
 
     @property
     def ends_with_pending(self) -> bool:

@@ -69,7 +69,7 @@ class Scheduler:
                 self.config.chunked_prefill_size,
                 budget,
             )
-            if n <= 0 or req.ends_with_pending:
+            if req.ends_with_pending:
                 i += 1
                 continue
             if self._reserve(req, req.num_computed_tokens + n):
@@ -227,7 +227,7 @@ class Scheduler:
         if req.status is RequestStatus.RUNNING:
             self.running.remove(req)
             self._release(req)
-        elif req.status is RequestStatus.WAITING and req in self.waiting:
+        elif req.status is RequestStatus.WAITING:
             self.waiting.remove(req)  # never scheduled, or preempted with a token in flight
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from kvserve import LLM
+from kvserve.engine.config_builder import build_engine_config
 from kvserve.errors import ConfigError, ModelLoadError
 
 
@@ -42,3 +43,18 @@ def test_corrupt_gguf(tmp_path) -> None:
 def test_bad_settings(settings, message) -> None:
     with pytest.raises(ConfigError, match=message):
         LLM(**settings)
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({}, None),
+        ({"disable_overlap_schedule": True}, False),
+        ({"enable_overlap_schedule": True}, True),
+        ({"disable_overlap_schedule": False, "enable_overlap_schedule": False}, None),
+        ({"async_scheduling": True}, True),  # vLLM's name
+        ({"async_scheduling": False}, False),
+    ],
+)
+def test_overlap_schedule_settings(settings, expected) -> None:
+    assert build_engine_config(**settings).overlap_schedule is expected
