@@ -22,11 +22,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from results_io import write_result  # noqa: E402
-from roofline import random_prompts  # noqa: E402
+from roofline import add_decode_batch  # noqa: E402
 
 from kvserve.engine.config_builder import build_engine_config  # noqa: E402
 from kvserve.engine.engine_core import EngineCore  # noqa: E402
-from kvserve.engine.sampling_params import SamplingParams  # noqa: E402
 
 
 def kernel_times(prof: torch.profiler.profile) -> dict[str, float]:
@@ -39,15 +38,9 @@ def kernel_times(prof: torch.profiler.profile) -> dict[str, float]:
 
 
 def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dict[str, Any]:
-    vocab = core.model_config.vocab_size
-    # Long enough that no request ends inside the window (the first ones start decoding while
-    # the last are still prefilling); all are aborted afterwards.
-    params = SamplingParams(temperature=0, max_tokens=2048, ignore_eos=True)
-    for i, p in enumerate(random_prompts(batch, context, vocab, seed=5)):
-        core.add_request(f"prof{batch}-{i}", p, params)
-    reqs = list(core.requests.values())
-    while min(r.num_output_tokens for r in reqs) < 4:
-        core.step()
+    # max_tokens long enough that no request ends inside the window (the first ones start
+    # decoding while the last are still prefilling); all are aborted afterwards.
+    reqs = add_decode_batch(core, batch, context, 2048, seed=5, min_outputs=4)
     for _ in range(3):
         core.step()
     torch.cuda.synchronize()

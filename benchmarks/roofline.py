@@ -34,6 +34,7 @@ from results_io import write_result  # noqa: E402
 from kvserve.engine.config_builder import build_engine_config  # noqa: E402
 from kvserve.engine.engine_core import EngineCore  # noqa: E402
 from kvserve.engine.kv_cache_sizing import kv_bytes_per_token  # noqa: E402
+from kvserve.engine.request import Request  # noqa: E402
 from kvserve.engine.sampling_params import SamplingParams  # noqa: E402
 
 VLLM_0_26 = {"decode_b1": 202.7, "decode_b64": 8142, "decode_b256": 13726, "offline_out": 8411}
@@ -48,21 +49,30 @@ def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]
     return torch.randint(1000, vocab - 1000, (n, length), generator=gen).tolist()
 
 
+def add_decode_batch(
+    core: EngineCore, batch: int, ctx: int, max_tokens: int, seed: int, min_outputs: int = 0
+) -> list[Request]:
+    """``batch`` greedy requests of ``ctx`` random prompt tokens (``ignore_eos``), stepped
+    until each has ``min_outputs`` tokens."""
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    prompts = random_prompts(batch, ctx, core.model_config.vocab_size, seed)
+    for i, p in enumerate(prompts):
+        core.add_request(f"b{batch}-c{ctx}-s{seed}-{i}", p, params)
+    reqs = list(core.requests.values())
+    while min(r.num_output_tokens for r in reqs) < min_outputs:
+        core.step()
+    return reqs
+
+
 def decode_rate(core: EngineCore, batch: int, ctx: int, out_lo: int, out_hi: int) -> dict:
     """Tokens decoded between every request having ``out_lo`` and ``out_hi`` outputs."""
-    vocab = core.model_config.vocab_size
-    params = SamplingParams(temperature=0, max_tokens=out_hi, ignore_eos=True)
-    for i, p in enumerate(random_prompts(batch, ctx, vocab, seed=batch * 7 + ctx)):
-        core.add_request(f"d{batch}-{ctx}-{i}", p, params)
-    reqs = list(core.requests.values())
+    reqs = add_decode_batch(core, batch, ctx, out_hi, seed=batch * 7 + ctx)
     t_lo = None
-    steps = 0
     while core.has_unfinished():
         core.step()
         if t_lo is None and min(r.num_output_tokens for r in reqs) >= out_lo:
             torch.cuda.synchronize()
-            t_lo, steps = time.perf_counter(), 0
-        steps += 1
+            t_lo = time.perf_counter()
     t_hi = time.perf_counter()
     assert t_lo is not None
     tokens = batch * (out_hi - out_lo)
@@ -103,13 +113,7 @@ def step_breakdown(core: EngineCore, batch: int, ctx: int, steps: int = 40) -> d
     import cProfile
     import pstats
 
-    vocab = core.model_config.vocab_size
-    params = SamplingParams(temperature=0, max_tokens=3 * steps + 64, ignore_eos=True)
-    for i, p in enumerate(random_prompts(batch, ctx, vocab, seed=11)):
-        core.add_request(f"s{batch}-{i}", p, params)
-    reqs = list(core.requests.values())
-    while min(r.num_output_tokens for r in reqs) < 8:
-        core.step()
+    add_decode_batch(core, batch, ctx, 3 * steps + 64, seed=11, min_outputs=8)
     torch.cuda.synchronize()
     t = time.perf_counter()
     for _ in range(steps):
