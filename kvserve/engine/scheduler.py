@@ -168,7 +168,6 @@ class Scheduler:
                 continue  # aborted or stopped while the step ran: the token is dropped
             token = sampled[req.request_id]
             req.output_token_ids.append(token)
-            self._cache_computed(req)
             reason = self._stop_reason(req, token)
             if reason is not None:
                 self._finish(req, reason)
