@@ -26,7 +26,6 @@ from kvserve.engine.prompt_checks import check_prompt
 from kvserve.engine.request import Request
 from kvserve.engine.sampling_params import SamplingParams
 from kvserve.engine.scheduler import Scheduler
-from kvserve.engine.scheduler_output import SchedulerOutput
 from kvserve.engine.stats import EngineStats
 from kvserve.errors import ConfigError, InvalidRequestError
 from kvserve.loader import ModelSource, open_model_source
@@ -64,7 +63,7 @@ class EngineCore:
         self._rng = random.Random(config.seed)
         overlap = config.overlap_schedule
         self.overlap = self.device.type == "cuda" if overlap is None else overlap
-        self._in_flight: tuple[SchedulerOutput, LaunchedStep] | None = None
+        self._in_flight: LaunchedStep | None = None
 
     # -- requests ---------------------------------------------------------------------------
     def add_request(
@@ -115,16 +114,13 @@ class EngineCore:
     def step(self) -> list[EngineCoreOutput]:
         """Launch the next step; return the outputs of the step completed meanwhile."""
         outputs: list[EngineCoreOutput] = []
-        if self._in_flight is not None and not self._can_plan_ahead(self._in_flight[1]):
-            outputs = self._complete(*self._in_flight)
+        if self._in_flight is not None and not self._can_plan_ahead(self._in_flight):
+            outputs = self._complete(self._in_flight)
             self._in_flight = None
         plan = self.scheduler.schedule()
-        launched = None
-        if not plan.is_empty:
-            in_flight = self._in_flight[1] if self._in_flight is not None else None
-            launched = (plan, self.runner.launch(plan, in_flight))
+        launched = None if plan.is_empty else self.runner.launch(plan, self._in_flight)
         if self._in_flight is not None:
-            outputs += self._complete(*self._in_flight)
+            outputs += self._complete(self._in_flight)
         self._in_flight = launched
         if launched is None and outputs and not self.scheduler.has_unfinished():
             self.check_integrity()  # once, as the engine goes idle
@@ -135,9 +131,9 @@ class EngineCore:
         still in flight must have it back before its next step is planned."""
         return self.overlap and not any(r.params.uses_penalties for r in in_flight.requests)
 
-    def _complete(self, plan: SchedulerOutput, launched: LaunchedStep) -> list[EngineCoreOutput]:
+    def _complete(self, launched: LaunchedStep) -> list[EngineCoreOutput]:
         sampled, logprobs = launched.results()
-        changed = self.scheduler.update(plan, sampled)
+        changed = self.scheduler.update(launched.plan, sampled)
         outputs = []
         for req in changed:
             lp = logprobs.get(req.request_id)

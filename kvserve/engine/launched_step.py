@@ -10,20 +10,24 @@ import torch
 
 from kvserve.engine.outputs import TokenLogprobs
 from kvserve.engine.request import Request
+from kvserve.engine.scheduler_output import SchedulerOutput
 from kvserve.layers.sampler import SamplerOutput
 
 
 @dataclass
 class LaunchedStep:
+    plan: SchedulerOutput
     requests: list[Request]  # the requests that sample this step, in the sampler's row order
     token_ids: torch.Tensor | None  # int64 [S] on the device: feeds the next step's pending rows
     host: SamplerOutput | None  # the sampler's output, being copied to the host
     copied: torch.cuda.Event | None  # recorded after the copy (None on CPU: already there)
 
     @classmethod
-    def start(cls, requests: list[Request], out: SamplerOutput) -> LaunchedStep:
+    def start(
+        cls, plan: SchedulerOutput, requests: list[Request], out: SamplerOutput
+    ) -> LaunchedStep:
         if out.token_ids.device.type != "cuda":
-            return cls(requests, out.token_ids, out, None)
+            return cls(plan, requests, out.token_ids, out, None)
 
         def to_host(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to("cpu", non_blocking=True)
@@ -34,12 +38,12 @@ class LaunchedStep:
         )  # fmt: skip
         event = torch.cuda.Event()
         event.record()
-        return cls(requests, out.token_ids, host, event)
+        return cls(plan, requests, out.token_ids, host, event)
 
     @classmethod
-    def empty(cls) -> LaunchedStep:
+    def empty(cls, plan: SchedulerOutput) -> LaunchedStep:
         """A step with nothing to sample (every chunk a partial prefill)."""
-        return cls([], None, None, None)
+        return cls(plan, [], None, None, None)
 
     def row_of(self) -> dict[str, int]:
         return {r.request_id: i for i, r in enumerate(self.requests)}

@@ -113,11 +113,11 @@ class ModelRunner:
             ctx = ForwardContext(inputs.meta, self.kv_caches, self.backend)
             hidden = self.model(inputs.token_ids, inputs.positions, ctx)
         if not inputs.sampled_chunks:
-            return LaunchedStep.empty()
+            return LaunchedStep.empty(plan)
         logits = self.model.compute_logits(hidden[inputs.sample_rows])
         requests = [plan.chunks[i].request for i in inputs.sampled_chunks]
         batch = build_sampling_batch(requests, logits.shape[1], self.device)
-        return LaunchedStep.start(requests, self.sampler(logits, batch))
+        return LaunchedStep.start(plan, requests, self.sampler(logits, batch))
 
 
 def _fill_pending_rows(inputs: ModelInputs, in_flight: LaunchedStep | None) -> None:
