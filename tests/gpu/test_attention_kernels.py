@@ -216,7 +216,7 @@ def test_decode_forced_split_counts(num_splits: int) -> None:
     assert_close(out, ref, torch.bfloat16)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
 def test_decode_16k_context(dtype: torch.dtype) -> None:
     lens = [16384, 9000, 16383]
     b = make_batch(
@@ -309,7 +309,7 @@ def test_prefill_16k(qlens: list[int], slens: list[int]) -> None:
     ],
     ids=["decode-only", "mixed", "decodes-first", "tiny"],
 )
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
 def test_triton_backend_matches_torch_backend(
     qlens: list[int], slens: list[int], dtype: torch.dtype
 ) -> None:
