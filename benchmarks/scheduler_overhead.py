@@ -32,8 +32,9 @@ def make_requests(n: int, in_len: int, out_len: int) -> list[Request]:
     rng = random.Random(0)
     params = SamplingParams(temperature=0, max_tokens=out_len, ignore_eos=True)
     return [
-        Request(f"r{i}", [rng.randrange(1000, 120_000) for _ in range(in_len)], params, 0, 0.0,
-                out_len)  # fmt: skip
+        Request(
+            f"r{i}", [rng.randrange(1000, 120_000) for _ in range(in_len)], params, 0, 0.0, out_len
+        )  # fmt: skip
         for i in range(n)
     ]
 

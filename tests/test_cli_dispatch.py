@@ -1,7 +1,6 @@
 from __future__ import annotations
 
-import subprocess
-import sys
+from cli_runner import run_kvserve
 
 from kvserve.cli import COMMANDS, main
 
@@ -14,9 +13,7 @@ def test_help_lists_every_command(capsys) -> None:
 
 
 def test_unknown_command_is_one_line_error() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "kvserve.cli", "nonsense"], capture_output=True, text=True
-    )
+    proc = run_kvserve("nonsense")
     assert proc.returncode == 2
     assert "unknown command 'nonsense'" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
+
+from cli_runner import run_kvserve
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kvserve.cli", "generate", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_kvserve("generate", *args, timeout=300)
 
 
 def test_generate_chat_json() -> None:

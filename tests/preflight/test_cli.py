@@ -2,19 +2,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import torch
+from cli_runner import run_kvserve
 
 
 def _preflight(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kvserve.cli", "preflight", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_kvserve("preflight", *args)
 
 
 def test_cpu_node_skips_gpu_checks_with_reason_and_writes_json(tmp_path: Path) -> None:

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from cli_runner import run_kvserve
 from conftest import replay_runner
 
 from kvserve.preflight.monitor import (
@@ -52,21 +51,7 @@ def test_background_sampler_collects_until_stopped() -> None:
 
 
 def test_monitor_cli_without_gpu_is_one_line_exit_2(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kvserve.cli",
-            "monitor",
-            "--count",
-            "1",
-            "--out",
-            str(tmp_path / "gpu.jsonl"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_kvserve("monitor", "--count", "1", "--out", str(tmp_path / "gpu.jsonl"))
     if proc.returncode == 0:  # a machine with a GPU: the sample was written
         assert (tmp_path / "gpu.jsonl").read_text().count("\n") >= 1
         return
@@ -76,10 +61,5 @@ def test_monitor_cli_without_gpu_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_monitor_cli_rejects_bad_interval() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "kvserve.cli", "monitor", "--interval", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_kvserve("monitor", "--interval", "0")
     assert proc.returncode == 2 and "--interval must be positive" in proc.stderr

@@ -4,18 +4,17 @@ answer, clean shutdown."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+
+from cli_runner import run_kvserve
 
 from tests.server.conftest import ROOT
 
 
 def test_demo_short(tmp_path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "kvserve.cli", "demo", "--num-requests", "4", "--concurrency", "2",
-         "--answer-tokens", "8"],
+    proc = run_kvserve(
+        "demo", "--num-requests", "4", "--concurrency", "2", "--answer-tokens", "8",
         cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=600,
+        timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
