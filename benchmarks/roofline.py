@@ -245,6 +245,7 @@ def main() -> None:
     ap.add_argument("--contexts", default="1024,4096")
     ap.add_argument("--prefill-lengths", default="1024,4096,16384")
     ap.add_argument("--offline-requests", type=int, default=1000)
+    ap.add_argument("--max-running", type=int, default=256, help="most requests in one step")
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     ap.add_argument("--hf-compile", action="store_true", help="let transformers compile")
@@ -267,7 +268,8 @@ def main() -> None:
         t = time.perf_counter()
         core = EngineCore(build_engine_config(
             args.model, load_format="dummy", device="cuda", dtype="bfloat16",
-            max_num_batched_tokens=budget, chunked_prefill_size=budget, max_running_requests=256,
+            max_num_batched_tokens=budget, chunked_prefill_size=budget,
+            max_running_requests=args.max_running,
             context_length=32768,  # the 16K prefill point exceeds the config's 8K
         ))  # fmt: skip
         result["engine"] = {"startup_s": time.perf_counter() - t, "kv_pages": core.kv.num_pages,
