@@ -9,7 +9,8 @@ Parts (``--parts`` takes a comma list or ``all``):
             lengths over the time between them (as vLLM's figures were taken); share of the
             bytes-moved ceiling = (weights + KV read per step) / copy bandwidth
   prefill   prefill tok/s and share of the matmul ceiling for 1K/4K/16K-token prompts
-  offline   1000 requests x (1024 random in, 1024 out, ignore_eos): output and total tok/s
+  offline   1000 requests x (1024 random in, 1024 out, ignore_eos): output and total tok/s,
+            and the share of a floor built from the ceilings (see ``offline_floor``)
   breakdown wall time per decode step vs the captured graph alone; top host functions
   hf        Hugging Face transformers (static cache) decode at batch 1 and 64, 1K context
 Dummy (random) bf16 weights from the config alone. Writes roofline_<date>.json.
@@ -183,7 +184,29 @@ def run_prefill(core: EngineCore, ceil: dict, lengths: list[int], budget: int) -
     return rows
 
 
-def run_offline(core: EngineCore, num: int, in_len: int, out_len: int) -> dict:
+def offline_floor(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int) -> dict:
+    """A lower bound on the offline run's time from this run's ceilings: every prompt token's
+    matmul FLOPs at the matmul ceiling, every output token's matmul FLOPs at the same ceiling
+    (or, when fewer rows than that share per step, one weight read per step at copy bandwidth),
+    and every output token's read of its whole context's KV at copy bandwidth. Attention FLOPs
+    and everything else count zero, so the bound is low."""
+    scheduler = core.scheduler.config
+    params = sum(p.numel() for n, p in core.runner.model.named_parameters() if "embed" not in n)
+    flop_s = ceil["bf16_matmul_TFLOPs"] * 1e12
+    copy_bps = ceil["copy_GBps"] * 1e9
+    steps = out_len * -(-num // scheduler.max_running_requests)
+    kv_tok = kv_bytes_per_token(core.model_config, core.dtype)
+    context_tokens = num * (out_len * in_len + out_len * (out_len - 1) / 2)
+    parts = {
+        "prefill_matmul": num * in_len * 2 * params / flop_s,
+        "decode_matmul": max(num * out_len * 2 * params / flop_s,
+                             steps * weight_bytes(core) / copy_bps),
+        "decode_kv_read": context_tokens * kv_tok / copy_bps,
+    }  # fmt: skip
+    return {"floor_s": sum(parts.values()), "floor_parts_s": parts}
+
+
+def run_offline(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int) -> dict:
     vocab = core.model_config.vocab_size
     params = SamplingParams(temperature=0, max_tokens=out_len, ignore_eos=True)
     prompts = random_prompts(num, in_len, vocab, seed=1)
@@ -202,8 +225,11 @@ def run_offline(core: EngineCore, num: int, in_len: int, out_len: int) -> dict:
     assert produced == num * out_len
     res = {"requests": num, "input_len": in_len, "output_len": out_len, "wall_s": wall,
            "output_tok_s": produced / wall, "total_tok_s": (produced + num * in_len) / wall,
-           "preemptions": core.scheduler.counters.preemptions}  # fmt: skip
-    print(f"offline: {res['output_tok_s']:.0f} output tok/s in {wall:.1f} s", flush=True)
+           "preemptions": core.scheduler.counters.preemptions,
+           **offline_floor(core, ceil, num, in_len, out_len)}  # fmt: skip
+    res["share_of_floor"] = res["floor_s"] / wall
+    print(f"offline: {res['output_tok_s']:.0f} output tok/s in {wall:.1f} s, floor "
+          f"{res['floor_s']:.1f} s ({100 * res['share_of_floor']:.0f}%)", flush=True)  # fmt: skip
     return res
 
 
@@ -286,7 +312,7 @@ def main() -> None:
             result["breakdown"] = [step_breakdown(core, b, 1024) for b in (1, 64, 256)]
             save()
         if "offline" in parts:
-            result["offline"] = run_offline(core, args.offline_requests, 1024, 1024)
+            result["offline"] = run_offline(core, ceil, args.offline_requests, 1024, 1024)
             save()
         del core
         gc.collect()
