@@ -1,9 +1,15 @@
-"""Decode-shaped GEMMs (few rows, a large weight) against the copy ceiling of the same run.
+"""Decode-shaped GEMMs (few rows, a large weight) against the copy ceiling of the same run:
+cuBLAS through ``F.linear`` and every candidate config of the skinny Triton kernel
+(``kvserve/kernels/skinny_gemm.py``, M <= 64 rows).
 
-A decode step's linear layers read each weight once, so their floor is weight bytes / bandwidth.
-For the Llama-3-8B projections at M = 1..256 rows this times cuBLAS through ``F.linear`` (weight
-stored [N, K], as the model keeps it) and through ``x @ w`` on a [K, N] copy, and reports the
-share of the copy ceiling (bytes read + written per second) that the weight read reaches.
+A decode step's linear layers read each weight once, so their floor is weight bytes / bandwidth,
+the copy ceiling (bytes read + written per second). As in the engine's decode graph, which runs
+32 layers, each op is timed inside one CUDA graph that runs it over L distinct weights back to
+back (L weights >= 256 MB, over 4x the L2): no weight comes from L2 and no launch cost shows.
+Time per op = graph replay time / L, median over replays. Each Triton config is checked against
+F.linear before it is timed and again after the replays; a failing config is reported, not
+timed. Shapes: Llama-3-8B's fused projections and lm_head, bf16. About two minutes on an H200,
+mostly Triton compiles (--max-configs, --shapes and --rows trim it).
 
     PYTHONPATH=. python3 benchmarks/skinny_gemm.py --out-dir $OUT
 """
@@ -11,47 +17,163 @@ share of the copy ceiling (bytes read + written per second) that the weight read
 from __future__ import annotations
 
 import argparse
+import gc
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from ceilings import copy_bandwidth_gbs, median_ms
+from ceilings import copy_bandwidth_gbs
 from results_io import write_result
 
-# name: (N, K) of Llama-3-8B's fused projections
-SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
-ROWS = [1, 8, 32, 64, 128, 256]
+from kvserve.kernels.skinny_gemm import MAX_ROWS, SkinnyGemmConfig, candidate_configs, skinny_linear
+
+# name: (N, K) of Llama-3-8B's fused projections and its lm_head
+SHAPES = {
+    "qkv": (6144, 4096),
+    "o": (4096, 4096),
+    "gate_up": (28672, 4096),
+    "down": (4096, 14336),
+    "lm_head": (128256, 4096),
+}
+ROWS = [1, 8, 16, 32, 64, 128]
+SPAN_BYTES = 256 << 20  # weights per graph: over 4x the H200's L2
+MIN_LAYERS = 8
+REL_TOL = 2e-2  # of the output's largest magnitude; bf16 rounding is 0.4%
+WARMUP_REPLAYS = 2
+
+Op = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def time_shape(n: int, k: int, m: int, copy_gbs: float) -> dict:
-    w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") / k**0.5
-    w_kn = w.t().contiguous()
-    x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-    floor_us = (w.numel() * 2) / (copy_gbs * 1e3)
-    row = {"N": n, "K": k, "M": m, "floor_us": floor_us}
-    for name, fn in (("linear_nk", lambda: F.linear(x, w)), ("matmul_kn", lambda: x @ w_kn)):
-        us = median_ms(fn) * 1e3
-        row[f"{name}_us"] = us
-        row[f"{name}_share"] = floor_us / us
+def graph_us(
+    op: Op, xs: list[torch.Tensor], weights: list[torch.Tensor], replays: int
+) -> tuple[float, torch.Tensor]:
+    """(us per op, layer 0's output after the replays) for one graph of ``op`` over all weights."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [op(x, w) for x, w in zip(xs, weights, strict=True)]
+    times = []
+    for i in range(WARMUP_REPLAYS + replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        if i >= WARMUP_REPLAYS:
+            times.append(start.elapsed_time(end))
+    return statistics.median(times) * 1e3 / len(weights), outs[0]
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    ref = ref.float()
+    return float((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
+
+
+def time_triton(
+    cfg: SkinnyGemmConfig,
+    xs: list[torch.Tensor],
+    weights: list[torch.Tensor],
+    ref: torch.Tensor,
+    replays: int,
+) -> dict[str, Any]:
+    def op(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return skinny_linear(x, w, cfg)
+
+    try:
+        err = rel_err(op(xs[0], weights[0]), ref)  # compiles outside the capture
+        if not err <= REL_TOL:  # NaN fails too
+            return {"error": f"output off by {err:.3g} of its max"}
+        us, out = graph_us(op, xs, weights, replays)
+    except Exception as e:  # noqa: BLE001 - a config that does not compile (shared memory) etc.
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    err = rel_err(out, ref)
+    if not err <= REL_TOL:
+        return {"error": f"output after graph replays off by {err:.3g} of its max", "us": us}
+    return {"us": us}
+
+
+def time_row(
+    name: str, weights: list[torch.Tensor], m: int, copy_gbs: float, args: argparse.Namespace
+) -> dict[str, Any]:
+    n, k = weights[0].shape
+    xs = [torch.randn(m, k, dtype=torch.bfloat16, device="cuda") for _ in weights]
+    ref = F.linear(xs[0], weights[0])
+    floor_us = n * k * 2 / (copy_gbs * 1e3)
+    cublas_us, out = graph_us(F.linear, xs, weights, args.replays)
+    row: dict[str, Any] = {"shape": name, "N": n, "K": k, "M": m, "layers": len(weights)}
+    row["cublas_graph_err"] = rel_err(out, ref)  # a check of the harness: ~0
+    row |= {"floor_us": floor_us, "cublas_us": cublas_us, "cublas_share": floor_us / cublas_us}
+    if m > MAX_ROWS:
+        return row
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    configs = candidate_configs(m, n, k, num_sms=sms)[: args.max_configs or None]
+    results = [
+        {"config": asdict(c), **time_triton(c, xs, weights, ref, args.replays)} for c in configs
+    ]
+    ok = [r for r in results if "error" not in r]
+    row |= {"triton_configs": results, "triton_failed": len(results) - len(ok)}
+    if results and "error" not in results[0]:
+        row["triton_default_us"] = results[0]["us"]  # candidate_configs puts the default first
+    if ok:
+        best = min(ok, key=lambda r: r["us"])
+        row |= {"triton_best": best["config"], "triton_us": best["us"]}
+        row["triton_share"] = floor_us / best["us"]
     return row
 
 
+def describe(row: dict[str, Any]) -> str:
+    line = (
+        f"{row['shape']:8s} M={row['M']:4d} L={row['layers']:2d}: floor {row['floor_us']:6.1f} us"
+        f" | cuBLAS {row['cublas_us']:6.1f} us ({100 * row['cublas_share']:3.0f}%)"
+    )
+    if "triton_us" in row:
+        c = row["triton_best"]
+        line += (
+            f" | triton {row['triton_us']:6.1f} us ({100 * row['triton_share']:3.0f}%)"
+            f" n{c['block_n']} k{c['block_k']} m{c['block_m']} split{c['split_k']}"
+            f"{'(2nd kernel)' if c['separate_reduce'] else ''} w{c['num_warps']}"
+            f" st{c['num_stages']}; default {row.get('triton_default_us', float('nan')):.1f} us"
+        )
+    if row.get("triton_failed"):
+        line += f" [{row['triton_failed']} configs failed]"
+    return line
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names")
+    ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated M values")
+    ap.add_argument("--max-configs", type=int, default=0, help="Triton configs per row; 0: all")
+    ap.add_argument("--replays", type=int, default=10, help="timed graph replays per op")
     args = ap.parse_args()
+    rows_m = [int(m) for m in args.rows.split(",")]
+    t0 = time.perf_counter()
     copy_gbs = copy_bandwidth_gbs()
+    print(f"copy ceiling {copy_gbs:.0f} GB/s", flush=True)
+    gc.freeze()  # each graph capture runs gc.collect(); leave the imported modules out of it
     rows = []
-    for name, (n, k) in SHAPES.items():
-        for m in ROWS:
-            row = {"shape": name, **time_shape(n, k, m, copy_gbs)}
+    for name in args.shapes.split(","):
+        n, k = SHAPES[name]
+        layers = max(MIN_LAYERS, math.ceil(SPAN_BYTES / (n * k * 2)))
+        weights = [
+            torch.randn(n, k, dtype=torch.bfloat16, device="cuda").mul_(k**-0.5)
+            for _ in range(layers)
+        ]
+        for m in rows_m:
+            row = time_row(name, weights, m, copy_gbs, args)
             rows.append(row)
-            print(f"{name:8s} M={m:4d}: floor {row['floor_us']:6.1f} us, "
-                  f"F.linear {row['linear_nk_us']:6.1f} us ({100 * row['linear_nk_share']:.0f}%), "
-                  f"x@w[K,N] {row['matmul_kn_us']:6.1f} us ({100 * row['matmul_kn_share']:.0f}%)",
-                  flush=True)  # fmt: skip
+            print(f"[{time.perf_counter() - t0:5.0f} s] {describe(row)}", flush=True)
+        del weights
+        torch.cuda.empty_cache()
     out = None if args.out_dir is None else Path(args.out_dir)
-    print(write_result("skinny_gemm", {"copy_GBps": copy_gbs, "rows": rows}, out))
+    payload = {"copy_GBps": copy_gbs, "span_bytes": SPAN_BYTES, "rows": rows}
+    print(write_result("skinny_gemm", payload, out))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,325 @@
+"""Skinny GEMM ``y = x @ W.T`` for decode steps: few rows of x [M, K] against a large W [N, K].
+
+Reference: ``F.linear(x, weight)``.
+
+With M <= 64 the product is a stream over W, so the kernel is laid out for bandwidth ("swap AB"):
+a program owns BLOCK_N rows of W and every row of x padded to BLOCK_M, and computes the tile
+transposed, ``W_tile @ x_tile.T`` [BLOCK_N, BLOCK_M]. W's rows then sit on the MMA's M side
+(>= 64, so Hopper's wgmma applies) and the few tokens on its N side (16..64).
+
+Grid ``(M tiles, N tiles, splits)``. When N / BLOCK_N programs would leave SMs idle, K is cut
+into splits that each store an fp32 partial tile to a workspace. The split that arrives last at
+its tile (an arrival counter per tile) sums all partials in split order and writes the output,
+then zeroes the counter for the next launch: one launch, where a second reduction kernel would
+add about a microsecond to an 8 us projection, and deterministic, since the order of the sum does
+not depend on which split arrives last. ``SkinnyGemmConfig.separate_reduce`` runs the sum as a
+second kernel instead, for comparison in benchmarks/skinny_gemm.py.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from kvserve.kernels._triton import HAS_TRITON, jit, next_pow2, require_triton, tl, triton
+
+MAX_ROWS = 64  # without a config, more rows go to cuBLAS (it re-reads no W tile per M tile)
+_SPLITS = (1, 2, 3, 4, 6, 8)
+_MIN_K_TILES_PER_SPLIT = 4
+_SMEM_PER_PROGRAM = 112 * 1024  # two programs fit in an H100/H200 SM (227 KB)
+_SMEM_MAX = 200 * 1024
+
+
+def _jit(fn: Callable[..., Any]) -> Any:
+    """``jit`` for the kernels, whose M is not specialized: M == 1 or M % 16 == 0 would each
+    compile another kernel for nothing, since M only masks rows."""
+    return triton.jit(fn, do_not_specialize=["M"]) if HAS_TRITON else fn
+
+
+@dataclass(frozen=True)
+class SkinnyGemmConfig:
+    block_n: int = 64  # rows of W per program: the MMA's M side
+    block_k: int = 128
+    block_m: int = 16  # rows of x per program, padded: the MMA's N side (16, 32 or 64)
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 4
+    separate_reduce: bool = False  # split_k > 1: sum the partials in a second kernel
+
+    def __post_init__(self) -> None:
+        blocks = (self.block_n, self.block_k, self.block_m)
+        if any(b < 16 or b != next_pow2(b) for b in blocks) or self.split_k < 1:
+            raise ValueError(f"blocks must be powers of two >= 16 and split_k >= 1: {self}")
+
+
+@jit
+def _store_out_tile(out_ptr, acc, rn, rm, M, N, stride_om):
+    """``acc`` [BLOCK_N, BLOCK_M] is the transposed output tile."""
+    mask = (rn < N)[:, None] & (rm < M)[None, :]
+    ptrs = out_ptr + rm[None, :].to(tl.int64) * stride_om + rn[:, None]
+    tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@jit
+def _sum_splits(tile_ws, num_splits, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Partials of one tile, summed in split order: [num_splits, BLOCK_N, BLOCK_M] fp32."""
+    offs = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+    total = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for s in range(num_splits):
+        # .cg: read from L2, where other SMs' stores are, not from this SM's L1
+        total += tl.load(tile_ws + s * BLOCK_N * BLOCK_M + offs, cache_modifier=".cg")
+    return total
+
+
+@_jit
+def _skinny_gemm_kernel(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    ws_ptr,  # fp32 [tiles, num_splits, BLOCK_N, BLOCK_M]; unused when DIRECT
+    counter_ptr,  # int32 [tiles], zero between launches; unused unless LAST_SUMS
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_om,
+    k_per_split,  # a multiple of BLOCK_K
+    num_splits,
+    BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask
+    DIRECT: tl.constexpr,  # num_splits == 1: write the output
+    LAST_SUMS: tl.constexpr,  # the last split of a tile sums the partials (else a 2nd kernel)
+    DOT_PRECISION: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, BLOCK_K)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    # Rows past N or M wrap onto valid ones, so only K needs a load mask; the store masks them.
+    w_ptrs = w_ptr + (rn % N).to(tl.int64)[:, None] * stride_wn + (k_start + rk)[None, :]
+    x_ptrs = x_ptr + (rm % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        if EVEN_K:
+            w = tl.load(w_ptrs)
+            x = tl.load(x_ptrs)
+        else:
+            k_mask = (k0 + rk < K)[None, :]
+            w = tl.load(w_ptrs, mask=k_mask, other=0.0)
+            x = tl.load(x_ptrs, mask=k_mask, other=0.0)
+        acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
+        w_ptrs += BLOCK_K
+        x_ptrs += BLOCK_K
+
+    if DIRECT:
+        _store_out_tile(out_ptr, acc, rn, rm, M, N, stride_om)
+    else:
+        tile = pid_n * tl.num_programs(0) + pid_m
+        tile_ws = ws_ptr + tile.to(tl.int64) * num_splits * BLOCK_N * BLOCK_M
+        offs = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        tl.store(tile_ws + pid_k * BLOCK_N * BLOCK_M + offs, acc)
+        if LAST_SUMS:
+            # Every thread's stores precede the (one-thread) release of the arrival count.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if arrived == num_splits - 1:
+                total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
+                _store_out_tile(out_ptr, total, rn, rm, M, N, stride_om)
+                tl.store(counter_ptr + tile, 0)
+
+
+@_jit
+def _reduce_splits_kernel(
+    ws_ptr,
+    out_ptr,
+    M,
+    N,
+    stride_om,
+    num_splits,
+    BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    tile = pid_n * tl.num_programs(0) + pid_m
+    tile_ws = ws_ptr + tile.to(tl.int64) * num_splits * BLOCK_N * BLOCK_M
+    total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    _store_out_tile(out_ptr, total, rn, rm, M, N, stride_om)
+
+
+# Arrival counters per device, zero between launches. A grown buffer keeps the old one alive, as
+# CUDA graphs captured earlier still point at it. Launches on concurrent streams would share them.
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+_RETIRED: list[torch.Tensor] = []
+
+
+def _arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    buf = _COUNTERS.get(device)
+    if buf is None or buf.numel() < tiles:
+        if buf is not None:
+            _RETIRED.append(buf)
+        # First use should come before any graph capture (the engine's warm-up does).
+        buf = torch.zeros(max(tiles, 1 << 14), dtype=torch.int32, device=device)
+        _COUNTERS[device] = buf
+    return buf
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132  # TRITON_INTERPRET runs on CPU tensors; any fixed number will do
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _supported(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (
+        x.dim() == 2
+        and weight.dim() == 2
+        and x.shape[1] == weight.shape[1]
+        and x.dtype == weight.dtype
+        and x.dtype in (torch.bfloat16, torch.float16, torch.float32)
+        and weight.stride(1) == 1
+        and x.device == weight.device
+    )
+
+
+def skinny_linear(
+    x: torch.Tensor, weight: torch.Tensor, config: SkinnyGemmConfig | None = None
+) -> torch.Tensor:
+    """``x`` [M, K] @ ``weight`` [N, K].T -> [M, N] in x's dtype, fp32 accumulation. Without a
+    config, more than ``MAX_ROWS`` rows (or an unsupported layout or dtype) go to F.linear."""
+    if not _supported(x, weight) or (config is None and x.shape[0] > MAX_ROWS):
+        return F.linear(x, weight)
+    require_triton()
+    m, k = x.shape
+    n = weight.shape[0]
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    cfg = config or default_config(m, n, k, num_sms=_num_sms(x.device), elem_bytes=x.element_size())
+    _launch(x, weight, out, cfg)
+    return out
+
+
+def _launch(
+    x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, cfg: SkinnyGemmConfig
+) -> None:
+    m, k = x.shape
+    n = weight.shape[0]
+    m_tiles, n_tiles = -(-m // cfg.block_m), -(-n // cfg.block_n)
+    k_tiles = -(-k // cfg.block_k)
+    splits = max(1, min(cfg.split_k, k_tiles))
+    k_per_split = -(-k_tiles // splits) * cfg.block_k
+    direct = splits == 1
+    last_sums = not direct and not cfg.separate_reduce
+    ws = counters = out  # placeholders, unused when direct
+    if not direct:
+        tile_elems = splits * cfg.block_n * cfg.block_m
+        ws = torch.empty(m_tiles * n_tiles * tile_elems, dtype=torch.float32, device=x.device)
+    if last_sums:
+        counters = _arrival_counters(x.device, m_tiles * n_tiles)
+    _skinny_gemm_kernel[(m_tiles, n_tiles, splits)](
+        x,
+        weight,
+        out,
+        ws,
+        counters,
+        m,
+        n,
+        k,
+        x.stride(0),
+        weight.stride(0),
+        out.stride(0),
+        k_per_split,
+        splits,
+        BLOCK_N=cfg.block_n,
+        BLOCK_M=cfg.block_m,
+        BLOCK_K=cfg.block_k,
+        EVEN_K=k % cfg.block_k == 0,
+        DIRECT=direct,
+        LAST_SUMS=last_sums,
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    if not direct and not last_sums:
+        _reduce_splits_kernel[(m_tiles, n_tiles)](
+            ws, out, m, n, out.stride(0), splits, BLOCK_N=cfg.block_n, BLOCK_M=cfg.block_m
+        )
+
+
+def block_m_for(m: int) -> int:
+    return min(MAX_ROWS, max(16, next_pow2(m)))
+
+
+def _num_stages(block_n: int, block_k: int, block_m: int, elem_bytes: int) -> int:
+    """As many stages (3..5) as fit two programs per SM, or 0 if three do not fit at all."""
+    stage = (block_n + block_m) * block_k * elem_bytes
+    if 3 * stage > _SMEM_MAX:
+        return 0
+    return max(3, min(5, _SMEM_PER_PROGRAM // stage))
+
+
+def _splits_for(tiles: int, k_tiles: int, num_sms: int) -> list[int]:
+    """Up to three split counts that give 0.9-4 programs per SM with enough K per split; 1 if
+    the tiles alone fill the SMs. The split count is not a compile-time constant, so each one
+    costs a sweep no compile."""
+    enough_k = [s for s in _SPLITS if s == 1 or k_tiles // s >= _MIN_K_TILES_PER_SPLIT]
+    fits = [s for s in enough_k if 0.9 * num_sms <= tiles * s <= 4 * num_sms]
+    if tiles >= 0.9 * num_sms and 1 not in fits:
+        fits.insert(0, 1)
+    return fits[:3] or [enough_k[-1]]
+
+
+def default_config(
+    m: int, n: int, k: int, *, num_sms: int = 132, elem_bytes: int = 2
+) -> SkinnyGemmConfig:
+    """64 rows of W by 128 of K per program, split K until the programs fill the SMs."""
+    block_m, block_n, block_k = block_m_for(m), 64, 128
+    tiles = -(-m // block_m) * -(-n // block_n)
+    splits = _splits_for(tiles, -(-k // block_k), num_sms)[0]
+    stages = _num_stages(block_n, block_k, block_m, elem_bytes) or 2
+    return SkinnyGemmConfig(block_n, block_k, block_m, splits, 4, stages)
+
+
+# (block_n, block_k, num_warps) to sweep; 8 warps only with two 64-row wgmma halves
+_SWEEP_TILES = ((64, 64, 4), (64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 128, 8))
+
+
+def candidate_configs(
+    m: int, n: int, k: int, *, num_sms: int = 132, elem_bytes: int = 2
+) -> list[SkinnyGemmConfig]:
+    """Configs worth timing for one shape (5-17 for the Llama-3-8B shapes), the default first."""
+    block_m = block_m_for(m)
+    default = default_config(m, n, k, num_sms=num_sms, elem_bytes=elem_bytes)
+    configs = [default]
+    for block_n, block_k, warps in _SWEEP_TILES:
+        stages = _num_stages(block_n, block_k, block_m, elem_bytes)
+        if not stages:
+            continue
+        tiles = -(-m // block_m) * -(-n // block_n)
+        for splits in _splits_for(tiles, -(-k // block_k), num_sms):
+            cfg = SkinnyGemmConfig(block_n, block_k, block_m, splits, warps, stages)
+            if cfg not in configs:
+                configs.append(cfg)
+    if default.split_k > 1:
+        configs.append(replace(default, separate_reduce=True))
+    return configs

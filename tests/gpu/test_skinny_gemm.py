@@ -1,0 +1,155 @@
+"""The skinny (decode-shaped) GEMM kernel against ``x.float() @ w.float().T``: row counts below,
+at and above a tile, N and K tails, split-K with both reductions, and the config helpers.
+
+``KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 pytest --noconftest`` runs these through Triton's
+interpreter on a CPU (bf16 and the Llama-sized shapes are skipped there).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+
+from kvserve.kernels import skinny_gemm  # noqa: E402
+from kvserve.kernels.skinny_gemm import (  # noqa: E402
+    SkinnyGemmConfig,
+    block_m_for,
+    candidate_configs,
+    default_config,
+    skinny_linear,
+)
+
+pytestmark = pytest.mark.gpu
+
+DEVICE = torch.device(os.environ.get("KVSERVE_TEST_DEVICE", "cuda"))
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+ON_GPU_ONLY = pytest.mark.skipif(INTERPRETED, reason="too slow in Triton's interpreter")
+BF16_UNLESS_INTERPRETED = pytest.param(
+    torch.bfloat16,
+    marks=pytest.mark.skipif(INTERPRETED, reason="bf16 is broken in Triton's interpreter"),
+)
+DTYPES = [BF16_UNLESS_INTERPRETED, torch.float32]
+# bf16: the output's rounding (values of order 1); fp32: summation order over K <= 14336.
+TOL = {torch.bfloat16: 2e-2, torch.float32: 1e-4}
+ROWS = [1, 3, 16, 33, 64]
+# (N, K): N not a multiple of the tile, K not a multiple of BLOCK_K (300), several K tiles
+SMALL_SHAPES = [(256, 512), (200, 300), (384, 1024)]
+LLAMA_SHAPES = [
+    pytest.param(6144, 4096, marks=ON_GPU_ONLY),
+    pytest.param(4096, 14336, marks=ON_GPU_ONLY),
+]
+
+
+def inputs(m: int, n: int, k: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(m * 7919 + n + k)
+    x = torch.randn(m, k, generator=gen)
+    w = torch.randn(n, k, generator=gen) / k**0.5  # outputs of order 1
+    return x.to(dtype).to(DEVICE), w.to(dtype).to(DEVICE)
+
+
+def check(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    ref = x.float() @ w.float().T
+    assert out.shape == ref.shape and out.dtype == x.dtype
+    tol = TOL[x.dtype]
+    torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+
+
+def small_config(m: int, split_k: int, **kw: object) -> SkinnyGemmConfig:
+    return SkinnyGemmConfig(64, 64, block_m_for(m), split_k, 4, 3, **kw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize(("n", "k"), SMALL_SHAPES)
+@pytest.mark.parametrize("m", ROWS)
+def test_matches_reference(m: int, n: int, k: int, split_k: int, dtype: torch.dtype) -> None:
+    x, w = inputs(m, n, k, dtype)
+    check(skinny_linear(x, w, small_config(m, split_k)), x, w)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("n", "k"), [*SMALL_SHAPES, *LLAMA_SHAPES])
+@pytest.mark.parametrize("m", [1, 33, 64])
+def test_default_config(m: int, n: int, k: int, dtype: torch.dtype) -> None:
+    x, w = inputs(m, n, k, dtype)
+    check(skinny_linear(x, w), x, w)
+
+
+def test_split_reductions_agree_bit_for_bit_and_leave_counters_at_zero() -> None:
+    """The last-arriving split and the second kernel sum the same partials in the same order."""
+    m, n, k = 5, 320, 1024
+    x, w = inputs(m, n, k, torch.float32)
+    cfg = small_config(m, 4)
+    first = skinny_linear(x, w, cfg)
+    for _ in range(3):
+        assert torch.equal(skinny_linear(x, w, cfg), first)
+    assert torch.equal(skinny_linear(x, w, replace(cfg, separate_reduce=True)), first)
+    assert int(skinny_gemm._COUNTERS[x.device].abs().sum()) == 0
+    check(first, x, w)
+
+
+def test_more_splits_than_k_tiles_and_rows_over_a_tile() -> None:
+    x, w = inputs(70, 100, 128, torch.float32)  # 5 row tiles of 16; 2 K tiles for 8 splits
+    check(skinny_linear(x, w, small_config(16, 8)), x, w)
+
+
+def test_fallbacks_to_f_linear() -> None:
+    x, w = inputs(65, 128, 64, torch.float32)  # more rows than MAX_ROWS, no config
+    assert torch.equal(skinny_linear(x, w), F.linear(x, w))
+    wt = w.t().contiguous().t()  # K not contiguous
+    assert torch.equal(skinny_linear(x[:3], wt), F.linear(x[:3], wt))
+    assert skinny_linear(x[:0], w).shape == (0, 128)
+
+
+def test_strided_rows_of_x() -> None:
+    x, w = inputs(9, 192, 256, torch.float32)
+    wide = torch.zeros(9, 384, device=DEVICE)
+    wide[:, :256] = x
+    check(skinny_linear(wide[:, :256], w, small_config(9, 2)), x, w)
+
+
+@pytest.mark.parametrize(
+    ("n", "k"), [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)]
+)
+@pytest.mark.parametrize("m", [1, 16, 64])
+def test_candidate_configs_fill_the_sms(m: int, n: int, k: int) -> None:
+    configs = candidate_configs(m, n, k, num_sms=132)
+    assert configs[0] == default_config(m, n, k, num_sms=132)
+    assert 4 <= len(configs) <= 20 and len(set(configs)) == len(configs)
+    for cfg in configs:
+        assert cfg.block_m == block_m_for(m) and cfg.block_n in (64, 128)
+        programs = -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k
+        assert programs >= 0.9 * 132 and (cfg.split_k == 1 or programs <= 4 * 132)
+        assert 3 <= cfg.num_stages <= 5
+        assert cfg.num_stages * (cfg.block_n + cfg.block_m) * cfg.block_k * 2 <= 200 * 1024
+
+
+@ON_GPU_ONLY
+@pytest.mark.parametrize("m", [1, 33])
+def test_every_candidate_config_on_a_llama_shape(m: int) -> None:
+    x, w = inputs(m, 4096, 4096, torch.bfloat16)
+    for cfg in candidate_configs(m, 4096, 4096, num_sms=132):
+        check(skinny_linear(x, w, cfg), x, w)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+def test_split_k_replays_in_cuda_graph() -> None:
+    """The arrival counters are reset by each launch, so replays of a graph stay correct."""
+    x, w = inputs(16, 4096, 4096, torch.bfloat16)
+    cfg = SkinnyGemmConfig(64, 128, 16, 4, 4, 4)
+    expected = skinny_linear(x, w, cfg)  # also compiles and allocates the counters
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = skinny_linear(x, w, cfg)
+    for _ in range(5):
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, expected)
+    check(out, x, w)
