@@ -185,12 +185,6 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-@functools.cache
-def is_hopper(device: torch.device) -> bool:
-    """sm_90, where benchmarks/skinny_gemm.py measured the kernel against cuBLAS."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
-
-
 def _supported(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (
         x.dim() == 2

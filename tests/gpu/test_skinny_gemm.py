@@ -24,7 +24,6 @@ from kvserve.kernels.skinny_gemm import (  # noqa: E402
     default_config,
     skinny_linear,
 )
-from kvserve.layers.embedding import LMHead  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -154,20 +153,3 @@ def test_split_k_replays_in_cuda_graph() -> None:
         torch.cuda.synchronize()
         assert torch.equal(out, expected)
     check(out, x, w)
-
-
-@pytest.mark.skipif(
-    DEVICE.type != "cuda" or not skinny_gemm.is_hopper(DEVICE), reason="used on sm_90 only"
-)
-@pytest.mark.parametrize("rows", [1, 48, 64, 65])
-def test_lm_head_kernel_path_matches_cublas(rows: int) -> None:
-    """An LM head with ``use_kernel``: the skinny kernel up to 64 rows, cuBLAS above; float32
-    logits either way."""
-    head = LMHead(32768, 4096, torch.bfloat16, tied=None).to(DEVICE)
-    x, w = inputs(rows, 32768, 4096, torch.bfloat16)
-    head.weight.data.copy_(w)
-    head.use_kernel = True
-    logits = head(x)
-    assert logits.dtype == torch.float32
-    ref = x.float() @ w.float().T
-    assert (logits - ref).abs().max().item() <= TOL[torch.bfloat16] * ref.abs().max().item()
