@@ -14,6 +14,11 @@ then zeroes the counter for the next launch: one launch, where a second reductio
 add about a microsecond to an 8 us projection, and deterministic, since the order of the sum does
 not depend on which split arrives last. ``SkinnyGemmConfig.separate_reduce`` runs the sum as a
 second kernel instead, for comparison in benchmarks/skinny_gemm.py.
+
+Not on the engine's path. On the H200 it ties cuBLAS on Llama-3-8B's projections and leads it by
+3-8% on a 128K-vocabulary weight in isolation, but the LM head on it was no faster in the engine
+(benchmarks/results/lm_head_ab_h200_2026-11-29.json). It is the base for what could beat cuBLAS:
+the RMSNorm fused into the prologue and SiLU-and-multiply into the down projection's.
 """
 
 from __future__ import annotations
