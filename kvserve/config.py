@@ -125,6 +125,8 @@ class EngineConfig:
     # Plan and launch step N+1 before step N's tokens reach the host (None: on for CUDA, where
     # the host work then hides behind the GPU's; off on CPU, where nothing runs concurrently).
     overlap_schedule: bool | None = None
+    # Programmatic dependent launch of the Triton kernels (None: on where it exists, sm_90+).
+    enable_pdl: bool | None = None
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 

@@ -18,15 +18,20 @@ ALIASES = {
     "block_size": "page_size",
     "async_scheduling": "overlap_schedule",
 }
+# CLI switches that turn a setting off -> the setting
+_OFF_SWITCHES = {
+    "disable_prefix_cache": "enable_prefix_cache",
+    "disable_overlap_schedule": "overlap_schedule",
+    "disable_pdl": "enable_pdl",
+}
 
 
 def build_engine_config(model: str | None = None, **settings: Any) -> EngineConfig:
     settings = {ALIASES.get(k, k): v for k, v in settings.items() if v is not None}
-    if settings.pop("disable_prefix_cache", False):
-        settings["enable_prefix_cache"] = False
-    if settings.pop("disable_overlap_schedule", False):
-        settings["overlap_schedule"] = False
-    if settings.pop("enable_overlap_schedule", False):  # a switch: False means "not given"
+    for switch, field_name in _OFF_SWITCHES.items():  # a switch: False means "not given"
+        if settings.pop(switch, False):
+            settings[field_name] = False
+    if settings.pop("enable_overlap_schedule", False):
         settings["overlap_schedule"] = True
     sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
     top: dict[str, Any] = {}

@@ -16,6 +16,8 @@ from kvserve.engine.kv_cache_sizing import kv_bytes_per_token, num_pages_cpu, nu
 from kvserve.engine.launched_step import LaunchedStep
 from kvserve.engine.sampling_batch import build_sampling_batch
 from kvserve.engine.scheduler_output import SchedulerOutput
+from kvserve.errors import ConfigError
+from kvserve.kernels._triton import set_programmatic_launch
 from kvserve.layers.attention import create_attention_backend
 from kvserve.layers.sampler import Sampler
 from kvserve.models.forward_context import ForwardContext
@@ -47,6 +49,7 @@ class ModelRunner:
         self.backend = create_attention_backend(config.attention_backend, device)
         if self.backend.name == "triton":
             _use_fused_kernels(self.model)
+            set_programmatic_launch(_resolve_pdl(config.enable_pdl, device))
         self.sampler = Sampler()
         self.num_pages = self._size_kv_cache(context_length)
         shape = (
@@ -136,6 +139,13 @@ def _use_fused_kernels(model: torch.nn.Module) -> None:
     for module in model.modules():
         if hasattr(module, "use_kernel"):
             module.use_kernel = True
+
+
+def _resolve_pdl(setting: bool | None, device: torch.device) -> bool:
+    supported = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+    if setting and not supported:
+        raise ConfigError("programmatic dependent launch (enable_pdl) needs an sm_90+ GPU")
+    return supported if setting is None else setting
 
 
 def _init_dummy_weights(model: torch.nn.Module, seed: int) -> None:

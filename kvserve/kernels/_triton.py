@@ -13,6 +13,7 @@ from typing import Any
 try:
     import triton
     import triton.language as tl
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
     HAS_TRITON = True
 except ImportError:  # CPU-only install: the torch references still work
@@ -32,3 +33,32 @@ def require_triton() -> None:
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
+
+
+# Programmatic dependent launch (sm_90+). A kernel launched with it may be scheduled while the
+# kernel before it in the stream drains, instead of after; it waits (``pdl_wait``) before it
+# touches memory, so only the launch latency overlaps, never reads or writes. Once past the
+# wait a kernel lets the next one launch (``pdl_release``). One switch for the process, set by
+# the model runner; the kernels take it as the constexpr ``USE_PDL``.
+_PDL = {"on": False}
+
+
+def set_programmatic_launch(on: bool) -> None:
+    _PDL["on"] = on
+
+
+def launch_options() -> dict[str, bool]:
+    """Keyword arguments for a launch of a kernel that calls ``pdl_wait``."""
+    return {"USE_PDL": True, "launch_pdl": True} if _PDL["on"] else {"USE_PDL": False}
+
+
+@jit
+def pdl_wait(USE_PDL: tl.constexpr):
+    if USE_PDL:
+        gdc_wait()
+
+
+@jit
+def pdl_release(USE_PDL: tl.constexpr):
+    if USE_PDL:
+        gdc_launch_dependents()

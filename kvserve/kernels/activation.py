@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kvserve.kernels._triton import jit, require_triton, tl
+from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, require_triton, tl
 
 _BLOCK = 1024
 
@@ -16,7 +16,11 @@ def silu_and_mul_reference(x: torch.Tensor) -> torch.Tensor:
 
 
 @jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, inter, stride_x, stride_o, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(
+    x_ptr, out_ptr, inter, stride_x, stride_o, BLOCK: tl.constexpr, USE_PDL: tl.constexpr
+):
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter
@@ -36,5 +40,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if rows == 0:
         return out
     grid = (rows, -(-inter // _BLOCK))
-    _silu_and_mul_kernel[grid](x, out, inter, x.stride(0), out.stride(0), BLOCK=_BLOCK, num_warps=4)
+    _silu_and_mul_kernel[grid](
+        x, out, inter, x.stride(0), out.stride(0), BLOCK=_BLOCK, num_warps=4, **launch_options()
+    )
     return out

@@ -18,7 +18,15 @@ from dataclasses import dataclass
 
 import torch
 
-from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+from kvserve.kernels._triton import (
+    jit,
+    launch_options,
+    next_pow2,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    tl,
+)
 
 # Split count, from a sweep on the H200 with the engine's graph-wide page tables
 # (benchmarks/decode_attention_sweep.py): about 4 programs per SM is best at every batch
@@ -65,7 +73,9 @@ def _decode_split_kernel(
     HEAD_DIM: tl.constexpr,
     DIRECT: tl.constexpr,  # num_splits == 1: write the output, skip the merge
     DOT_PRECISION: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_wait(USE_PDL)
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -106,6 +116,7 @@ def _decode_split_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
+    pdl_release(USE_PDL)  # the epilogue's stores are all that is left
     empty = l_i == 0.0  # split past the end of the sequence (or seq_len 0)
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
     if DIRECT:
@@ -130,7 +141,10 @@ def _decode_merge_kernel(
     num_splits,
     BLOCK_S: tl.constexpr,
     HEAD_DIM: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
     row = b.to(tl.int64) * tl.num_programs(1) + h
@@ -225,6 +239,7 @@ def paged_decode_attention(
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        **launch_options(),
     )
     if splits > 1:
         _decode_merge_kernel[(batch, num_heads)](
@@ -237,5 +252,6 @@ def paged_decode_attention(
             BLOCK_S=next_pow2(splits),
             HEAD_DIM=head_dim,
             num_warps=4,
+            **launch_options(),
         )
     return out

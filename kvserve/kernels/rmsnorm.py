@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import torch
 
-from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+from kvserve.kernels._triton import (
+    jit,
+    launch_options,
+    next_pow2,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    tl,
+)
 
 
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -38,7 +46,10 @@ def _rms_norm_kernel(
     stride_o,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
@@ -79,6 +90,7 @@ def _launch(
         HAS_RESIDUAL=residual is not None,
         BLOCK=block,
         num_warps=min(16, max(1, block // 512)),
+        **launch_options(),
     )
     return out
 

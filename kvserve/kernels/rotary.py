@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import torch
 
-from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+from kvserve.kernels._triton import (
+    jit,
+    launch_options,
+    next_pow2,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    tl,
+)
 
 
 def apply_rotary_reference(
@@ -83,7 +91,10 @@ def _rotary_kernel(
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
     HALF: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     cos, sin = load_cos_sin(cos_sin_ptr, positions_ptr, t, stride_cs, HALF)
     q = q_ptr + t * stride_qt
@@ -121,5 +132,6 @@ def apply_rotary(
         BLOCK_HK=next_pow2(num_kv_heads),
         HALF=head_dim // 2,
         num_warps=4,
+        **launch_options(),
     )
     return q, k

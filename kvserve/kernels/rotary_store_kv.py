@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import torch
 
-from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+from kvserve.kernels._triton import (
+    jit,
+    launch_options,
+    next_pow2,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    tl,
+)
 from kvserve.kernels.rotary import apply_rotary_reference, load_cos_sin, rotate_heads
 from kvserve.layers.attention.torch_backend import write_kv_cache
 
@@ -76,7 +84,10 @@ def _rotary_store_kv_kernel(
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
     HALF: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     cos, sin = load_cos_sin(cos_sin_ptr, positions_ptr, t, stride_cs, HALF)
     q_src = qkv_ptr + t * stride_qkv_t
@@ -157,5 +168,6 @@ def rotary_store_kv(
         BLOCK_HK=next_pow2(num_kv_heads),
         HALF=head_dim // 2,
         num_warps=4,
+        **launch_options(),
     )
     return q_out

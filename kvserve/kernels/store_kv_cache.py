@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import torch
 
-from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+from kvserve.kernels._triton import (
+    jit,
+    launch_options,
+    next_pow2,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    tl,
+)
 
 
 @jit
@@ -29,7 +37,10 @@ def _store_kv_cache_kernel(
     stride_cache_head,
     BLOCK_H: tl.constexpr,
     HEAD_DIM: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     t = tl.program_id(0)
     slot = tl.load(slot_mapping_ptr + t).to(tl.int64)
     if slot < 0:
@@ -81,4 +92,5 @@ def store_kv_cache(
         BLOCK_H=next_pow2(num_kv_heads),
         HEAD_DIM=head_dim,
         num_warps=4 if num_kv_heads * head_dim >= 1024 else 2,
+        **launch_options(),
     )

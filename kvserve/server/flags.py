@@ -129,6 +129,12 @@ FLAGS: list[Flag] = [
         engine=True,
     ),  # fmt: skip
     Flag(
+        ("--disable-pdl",),
+        "launch the Triton kernels without programmatic dependent launch (sm_90+)",
+        switch=True,
+        engine=True,
+    ),  # fmt: skip
+    Flag(
         ("--cuda-graph-max-bs",), "largest batch captured in a CUDA graph", type=int, engine=True
     ),  # fmt: skip
 ]

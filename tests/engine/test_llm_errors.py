@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from kvserve import LLM
 from kvserve.engine.config_builder import build_engine_config
@@ -58,3 +59,19 @@ def test_bad_settings(settings, message) -> None:
 )
 def test_overlap_schedule_settings(settings, expected) -> None:
     assert build_engine_config(**settings).overlap_schedule is expected
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [({}, None), ({"disable_pdl": True}, False), ({"disable_pdl": False}, None)],
+)
+def test_pdl_settings(settings, expected) -> None:
+    assert build_engine_config(**settings).enable_pdl is expected
+
+
+def test_pdl_forced_on_a_cpu_is_a_config_error() -> None:
+    from kvserve.engine.model_runner import _resolve_pdl
+
+    with pytest.raises(ConfigError, match="sm_90"):
+        _resolve_pdl(True, torch.device("cpu"))
+    assert _resolve_pdl(None, torch.device("cpu")) is False

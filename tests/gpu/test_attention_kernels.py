@@ -18,8 +18,11 @@ import torch
 pytest.importorskip("triton")
 
 from kvserve.config import ModelConfig  # noqa: E402
+from kvserve.kernels._triton import set_programmatic_launch  # noqa: E402
+from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
 from kvserve.kernels.prefill_attention import paged_prefill_attention  # noqa: E402
+from kvserve.kernels.rmsnorm import rms_norm  # noqa: E402
 from kvserve.kernels.store_kv_cache import store_kv_cache  # noqa: E402
 from kvserve.layers.attention.metadata import AttentionMetadata  # noqa: E402
 from kvserve.layers.attention.torch_backend import (  # noqa: E402
@@ -396,6 +399,46 @@ def test_decode_step_replays_in_cuda_graph() -> None:
         128**-0.5,
     )
     assert_close(replayed[rows], ref, torch.bfloat16)
+
+
+SM90 = DEVICE.type == "cuda" and torch.cuda.get_device_capability(DEVICE) >= (9, 0)
+
+
+@pytest.mark.skipif(not SM90, reason="programmatic dependent launch needs sm_90+")
+def test_programmatic_launch_chain_in_cuda_graph_equals_plain_launches() -> None:
+    """Norm -> KV store -> split decode + merge -> SiLU-mul -> norm, each reading what the one
+    before wrote: launched with PDL and replayed from a graph many times, bit-equal to plain
+    launches (an early read past ``pdl_wait`` would show as a mismatch)."""
+    b = make_batch([1] * 8, [700, 1, 33, 2048, 900, 16, 1500, 64], page_size=16, num_heads=32,
+                   num_kv_heads=8, head_dim=128, dtype=torch.bfloat16, spare_pages=50)  # fmt: skip
+    m = b.meta
+    cache0 = b.kv_cache.clone()
+    weight = torch.rand(4096, device=DEVICE, dtype=torch.bfloat16) + 0.5
+    x = torch.randn(8, 4096, device=DEVICE, dtype=torch.bfloat16)
+
+    def step() -> torch.Tensor:
+        q = rms_norm(x, weight).view(8, 32, 128)
+        store_kv_cache(b.k, b.v, b.kv_cache, m.slot_mapping)
+        attn = paged_decode_attention(q, b.kv_cache, m.block_tables, m.seq_lens, 128**-0.5,
+                                      config=DecodeConfig(num_splits=8))  # fmt: skip
+        return rms_norm(silu_and_mul(attn.view(8, 4096)), weight[:2048])
+
+    set_programmatic_launch(False)
+    expected = step()
+    try:
+        set_programmatic_launch(True)
+        b.kv_cache.copy_(cache0)
+        torch.testing.assert_close(step(), expected, rtol=0, atol=0)  # eager, PDL on
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+        for _ in range(20):
+            b.kv_cache.copy_(cache0)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, expected)
+    finally:
+        set_programmatic_launch(False)
 
 
 class _UnfusedTritonBackend(TritonAttentionBackend):
