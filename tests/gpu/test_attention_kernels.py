@@ -417,11 +417,11 @@ def test_programmatic_launch_chain_in_cuda_graph_equals_plain_launches() -> None
     x = torch.randn(8, 4096, device=DEVICE, dtype=torch.bfloat16)
 
     def step() -> torch.Tensor:
-        q = rms_norm(x, weight).view(8, 32, 128)
+        q = rms_norm(x, weight, 1e-6).view(8, 32, 128)
         store_kv_cache(b.k, b.v, b.kv_cache, m.slot_mapping)
         attn = paged_decode_attention(q, b.kv_cache, m.block_tables, m.seq_lens, 128**-0.5,
                                       config=DecodeConfig(num_splits=8))  # fmt: skip
-        return rms_norm(silu_and_mul(attn.view(8, 4096)), weight[:2048])
+        return rms_norm(silu_and_mul(attn.view(8, 4096)), weight[:2048], 1e-6)
 
     set_programmatic_launch(False)
     expected = step()
