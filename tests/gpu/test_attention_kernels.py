@@ -9,13 +9,14 @@ through Triton's interpreter on a CPU (slowly) to check the kernels without a GP
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 pytest.importorskip("triton")
+
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE  # noqa: E402
 
 from kvserve.config import ModelConfig  # noqa: E402
 from kvserve.kernels._triton import set_programmatic_launch  # noqa: E402
@@ -35,14 +36,7 @@ from kvserve.models.forward_context import ForwardContext  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-DEVICE = torch.device(os.environ.get("KVSERVE_TEST_DEVICE", "cuda"))
 TOL = {torch.bfloat16: 2e-2, torch.float16: 1e-2, torch.float32: 2e-4}
-BF16_UNLESS_INTERPRETED = pytest.param(
-    torch.bfloat16,
-    marks=pytest.mark.skipif(
-        os.environ.get("TRITON_INTERPRET") == "1", reason="bf16 is broken in Triton's interpreter"
-    ),
-)
 
 
 @dataclass

@@ -7,13 +7,14 @@ interpreter."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 pytest.importorskip("triton")
+
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE  # noqa: E402
 
 from kvserve.kernels.activation import silu_and_mul, silu_and_mul_reference  # noqa: E402
 from kvserve.kernels.rmsnorm import (  # noqa: E402
@@ -31,12 +32,6 @@ from kvserve.kernels.store_kv_cache import store_kv_cache  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-DEVICE = torch.device(os.environ.get("KVSERVE_TEST_DEVICE", "cuda"))
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-BF16_UNLESS_INTERPRETED = pytest.param(
-    torch.bfloat16,
-    marks=pytest.mark.skipif(INTERPRETED, reason="bf16 is broken in Triton's interpreter"),
-)
 DTYPES = [BF16_UNLESS_INTERPRETED, torch.float16, torch.float32]
 # One rounding step of the dtype apart from the reference, at values of order 1.
 TOL = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float32: 1e-5}

@@ -7,7 +7,6 @@ interpreter on a CPU (bf16 and the Llama-sized shapes are skipped there).
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import pytest
@@ -15,6 +14,8 @@ import torch
 import torch.nn.functional as F
 
 pytest.importorskip("triton")
+
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
 
 from kvserve.kernels import skinny_gemm  # noqa: E402
 from kvserve.kernels.skinny_gemm import (  # noqa: E402
@@ -27,13 +28,7 @@ from kvserve.kernels.skinny_gemm import (  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-DEVICE = torch.device(os.environ.get("KVSERVE_TEST_DEVICE", "cuda"))
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 ON_GPU_ONLY = pytest.mark.skipif(INTERPRETED, reason="too slow in Triton's interpreter")
-BF16_UNLESS_INTERPRETED = pytest.param(
-    torch.bfloat16,
-    marks=pytest.mark.skipif(INTERPRETED, reason="bf16 is broken in Triton's interpreter"),
-)
 DTYPES = [BF16_UNLESS_INTERPRETED, torch.float32]
 # bf16: the output's rounding (values of order 1); fp32: summation order over K <= 14336.
 TOL = {torch.bfloat16: 2e-2, torch.float32: 1e-4}
