@@ -17,7 +17,6 @@ from kvserve.engine.launched_step import LaunchedStep
 from kvserve.engine.sampling_batch import build_sampling_batch
 from kvserve.engine.scheduler_output import SchedulerOutput
 from kvserve.errors import ConfigError
-from kvserve.kernels._triton import set_programmatic_launch
 from kvserve.layers.attention import create_attention_backend
 from kvserve.layers.sampler import Sampler
 from kvserve.models.forward_context import ForwardContext
@@ -46,10 +45,10 @@ class ModelRunner:
         else:
             self.model.load_weights(weights)
         self.model.eval()
-        self.backend = create_attention_backend(config.attention_backend, device)
+        pdl = _resolve_pdl(config.enable_pdl, device)
+        self.backend = create_attention_backend(config.attention_backend, device, pdl)
         if self.backend.name == "triton":
-            _use_fused_kernels(self.model)
-            set_programmatic_launch(_resolve_pdl(config.enable_pdl, device))
+            _use_fused_kernels(self.model, pdl)
         self.sampler = Sampler()
         self.num_pages = self._size_kv_cache(context_length)
         shape = (
@@ -134,11 +133,11 @@ def _fill_pending_rows(inputs: ModelInputs, in_flight: LaunchedStep | None) -> N
     inputs.token_ids.index_copy_(0, dst, in_flight.token_ids.index_select(0, src))
 
 
-def _use_fused_kernels(model: torch.nn.Module) -> None:
+def _use_fused_kernels(model: torch.nn.Module, pdl: bool) -> None:
     """Switch the layers that have a Triton kernel (norms, rotary, SiLU-mul) onto it."""
     for module in model.modules():
         if hasattr(module, "use_kernel"):
-            module.use_kernel = True
+            module.use_kernel, module.pdl = True, pdl
 
 
 def _resolve_pdl(setting: bool | None, device: torch.device) -> bool:

@@ -38,18 +38,11 @@ def next_pow2(n: int) -> int:
 # Programmatic dependent launch (sm_90+). A kernel launched with it may be scheduled while the
 # kernel before it in the stream drains, instead of after; it waits (``pdl_wait``) before it
 # touches memory, so only the launch latency overlaps, never reads or writes. Once past the
-# wait a kernel lets the next one launch (``pdl_release``). One switch for the process, set by
-# the model runner; the kernels take it as the constexpr ``USE_PDL``.
-_PDL = {"on": False}
-
-
-def set_programmatic_launch(on: bool) -> None:
-    _PDL["on"] = on
-
-
-def launch_options() -> dict[str, bool]:
+# wait a kernel lets the next one launch (``pdl_release``). The wrappers take ``pdl=``; the
+# kernels see it as the constexpr ``USE_PDL``.
+def launch_options(pdl: bool) -> dict[str, bool]:
     """Keyword arguments for a launch of a kernel that calls ``pdl_wait``."""
-    return {"USE_PDL": True, "launch_pdl": True} if _PDL["on"] else {"USE_PDL": False}
+    return {"USE_PDL": True, "launch_pdl": True} if pdl else {"USE_PDL": False}
 
 
 @jit

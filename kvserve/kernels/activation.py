@@ -30,7 +30,7 @@ def _silu_and_mul_kernel(
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+def silu_and_mul(x: torch.Tensor, *, pdl: bool = False) -> torch.Tensor:
     """``x`` [T, 2I] -> [T, I]."""
     require_triton()
     rows, width = x.shape
@@ -41,6 +41,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         return out
     grid = (rows, -(-inter // _BLOCK))
     _silu_and_mul_kernel[grid](
-        x, out, inter, x.stride(0), out.stride(0), BLOCK=_BLOCK, num_warps=4, **launch_options()
+        x, out, inter, x.stride(0), out.stride(0), BLOCK=_BLOCK, num_warps=4, **launch_options(pdl)
     )
     return out

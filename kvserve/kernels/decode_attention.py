@@ -188,6 +188,7 @@ def paged_decode_attention(
     out: torch.Tensor | None = None,  # [B, Hq, D]
     *,
     config: DecodeConfig | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     require_triton()
     cfg = config or DecodeConfig()
@@ -239,7 +240,7 @@ def paged_decode_attention(
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
-        **launch_options(),
+        **launch_options(pdl),
     )
     if splits > 1:
         _decode_merge_kernel[(batch, num_heads)](
@@ -252,6 +253,6 @@ def paged_decode_attention(
             BLOCK_S=next_pow2(splits),
             HEAD_DIM=head_dim,
             num_warps=4,
-            **launch_options(),
+            **launch_options(pdl),
         )
     return out

@@ -66,7 +66,7 @@ def _rms_norm_kernel(
 
 
 def _launch(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float, pdl: bool
 ) -> torch.Tensor:
     require_triton()
     rows, hidden = x.shape
@@ -90,14 +90,16 @@ def _launch(
         HAS_RESIDUAL=residual is not None,
         BLOCK=block,
         num_warps=min(16, max(1, block // 512)),
-        **launch_options(),
+        **launch_options(pdl),
     )
     return out
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, *, pdl: bool = False
+) -> torch.Tensor:
     """``x`` [T, H], ``weight`` [H] -> [T, H]."""
-    return _launch(x, None, weight, eps)
+    return _launch(x, None, weight, eps, pdl)
 
 
 def fused_add_rms_norm(
@@ -105,8 +107,10 @@ def fused_add_rms_norm(
     residual: torch.Tensor,  # [T, H]; overwritten with x + residual
     weight: torch.Tensor,  # [H]
     eps: float,
+    *,
+    pdl: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns ``(rms_norm(x + residual), x + residual)``; the second is ``residual`` itself,
     updated in place."""
     assert residual.shape == x.shape and residual.stride(-1) == 1 and residual.dtype == x.dtype
-    return _launch(x, residual, weight, eps), residual
+    return _launch(x, residual, weight, eps, pdl), residual

@@ -109,6 +109,8 @@ def apply_rotary(
     positions: torch.Tensor,  # int64 [T]
     cos_sin_cache: torch.Tensor,  # float32 [max_pos, D]
     head_dim: int,
+    *,
+    pdl: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     require_triton()
     num_tokens = q.shape[0]
@@ -132,6 +134,6 @@ def apply_rotary(
         BLOCK_HK=next_pow2(num_kv_heads),
         HALF=head_dim // 2,
         num_warps=4,
-        **launch_options(),
+        **launch_options(pdl),
     )
     return q, k

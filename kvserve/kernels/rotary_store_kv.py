@@ -136,6 +136,8 @@ def rotary_store_kv(
     num_kv_heads: int,
     head_dim: int,
     q_out: torch.Tensor | None = None,  # [T, Hq, D]
+    *,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """Rotated q as ``q_out`` (allocated when None); rotated k and plain v go to the cache."""
     require_triton()
@@ -168,6 +170,6 @@ def rotary_store_kv(
         BLOCK_HK=next_pow2(num_kv_heads),
         HALF=head_dim // 2,
         num_warps=4,
-        **launch_options(),
+        **launch_options(pdl),
     )
     return q_out

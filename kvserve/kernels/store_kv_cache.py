@@ -65,6 +65,8 @@ def store_kv_cache(
     v: torch.Tensor,  # [T, Hkv, D]
     kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]
     slot_mapping: torch.Tensor,  # int64 [T]; < 0 = skip the row
+    *,
+    pdl: bool = False,
 ) -> None:
     require_triton()
     num_tokens, num_kv_heads, head_dim = k.shape
@@ -92,5 +94,5 @@ def store_kv_cache(
         BLOCK_H=next_pow2(num_kv_heads),
         HEAD_DIM=head_dim,
         num_warps=4 if num_kv_heads * head_dim >= 1024 else 2,
-        **launch_options(),
+        **launch_options(pdl),
     )

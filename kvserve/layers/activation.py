@@ -16,10 +16,11 @@ class SiluAndMul(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.use_kernel = False
+        self.pdl = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.use_kernel:
             from kvserve.kernels.activation import silu_and_mul
 
-            return silu_and_mul(x)
+            return silu_and_mul(x, pdl=self.pdl)
         return silu_and_mul_native(x)

@@ -19,6 +19,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(size, dtype=dtype), False)
         self.use_kernel = False  # set by the model runner on CUDA (see kvserve.kernels.rmsnorm)
+        self.pdl = False  # with use_kernel: programmatic dependent launch (sm_90+)
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
@@ -28,8 +29,8 @@ class RMSNorm(nn.Module):
             from kvserve.kernels import rmsnorm
 
             if residual is None:
-                return rmsnorm.rms_norm(x, self.weight, self.eps)
-            return rmsnorm.fused_add_rms_norm(x, residual, self.weight, self.eps)
+                return rmsnorm.rms_norm(x, self.weight, self.eps, pdl=self.pdl)
+            return rmsnorm.fused_add_rms_norm(x, residual, self.weight, self.eps, pdl=self.pdl)
         if residual is None:
             return rms_norm_native(x, self.weight, self.eps)
         summed = x + residual

@@ -114,6 +114,7 @@ class RotaryEmbedding(nn.Module):
         cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1) * attention_factor
         self.register_buffer("cos_sin_cache", cache, persistent=False)
         self.use_kernel = False
+        self.pdl = False
 
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
@@ -121,5 +122,5 @@ class RotaryEmbedding(nn.Module):
         if self.use_kernel:
             from kvserve.kernels.rotary import apply_rotary
 
-            return apply_rotary(q, k, positions, self.cos_sin_cache, self.head_dim)
+            return apply_rotary(q, k, positions, self.cos_sin_cache, self.head_dim, pdl=self.pdl)
         return apply_rotary_native(q, k, positions, self.cos_sin_cache, self.head_dim)

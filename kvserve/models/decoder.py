@@ -77,6 +77,7 @@ class Attention(nn.Module):
             self.num_heads,
             self.num_kv_heads,
             self.head_dim,
+            pdl=self.rotary.pdl,
         )
         return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale)
 

@@ -19,7 +19,6 @@ pytest.importorskip("triton")
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE  # noqa: E402
 
 from kvserve.config import ModelConfig  # noqa: E402
-from kvserve.kernels._triton import set_programmatic_launch  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
 from kvserve.kernels.prefill_attention import paged_prefill_attention  # noqa: E402
@@ -410,29 +409,24 @@ def test_programmatic_launch_chain_in_cuda_graph_equals_plain_launches() -> None
     weight = torch.rand(4096, device=DEVICE, dtype=torch.bfloat16) + 0.5
     x = torch.randn(8, 4096, device=DEVICE, dtype=torch.bfloat16)
 
-    def step() -> torch.Tensor:
-        q = rms_norm(x, weight, 1e-6).view(8, 32, 128)
-        store_kv_cache(b.k, b.v, b.kv_cache, m.slot_mapping)
+    def step(pdl: bool) -> torch.Tensor:
+        q = rms_norm(x, weight, 1e-6, pdl=pdl).view(8, 32, 128)
+        store_kv_cache(b.k, b.v, b.kv_cache, m.slot_mapping, pdl=pdl)
         attn = paged_decode_attention(q, b.kv_cache, m.block_tables, m.seq_lens, 128**-0.5,
-                                      config=DecodeConfig(num_splits=8))  # fmt: skip
-        return rms_norm(silu_and_mul(attn.view(8, 4096)), weight[:2048], 1e-6)
+                                      config=DecodeConfig(num_splits=8), pdl=pdl)  # fmt: skip
+        return rms_norm(silu_and_mul(attn.view(8, 4096), pdl=pdl), weight[:2048], 1e-6, pdl=pdl)
 
-    set_programmatic_launch(False)
-    expected = step()
-    try:
-        set_programmatic_launch(True)
+    expected = step(pdl=False)
+    b.kv_cache.copy_(cache0)
+    assert torch.equal(step(pdl=True), expected)  # eager
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step(pdl=True)
+    for _ in range(20):
         b.kv_cache.copy_(cache0)
-        torch.testing.assert_close(step(), expected, rtol=0, atol=0)  # eager, PDL on
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = step()
-        for _ in range(20):
-            b.kv_cache.copy_(cache0)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(out, expected)
-    finally:
-        set_programmatic_launch(False)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, expected)
 
 
 class _UnfusedTritonBackend(TritonAttentionBackend):

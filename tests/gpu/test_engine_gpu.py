@@ -72,6 +72,21 @@ def test_cuda_graphs_and_eager_give_the_same_tokens(tmp_path) -> None:
     assert _greedy(graphs) == _greedy(eager)
 
 
+def test_programmatic_launch_reaches_every_kernel_and_keeps_the_tokens(tmp_path) -> None:
+    """On by default on sm_90+ (backend and every kernel layer), off with ``disable_pdl``; the
+    graphs replay the same tokens either way."""
+    path = _tiny_checkpoint("LlamaForCausalLM", tmp_path)
+    settings = dict(device="cuda", dtype="float32", max_total_tokens=8192)
+    on = EngineCore(build_engine_config(path, **settings))
+    off = EngineCore(build_engine_config(path, disable_pdl=True, **settings))
+    sm90 = torch.cuda.get_device_capability() >= (9, 0)
+    for core, expected in ((on, sm90), (off, False)):
+        layers = [m for m in core.runner.model.modules() if hasattr(m, "use_kernel")]
+        assert layers and all(m.use_kernel and m.pdl is expected for m in layers)
+        assert core.runner.backend.pdl is expected
+    assert _greedy(on) == _greedy(off)
+
+
 def test_gpu_bfloat16_follows_transformers_up_to_near_ties(tmp_path) -> None:
     """In bf16 two correct implementations round differently, so greedy paths may part where
     the reference's top two logits are nearly tied; before that they must agree exactly."""

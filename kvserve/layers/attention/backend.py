@@ -37,8 +37,11 @@ class AttentionBackend(Protocol):
         ...
 
 
-def create_attention_backend(name: str, device: torch.device) -> AttentionBackend:
-    """``auto`` is triton on CUDA when Triton is importable, torch otherwise."""
+def create_attention_backend(
+    name: str, device: torch.device, pdl: bool = False
+) -> AttentionBackend:
+    """``auto`` is triton on CUDA when Triton is importable, torch otherwise. ``pdl``: launch
+    the Triton kernels with programmatic dependent launch (sm_90+)."""
     if name == "auto":
         name = "triton" if device.type == "cuda" and _triton_available() else "torch"
     if name == "torch":
@@ -50,7 +53,7 @@ def create_attention_backend(name: str, device: torch.device) -> AttentionBacken
             raise ConfigError("the triton attention backend needs a CUDA device")
         from kvserve.layers.attention.triton_backend import TritonAttentionBackend
 
-        return TritonAttentionBackend()
+        return TritonAttentionBackend(pdl)
     raise ConfigError(f"unknown attention backend {name!r} (choose auto, torch or triton)")
 
 

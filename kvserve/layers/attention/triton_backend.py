@@ -23,6 +23,9 @@ class TritonAttentionBackend:
     # and call ``attend``.
     fuses_rotary_store = True
 
+    def __init__(self, pdl: bool = False) -> None:
+        self.pdl = pdl  # programmatic dependent launch of the kernels (sm_90+)
+
     def forward(
         self,
         q: torch.Tensor,  # [T, Hq, D]
@@ -32,7 +35,7 @@ class TritonAttentionBackend:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:  # [T, Hq, D]
-        store_kv_cache(k, v, kv_cache, meta.slot_mapping)
+        store_kv_cache(k, v, kv_cache, meta.slot_mapping, pdl=self.pdl)
         return self.attend(q, kv_cache, meta, scale)
 
     def attend(
@@ -44,7 +47,9 @@ class TritonAttentionBackend:
     ) -> torch.Tensor:  # [T, Hq, D]
         if meta.is_decode_only:
             # T == B: row i is sequence i's single new token.
-            return paged_decode_attention(q, kv_cache, meta.block_tables, meta.seq_lens, scale)
+            return paged_decode_attention(
+                q, kv_cache, meta.block_tables, meta.seq_lens, scale, pdl=self.pdl
+            )
         nd = meta.num_leading_decodes
         if nd == 0:
             return self._prefill(q, kv_cache, meta.query_start_loc, meta, 0, scale)
@@ -52,7 +57,13 @@ class TritonAttentionBackend:
         # a whole block of query rows on each of them), the prefill chunks after them.
         out = torch.empty_like(q)
         paged_decode_attention(
-            q[:nd], kv_cache, meta.block_tables[:nd], meta.seq_lens[:nd], scale, out=out[:nd]
+            q[:nd],
+            kv_cache,
+            meta.block_tables[:nd],
+            meta.seq_lens[:nd],
+            scale,
+            out=out[:nd],
+            pdl=self.pdl,
         )
         starts = meta.query_start_loc[nd:] - nd
         out[nd:] = self._prefill(q[nd:], kv_cache, starts, meta, nd, scale)
