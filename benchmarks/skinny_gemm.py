@@ -136,7 +136,7 @@ def describe(row: dict[str, Any]) -> str:
         line += (
             f" | triton {row['triton_us']:6.1f} us ({100 * row['triton_share']:3.0f}%)"
             f" n{c['block_n']} k{c['block_k']} m{c['block_m']} split{c['split_k']}"
-            f"{'(2nd kernel)' if c['separate_reduce'] else ''} w{c['num_warps']}"
+            f" w{c['num_warps']}"
             f" st{c['num_stages']}; default {row.get('triton_default_us', float('nan')):.1f} us"
         )
     if row.get("triton_failed"):

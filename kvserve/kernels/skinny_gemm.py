@@ -10,10 +10,9 @@ transposed, ``W_tile @ x_tile.T`` [BLOCK_N, BLOCK_M]. W's rows then sit on the M
 Grid ``(M tiles, N tiles, splits)``. When N / BLOCK_N programs would leave SMs idle, K is cut
 into splits that each store an fp32 partial tile to a workspace. The split that arrives last at
 its tile (an arrival counter per tile) sums all partials in split order and writes the output,
-then zeroes the counter for the next launch: one launch, where a second reduction kernel would
-add about a microsecond to an 8 us projection, and deterministic, since the order of the sum does
-not depend on which split arrives last. ``SkinnyGemmConfig.separate_reduce`` runs the sum as a
-second kernel instead, for comparison in benchmarks/skinny_gemm.py.
+then zeroes the counter for the next launch: one launch, and deterministic, since the order of
+the sum does not depend on which split arrives last. (A second reduction kernel was 0.3-1 us
+slower per call on the H200: benchmarks/results/skinny_gemm_h200_2026-11-29.json.)
 
 Not on the engine's path. On the H200 it ties cuBLAS on Llama-3-8B's projections and leads it by
 3-8% on a 128K-vocabulary weight in isolation, but the LM head on it was no faster in the engine
@@ -25,7 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -54,7 +53,6 @@ class SkinnyGemmConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 4
-    separate_reduce: bool = False  # split_k > 1: sum the partials in a second kernel
 
     def __post_init__(self) -> None:
         blocks = (self.block_n, self.block_k, self.block_m)
@@ -87,7 +85,7 @@ def _skinny_gemm_kernel(
     w_ptr,
     out_ptr,
     ws_ptr,  # fp32 [tiles, num_splits, BLOCK_N, BLOCK_M]; unused when DIRECT
-    counter_ptr,  # int32 [tiles], zero between launches; unused unless LAST_SUMS
+    counter_ptr,  # int32 [tiles], zero between launches; unused when DIRECT
     M,
     N,
     K,
@@ -101,7 +99,6 @@ def _skinny_gemm_kernel(
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask
     DIRECT: tl.constexpr,  # num_splits == 1: write the output
-    LAST_SUMS: tl.constexpr,  # the last split of a tile sums the partials (else a 2nd kernel)
     DOT_PRECISION: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -135,35 +132,13 @@ def _skinny_gemm_kernel(
         tile_ws = ws_ptr + tile.to(tl.int64) * num_splits * BLOCK_N * BLOCK_M
         offs = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
         tl.store(tile_ws + pid_k * BLOCK_N * BLOCK_M + offs, acc)
-        if LAST_SUMS:
-            # Every thread's stores precede the (one-thread) release of the arrival count.
-            tl.debug_barrier()
-            arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
-            if arrived == num_splits - 1:
-                total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
-                _store_out_tile(out_ptr, total, rn, rm, M, N, stride_om)
-                tl.store(counter_ptr + tile, 0)
-
-
-@_jit
-def _reduce_splits_kernel(
-    ws_ptr,
-    out_ptr,
-    M,
-    N,
-    stride_om,
-    num_splits,
-    BLOCK_N: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    tile = pid_n * tl.num_programs(0) + pid_m
-    tile_ws = ws_ptr + tile.to(tl.int64) * num_splits * BLOCK_N * BLOCK_M
-    total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    _store_out_tile(out_ptr, total, rn, rm, M, N, stride_om)
+        # Every thread's stores precede the (one-thread) release of the arrival count.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == num_splits - 1:
+            total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
+            _store_out_tile(out_ptr, total, rn, rm, M, N, stride_om)
+            tl.store(counter_ptr + tile, 0)
 
 
 # Arrival counters per device, zero between launches. A grown buffer keeps the old one alive, as
@@ -234,12 +209,10 @@ def _launch(
     splits = max(1, min(cfg.split_k, k_tiles))
     k_per_split = -(-k_tiles // splits) * cfg.block_k
     direct = splits == 1
-    last_sums = not direct and not cfg.separate_reduce
     ws = counters = out  # placeholders, unused when direct
     if not direct:
         tile_elems = splits * cfg.block_n * cfg.block_m
         ws = torch.empty(m_tiles * n_tiles * tile_elems, dtype=torch.float32, device=x.device)
-    if last_sums:
         counters = _arrival_counters(x.device, m_tiles * n_tiles)
     _skinny_gemm_kernel[(m_tiles, n_tiles, splits)](
         x,
@@ -260,15 +233,10 @@ def _launch(
         BLOCK_K=cfg.block_k,
         EVEN_K=k % cfg.block_k == 0,
         DIRECT=direct,
-        LAST_SUMS=last_sums,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
-    if not direct and not last_sums:
-        _reduce_splits_kernel[(m_tiles, n_tiles)](
-            ws, out, m, n, out.stride(0), splits, BLOCK_N=cfg.block_n, BLOCK_M=cfg.block_m
-        )
 
 
 def block_m_for(m: int) -> int:
@@ -325,6 +293,4 @@ def candidate_configs(
             cfg = SkinnyGemmConfig(block_n, block_k, block_m, splits, warps, stages)
             if cfg not in configs:
                 configs.append(cfg)
-    if default.split_k > 1:
-        configs.append(replace(default, separate_reduce=True))
     return configs

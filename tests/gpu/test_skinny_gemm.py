@@ -7,8 +7,6 @@ interpreter on a CPU (bf16 and the Llama-sized shapes are skipped there).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -76,15 +74,14 @@ def test_default_config(m: int, n: int, k: int, dtype: torch.dtype) -> None:
     check(skinny_linear(x, w), x, w)
 
 
-def test_split_reductions_agree_bit_for_bit_and_leave_counters_at_zero() -> None:
-    """The last-arriving split and the second kernel sum the same partials in the same order."""
+def test_split_k_is_deterministic_and_leaves_counters_at_zero() -> None:
+    """Whichever split arrives last sums the partials in split order: repeats are bit-equal."""
     m, n, k = 5, 320, 1024
     x, w = inputs(m, n, k, torch.float32)
     cfg = small_config(m, 4)
     first = skinny_linear(x, w, cfg)
     for _ in range(3):
         assert torch.equal(skinny_linear(x, w, cfg), first)
-    assert torch.equal(skinny_linear(x, w, replace(cfg, separate_reduce=True)), first)
     assert int(skinny_gemm._COUNTERS[x.device].abs().sum()) == 0
     check(first, x, w)
 
