@@ -22,6 +22,7 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.rotary import apply_rotary_reference, load_cos_sin, rotate_heads
+from kvserve.kernels.store_kv_cache import copy_heads
 from kvserve.layers.attention.torch_backend import write_kv_cache
 
 
@@ -42,24 +43,6 @@ def rotary_store_kv_reference(
     heads = (-1, num_kv_heads, head_dim)
     write_kv_cache(k[keep].view(heads), v[keep].view(heads), kv_cache, slot_mapping[keep])
     return q.view(-1, num_q_heads, head_dim)
-
-
-@jit
-def _copy_heads(
-    src_ptr,
-    dst_ptr,
-    num_heads,
-    src_stride_h,
-    dst_stride_h,
-    BLOCK_H: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-):
-    heads = tl.arange(0, BLOCK_H)
-    dims = tl.arange(0, HEAD_DIM)
-    mask = (heads < num_heads)[:, None]
-    x = tl.load(src_ptr + heads[:, None] * src_stride_h + dims[None, :], mask=mask)
-    dst = dst_ptr + heads[:, None] * dst_stride_h + dims[None, :]
-    tl.store(dst, x.to(dst_ptr.dtype.element_ty), mask=mask)
 
 
 @jit
@@ -102,7 +85,7 @@ def _rotary_store_kv_kernel(
         rotate_heads(
             k_src, k_dst, num_kv_heads, 2 * HALF, stride_cache_head, cos, sin, BLOCK_HK, HALF
         )
-        _copy_heads(
+        copy_heads(
             v_src, v_cache_ptr + dst, num_kv_heads, 2 * HALF, stride_cache_head, BLOCK_HK, 2 * HALF
         )
 

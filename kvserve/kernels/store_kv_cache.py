@@ -20,6 +20,25 @@ from kvserve.kernels._triton import (
 
 
 @jit
+def copy_heads(
+    src_ptr,
+    dst_ptr,
+    num_heads,
+    src_stride_h,
+    dst_stride_h,
+    BLOCK_H: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    """Copy ``num_heads`` heads of one token from ``src`` to ``dst`` (cast to dst's dtype)."""
+    heads = tl.arange(0, BLOCK_H)
+    dims = tl.arange(0, HEAD_DIM)
+    mask = (heads < num_heads)[:, None]
+    x = tl.load(src_ptr + heads[:, None] * src_stride_h + dims[None, :], mask=mask)
+    dst = dst_ptr + heads[:, None] * dst_stride_h + dims[None, :]
+    tl.store(dst, x.to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@jit
 def _store_kv_cache_kernel(
     k_ptr,
     v_ptr,
@@ -41,23 +60,15 @@ def _store_kv_cache_kernel(
 ):
     pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
-    t = tl.program_id(0)
+    t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping_ptr + t).to(tl.int64)
     if slot < 0:
         return
-    page = slot // page_size
-    in_page = slot % page_size
-    heads = tl.arange(0, BLOCK_H)
-    dims = tl.arange(0, HEAD_DIM)
-    mask = (heads < num_kv_heads)[:, None]
-    src_k = t.to(tl.int64) * stride_kt + heads[:, None] * stride_kh + dims[None, :]
-    src_v = t.to(tl.int64) * stride_vt + heads[:, None] * stride_vh + dims[None, :]
-    dst = page * stride_cache_page + in_page * stride_cache_tok
-    dst = dst + heads[:, None] * stride_cache_head + dims[None, :]
-    k = tl.load(k_ptr + src_k, mask=mask)
-    v = tl.load(v_ptr + src_v, mask=mask)
-    tl.store(k_cache_ptr + dst, k, mask=mask)
-    tl.store(v_cache_ptr + dst, v, mask=mask)
+    dst = (slot // page_size) * stride_cache_page + (slot % page_size) * stride_cache_tok
+    k_src, k_dst = k_ptr + t * stride_kt, k_cache_ptr + dst
+    v_src, v_dst = v_ptr + t * stride_vt, v_cache_ptr + dst
+    copy_heads(k_src, k_dst, num_kv_heads, stride_kh, stride_cache_head, BLOCK_H, HEAD_DIM)
+    copy_heads(v_src, v_dst, num_kv_heads, stride_vh, stride_cache_head, BLOCK_H, HEAD_DIM)
 
 
 def store_kv_cache(
