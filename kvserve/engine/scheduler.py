@@ -64,14 +64,14 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
+            if req.ends_with_pending:
+                i += 1
+                continue
             n = min(
                 req.num_tokens_with_pending - req.num_computed_tokens,
                 self.config.chunked_prefill_size,
                 budget,
             )
-            if req.ends_with_pending:
-                i += 1
-                continue
             if self._reserve(req, req.num_computed_tokens + n):
                 out.chunks.append(self._chunk(req, n))
                 budget -= n
