@@ -7,8 +7,11 @@ call ``require_triton()`` first. Annotations like ``tl.constexpr`` stay strings 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
+
+import torch
 
 try:
     import triton
@@ -29,6 +32,13 @@ def jit(fn: Callable[..., Any]) -> Any:
 def require_triton() -> None:
     if not HAS_TRITON:
         raise RuntimeError("this kernel needs Triton (a CUDA machine); use the torch reference")
+
+
+@functools.cache
+def sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132  # TRITON_INTERPRET runs on CPU tensors; any fixed number will do
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def next_pow2(n: int) -> int:

@@ -12,7 +12,6 @@ log-sum-exp. With S == 1 the first kernel writes the output directly.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ from kvserve.kernels._triton import (
     pdl_release,
     pdl_wait,
     require_triton,
+    sm_count,
     tl,
 )
 
@@ -164,13 +164,6 @@ def _decode_merge_kernel(
     tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
 
 
-@functools.cache
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 132  # TRITON_INTERPRET runs on CPU tensors; any fixed number will do
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def num_decode_splits(batch: int, num_kv_heads: int, max_context: int, num_sms: int) -> int:
     """Splits per sequence, from shapes only: about ``_PROGRAMS_PER_SM`` programs per SM, but
     no split shorter than ``_MIN_SPLIT_TOKENS`` of the page table's capacity."""
@@ -203,7 +196,7 @@ def paged_decode_attention(
         return out
     group = num_heads // num_kv_heads
     splits = cfg.num_splits or num_decode_splits(
-        batch, num_kv_heads, block_tables.shape[1] * page_size, _num_sms(q.device)
+        batch, num_kv_heads, block_tables.shape[1] * page_size, sm_count(q.device)
     )
     part_out = part_lse = out  # placeholders, unused when splits == 1
     if splits > 1:

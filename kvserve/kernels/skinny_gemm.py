@@ -22,7 +22,6 @@ the RMSNorm fused into the prologue and SiLU-and-multiply into the down projecti
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kvserve.kernels._triton import HAS_TRITON, jit, next_pow2, require_triton, tl, triton
+from kvserve.kernels._triton import HAS_TRITON, jit, next_pow2, require_triton, sm_count, tl, triton
 
 MAX_ROWS = 64  # without a config, more rows go to cuBLAS (it re-reads no W tile per M tile)
 _SPLITS = (1, 2, 3, 4, 6, 8)
@@ -158,13 +157,6 @@ def _arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
     return buf
 
 
-@functools.cache
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 132  # TRITON_INTERPRET runs on CPU tensors; any fixed number will do
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _supported(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (
         x.dim() == 2
@@ -194,7 +186,7 @@ def skinny_linear(
         return out.zero_()
     if x.stride(1) != 1:
         x = x.contiguous()
-    cfg = config or default_config(m, n, k, num_sms=_num_sms(x.device), elem_bytes=x.element_size())
+    cfg = config or default_config(m, n, k, num_sms=sm_count(x.device), elem_bytes=x.element_size())
     _launch(x, weight, out, cfg)
     return out
 
