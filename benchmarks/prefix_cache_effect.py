@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.results_io import write_result  # noqa: E402
 from kvserve.bench import cli as bench_cli  # noqa: E402
-from kvserve.server.demo_cli import free_port, stop_server, wait_healthy  # noqa: E402
+from kvserve.server.launch import launch_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # scaled-down `mixed` lengths (defaults: 4 turns x 64, QA 128, documents 2048, outputs 128)
@@ -52,20 +51,15 @@ def bench_argv(url: str, a: argparse.Namespace, out: Path) -> list[str]:
 
 
 def run_setting(name: str, flags: list[str], a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "kvserve.cli", "serve", "--port", str(port),
-           "--log-level", "warning", *flags]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     started = time.perf_counter()
-    server = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    server = launch_server(*flags)
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, server, timeout_s=300)
+        url = server.wait_healthy(timeout_s=300)
         print(f"[{name}] server up in {time.perf_counter() - started:.0f} s", flush=True)
         out = tmp / name
         assert bench_cli.main(bench_argv(url, a, out)) == 0
     finally:
-        code = stop_server(server)
+        code = server.stop()
     result = json.loads((out / "result.json").read_text())
     srv = result.get("server_metrics", {})
     row = {k: result[k] for k in FIGURES}

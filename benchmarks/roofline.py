@@ -34,9 +34,9 @@ from results_io import write_result  # noqa: E402
 
 from kvserve.engine.config_builder import build_engine_config  # noqa: E402
 from kvserve.engine.engine_core import EngineCore  # noqa: E402
-from kvserve.engine.kv_cache_sizing import kv_bytes_per_token  # noqa: E402
-from kvserve.engine.request import Request  # noqa: E402
-from kvserve.engine.sampling_params import SamplingParams  # noqa: E402
+from kvserve.engine.runner.kv_cache_sizing import kv_bytes_per_token  # noqa: E402
+from kvserve.engine.core.request import Request  # noqa: E402
+from kvserve.engine.core.sampling_params import SamplingParams  # noqa: E402
 
 VLLM_0_26 = {"decode_b1": 202.7, "decode_b64": 8142, "decode_b256": 13726, "offline_out": 8411}
 

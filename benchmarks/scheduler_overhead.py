@@ -19,11 +19,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 from results_io import write_result  # noqa: E402
 
 from kvserve.config import SchedulerConfig  # noqa: E402
-from kvserve.engine.kv_cache_manager import KVCacheManager  # noqa: E402
-from kvserve.engine.request import Request  # noqa: E402
-from kvserve.engine.sampling_params import SamplingParams  # noqa: E402
-from kvserve.engine.scheduler import Scheduler  # noqa: E402
-from kvserve.engine.scheduler_output import SchedulerOutput  # noqa: E402
+from kvserve.engine.core.kv_cache_manager import KVCacheManager  # noqa: E402
+from kvserve.engine.core.request import Request  # noqa: E402
+from kvserve.engine.core.sampling_params import SamplingParams  # noqa: E402
+from kvserve.engine.core.scheduler import Scheduler  # noqa: E402
+from kvserve.engine.core.scheduler_output import SchedulerOutput  # noqa: E402
 
 H200_PAGES, PAGE = 54_071, 16
 

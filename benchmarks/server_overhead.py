@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,9 +23,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.results_io import git_commit, machine, write_result  # noqa: E402
+from kvserve.engine.core.sampling_params import SamplingParams  # noqa: E402
 from kvserve.engine.llm import LLM  # noqa: E402
-from kvserve.engine.sampling_params import SamplingParams  # noqa: E402
-from kvserve.server.demo_cli import free_port, stop_server, wait_healthy  # noqa: E402
+from kvserve.server.launch import launch_server  # noqa: E402
 
 TOPICS = ["rivers", "bread", "trains", "owls", "glass", "maps", "tea", "bridges", "snow",
           "clocks", "bees", "ships", "paper", "salt", "moons", "violins"]  # fmt: skip
@@ -77,17 +76,14 @@ async def _http_run(url: str, ps: list[str], max_tokens: int, conc: int, stream:
 def through_http(
     ps: list[str], max_tokens: int, conc: int, stream: bool, flags: list[str]
 ) -> float:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "kvserve.cli", "serve", "--port", str(port), "--log-level",
-           "warning", *flags]  # fmt: skip
-    server = subprocess.Popen(cmd)
+    server = launch_server(*flags)
+    url = server.url
     try:
-        wait_healthy(url, server, 600)
+        server.wait_healthy(600)
         asyncio.run(_http_run(url, ps[:8], max_tokens, 8, stream))  # warm-up
         return asyncio.run(_http_run(url, ps, max_tokens, conc, stream))
     finally:
-        stop_server(server)
+        server.stop()
 
 
 def main() -> None:

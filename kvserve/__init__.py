@@ -9,8 +9,8 @@ __version__ = "0.1.0"
 __all__ = ["LLM", "SamplingParams", "__version__"]
 
 if TYPE_CHECKING:
+    from kvserve.engine.core.sampling_params import SamplingParams
     from kvserve.engine.llm import LLM
-    from kvserve.engine.sampling_params import SamplingParams
 
 
 def __getattr__(name: str) -> Any:
@@ -20,7 +20,7 @@ def __getattr__(name: str) -> Any:
 
         return LLM
     if name == "SamplingParams":
-        from kvserve.engine.sampling_params import SamplingParams
+        from kvserve.engine.core.sampling_params import SamplingParams
 
         return SamplingParams
     raise AttributeError(name)

@@ -1,1 +1,2 @@
-"""Engine: request state, scheduler, KV cache manager, model runner, engine core, offline API."""
+"""Engine: ``core/`` (bookkeeping), ``runner/`` (tensors), ``ipc/`` (process boundary), and the
+engine step (``engine_core``) with its front ends (offline ``LLM``, output processor, detokenizer)."""

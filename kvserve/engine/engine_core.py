@@ -17,16 +17,16 @@ import random
 import time
 
 from kvserve.config import EngineConfig
-from kvserve.engine.device import resolve_device, resolve_dtype
-from kvserve.engine.kv_cache_manager import KVCacheManager
-from kvserve.engine.launched_step import LaunchedStep
-from kvserve.engine.model_runner import ModelRunner
-from kvserve.engine.outputs import EngineCoreOutput
-from kvserve.engine.prompt_checks import check_prompt
-from kvserve.engine.request import Request
-from kvserve.engine.sampling_params import SamplingParams
-from kvserve.engine.scheduler import Scheduler
-from kvserve.engine.stats import EngineStats
+from kvserve.engine.core.kv_cache_manager import KVCacheManager
+from kvserve.engine.core.outputs import EngineCoreOutput
+from kvserve.engine.core.prompt_checks import check_prompt
+from kvserve.engine.core.request import Request
+from kvserve.engine.core.sampling_params import SamplingParams
+from kvserve.engine.core.scheduler import Scheduler
+from kvserve.engine.core.stats import EngineStats
+from kvserve.engine.runner.device import resolve_device, resolve_dtype
+from kvserve.engine.runner.launched_step import LaunchedStep
+from kvserve.engine.runner.model_runner import ModelRunner
 from kvserve.errors import ConfigError, InvalidRequestError
 from kvserve.loader import ModelSource, open_model_source
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from kvserve.server.flags import add_flags, engine_settings
+from kvserve.flags import add_flags, engine_settings
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,10 +11,10 @@ from dataclasses import replace
 from typing import Any
 
 from kvserve.engine.config_builder import build_engine_config
+from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.engine_core import EngineCore
 from kvserve.engine.output_processor import OutputProcessor, StreamState
 from kvserve.engine.request_output import CompletionOutput, RequestOutput
-from kvserve.engine.sampling_params import SamplingParams
 from kvserve.errors import InvalidRequestError
 from kvserve.loader import Tokenizer
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvserve.engine.core.outputs import EngineCoreOutput, TokenLogprobs
+from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.detokenizer import IncrementalDetokenizer
-from kvserve.engine.outputs import EngineCoreOutput, TokenLogprobs
-from kvserve.engine.sampling_params import SamplingParams
 from kvserve.loader import Tokenizer
 
 

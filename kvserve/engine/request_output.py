@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvserve.engine.outputs import TokenLogprobs
+from kvserve.engine.core.outputs import TokenLogprobs
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvserve.engine.core_client import CoreClient
-from kvserve.engine.messages import Ready
+from kvserve.engine.ipc.core_client import CoreClient
+from kvserve.engine.ipc.messages import Ready
 from kvserve.loader import Tokenizer
 from kvserve.server.errors import APIError
 from kvserve.server.metrics import ServerMetrics

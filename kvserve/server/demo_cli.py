@@ -5,43 +5,20 @@ QA and document questions), print the result block and a sample answer, shut dow
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from kvserve.errors import ConfigError, KVServeError
+from kvserve.errors import ConfigError
+from kvserve.server.launch import launch_server
 
 # Short lengths so the run takes about a minute on 2 CPU cores.
 _MIXED = ["--chat-turns", "3", "--chat-user-len", "32", "--chat-output-len", "32",
           "--qa-len", "64", "--qa-output-len", "32", "--doc-len", "256",
           "--doc-question-len", "32", "--doc-output-len", "32"]  # fmt: skip
 _QUESTION = "In two sentences: why does a KV cache make LLM serving faster?"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise KVServeError(f"the server exited with code {proc.returncode} while starting")
-        try:
-            if httpx.get(url + "/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise KVServeError(f"the server did not become healthy within {timeout_s:.0f} s")
 
 
 def sample_answer(url: str, max_tokens: int) -> str:
@@ -81,33 +58,18 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     a = parser().parse_args(argv)
-    port = a.port or free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "kvserve.cli", "serve", "--port", str(port),
-           "--log-level", "warning", *a.serve_args]  # fmt: skip
+    server = launch_server(*a.serve_args, port=a.port)
+    url = server.url
     print(f"kvserve demo: starting the server on {url} (bundled model) ...", flush=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    server = subprocess.Popen(cmd, env=env)
     try:
-        wait_healthy(url, server, a.startup_timeout)
+        server.wait_healthy(a.startup_timeout)
         print("kvserve demo: server healthy; running the mixed load ...", flush=True)
         run_load(url, a, str(Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")))
         answer = sample_answer(url, a.answer_tokens)
         print(f"\nSample answer to {_QUESTION!r}:\n{answer}\n", flush=True)
     finally:
-        code = stop_server(server)
+        code = server.stop()
     if code != 0:
         raise ConfigError(f"the server exited with code {code}")
     print("kvserve demo: server stopped cleanly.")
     return 0
-
-
-def stop_server(server: subprocess.Popen, timeout_s: float = 60.0) -> int:
-    if server.poll() is None:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-    return server.returncode

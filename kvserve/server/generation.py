@@ -10,11 +10,11 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 
-from kvserve.engine.core_client import EngineDeadError
-from kvserve.engine.messages import RequestFailed
+from kvserve.engine.core.outputs import TokenLogprobs
+from kvserve.engine.core.sampling_params import SamplingParams
+from kvserve.engine.ipc.core_client import EngineDeadError
+from kvserve.engine.ipc.messages import RequestFailed
 from kvserve.engine.output_processor import OutputProcessor, StreamState
-from kvserve.engine.outputs import TokenLogprobs
-from kvserve.engine.sampling_params import SamplingParams
 from kvserve.server.context import ServerContext
 from kvserve.server.errors import APIError
 from kvserve.server.validation import check_prompt

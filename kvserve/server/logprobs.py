@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvserve.engine.outputs import TokenLogprobs
+from kvserve.engine.core.outputs import TokenLogprobs
 from kvserve.loader import Tokenizer
 
 

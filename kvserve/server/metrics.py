@@ -9,8 +9,8 @@ from __future__ import annotations
 import prometheus_client as prom
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kvserve.engine.messages import OutputBatch
-from kvserve.engine.stats import EngineStats
+from kvserve.engine.core.stats import EngineStats
+from kvserve.engine.ipc.messages import OutputBatch
 
 prom.disable_created_metrics()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvserve.engine.messages import Ready
-from kvserve.engine.sampling_params import SamplingParams
+from kvserve.engine.core.sampling_params import SamplingParams
+from kvserve.engine.ipc.messages import Ready
 from kvserve.errors import InvalidRequestError
 from kvserve.server.errors import APIError
 from kvserve.server.protocol import SamplingFields

@@ -17,12 +17,12 @@ from types import FrameType
 import uvicorn
 
 from kvserve.engine.config_builder import build_engine_config
-from kvserve.engine.core_client import CoreClient
+from kvserve.engine.ipc.core_client import CoreClient
 from kvserve.errors import ConfigError
+from kvserve.flags import add_flags, engine_settings
 from kvserve.loader import bundled_model_path, load_tokenizer
 from kvserve.server.app import create_app
 from kvserve.server.context import ServerContext
-from kvserve.server.flags import add_flags, engine_settings
 from kvserve.server.metrics import ServerMetrics
 
 log = logging.getLogger("kvserve.server")

@@ -3,9 +3,9 @@ limits the engine announced in its ``Ready`` message (the engine's own checks, a
 
 from __future__ import annotations
 
-from kvserve.engine.messages import Ready
-from kvserve.engine.prompt_checks import check_prompt as engine_check_prompt
-from kvserve.engine.sampling_params import SamplingParams
+from kvserve.engine.core.prompt_checks import check_prompt as engine_check_prompt
+from kvserve.engine.core.sampling_params import SamplingParams
+from kvserve.engine.ipc.messages import Ready
 from kvserve.errors import InvalidRequestError
 from kvserve.server.errors import APIError
 

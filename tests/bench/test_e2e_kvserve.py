@@ -19,7 +19,7 @@ import pytest
 from kvserve.bench import cli, tokens
 from kvserve.bench.profiles import WorkloadConfig, make_units
 from kvserve.bench.records import RequestRecord, read_records
-from kvserve.server.demo_cli import free_port, wait_healthy
+from kvserve.server.launch import launch_server
 from tests.server.conftest import Server
 
 pytestmark = pytest.mark.slow
@@ -38,10 +38,7 @@ PLOTS = ("latency_cdfs.png", "tokens_over_time.png")
 
 
 def _launch(*flags: str) -> Server:
-    port = free_port()
-    cmd = [sys.executable, "-m", "kvserve.cli", "serve", "--port", str(port),
-           "--log-level", "warning", *flags]  # fmt: skip
-    return Server(subprocess.Popen(cmd, cwd=ROOT, env=ENV), port)
+    return launch_server(*flags, env=ENV)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +52,7 @@ def servers() -> Iterator[dict[str, Server]]:
 
 
 def _ready(s: Server) -> str:
-    wait_healthy(s.url, s.proc, timeout_s=300)
-    return s.url
+    return s.wait_healthy(timeout_s=300)
 
 
 @pytest.fixture(scope="module")

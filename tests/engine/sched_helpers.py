@@ -4,11 +4,11 @@ loop that plays the runner's part with fixed sampled tokens."""
 from __future__ import annotations
 
 from kvserve.config import SchedulerConfig
-from kvserve.engine.kv_cache_manager import KVCacheManager
-from kvserve.engine.request import Request
-from kvserve.engine.sampling_params import SamplingParams
-from kvserve.engine.scheduler import Scheduler
-from kvserve.engine.scheduler_output import SchedulerOutput
+from kvserve.engine.core.kv_cache_manager import KVCacheManager
+from kvserve.engine.core.request import Request
+from kvserve.engine.core.sampling_params import SamplingParams
+from kvserve.engine.core.scheduler import Scheduler
+from kvserve.engine.core.scheduler_output import SchedulerOutput
 
 PAGE = 4
 

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from kvserve.engine.kv_cache_manager import KVCacheIntegrityError, KVCacheManager
+from kvserve.engine.core.kv_cache_manager import KVCacheIntegrityError, KVCacheManager
 
 
 def test_allocate_release_roundtrip() -> None:

@@ -70,7 +70,7 @@ def test_pdl_settings(settings, expected) -> None:
 
 
 def test_pdl_forced_on_a_cpu_is_a_config_error() -> None:
-    from kvserve.engine.model_runner import _resolve_pdl
+    from kvserve.engine.runner.model_runner import _resolve_pdl
 
     with pytest.raises(ConfigError, match="sm_90"):
         _resolve_pdl(True, torch.device("cpu"))

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from sched_helpers import PAGE, make_request, make_scheduler, run_step, run_to_completion
 
-from kvserve.engine.request import FinishReason, RequestStatus
+from kvserve.engine.core.request import FinishReason, RequestStatus
 
 
 def test_prefill_then_one_token_per_decode_step() -> None:

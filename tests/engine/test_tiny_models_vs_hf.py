@@ -9,9 +9,9 @@ from engine_checks import assert_engine_clean
 from model_factory import load_reference_model
 
 from kvserve.engine.config_builder import build_engine_config
+from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.engine_core import EngineCore
-from kvserve.engine.input_batch import build_model_inputs
-from kvserve.engine.sampling_params import SamplingParams
+from kvserve.engine.runner.input_batch import build_model_inputs
 from kvserve.models.forward_context import ForwardContext
 
 VARIANTS = [

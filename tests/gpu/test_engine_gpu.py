@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from kvserve.engine.config_builder import build_engine_config
+from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.engine_core import EngineCore
-from kvserve.engine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("triton")

@@ -3,65 +3,18 @@ special flags; tests that need other flags start their own."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvserve.server.demo_cli import free_port
+from kvserve.server.launch import ServerProcess as Server
+from kvserve.server.launch import start_server
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen
-    port: int
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def engine_pid(self) -> int:
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
-        return int(children.split()[0])
-
-
-def start_server(*flags: str, env: dict[str, str] | None = None, timeout_s: float = 300) -> Server:
-    port = free_port()
-    cmd = [sys.executable, "-m", "kvserve.cli", "serve", "--port", str(port),
-           "--log-level", "warning", *flags]  # fmt: skip
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env)
-    server = Server(proc, port)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"server exited with {proc.returncode} while starting"
-        try:
-            if httpx.get(server.url + "/health", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    server.stop()
-    raise AssertionError("server did not become healthy")
 
 
 @pytest.fixture(scope="session")

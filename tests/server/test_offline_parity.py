@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.llm import LLM
-from kvserve.engine.sampling_params import SamplingParams
 from tests.server.conftest import Server, metrics, start_server, wait_idle
 
 TOPICS = ["rivers", "bread", "trains", "owls", "glass", "maps", "tea", "bridges", "snow",

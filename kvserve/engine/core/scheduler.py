@@ -20,9 +20,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from kvserve.config import SchedulerConfig
-from kvserve.engine.kv_cache_manager import KVCacheManager
-from kvserve.engine.request import FinishReason, Request, RequestStatus
-from kvserve.engine.scheduler_output import ScheduledChunk, SchedulerOutput
+from kvserve.engine.core.kv_cache_manager import KVCacheManager
+from kvserve.engine.core.request import FinishReason, Request, RequestStatus
+from kvserve.engine.core.scheduler_output import ScheduledChunk, SchedulerOutput
 
 
 @dataclass

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from kvserve.engine.device import to_device
-from kvserve.engine.request import Request
+from kvserve.engine.core.request import Request
+from kvserve.engine.runner.device import to_device
 from kvserve.layers.sampler import PenaltyBatch, SamplingBatch
 
 

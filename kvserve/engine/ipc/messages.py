@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import msgspec
 
-from kvserve.engine.outputs import EngineCoreOutput
-from kvserve.engine.sampling_params import SamplingParams
-from kvserve.engine.stats import EngineStats
+from kvserve.engine.core.outputs import EngineCoreOutput
+from kvserve.engine.core.sampling_params import SamplingParams
+from kvserve.engine.core.stats import EngineStats
 
 
 # -- API process -> engine ------------------------------------------------------------------

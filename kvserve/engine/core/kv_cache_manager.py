@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from kvserve.engine.block_pool import BlockPool
-from kvserve.engine.radix_cache import RadixCache, RadixNode
+from kvserve.engine.core.block_pool import BlockPool
+from kvserve.engine.core.radix_cache import RadixCache, RadixNode
 
 
 class KVCacheIntegrityError(AssertionError):

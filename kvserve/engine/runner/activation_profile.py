@@ -11,7 +11,7 @@ from kvserve.layers.attention import AttentionMetadata
 from kvserve.models.forward_context import ForwardContext
 
 if TYPE_CHECKING:
-    from kvserve.engine.model_runner import ModelRunner
+    from kvserve.engine.runner.model_runner import ModelRunner
 
 
 @torch.inference_mode()

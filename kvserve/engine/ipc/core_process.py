@@ -1,4 +1,4 @@
-"""The engine core in its own process: ``python -m kvserve.engine.core_process``.
+"""The engine core in its own process: ``python -m kvserve.engine.ipc.core_process``.
 
 It loads the model, sends ``Ready`` and loops: take every queued message (blocking only while
 idle), ``step()``, send the step's outputs with a stats snapshot. It only ever sends on a PUSH
@@ -16,8 +16,9 @@ import msgspec
 import zmq
 
 from kvserve.config import EngineConfig
+from kvserve.engine.core.request import Request
 from kvserve.engine.engine_core import EngineCore
-from kvserve.engine.messages import (
+from kvserve.engine.ipc.messages import (
     AbortRequests,
     AddRequest,
     Fatal,
@@ -29,10 +30,9 @@ from kvserve.engine.messages import (
     decode_input,
     encode,
 )
-from kvserve.engine.request import Request
 from kvserve.errors import KVServeError
 
-log = logging.getLogger("kvserve.engine.core_process")
+log = logging.getLogger("kvserve.engine.ipc.core_process")
 HEARTBEAT_S = 0.5
 
 
@@ -125,7 +125,7 @@ class CoreLoop:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kvserve.engine.core_process")
+    p = argparse.ArgumentParser(prog="python -m kvserve.engine.ipc.core_process")
     p.add_argument("--input", required=True, help="ZeroMQ address to PULL requests from")
     p.add_argument("--output", required=True, help="ZeroMQ address to PUSH outputs to")
     p.add_argument("--config", required=True, help="EngineConfig as JSON")

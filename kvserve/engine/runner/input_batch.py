@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kvserve.engine.device import to_device
-from kvserve.engine.request import Request
-from kvserve.engine.scheduler_output import ScheduledChunk, SchedulerOutput
+from kvserve.engine.core.request import Request
+from kvserve.engine.core.scheduler_output import ScheduledChunk, SchedulerOutput
+from kvserve.engine.runner.device import to_device
 from kvserve.layers.attention import AttentionMetadata
 
 

@@ -1,4 +1,4 @@
-"""The API process's side of the engine core: spawns ``kvserve.engine.core_process``, sends it
+"""The API process's side of the engine core: spawns ``kvserve.engine.ipc.core_process``, sends it
 typed messages and routes its output batches to one asyncio queue per request."""
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ import zmq
 import zmq.asyncio
 
 from kvserve.config import EngineConfig
-from kvserve.engine.messages import (
+from kvserve.engine.core.outputs import EngineCoreOutput
+from kvserve.engine.core.sampling_params import SamplingParams
+from kvserve.engine.core.stats import EngineStats
+from kvserve.engine.ipc.messages import (
     AbortRequests,
     AddRequest,
     Fatal,
@@ -30,12 +33,9 @@ from kvserve.engine.messages import (
     decode_output,
     encode,
 )
-from kvserve.engine.outputs import EngineCoreOutput
-from kvserve.engine.sampling_params import SamplingParams
-from kvserve.engine.stats import EngineStats
 from kvserve.errors import ModelLoadError
 
-log = logging.getLogger("kvserve.engine.core_client")
+log = logging.getLogger("kvserve.engine.ipc.core_client")
 QueueItem = EngineCoreOutput | RequestFailed | BaseException
 
 
@@ -71,7 +71,7 @@ class CoreClient:
         self.from_engine = self.ctx.socket(zmq.PULL)
         self.from_engine.setsockopt(zmq.RCVHWM, 0)
         self.from_engine.bind(out_addr)
-        cmd = [sys.executable, "-m", "kvserve.engine.core_process", "--input", in_addr,
+        cmd = [sys.executable, "-m", "kvserve.engine.ipc.core_process", "--input", in_addr,
                "--output", out_addr, "--config", msgspec.json.encode(self.config).decode(),
                "--log-level", self.log_level]  # fmt: skip
         self.proc = subprocess.Popen(cmd)

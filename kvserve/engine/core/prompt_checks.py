@@ -3,7 +3,7 @@ process (which checks against the limits the engine announced)."""
 
 from __future__ import annotations
 
-from kvserve.engine.sampling_params import SamplingParams
+from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.errors import InvalidRequestError
 
 

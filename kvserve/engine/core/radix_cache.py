@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvserve.engine.block_pool import BlockPool
+from kvserve.engine.core.block_pool import BlockPool
 
 
 @dataclass(eq=False)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kvserve.engine.outputs import TokenLogprobs
-from kvserve.engine.request import Request
-from kvserve.engine.scheduler_output import SchedulerOutput
+from kvserve.engine.core.outputs import TokenLogprobs
+from kvserve.engine.core.request import Request
+from kvserve.engine.core.scheduler_output import SchedulerOutput
 from kvserve.layers.sampler import SamplerOutput
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from kvserve.engine.sampling_params import SamplingParams
+from kvserve.engine.core.sampling_params import SamplingParams
 
 
 class RequestStatus(enum.Enum):

@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from kvserve.engine.input_batch import ModelInputs
+from kvserve.engine.runner.input_batch import ModelInputs
 from kvserve.layers.attention import AttentionBackend, AttentionMetadata
 from kvserve.models.forward_context import ForwardContext
 

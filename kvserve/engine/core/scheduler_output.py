@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvserve.engine.request import Request
+from kvserve.engine.core.request import Request
 
 
 @dataclass

@@ -9,13 +9,13 @@ from collections.abc import Iterable
 import torch
 
 from kvserve.config import EngineConfig, ModelConfig
-from kvserve.engine.cuda_graphs import DecodeGraphs
-from kvserve.engine.device import to_device
-from kvserve.engine.input_batch import ModelInputs, build_model_inputs
-from kvserve.engine.kv_cache_sizing import kv_bytes_per_token, num_pages_cpu, num_pages_gpu
-from kvserve.engine.launched_step import LaunchedStep
-from kvserve.engine.sampling_batch import build_sampling_batch
-from kvserve.engine.scheduler_output import SchedulerOutput
+from kvserve.engine.core.scheduler_output import SchedulerOutput
+from kvserve.engine.runner.cuda_graphs import DecodeGraphs
+from kvserve.engine.runner.device import to_device
+from kvserve.engine.runner.input_batch import ModelInputs, build_model_inputs
+from kvserve.engine.runner.kv_cache_sizing import kv_bytes_per_token, num_pages_cpu, num_pages_gpu
+from kvserve.engine.runner.launched_step import LaunchedStep
+from kvserve.engine.runner.sampling_batch import build_sampling_batch
 from kvserve.errors import ConfigError
 from kvserve.layers.attention import create_attention_backend
 from kvserve.layers.sampler import Sampler
@@ -93,7 +93,7 @@ class ModelRunner:
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         base = torch.cuda.memory_allocated(self.device)
-        from kvserve.engine.activation_profile import profile_step
+        from kvserve.engine.runner.activation_profile import profile_step
 
         profile_step(self, caches, tokens, context_length)
         peak = torch.cuda.max_memory_allocated(self.device) - base

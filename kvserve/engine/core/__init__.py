@@ -1,0 +1,1 @@
+"""Bookkeeping, no tensors: request state, scheduler, block pool, radix cache, KV cache manager."""
