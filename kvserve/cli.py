@@ -12,6 +12,7 @@ import sys
 # command -> (module, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("kvserve.server.serve_cli", "run the OpenAI-compatible server"),
+    "route": ("kvserve.router.cli", "route OpenAI requests over several workers"),
     "demo": ("kvserve.server.demo_cli", "start a server on the bundled model and load it"),
     "generate": ("kvserve.engine.generate_cli", "generate offline from prompts"),
     "bench": ("kvserve.bench.cli", "load-test an OpenAI-compatible server"),

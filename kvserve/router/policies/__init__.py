@@ -1,0 +1,1 @@
+"""Routing policies: which worker (or which prefill + decode pair) serves a request."""

@@ -1,0 +1,72 @@
+"""Everything one router process holds, built from a `RouterConfig`; the HTTP handlers reach it
+through the aiohttp app. Background tasks: health checks, the worker file watcher and the
+cache-aware trees' eviction."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import aiohttp
+from aiohttp import web
+
+from kvserve.router.config import RouterConfig
+from kvserve.router.health import HealthChecker
+from kvserve.router.metrics import RouterMetrics
+from kvserve.router.policies.factory import make_policy
+from kvserve.router.proxy import Forwarder
+from kvserve.router.registry import WorkerRegistry
+from kvserve.router.worker import make_spec
+from kvserve.router.worker_file import WorkerFileWatcher
+
+
+class RouterState:
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.registry = WorkerRegistry(config.breaker)
+        self.policy = make_policy(config.policy, config.cache_aware)
+        self.metrics = RouterMetrics()
+        key = config.api_key
+        self.expected_auth = f"Bearer {key}".encode() if key else None
+        self.tasks: list[asyncio.Task[None]] = []
+        self.watcher = (WorkerFileWatcher(config.worker_file, self.registry,
+                                          config.worker_file_poll_s)
+                        if config.worker_file else None)  # fmt: skip
+        # Raise ConfigError for bad workers before any socket is opened.
+        self.cli_specs = [make_spec(url, config.worker_api_key) for url in config.worker_urls]
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=75)
+        self.session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False,
+            skip_auto_headers=("Accept-Encoding", "User-Agent"),
+        )  # fmt: skip
+        self.forwarder = Forwarder(self.config, self.registry, self.policy, self.metrics,
+                                   self.session)  # fmt: skip
+        self.health = HealthChecker(self.registry, self.session, self.config.health)
+        self.registry.on_add = self.health.check_soon
+        for spec in self.cli_specs:
+            self.registry.add(spec, "cli")
+        loop = asyncio.get_running_loop()
+        self.tasks.append(loop.create_task(self.health.run()))
+        if self.watcher is not None:
+            self.watcher.load()
+            self.tasks.append(loop.create_task(self.watcher.run()))
+        if hasattr(self.policy, "evict"):
+            self.tasks.append(loop.create_task(self._evict_loop()))
+
+    async def _evict_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.cache_aware.eviction_interval_s)
+            self.policy.evict(self.registry.workers)  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.session.close()
+
+
+STATE: web.AppKey[RouterState] = web.AppKey("router_state", RouterState)
