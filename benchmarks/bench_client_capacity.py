@@ -7,7 +7,7 @@ load_sink.py, another process on another core when there is one), which answers 
   client's recorded arrival minus that is the delay the client adds (network stack included).
 Writes benchmarks/results/bench_client_capacity_<date>.json.
 
-    .venv/bin/python benchmarks/bench_client_capacity.py
+    .venv/bin/python -m benchmarks.bench_client_capacity
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from results_io import write_result
 
+from benchmarks.common import write_result
 from kvserve.bench import metrics, tokens
 from kvserve.bench.client import Target
 from kvserve.bench.load_sink import running_sink

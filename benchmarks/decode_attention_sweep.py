@@ -2,25 +2,19 @@
 length allows (padded), one graph of many calls on rotating inputs. Sweeps the split count and
 the block config per (batch, context) and prints the best, to set the defaults from.
 
-    PYTHONPATH=. python3 benchmarks/decode_attention_sweep.py --width 512 --out $OUT/sweep.json
+    python -m benchmarks.decode_attention_sweep --width 512 --out $OUT/sweep.json
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from ceilings import copy_bandwidth_gbs  # noqa: E402
-from kernels_h200 import HKV, DecodeShapes, try_run  # noqa: E402
-from results_io import git_commit  # noqa: E402
-
-from kvserve.kernels.decode_attention import DecodeConfig, num_decode_splits  # noqa: E402
+from benchmarks.common import copy_bandwidth_gbs, stamp, write_json
+from benchmarks.kernels_h200 import HKV, DecodeShapes, try_run
+from kvserve.kernels.decode_attention import DecodeConfig, num_decode_splits
 
 SHAPES = [(1, 1024), (8, 1024), (64, 1024), (256, 1024), (8, 4096), (64, 4096), (128, 4096)]
 SPLITS = [1, 2, 3, 4, 8, 16, 32, 64]
@@ -53,9 +47,9 @@ def main() -> None:
               f"{base['gbs']:.0f} GB/s; best {best['config']} {best['graph_us']:.1f} us "
               f"{best['gbs']:.0f} GB/s ({100 * best['of_copy']:.0f}% of copy)",
               flush=True)  # fmt: skip
-    with open(args.out, "w") as f:
-        json.dump({"commit": git_commit(), "copy_gbs": copy_gbs, "width": args.width,
-                   "rows": rows}, f, indent=1)  # fmt: skip
+    record = {**stamp("decode_attention_sweep"), "copy_gbs": copy_gbs, "width": args.width,
+              "rows": rows}  # fmt: skip
+    write_json(args.out, record, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Where a decode step's GPU time goes, kernel by kernel (torch profiler, CUPTI).
 
-    python benchmarks/decode_profile.py --model benchmarks/configs/llama-3-8b --batches 1,64,256
+    python -m benchmarks.decode_profile --model benchmarks/configs/llama-3-8b --batches 1,64,256
 
 For each batch size: ``batch`` requests of ``--context`` random tokens are prefilled, then
 ``--steps`` decode steps run under the profiler exactly as the engine runs them (CUDA graphs
@@ -11,21 +11,21 @@ between them, and kernel time grouped by kernel name. Writes decode_profile_<tag
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from results_io import write_result  # noqa: E402
-from roofline import add_decode_batch  # noqa: E402
-
-from kvserve.engine.config_builder import build_engine_config  # noqa: E402
-from kvserve.engine.engine_core import EngineCore  # noqa: E402
+from benchmarks.common import (
+    LLAMA_8B,
+    add_decode_batch,
+    build_engine,
+    drain,
+    reset_prefix_cache,
+    write_result,
+)
+from kvserve.engine.engine_core import EngineCore
 
 
 def kernel_times(prof: torch.profiler.profile) -> dict[str, float]:
@@ -52,9 +52,8 @@ def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dic
         wall_ms = (time.perf_counter() - t) / steps * 1e3
     for r in reqs:
         core.abort_request(r.request_id)
-    while core.has_unfinished():
-        core.step()
-    core.kv.reset_prefix_cache()
+    drain(core)
+    reset_prefix_cache(core)
     per_step = {k: v / steps / 1e3 for k, v in kernel_times(prof).items()}  # ms per step
     busy = sum(per_step.values())
     top = dict(sorted(per_step.items(), key=lambda kv: -kv[1])[:20])
@@ -69,7 +68,7 @@ def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dic
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="benchmarks/configs/llama-3-8b")
+    ap.add_argument("--model", default=LLAMA_8B)
     ap.add_argument("--batches", default="1,64,256")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)
@@ -78,15 +77,13 @@ def main() -> None:
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
-    core = EngineCore(build_engine_config(
-        args.model, load_format="dummy", device="cuda", dtype="bfloat16",
-        max_running_requests=256, enforce_eager=args.enforce_eager,
+    core = build_engine(
+        args.model, max_running_requests=256, enforce_eager=args.enforce_eager,
         disable_overlap_schedule=args.disable_overlap_schedule,
-    ))  # fmt: skip
+    )  # fmt: skip
     rows = [profile_batch(core, int(b), args.context, args.steps) for b in args.batches.split(",")]
     result = {"model": args.model, "enforce_eager": args.enforce_eager, "rows": rows}
-    out_dir = None if args.out_dir is None else Path(args.out_dir)
-    print(f"wrote {write_result(f'decode_profile_{args.tag}', result, out_dir)}")
+    print(f"wrote {write_result(f'decode_profile_{args.tag}', result, args.out_dir)}")
 
 
 if __name__ == "__main__":

@@ -5,23 +5,27 @@ copy (bytes read + written per second). Prefill: causal FLOPs (2 * 2 * Hq * D * 
 second, against a bf16 8192^3 matmul and against torch's own SDPA (flash) on unpaged tensors.
 Shapes: Llama-3-8B attention (32 q heads, 8 kv heads, D = 128), bf16, page 16.
 
-    PYTHONPATH=. python3 benchmarks/kernels_h200.py --out $OUT/kernels.json [--sweep]
+    python -m benchmarks.kernels_h200 --out $OUT/kernels.json [--sweep]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 import triton
-from ceilings import copy_bandwidth_gbs, matmul_tflops, median_ms
-from results_io import git_commit
 
+from benchmarks.common import (
+    copy_bandwidth_gbs,
+    graph_replay_ms,
+    matmul_tflops,
+    median_ms,
+    stamp,
+    write_json,
+)
 from kvserve.kernels.decode_attention import DecodeConfig, num_decode_splits, paged_decode_attention
 from kvserve.kernels.prefill_attention import (
     PrefillConfig,
@@ -103,16 +107,7 @@ class DecodeShapes:
                 paged_decode_attention(
                     q, self.kv_cache, tables, seq_lens, SCALE, out=out, config=config
                 )
-        times = []
-        for i in range(13):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            if i >= 3:  # warm-up replays
-                times.append(start.elapsed_time(end) / n)
-        return sorted(times)[len(times) // 2]
+        return graph_replay_ms(graph, replays=10, warmup=3) / n
 
     def host_us(self, batch: int, ctx: int, calls: int = 200) -> float:
         """Host time per eager call (launches only; the GPU work here is shorter)."""
@@ -240,10 +235,9 @@ def main() -> None:
         row["ratio_sdpa"] = row["tflops"] / row["sdpa_tflops"]
         prefill_rows.append(row)
     result = {
+        **stamp("kernels_h200"),
         "device": props.name,
         "num_sms": props.multi_processor_count,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "commit": git_commit(),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "shape": {
@@ -260,8 +254,7 @@ def main() -> None:
     }
     if args.sweep:
         result["sweep"] = sweep(decode)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(args.out, result, indent=1)
     print_table(result)
 
 

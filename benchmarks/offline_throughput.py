@@ -2,7 +2,7 @@
 output tokens each (ignore_eos). kvserve at several concurrencies against Hugging Face
 transformers ``generate`` (batched, left-padded) on the same prompts, in one run.
 
-    .venv/bin/python benchmarks/offline_throughput.py [--num-prompts 64] [--concurrency 1,8,32]
+    .venv/bin/python -m benchmarks.offline_throughput [--num-prompts 64] [--concurrency 1,8,32]
 
 Writes benchmarks/results/offline_throughput_<date>.json. Decode on a CPU is bound by memory
 bandwidth; the ceiling stated is one read of the weights per step at the measured copy rate.
@@ -11,16 +11,19 @@ bandwidth; the ceiling stated is one read of the weights per step at the measure
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from results_io import write_result  # noqa: E402
-
-from kvserve import LLM, SamplingParams  # noqa: E402
+from benchmarks.common import (
+    copy_bandwidth_gbs,
+    greedy,
+    reference_model,
+    reset_prefix_cache,
+    weight_bytes,
+    write_result,
+)
+from kvserve import LLM, SamplingParams
 
 
 def make_prompts(n: int, vocab: int, seed: int) -> list[list[int]]:
@@ -30,20 +33,9 @@ def make_prompts(n: int, vocab: int, seed: int) -> list[list[int]]:
     return [torch.randint(100, vocab, (L,), generator=gen).tolist() for L in lengths]
 
 
-def copy_bandwidth_gbs() -> float:
-    x = torch.empty(256 * 1024 * 1024 // 4)
-    y = torch.empty_like(x)
-    y.copy_(x)
-    t = time.perf_counter()
-    for _ in range(5):
-        y.copy_(x)
-    return 5 * 2 * x.numel() * 4 / (time.perf_counter() - t) / 1e9
-
-
 def run_kvserve(llm: LLM, prompts: list[list[int]], out_len: int) -> dict[str, float]:
-    params = SamplingParams(temperature=0, max_tokens=out_len, ignore_eos=True)
     t = time.perf_counter()
-    outs = llm.generate(prompts, params)
+    outs = llm.generate(prompts, greedy(out_len))
     wall = time.perf_counter() - t
     generated = sum(len(o.token_ids) for o in outs)
     assert generated == len(prompts) * out_len
@@ -85,20 +77,18 @@ def main() -> None:
         llm = LLM(device="cpu", dtype=args.dtype, max_running_requests=c)
         prompts = make_prompts(args.num_prompts, llm.engine.model_config.vocab_size, seed=0)
         llm.generate(prompts[:2], SamplingParams(temperature=0, max_tokens=4))  # warm-up
-        llm.engine.kv.reset_prefix_cache()
+        reset_prefix_cache(llm.engine)
         kv[c] = run_kvserve(llm, prompts, args.output_len)
         print(f"kvserve concurrency {c}: {kv[c]['output_tok_s']:.1f} output tok/s", flush=True)
     assert llm is not None
-    from reference_model import reference_model
-
     ref = reference_model(llm.engine.source.path, args.dtype)
     hf = {}
     for b in [int(x) for x in args.hf_batches.split(",")]:
         hf[b] = run_hf(ref, prompts, args.output_len, b)
         print(f"transformers batch {b}: {hf[b]['output_tok_s']:.1f} output tok/s", flush=True)
     best_hf = max(r["output_tok_s"] for r in hf.values())
-    weight_bytes = sum(p.numel() * p.element_size() for p in llm.engine.runner.model.parameters())
-    bw = copy_bandwidth_gbs()
+    wbytes = weight_bytes(llm.engine)
+    bw = copy_bandwidth_gbs("cpu")
     payload = {
         "model": "SmolLM2-135M-Instruct Q4_1 GGUF (dequantized)",
         "dtype": args.dtype,
@@ -110,8 +100,8 @@ def main() -> None:
         "ratio_at_max_concurrency_vs_best_transformers": kv[max(levels)]["output_tok_s"] / best_hf,
         "ceiling": {
             "copy_bandwidth_GBps": bw,
-            "weight_bytes": weight_bytes,
-            "decode_steps_per_s_ceiling": bw * 1e9 / weight_bytes,
+            "weight_bytes": wbytes,
+            "decode_steps_per_s_ceiling": bw * 1e9 / wbytes,
             "note": "one read of the weights per decode step; KV reads excluded",
         },
     }

@@ -11,7 +11,7 @@ sessions, 30% QA, 25% document QA, one system prompt of ~70% of input tokens) is
 The cache is cold at the start of each run (a fresh server, no warmup). The load average before
 and after is recorded because a shared CPU moves the latency figures.
 
-    .venv/bin/python benchmarks/prefix_cache_effect.py [--num-requests 16 --max-concurrency 4]
+    .venv/bin/python -m benchmarks.prefix_cache_effect [--num-requests 16 --max-concurrency 4]
 """
 
 from __future__ import annotations
@@ -19,19 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import write_result
+from kvserve.bench import cli as bench_cli
+from kvserve.server.launch import launch_server
 
-from benchmarks.results_io import write_result  # noqa: E402
-from kvserve.bench import cli as bench_cli  # noqa: E402
-from kvserve.server.launch import launch_server  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 # scaled-down `mixed` lengths (defaults: 4 turns x 64, QA 128, documents 2048, outputs 128)
 MIXED = {"chat-turns": 3, "chat-user-len": 48, "chat-output-len": 16, "qa-len": 64,
          "qa-output-len": 16, "doc-len": 384, "doc-question-len": 32,

@@ -4,33 +4,28 @@ KV pool (54,071 pages of 16), driven as the engine drives it with overlap schedu
 first wave ends, every new page must come from evicting cached pages, so this is where the
 prefix cache's eviction cost shows.
 
-    .venv/bin/python benchmarks/scheduler_overhead.py [--requests 1000]
+    .venv/bin/python -m benchmarks.scheduler_overhead [--requests 1000]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from results_io import write_result  # noqa: E402
-
-from kvserve.config import SchedulerConfig  # noqa: E402
-from kvserve.engine.core.kv_cache_manager import KVCacheManager  # noqa: E402
-from kvserve.engine.core.request import Request  # noqa: E402
-from kvserve.engine.core.sampling_params import SamplingParams  # noqa: E402
-from kvserve.engine.core.scheduler import Scheduler  # noqa: E402
-from kvserve.engine.core.scheduler_output import SchedulerOutput  # noqa: E402
+from benchmarks.common import greedy, write_result
+from kvserve.config import SchedulerConfig
+from kvserve.engine.core.kv_cache_manager import KVCacheManager
+from kvserve.engine.core.request import Request
+from kvserve.engine.core.scheduler import Scheduler
+from kvserve.engine.core.scheduler_output import SchedulerOutput
 
 H200_PAGES, PAGE = 54_071, 16
 
 
 def make_requests(n: int, in_len: int, out_len: int) -> list[Request]:
     rng = random.Random(0)
-    params = SamplingParams(temperature=0, max_tokens=out_len, ignore_eos=True)
+    params = greedy(out_len)
     return [
         Request(
             f"r{i}", [rng.randrange(1000, 120_000) for _ in range(in_len)], params, 0, 0.0, out_len

@@ -6,26 +6,20 @@ first. The server side is a real ``kvserve serve`` subprocess driven by async ht
 (non-streaming by default; ``--stream`` for SSE). Writes
 benchmarks/results/server_overhead_<date>.json.
 
-    .venv/bin/python benchmarks/server_overhead.py [--num-prompts 64 --max-tokens 64]
+    .venv/bin/python -m benchmarks.server_overhead [--num-prompts 64 --max-tokens 64]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
-import sys
 import time
-from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.results_io import git_commit, machine, write_result  # noqa: E402
-from kvserve.engine.core.sampling_params import SamplingParams  # noqa: E402
-from kvserve.engine.llm import LLM  # noqa: E402
-from kvserve.server.launch import launch_server  # noqa: E402
+from benchmarks.common import greedy, release_memory, timed_after_warmup, write_result
+from kvserve import LLM, SamplingParams
+from kvserve.server.launch import launch_server
 
 TOPICS = ["rivers", "bread", "trains", "owls", "glass", "maps", "tea", "bridges", "snow",
           "clocks", "bees", "ships", "paper", "salt", "moons", "violins"]  # fmt: skip
@@ -37,13 +31,17 @@ def prompts(n: int) -> list[str]:
 
 def offline(ps: list[str], max_tokens: int, settings: dict) -> float:
     llm = LLM(**settings)
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    llm.generate(ps[:8], params)  # warm-up
-    start = time.perf_counter()
-    outs = llm.generate(ps, params)
-    seconds = time.perf_counter() - start
+    rate = _offline_rate(llm, ps, greedy(max_tokens))
     del llm
-    gc.collect()
+    release_memory()
+    return rate
+
+
+def _offline_rate(llm: LLM, ps: list[str], params: SamplingParams) -> float:
+    outs = []
+    seconds = timed_after_warmup(
+        lambda: outs.extend(llm.generate(ps, params)), lambda: llm.generate(ps[:8], params)
+    )
     return sum(len(o.token_ids) for o in outs) / seconds
 
 
@@ -102,8 +100,7 @@ def main() -> None:
     offline_tps = offline(ps, a.max_tokens, settings)
     ratio = http_tps / offline_tps
     result = {
-        "benchmark": "server_overhead", "machine": machine(), "commit": git_commit(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": a.device,
+        "device": a.device,
         "num_prompts": a.num_prompts, "max_tokens": a.max_tokens, "concurrency": a.concurrency,
         "stream": a.stream, "offline_output_tok_s": round(offline_tps, 2),
         "http_output_tok_s": round(http_tps, 2), "ratio": round(ratio, 3), "target_ratio": 0.9,

@@ -11,7 +11,7 @@ F.linear before it is timed and again after the replays; a failing config is rep
 timed. Shapes: Llama-3-8B's fused projections and lm_head, bf16. About two minutes on an H200,
 mostly Triton compiles (--max-configs, --shapes and --rows trim it).
 
-    PYTHONPATH=. python3 benchmarks/skinny_gemm.py --out-dir $OUT
+    python -m benchmarks.skinny_gemm --out-dir $OUT
 """
 
 from __future__ import annotations
@@ -19,18 +19,15 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from ceilings import copy_bandwidth_gbs
-from results_io import write_result
 
+from benchmarks.common import copy_bandwidth_gbs, graph_replay_ms, write_result
 from kvserve.kernels.skinny_gemm import MAX_ROWS, SkinnyGemmConfig, candidate_configs, skinny_linear
 
 # name: (N, K) of Llama-3-8B's fused projections and its lm_head
@@ -57,16 +54,8 @@ def graph_us(
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         outs = [op(x, w) for x, w in zip(xs, weights, strict=True)]
-    times = []
-    for i in range(WARMUP_REPLAYS + replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        if i >= WARMUP_REPLAYS:
-            times.append(start.elapsed_time(end))
-    return statistics.median(times) * 1e3 / len(weights), outs[0]
+    ms = graph_replay_ms(graph, replays, WARMUP_REPLAYS)
+    return ms * 1e3 / len(weights), outs[0]
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -171,9 +160,8 @@ def main() -> None:
             print(f"[{time.perf_counter() - t0:5.0f} s] {describe(row)}", flush=True)
         del weights
         torch.cuda.empty_cache()
-    out = None if args.out_dir is None else Path(args.out_dir)
     payload = {"copy_GBps": copy_gbs, "span_bytes": SPAN_BYTES, "rows": rows}
-    print(write_result("skinny_gemm", payload, out))
+    print(write_result("skinny_gemm", payload, args.out_dir))
 
 
 if __name__ == "__main__":

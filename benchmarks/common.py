@@ -1,0 +1,287 @@
+"""What every benchmark shares, in one place.
+
+- Results: benchmarks/results/<name>_<date>.json, stamped with the machine, date and commit so a
+  figure can be traced to what produced it.
+- Ceilings: the machine's own limits, measured in the run that quotes them (copy bandwidth,
+  bf16 matmul rate), and the timing helpers they use.
+- Engine driving: an engine on a real architecture with dummy weights, batches of greedy
+  requests, decode rates. Benchmarks reach engine internals only through the helpers here, so a
+  change inside the engine is followed in this file alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from kvserve.engine.core.request import Request
+    from kvserve.engine.engine_core import EngineCore
+
+RESULTS_DIR = Path(__file__).parent / "results"
+LLAMA_8B = "benchmarks/configs/llama-3-8b"  # as recorded in results; run from the repo root
+
+
+# -- results ---------------------------------------------------------------------------------
+def git_commit() -> str:
+    """KVSERVE_COMMIT when set (a copy of the tree run elsewhere may carry a stale .git), else
+    the checkout's HEAD."""
+    if os.environ.get("KVSERVE_COMMIT"):
+        return os.environ["KVSERVE_COMMIT"]
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "processor": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def stamp(name: str) -> dict[str, Any]:
+    return {
+        "benchmark": name,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "machine": machine(),
+    }
+
+
+def write_json(path: Path | str, record: dict[str, Any], indent: int = 2) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=indent) + "\n")
+    return path
+
+
+def write_result(name: str, payload: dict[str, Any], out_dir: Path | str | None = None) -> Path:
+    """``<out_dir or benchmarks/results>/<name>_<date>.json``: the stamp, then ``payload``."""
+    directory = Path(out_dir) if out_dir is not None else RESULTS_DIR
+    path = directory / f"{name}_{dt.date.today().isoformat()}.json"
+    return write_json(path, {**stamp(name), **payload})
+
+
+# -- ceilings and timing ---------------------------------------------------------------------
+def median_ms(fn: Callable[[], object]) -> float:
+    """Median GPU time of ``fn`` after warm-up (Triton's do_bench)."""
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=25, rep=200, return_mode="median"))
+
+
+def copy_bandwidth_gbs(device: str = "cuda") -> float:
+    """Device-to-device copy, bytes read + written per second (GB/s): 4 GiB on a GPU timed by
+    do_bench; 256 MiB on a CPU, five copies after one warm-up."""
+    if device != "cpu":
+        src = torch.randn(2 * 2**30, dtype=torch.bfloat16, device=device)
+        dst = torch.empty_like(src)
+        ms = median_ms(lambda: dst.copy_(src))
+        return 2 * src.numel() * src.element_size() / ms / 1e6
+    x = torch.empty(256 * 1024 * 1024 // 4)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    t = time.perf_counter()
+    for _ in range(5):
+        y.copy_(x)
+    return 5 * 2 * x.numel() * 4 / (time.perf_counter() - t) / 1e9
+
+
+def matmul_tflops() -> float:
+    """bf16 matmul on random 8192^3 operands."""
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    ms = median_ms(lambda: a @ b)
+    return 2 * 8192**3 / ms / 1e9
+
+
+def gpu_ceilings() -> dict[str, float]:
+    return {"copy_GBps": copy_bandwidth_gbs(), "bf16_matmul_TFLOPs": matmul_tflops()}
+
+
+def graph_replay_ms(graph: torch.cuda.CUDAGraph, replays: int, warmup: int) -> float:
+    """Median time of one replay of a captured graph, after ``warmup`` untimed replays."""
+    times = []
+    for i in range(warmup + replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def timed_after_warmup(fn: Callable[[], object], warmup: Callable[[], object]) -> float:
+    """Seconds ``fn`` takes once ``warmup`` has run (both synchronised on a GPU)."""
+    warmup()
+    _sync()
+    t = time.perf_counter()
+    fn()
+    _sync()
+    return time.perf_counter() - t
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+# -- driving an engine -----------------------------------------------------------------------
+def build_engine(model: str = LLAMA_8B, **settings: Any) -> EngineCore:
+    """An engine core on ``model``'s config.json with random bf16 weights on the GPU
+    (``settings`` override any of these)."""
+    from kvserve.engine.config_builder import build_engine_config
+    from kvserve.engine.engine_core import EngineCore
+
+    base = {"load_format": "dummy", "device": "cuda", "dtype": "bfloat16"}
+    return EngineCore(build_engine_config(model, **{**base, **settings}))
+
+
+def release_memory() -> None:
+    """Give the GPU memory of dropped engines back (``del`` every reference first): the next
+    engine sizes its KV pages from the memory free on the device."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(1000, vocab - 1000, (n, length), generator=gen).tolist()
+
+
+def greedy(max_tokens: int) -> Any:  # noqa: ANN401 - kvserve's SamplingParams, imported lazily
+    from kvserve import SamplingParams
+
+    return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+
+
+def add_decode_batch(
+    core: EngineCore, batch: int, ctx: int, max_tokens: int, seed: int, min_outputs: int = 0
+) -> list[Request]:
+    """``batch`` greedy requests of ``ctx`` random prompt tokens (``ignore_eos``), stepped
+    until each has ``min_outputs`` tokens."""
+    prompts = random_prompts(batch, ctx, core.model_config.vocab_size, seed)
+    for i, p in enumerate(prompts):
+        core.add_request(f"b{batch}-c{ctx}-s{seed}-{i}", p, greedy(max_tokens))
+    reqs = list(core.requests.values())
+    while min(r.num_output_tokens for r in reqs) < min_outputs:
+        core.step()
+    return reqs
+
+
+def decode_rate(core: EngineCore, batch: int, ctx: int, out_lo: int, out_hi: int) -> dict:
+    """Tokens decoded between every request having ``out_lo`` and ``out_hi`` outputs (as vLLM's
+    decode figures were taken); the batch runs to its end and the prefix cache is emptied."""
+    reqs = add_decode_batch(core, batch, ctx, out_hi, seed=batch * 7 + ctx)
+    t_lo = None
+    while core.has_unfinished():
+        core.step()
+        if t_lo is None and min(r.num_output_tokens for r in reqs) >= out_lo:
+            _sync()
+            t_lo = time.perf_counter()
+    t_hi = time.perf_counter()
+    assert t_lo is not None
+    reset_prefix_cache(core)
+    step_s = (t_hi - t_lo) / (out_hi - out_lo)
+    return {"tok_s": batch * (out_hi - out_lo) / (t_hi - t_lo), "step_ms": step_s * 1e3}
+
+
+def drain(core: EngineCore) -> int:
+    """Step until every request is done; the number of output tokens produced meanwhile."""
+    produced = 0
+    while core.has_unfinished():
+        produced += sum(len(o.new_token_ids) for o in core.step())
+    return produced
+
+
+# -- engine internals: the one place benchmarks reach into the engine ------------------------
+def model_parameters(core: EngineCore) -> list[tuple[str, torch.Tensor]]:
+    return list(core.runner.model.named_parameters())
+
+
+def weight_bytes(core: EngineCore) -> int:
+    return sum(p.numel() * p.element_size() for _, p in model_parameters(core))
+
+
+def matmul_params(core: EngineCore) -> int:
+    """Parameters a token's forward pass multiplies by (the embedding is a lookup)."""
+    return sum(p.numel() for n, p in model_parameters(core) if "embed" not in n)
+
+
+def kv_bytes_per_token(core: EngineCore) -> int:
+    from kvserve.engine.runner.kv_cache_sizing import kv_bytes_per_token as per_token
+
+    return per_token(core.model_config, core.dtype)
+
+
+def kv_pages(core: EngineCore) -> int:
+    return core.kv.num_pages
+
+
+def kv_capacity_tokens(core: EngineCore) -> int:
+    return core.kv.num_pages * core.kv.page_size
+
+
+def reset_prefix_cache(core: EngineCore) -> None:
+    core.kv.reset_prefix_cache()
+
+
+def decode_graphs(core: EngineCore) -> Any:  # noqa: ANN401 - DecodeGraphs or None
+    return core.runner.graphs
+
+
+def max_running_requests(core: EngineCore) -> int:
+    return core.scheduler.config.max_running_requests
+
+
+def preemptions(core: EngineCore) -> int:
+    return core.scheduler.counters.preemptions
+
+
+def reference_model(path: str, dtype: str = "float32") -> Any:  # noqa: ANN401 - transformers
+    """The transformers model for an HF directory or GGUF file."""
+    import transformers
+
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+    if path.endswith(".gguf"):
+        path, kwargs["gguf_file"] = os.path.split(path)
+    return transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()

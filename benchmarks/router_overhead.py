@@ -1,0 +1,139 @@
+"""What `kvserve route` adds, measured against `kvserve bench`'s load sink (a fake OpenAI server
+that answers at once), directly and through the router.
+
+- latency: `kvserve bench` at --max-concurrency 100 (100 concurrent streams), the sink pacing
+  its tokens (--token-delay) so the bench client stays far below its own capacity; the router's
+  added P50 TTFT and E2E latency = through the router minus direct.
+- throughput: a lean raw-socket HTTP/1.1 load generator (the bench client, httpx, tops out at
+  a few hundred requests/s a core) keeps C streams in flight for some seconds; streamed
+  requests/s directly and through the router. The router runs pinned to its own core when the
+  machine has more than one; the generator and the sink share the others.
+Writes benchmarks/results/router_overhead_<date>.json.
+
+    .venv/bin/python -m benchmarks.router_overhead
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import write_result
+from kvserve.bench.load_sink import running_sink
+from kvserve.router.launch import start_router
+
+_HEALTH = ("--health-check-endpoint", "/v1/models")  # the sink has no /health
+
+
+def bench_p50(url: str, args: argparse.Namespace) -> dict[str, float]:
+    out = Path(tempfile.mkdtemp())
+    cmd = [sys.executable, "-m", "kvserve.cli", "bench", "--base-url", url, "--profile",
+           "random", "--input-len", "64", "--output-len", str(args.output_len),
+           "--max-concurrency", str(args.concurrency), "--num-requests", str(args.requests),
+           "--out", str(out), "--quiet"]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True)
+    r = json.loads((out / "result.json").read_text())
+    keys = ("median_ttft_ms", "median_e2el_ms", "p99_ttft_ms", "request_throughput", "failed")
+    return {k: r[k] for k in keys}
+
+
+def _request(port: int, output_len: int) -> bytes:
+    body = json.dumps({"model": "load-sink", "prompt": "hello " * 16, "max_tokens": output_len,
+                       "stream": True}).encode()  # fmt: skip
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")  # fmt: skip
+    return head.encode() + body
+
+
+async def _stream_loop(port: int, payload: bytes, stop_at: float, done: list[int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    while time.perf_counter() < stop_at:
+        writer.write(payload)
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"bad answer: {head[:80]!r}")
+        while True:  # chunked body until the last chunk
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+        done[0] += 1
+    writer.close()
+
+
+async def _raw_rate(port: int, concurrency: int, seconds: float, output_len: int) -> float:
+    payload = _request(port, output_len)
+    done = [0]
+    warm = time.perf_counter() + 1.0
+    await asyncio.gather(*(_stream_loop(port, payload, warm, [0]) for _ in range(concurrency)))
+    start = time.perf_counter()
+    await asyncio.gather(*(_stream_loop(port, payload, start + seconds, done)
+                           for _ in range(concurrency)))  # fmt: skip
+    return done[0] / (time.perf_counter() - start)
+
+
+def raw_rate(url: str, args: argparse.Namespace) -> float:
+    import uvloop
+
+    port = int(url.rsplit(":", 1)[1])
+    return uvloop.run(_raw_rate(port, args.concurrency, args.seconds, args.output_len))
+
+
+def _router(sink_url: str, cores: list[int] | None):  # type: ignore[no-untyped-def]
+    router = start_router("--worker-urls", sink_url, "--policy", "round_robin", *_HEALTH,
+                          cpus=cores)  # fmt: skip
+    router.wait_ready()
+    return router
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--concurrency", type=int, default=100)
+    p.add_argument("--output-len", type=int, default=16)
+    p.add_argument("--requests", type=int, default=1000, help="per latency run")
+    p.add_argument("--token-delay", type=float, default=0.125, help="latency runs: s/token")
+    p.add_argument("--seconds", type=float, default=10.0, help="per throughput run")
+    args = p.parse_args()
+    cores = sorted(os.sched_getaffinity(0))
+    router_cores = [cores[-1]] if len(cores) > 1 else None
+    if router_cores:  # this process (the raw generator) and the sink keep off the router's core
+        os.sched_setaffinity(0, set(cores[:-1]))
+    with running_sink("--token-delay", str(args.token_delay)) as sink:
+        router = _router(sink, router_cores)
+        try:
+            direct, routed = bench_p50(sink, args), bench_p50(router.url, args)
+        finally:
+            router.stop()
+    with running_sink() as sink:
+        router = _router(sink, router_cores)
+        try:
+            raw_direct, raw_routed = raw_rate(sink, args), raw_rate(router.url, args)
+        finally:
+            router.stop()
+    result = {
+        "device": (f"{os.cpu_count()} CPUs; router pinned to core {router_cores}, bench/load "
+                   "generator and sink share the rest" if router_cores else
+                   "1 CPU shared by the load generator, the router and the sink"),  # fmt: skip
+        "command": "python -m benchmarks.router_overhead " + " ".join(sys.argv[1:]),
+        "settings": vars(args),
+        "latency": {"direct": direct, "router": routed,
+                    "added_p50_ttft_ms": routed["median_ttft_ms"] - direct["median_ttft_ms"],
+                    "added_p50_e2el_ms": routed["median_e2el_ms"] - direct["median_e2el_ms"]},
+        "throughput": {"direct_streamed_requests_per_s": raw_direct,
+                       "router_streamed_requests_per_s": raw_routed},
+        "targets": {"added_p50_ms_max": 1.0, "router_streamed_requests_per_s_min": 2000},
+    }  # fmt: skip
+    path = write_result("router_overhead", result)
+    print(json.dumps(result, indent=2))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
