@@ -1,0 +1,341 @@
+"""Weight-only FP4 GEMM ``y = x @ W.T``: x [M, K] in bf16/fp16/fp32 against an NVFP4 or MXFP4
+weight (layout in ``fp4_reference.py``), dequantized tile by tile in registers. Hopper has no FP4
+tensor cores, so the MMA runs in x's dtype with fp32 accumulation.
+
+Reference: ``fp4_linear_reference`` in ``fp4_reference.py``.
+
+Layout of a program ("swap AB", as in ``skinny_gemm.py``): it owns BLOCK_N rows of W and BLOCK_M
+rows of x, and computes the transposed tile ``W_tile @ x_tile.T`` [BLOCK_N, BLOCK_M], so the
+weight rows sit on the MMA's M side and the few decode tokens on its N side. Grid
+``(M tiles, N tiles, splits)``; K is split when the tiles alone would leave SMs idle, with the
+same deterministic last-arrival reduction as the skinny GEMM.
+
+Dequantization of one packed byte (two E2M1 codes ``s e1 e0 m``) takes bit operations only: the
+code's three magnitude bits moved under an FP8 e4m3 byte's exponent/mantissa boundary give an
+e4m3 number worth exactly ``value * 2**-6`` (the zero-exponent code lands on e4m3's subnormals,
+which are exact), so ``(c & 7) << 2 | (c & 8) << 4`` is the e4m3 byte; the hardware converts it,
+and the 2**6 is folded into the block scale. E2M1 times an e4m3 or power-of-two scale has at most
+six significant bits, so the scaled weight is exact in bf16. The per-row (NVFP4 per-tensor)
+scale and the bias are applied to the fp32 accumulator in the epilogue.
+
+No host synchronization; the split-K arrival counters reset themselves, so launches can be
+captured in CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from kvserve.kernels._triton import jit, next_pow2, require_triton, sm_count, tl
+from kvserve.kernels.fp4_reference import fp4_linear_reference, group_size_of
+
+# The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
+# as is: the reduction does not depend on how the tiles were computed.
+from kvserve.kernels.skinny_gemm import (
+    _arrival_counters,
+    _jit,
+    _store_out_tile,
+    _sum_splits,
+)
+
+_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+_MIN_K_TILES_PER_SPLIT = 2
+MAX_BLOCK_M = 128
+
+
+@dataclass(frozen=True)
+class Fp4GemmConfig:
+    block_n: int = 64  # rows of W per program: the MMA's M side
+    block_k: int = 128  # unpacked K per step: a multiple of the scale group (16 or 32)
+    block_m: int = 16  # rows of x per program, padded: the MMA's N side (16..128)
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 4
+
+    def __post_init__(self) -> None:
+        blocks = (self.block_n, self.block_k, self.block_m)
+        if any(b < 16 or b != next_pow2(b) for b in blocks) or self.block_k < 32:
+            raise ValueError(f"blocks must be powers of two >= 16 (block_k >= 32): {self}")
+        if self.split_k < 1:
+            raise ValueError(f"split_k must be >= 1: {self}")
+
+
+@jit
+def _dequant_tile(
+    p,
+    s,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP: tl.constexpr,
+    SCALE_E8M0: tl.constexpr,
+    DTYPE: tl.constexpr,
+):
+    """Packed codes p uint8 [BLOCK_N, BLOCK_K/2] and the raw bytes s uint8
+    [BLOCK_N, BLOCK_K/GROUP] of the block scales -> the weight tile [BLOCK_N, BLOCK_K] in DTYPE,
+    exact (without the row scale)."""
+    lo = ((p & 0x07) << 2) | ((p & 0x08) << 4)
+    hi = ((p >> 2) & 0x1C) | (p & 0x80)
+    codes = tl.interleave(lo, hi)  # element 2j from the low nibble
+    w = codes.to(tl.float8e4nv, bitcast=True).to(DTYPE)
+    if SCALE_E8M0:
+        # 2**(e - 127) * 2**6 built as fp32 bits; e == 0 gives 0 instead of 2**-121
+        scale = ((s.to(tl.int32) + 6) << 23).to(tl.float32, bitcast=True)
+    else:
+        scale = s.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 64.0
+    w = tl.reshape(w, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * scale.to(DTYPE)[:, :, None]
+    return tl.reshape(w, (BLOCK_N, BLOCK_K))
+
+
+@_jit
+def _fp4_gemm_kernel(
+    x_ptr,
+    w_ptr,  # uint8 [N, K/2]
+    s_ptr,  # uint8 [N, K/GROUP]: E8M0 exponents or the bytes of e4m3 scales
+    rs_ptr,  # fp32 [N]; unused without HAS_ROW_SCALE
+    bias_ptr,  # [N]; unused without HAS_BIAS
+    out_ptr,
+    ws_ptr,  # fp32 [tiles, num_splits, BLOCK_N, BLOCK_M]; unused when DIRECT
+    counter_ptr,  # int32 [tiles], zero between launches; unused when DIRECT
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_sn,
+    stride_om,
+    k_per_split,  # a multiple of BLOCK_K
+    num_splits,
+    BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP: tl.constexpr,
+    SCALE_E8M0: tl.constexpr,
+    HAS_ROW_SCALE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask
+    DIRECT: tl.constexpr,  # num_splits == 1: write the output
+    DOT_PRECISION: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, BLOCK_K)
+    rb = tl.arange(0, BLOCK_K // 2)
+    rg = tl.arange(0, BLOCK_K // GROUP)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    # Rows past N or M wrap onto valid ones, so only K needs a load mask; the store masks them.
+    rows_w = (rn % N).to(tl.int64)[:, None]
+    w_ptrs = w_ptr + rows_w * stride_wn + (k_start // 2 + rb)[None, :]
+    s_ptrs = s_ptr + rows_w * stride_sn + (k_start // GROUP + rg)[None, :]
+    x_ptrs = x_ptr + (rm % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
+    dtype = x_ptr.dtype.element_ty
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        if EVEN_K:
+            p = tl.load(w_ptrs)
+            s = tl.load(s_ptrs)
+            x = tl.load(x_ptrs)
+        else:
+            p = tl.load(w_ptrs, mask=(k0 // 2 + rb < K // 2)[None, :], other=0)
+            s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
+            x = tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
+        w = _dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype)
+        acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
+        w_ptrs += BLOCK_K // 2
+        s_ptrs += BLOCK_K // GROUP
+        x_ptrs += BLOCK_K
+
+    if DIRECT:
+        _epilogue(acc, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS)
+    else:
+        tile = pid_n * tl.num_programs(0) + pid_m
+        tile_ws = ws_ptr + tile.to(tl.int64) * num_splits * BLOCK_N * BLOCK_M
+        offs = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        tl.store(tile_ws + pid_k * BLOCK_N * BLOCK_M + offs, acc)
+        # Every thread's stores precede the (one-thread) release of the arrival count.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == num_splits - 1:
+            total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
+            _epilogue(
+                total, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS
+            )
+            tl.store(counter_ptr + tile, 0)
+
+
+@jit
+def _epilogue(
+    acc,
+    rs_ptr,
+    bias_ptr,
+    out_ptr,
+    rn,
+    rm,
+    M,
+    N,
+    stride_om,
+    HAS_ROW_SCALE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """Row scale and bias on the fp32 tile [BLOCK_N, BLOCK_M], then the transposed store."""
+    if HAS_ROW_SCALE:
+        acc = acc * tl.load(rs_ptr + rn, mask=rn < N, other=0.0)[:, None]
+    if HAS_BIAS:
+        acc = acc + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
+    _store_out_tile(out_ptr, acc, rn, rm, M, N, stride_om)
+
+
+def _check(
+    x: torch.Tensor, packed: torch.Tensor, block_scale: torch.Tensor, row_scale: torch.Tensor | None
+) -> int:
+    group = group_size_of(block_scale)
+    n, half_k = packed.shape
+    k = 2 * half_k
+    if x.shape[-1] != k or k % group or block_scale.shape != (n, k // group):
+        raise ValueError(
+            f"FP4 GEMM shapes do not fit: x {tuple(x.shape)}, packed {tuple(packed.shape)}, "
+            f"scales {tuple(block_scale.shape)} (groups of {group})"
+        )
+    if packed.dtype != torch.uint8 or packed.stride(1) != 1 or block_scale.stride(1) != 1:
+        raise ValueError("packed weight must be uint8 and both it and its scales K-contiguous")
+    if row_scale is not None and (row_scale.dtype != torch.float32 or row_scale.numel() != n):
+        raise ValueError(f"row scale must be fp32 [{n}]")
+    return group
+
+
+def fp4_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    block_scale: torch.Tensor,
+    row_scale: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    config: Fp4GemmConfig | None = None,
+) -> torch.Tensor:
+    """``x`` [..., K] @ W.T (+ bias) -> [..., N] in x's dtype; W in the layout of
+    ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference."""
+    group = _check(x, packed, block_scale, row_scale)
+    if x.device.type == "cpu" and not _interpreting():
+        return fp4_linear_reference(x, packed, block_scale, row_scale, bias)
+    require_triton()
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    m, k = x2.shape
+    n = packed.shape[0]
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if m and n:
+        cfg = config or default_config(m, n, k, num_sms=sm_count(x.device))
+        _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
+    return out.view(*lead, n)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _launch(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    block_scale: torch.Tensor,
+    row_scale: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    cfg: Fp4GemmConfig,
+    group: int,
+) -> None:
+    m, k = x.shape
+    n = packed.shape[0]
+    if cfg.block_k % group:
+        raise ValueError(f"block_k {cfg.block_k} is not a multiple of the scale group {group}")
+    m_tiles, n_tiles = -(-m // cfg.block_m), -(-n // cfg.block_n)
+    k_tiles = -(-k // cfg.block_k)
+    tiles_per_split = -(-k_tiles // max(1, min(cfg.split_k, k_tiles)))
+    splits = -(-k_tiles // tiles_per_split)  # no split may start past K
+    k_per_split = tiles_per_split * cfg.block_k
+    direct = splits == 1
+    ws = counters = out  # placeholders, unused when direct
+    if not direct:
+        tile_elems = splits * cfg.block_n * cfg.block_m
+        ws = torch.empty(m_tiles * n_tiles * tile_elems, dtype=torch.float32, device=x.device)
+        counters = _arrival_counters(x.device, m_tiles * n_tiles)
+    _fp4_gemm_kernel[(m_tiles, n_tiles, splits)](
+        x,
+        packed,
+        block_scale.view(torch.uint8),
+        row_scale if row_scale is not None else out,
+        bias if bias is not None else out,
+        out,
+        ws,
+        counters,
+        m,
+        n,
+        k,
+        x.stride(0),
+        packed.stride(0),
+        block_scale.stride(0),
+        out.stride(0),
+        k_per_split,
+        splits,
+        BLOCK_N=cfg.block_n,
+        BLOCK_M=cfg.block_m,
+        BLOCK_K=cfg.block_k,
+        GROUP=group,
+        SCALE_E8M0=block_scale.dtype == torch.uint8,
+        HAS_ROW_SCALE=row_scale is not None,
+        HAS_BIAS=bias is not None,
+        EVEN_K=k % cfg.block_k == 0,
+        DIRECT=direct,
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+
+
+def block_m_for(m: int) -> int:
+    return min(MAX_BLOCK_M, max(16, next_pow2(m)))
+
+
+def split_options(tiles: int, k_tiles: int, num_sms: int) -> list[int]:
+    """Split counts that give 0.9-4 programs per SM with enough K per split (1 if the tiles
+    alone fill the SMs), the fewest first."""
+    enough_k = [s for s in _SPLITS if s == 1 or k_tiles // s >= _MIN_K_TILES_PER_SPLIT]
+    fits = [s for s in enough_k if 0.9 * num_sms <= tiles * s <= 4 * num_sms]
+    if tiles >= 0.9 * num_sms and 1 not in fits:
+        fits.insert(0, 1)
+    return fits or [enough_k[-1]]
+
+
+def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig:
+    """64 rows of W by 128 of K per program (256 for up to 16 rows: the weight tile is
+    half-byte data), split K until the programs fill the SMs."""
+    block_m = block_m_for(m)
+    block_k = 256 if block_m == 16 else 128
+    warps = 8 if block_m >= 128 else 4
+    tiles = -(-m // block_m) * -(-n // 64)
+    splits = split_options(tiles, -(-k // block_k), num_sms)[0]
+    return Fp4GemmConfig(64, block_k, block_m, splits, warps, 4 if block_m <= 64 else 3)
+
+
+# (block_n, block_k, num_warps) to sweep in benchmarks/fp4_gemm.py
+SWEEP_TILES = ((64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8), (32, 256, 4))
+
+
+def candidate_configs(m: int, n: int, k: int, *, num_sms: int = 132) -> list[Fp4GemmConfig]:
+    """Configs worth timing for one shape, the default first."""
+    block_m = block_m_for(m)
+    configs = [default_config(m, n, k, num_sms=num_sms)]
+    for block_n, block_k, warps in SWEEP_TILES:
+        tiles = -(-m // block_m) * -(-n // block_n)
+        stages = 3 if block_m >= 128 else 4
+        for splits in split_options(tiles, -(-k // block_k), num_sms)[:3]:
+            cfg = Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages)
+            if cfg not in configs:
+                configs.append(cfg)
+    return configs
