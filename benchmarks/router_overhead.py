@@ -86,6 +86,34 @@ def raw_rate(url: str, args: argparse.Namespace) -> float:
     return uvloop.run(_raw_rate(port, args.concurrency, args.seconds, args.output_len))
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), so the router's cost per request
+    can be read even when other processes compete for the cores."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def routed_rate(url: str, pid: int, args: argparse.Namespace) -> dict[str, float]:
+    """Requests/s through the router, and the router's CPU time per request."""
+    port = int(url.rsplit(":", 1)[1])
+    import uvloop
+
+    async def measured() -> tuple[float, float, float]:
+        payload = _request(port, args.output_len)
+        warm = time.perf_counter() + 1.0
+        await asyncio.gather(*(_stream_loop(port, payload, warm, [0])
+                               for _ in range(args.concurrency)))  # fmt: skip
+        done, cpu0, start = [0], cpu_seconds(pid), time.perf_counter()
+        await asyncio.gather(*(_stream_loop(port, payload, start + args.seconds, done)
+                               for _ in range(args.concurrency)))  # fmt: skip
+        return done[0], time.perf_counter() - start, cpu_seconds(pid) - cpu0
+
+    n, wall, cpu = uvloop.run(measured())
+    return {"requests_per_s": n / wall, "router_cpu_us_per_request": cpu / n * 1e6,
+            "router_cpu_share": cpu / wall,
+            "one_core_capacity_requests_per_s": n / cpu if cpu else float("inf")}  # fmt: skip
+
+
 def _router(sink_url: str, cores: list[int] | None):  # type: ignore[no-untyped-def]
     router = start_router("--worker-urls", sink_url, "--policy", "round_robin", *_HEALTH,
                           cpus=cores)  # fmt: skip
@@ -114,7 +142,10 @@ def main() -> None:
     with running_sink() as sink:
         router = _router(sink, router_cores)
         try:
-            raw_direct, raw_routed = raw_rate(sink, args), raw_rate(router.url, args)
+            raw_direct, raw_routed = (
+                raw_rate(sink, args),
+                routed_rate(router.url, router.proc.pid, args),
+            )
         finally:
             router.stop()
     result = {
@@ -126,8 +157,8 @@ def main() -> None:
         "latency": {"direct": direct, "router": routed,
                     "added_p50_ttft_ms": routed["median_ttft_ms"] - direct["median_ttft_ms"],
                     "added_p50_e2el_ms": routed["median_e2el_ms"] - direct["median_e2el_ms"]},
-        "throughput": {"direct_streamed_requests_per_s": raw_direct,
-                       "router_streamed_requests_per_s": raw_routed},
+        "throughput": {"direct_streamed_requests_per_s": raw_direct, "router": raw_routed},
+        "load_average_1m_at_end": os.getloadavg()[0],
         "targets": {"added_p50_ms_max": 1.0, "router_streamed_requests_per_s_min": 2000},
     }  # fmt: skip
     path = write_result("router_overhead", result)
