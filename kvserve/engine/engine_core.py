@@ -41,12 +41,6 @@ class EngineCore:
         self.model_config = mc
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
-        kv_dtype = config.cache.kv_cache_dtype
-        if kv_dtype != "auto" and resolve_dtype(kv_dtype, self.device) != self.dtype:
-            raise ConfigError(
-                f"--kv-cache-dtype {kv_dtype} is not supported yet: the KV cache is kept in the "
-                f"model dtype ({str(self.dtype).removeprefix('torch.')}); use auto"
-            )
         max_len = config.context_length or mc.max_position_embeddings
         weights = None if config.load_format == "dummy" else self.source.weights()
         self.runner = ModelRunner(config, mc, weights, self.device, self.dtype, max_len)

@@ -12,7 +12,7 @@ _BLOCK = 1024
 
 def silu_and_mul_reference(x: torch.Tensor) -> torch.Tensor:
     inter = x.shape[-1] // 2
-    return F.silu(x[:, :inter]) * x[:, inter:]
+    return F.silu(x[..., :inter]) * x[..., inter:]
 
 
 @jit

@@ -22,8 +22,7 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.rotary import apply_rotary_reference, load_cos_sin, rotate_heads
-from kvserve.kernels.store_kv_cache import copy_heads
-from kvserve.layers.attention.torch_backend import write_kv_cache
+from kvserve.kernels.store_kv_cache import copy_heads, store_kv_cache_reference
 
 
 def rotary_store_kv_reference(
@@ -41,7 +40,9 @@ def rotary_store_kv_reference(
     q, k = apply_rotary_reference(q, k, positions, cos_sin_cache, head_dim)
     keep = slot_mapping >= 0
     heads = (-1, num_kv_heads, head_dim)
-    write_kv_cache(k[keep].view(heads), v[keep].view(heads), kv_cache, slot_mapping[keep])
+    store_kv_cache_reference(
+        k[keep].view(heads), v[keep].view(heads), kv_cache, slot_mapping[keep]
+    )
     return q.view(-1, num_q_heads, head_dim)
 
 

@@ -1,7 +1,8 @@
 """Write the step's new keys/values into the paged KV cache.
 
-Reference: ``kvserve.layers.attention.torch_backend.write_kv_cache``. One program per token; a
-negative slot means "skip" (padding rows of a CUDA-graph batch), so the grid depends only on T.
+Reference: ``store_kv_cache_reference`` (the torch attention backend's store). One program per
+token; a negative slot means "skip" (padding rows of a CUDA-graph batch), so the grid depends only
+on T.
 """
 
 from __future__ import annotations
@@ -17,6 +18,18 @@ from kvserve.kernels._triton import (
     require_triton,
     tl,
 )
+
+
+def store_kv_cache_reference(
+    k: torch.Tensor,  # [T, Hkv, D]
+    v: torch.Tensor,  # [T, Hkv, D]
+    kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]
+    slot_mapping: torch.Tensor,  # int64 [T]; every slot >= 0
+) -> None:
+    """Store new keys/values at their flat cache slots."""
+    num_kv_heads, head_dim = kv_cache.shape[-2:]
+    kv_cache[0].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, k)
+    kv_cache[1].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, v)
 
 
 @jit

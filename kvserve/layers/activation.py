@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-
-def silu_and_mul_native(x: torch.Tensor) -> torch.Tensor:
-    gate, up = x.chunk(2, dim=-1)
-    return F.silu(gate) * up
+from kvserve.kernels.activation import silu_and_mul_reference
+from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 
 
 class SiluAndMul(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, kernels: KernelOptions = TORCH_REFERENCE) -> None:
         super().__init__()
-        self.use_kernel = False
-        self.pdl = False
+        self.kernels = kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.use_kernel:
+        if self.kernels.triton:
             from kvserve.kernels.activation import silu_and_mul
 
-            return silu_and_mul(x, pdl=self.pdl)
-        return silu_and_mul_native(x)
+            return silu_and_mul(x, pdl=self.kernels.pdl)
+        return silu_and_mul_reference(x)

@@ -14,6 +14,8 @@ import torch
 from torch import nn
 
 from kvserve.errors import ConfigError
+from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
+from kvserve.kernels.rotary import apply_rotary_reference
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, s: dict[str, Any]) -> torch.Tensor:
@@ -81,24 +83,6 @@ def rope_inv_freq(
     )
 
 
-def apply_rotary_native(
-    q: torch.Tensor,  # [T, Hq * D]
-    k: torch.Tensor,  # [T, Hkv * D]
-    positions: torch.Tensor,  # [T]
-    cos_sin_cache: torch.Tensor,  # [max_positions, D]
-    head_dim: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    cos, sin = cos_sin_cache[positions].chunk(2, dim=-1)  # [T, D/2] each
-    cos, sin = cos[:, None, :].to(q.dtype), sin[:, None, :].to(q.dtype)
-
-    def rotate(x: torch.Tensor) -> torch.Tensor:
-        x = x.view(x.shape[0], -1, head_dim)
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(1)
-
-    return rotate(q), rotate(k)
-
-
 class RotaryEmbedding(nn.Module):
     def __init__(
         self,
@@ -106,6 +90,7 @@ class RotaryEmbedding(nn.Module):
         max_positions: int,
         base: float,
         scaling: dict[str, Any] | None,
+        kernels: KernelOptions = TORCH_REFERENCE,
     ) -> None:
         super().__init__()
         self.head_dim = head_dim
@@ -113,14 +98,16 @@ class RotaryEmbedding(nn.Module):
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
         cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1) * attention_factor
         self.register_buffer("cos_sin_cache", cache, persistent=False)
-        self.use_kernel = False
-        self.pdl = False
+        self.kernels = kernels
 
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.use_kernel:
+        """Rotated (q, k); the Triton kernel rotates in place, the reference returns new tensors.
+        Both compute in fp32."""
+        if self.kernels.triton:
             from kvserve.kernels.rotary import apply_rotary
 
-            return apply_rotary(q, k, positions, self.cos_sin_cache, self.head_dim, pdl=self.pdl)
-        return apply_rotary_native(q, k, positions, self.cos_sin_cache, self.head_dim)
+            cache, pdl = self.cos_sin_cache, self.kernels.pdl
+            return apply_rotary(q, k, positions, cache, self.head_dim, pdl=pdl)
+        return apply_rotary_reference(q, k, positions, self.cos_sin_cache, self.head_dim)

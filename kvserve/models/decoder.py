@@ -10,6 +10,7 @@ from torch import nn
 
 from kvserve.config import ModelConfig
 from kvserve.errors import ModelLoadError
+from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rotary_store_kv import rotary_store_kv
 from kvserve.layers.activation import SiluAndMul
 from kvserve.layers.embedding import LMHead, VocabEmbedding
@@ -46,8 +47,13 @@ class Attention(nn.Module):
         )
         self.o_proj = Linear(cfg.q_size, [cfg.hidden_size], False, dtype)
         self.rotary = rotary
-        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
+        kernels = rotary.kernels
+        self.q_norm = (
+            RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, kernels) if cfg.qk_norm else None
+        )
+        self.k_norm = (
+            RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, kernels) if cfg.qk_norm else None
+        )
 
     def forward(
         self, positions: torch.Tensor, hidden: torch.Tensor, ctx: ForwardContext
@@ -62,12 +68,12 @@ class Attention(nn.Module):
     def _fuses_rotary_store(self, ctx: ForwardContext) -> bool:
         """Rotary and the KV store in one kernel straight from the qkv output (Triton path);
         q/k norms (Qwen3) sit between the split and rotary, so they keep the unfused path."""
-        return self.rotary.use_kernel and self.q_norm is None and ctx.backend.fuses_rotary_store
+        return self.rotary.kernels.triton and self.q_norm is None and ctx.backend.fuses_rotary_store
 
     def _rotary_store_attend(
         self, positions: torch.Tensor, qkv: torch.Tensor, ctx: ForwardContext
     ) -> torch.Tensor:
-        kv_cache = ctx.kv_caches[self.layer_idx]
+        kv_cache = ctx.kv.layer(self.layer_idx)
         q = rotary_store_kv(
             qkv,
             positions,
@@ -77,7 +83,7 @@ class Attention(nn.Module):
             self.num_heads,
             self.num_kv_heads,
             self.head_dim,
-            pdl=self.rotary.pdl,
+            pdl=self.rotary.kernels.pdl,
         )
         return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale)
 
@@ -93,19 +99,19 @@ class Attention(nn.Module):
             q.view(-1, self.num_heads, self.head_dim),
             k.view(-1, self.num_kv_heads, self.head_dim),
             v.contiguous().view(-1, self.num_kv_heads, self.head_dim),
-            ctx.kv_caches[self.layer_idx],
+            ctx.kv.layer(self.layer_idx),
             ctx.meta,
             self.scale,
         )
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, kernels: KernelOptions) -> None:
         super().__init__()
         size = cfg.intermediate_size
         self.gate_up_proj = Linear(cfg.hidden_size, [size, size], False, dtype)
         self.down_proj = Linear(size, [cfg.hidden_size], False, dtype)
-        self.act = SiluAndMul()
+        self.act = SiluAndMul(kernels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act(self.gate_up_proj(x)))
@@ -114,10 +120,11 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, idx: int, dtype: torch.dtype, rotary: RotaryEmbedding):
         super().__init__()
+        kernels = rotary.kernels
         self.self_attn = Attention(cfg, idx, dtype, rotary)
-        self.mlp = MLP(cfg, dtype)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.mlp = MLP(cfg, dtype, kernels)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
 
     def forward(
         self,
@@ -137,14 +144,18 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, max_positions: int) -> None:
+    def __init__(
+        self, cfg: ModelConfig, dtype: torch.dtype, max_positions: int, kernels: KernelOptions
+    ) -> None:
         super().__init__()
         self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
-        rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling)
+        rotary = RotaryEmbedding(
+            cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling, kernels
+        )
         self.layers = nn.ModuleList(
             DecoderLayer(cfg, i, dtype, rotary) for i in range(cfg.num_layers)
         )
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
 
     def forward(
         self, token_ids: torch.Tensor, positions: torch.Tensor, ctx: ForwardContext
@@ -158,12 +169,19 @@ class DecoderModel(nn.Module):
 
 class DecoderForCausalLM(nn.Module):
     """Llama-style causal LM: ``forward`` gives final hidden states for every new row;
-    ``compute_logits`` projects only the rows that are sampled."""
+    ``compute_logits`` projects only the rows that are sampled. ``kernels``: which layers run
+    their Triton kernel (the torch references by default)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, max_positions: int) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        dtype: torch.dtype,
+        max_positions: int,
+        kernels: KernelOptions = TORCH_REFERENCE,
+    ) -> None:
         super().__init__()
         self.config = cfg
-        self.model = DecoderModel(cfg, dtype, max_positions)
+        self.model = DecoderModel(cfg, dtype, max_positions, kernels)
         tied = self.model.embed_tokens if cfg.tie_word_embeddings else None
         self.lm_head = LMHead(cfg.vocab_size, cfg.hidden_size, dtype, tied)
 

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from kvserve.layers.attention import AttentionBackend, AttentionMetadata
 
 
+class PagedKV(Protocol):
+    """The KV memory as the model sees it (``kvserve.engine.runner.kv_pool.KVPool`` is one)."""
+
+    def layer(self, idx: int) -> torch.Tensor:
+        """Layer ``idx``'s cache: [2, num_pages, page_size, num_kv_heads, head_dim]."""
+        ...
+
+
 @dataclass
 class ForwardContext:
     meta: AttentionMetadata
-    kv_caches: list[torch.Tensor]  # one per layer: [2, num_pages, page_size, Hkv, D]
+    kv: PagedKV
     backend: AttentionBackend

@@ -28,7 +28,7 @@ def _step_logits(core: EngineCore) -> dict[str, torch.Tensor]:
     """Run one engine step by hand, returning the logits of every new row per request."""
     plan = core.scheduler.schedule()
     inputs = build_model_inputs(plan, core.runner.page_size, core.device)
-    ctx = ForwardContext(inputs.meta, core.runner.kv_caches, core.runner.backend)
+    ctx = ForwardContext(inputs.meta, core.runner.kv, core.runner.backend)
     with torch.inference_mode():
         hidden = core.runner.model(inputs.token_ids, inputs.positions, ctx)
         logits = core.runner.model.compute_logits(hidden)

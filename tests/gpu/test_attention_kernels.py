@@ -19,16 +19,15 @@ pytest.importorskip("triton")
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE  # noqa: E402
 
 from kvserve.config import ModelConfig  # noqa: E402
+from kvserve.engine.runner.kv_pool import KVPool  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
+from kvserve.kernels.options import KernelOptions  # noqa: E402
 from kvserve.kernels.prefill_attention import paged_prefill_attention  # noqa: E402
 from kvserve.kernels.rmsnorm import rms_norm  # noqa: E402
-from kvserve.kernels.store_kv_cache import store_kv_cache  # noqa: E402
+from kvserve.kernels.store_kv_cache import store_kv_cache, store_kv_cache_reference  # noqa: E402
 from kvserve.layers.attention.metadata import AttentionMetadata  # noqa: E402
-from kvserve.layers.attention.torch_backend import (  # noqa: E402
-    TorchAttentionBackend,
-    write_kv_cache,
-)
+from kvserve.layers.attention.torch_backend import TorchAttentionBackend  # noqa: E402
 from kvserve.layers.attention.triton_backend import TritonAttentionBackend  # noqa: E402
 from kvserve.models.decoder import DecoderForCausalLM  # noqa: E402
 from kvserve.models.forward_context import ForwardContext  # noqa: E402
@@ -154,7 +153,7 @@ def test_store_kv_cache_matches_reference_and_skips_negative_slots(
     slots[2] = -1  # a padding row: must leave the cache untouched
     expected = b.kv_cache.clone()
     keep = slots >= 0
-    write_kv_cache(b.k[keep], b.v[keep], expected, slots[keep])
+    store_kv_cache_reference(b.k[keep], b.v[keep], expected, slots[keep])
     store_kv_cache(b.k, b.v, b.kv_cache, slots)
     assert torch.equal(b.kv_cache, expected)
 
@@ -442,16 +441,13 @@ def _tiny_decoder(dtype: torch.dtype, qk_norm: bool) -> DecoderForCausalLM:
         architecture="LlamaForCausalLM", vocab_size=256, hidden_size=128, intermediate_size=256,
         num_layers=2, num_heads=8, num_kv_heads=2, head_dim=64, qk_norm=qk_norm,
     )  # fmt: skip
-    model = DecoderForCausalLM(cfg, dtype, max_positions=4096)
+    model = DecoderForCausalLM(cfg, dtype, max_positions=4096, kernels=KernelOptions(triton=True))
     gen = torch.Generator().manual_seed(0)
     for name, param in model.named_parameters():
         if "norm" in name:
             param.data.fill_(1.0)
         else:
             param.data.copy_(torch.rand(param.shape, generator=gen) * 0.2 - 0.1)
-    for module in model.modules():
-        if hasattr(module, "use_kernel"):
-            module.use_kernel = True
     return model.to(DEVICE).eval()
 
 
@@ -480,7 +476,7 @@ def test_decoder_fused_rotary_store_equals_unfused_path(
     results = []
     for backend in (TritonAttentionBackend(), _UnfusedTritonBackend()):
         caches = [b.kv_cache.clone() for _ in range(2)]
-        ctx = ForwardContext(b.meta, caches, backend)
+        ctx = ForwardContext(b.meta, KVPool(caches), backend)
         fused = backend.name == "triton" and not qk_norm
         assert attn._fuses_rotary_store(ctx) == fused
         with torch.inference_mode():

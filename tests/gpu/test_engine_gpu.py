@@ -81,8 +81,9 @@ def test_programmatic_launch_reaches_every_kernel_and_keeps_the_tokens(tmp_path)
     off = EngineCore(build_engine_config(path, disable_pdl=True, **settings))
     sm90 = torch.cuda.get_device_capability() >= (9, 0)
     for core, expected in ((on, sm90), (off, False)):
-        layers = [m for m in core.runner.model.modules() if hasattr(m, "use_kernel")]
-        assert layers and all(m.use_kernel and m.pdl is expected for m in layers)
+        layers = [m for m in core.runner.model.modules() if hasattr(m, "kernels")]
+        assert layers and all(m.kernels == core.runner.kernels for m in layers)
+        assert core.runner.kernels.triton and core.runner.kernels.pdl is expected
         assert core.runner.backend.pdl is expected
     assert _greedy(on) == _greedy(off)
 

@@ -23,6 +23,7 @@ from kvserve.config import SchedulerConfig
 from kvserve.engine.core.kv_cache_manager import KVCacheManager
 from kvserve.engine.core.request import FinishReason, Request, RequestStatus
 from kvserve.engine.core.scheduler_output import ScheduledChunk, SchedulerOutput
+from kvserve.kv_layout import pages_for
 
 
 @dataclass
@@ -102,7 +103,7 @@ class Scheduler:
         self._cache_computed(req)
 
     def _reserve(self, req: Request, num_tokens: int) -> bool:
-        needed = -(-num_tokens // self.page_size) - len(req.block_table)
+        needed = pages_for(num_tokens, self.page_size) - len(req.block_table)
         if needed <= 0:
             return True
         pages = self.kv.allocate(needed)
@@ -123,7 +124,7 @@ class Scheduler:
             num_cached = len(cached_pages) * self.page_size
             n = min(req.num_tokens - num_cached, self.config.chunked_prefill_size, budget)
             self.kv.acquire(cached_pages)
-            new_pages = self.kv.allocate(-(-(num_cached + n) // self.page_size) - len(cached_pages))
+            new_pages = self.kv.allocate(pages_for(num_cached + n, self.page_size) - len(cached_pages))
             if new_pages is None:
                 self.kv.release(cached_pages)
                 break

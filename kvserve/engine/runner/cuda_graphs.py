@@ -13,6 +13,7 @@ import logging
 import torch
 
 from kvserve.engine.runner.input_batch import ModelInputs
+from kvserve.engine.runner.kv_pool import KVPool
 from kvserve.layers.attention import AttentionBackend, AttentionMetadata
 from kvserve.models.forward_context import ForwardContext
 
@@ -31,7 +32,7 @@ class DecodeGraphs:
     def __init__(
         self,
         model: torch.nn.Module,
-        kv_caches: list[torch.Tensor],
+        kv: KVPool,
         backend: AttentionBackend,
         max_bs: int,
         max_pages_per_seq: int,
@@ -56,7 +57,7 @@ class DecodeGraphs:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         pool = torch.cuda.graph_pool_handle()
         for bs in reversed(self.sizes):
-            ctx = ForwardContext(self._meta(bs, max_pages_per_seq), kv_caches, backend)
+            ctx = ForwardContext(self._meta(bs, max_pages_per_seq), kv, backend)
             self._forward(model, bs, ctx)  # warm-up: compiles kernels, settles allocations
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):

@@ -12,6 +12,7 @@ import torch
 from kvserve.engine.core.request import Request
 from kvserve.engine.core.scheduler_output import ScheduledChunk, SchedulerOutput
 from kvserve.engine.runner.device import to_device
+from kvserve.kv_layout import pages_for
 from kvserve.layers.attention import AttentionMetadata
 
 
@@ -34,7 +35,7 @@ def build_model_inputs(plan: SchedulerOutput, page_size: int, device: torch.devi
     starts = np.fromiter((c.start for c in chunks), np.int64, n)
     query_lens = np.fromiter((c.num_new_tokens for c in chunks), np.int64, n)
     seq_lens = starts + query_lens
-    num_pages = (seq_lens + page_size - 1) // page_size
+    num_pages = pages_for(seq_lens, page_size)
     # Page tables: the used prefix of each request's table, padded with 0 to the widest.
     tables = np.zeros((n, int(num_pages.max())), dtype=np.int32)
     used = np.arange(tables.shape[1])[None, :] < num_pages[:, None]

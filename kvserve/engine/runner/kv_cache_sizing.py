@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import torch
 
+from kvserve import kv_layout
 from kvserve.config import CacheConfig, ModelConfig
 
 DEFAULT_CPU_TOKENS = 32768
 
 
 def kv_bytes_per_token(model: ModelConfig, dtype: torch.dtype) -> int:
-    return 2 * model.num_layers * model.num_kv_heads * model.head_dim * dtype.itemsize
+    return kv_layout.kv_bytes_per_token(
+        model.num_layers, model.num_kv_heads, model.head_dim, dtype.itemsize
+    )
 
 
 def num_pages_cpu(cache: CacheConfig, context_length: int) -> int:

@@ -10,13 +10,16 @@ import torch
 
 from kvserve.config import EngineConfig, ModelConfig
 from kvserve.engine.core.scheduler_output import SchedulerOutput
+from kvserve.engine.runner.activation_profile import activation_peak_bytes
 from kvserve.engine.runner.cuda_graphs import DecodeGraphs
 from kvserve.engine.runner.device import to_device
 from kvserve.engine.runner.input_batch import ModelInputs, build_model_inputs
-from kvserve.engine.runner.kv_cache_sizing import kv_bytes_per_token, num_pages_cpu, num_pages_gpu
+from kvserve.engine.runner.kv_cache_sizing import num_pages_cpu, num_pages_gpu
+from kvserve.engine.runner.kv_pool import KVPool, PageGeometry, resolve_kv_dtype
 from kvserve.engine.runner.launched_step import LaunchedStep
 from kvserve.engine.runner.sampling_batch import build_sampling_batch
 from kvserve.errors import ConfigError
+from kvserve.kernels.options import KernelOptions
 from kvserve.layers.attention import create_attention_backend
 from kvserve.layers.sampler import Sampler
 from kvserve.models.forward_context import ForwardContext
@@ -38,68 +41,50 @@ class ModelRunner:
         self.config, self.model_config = config, model_config
         self.device, self.dtype = device, dtype
         self.page_size = config.cache.page_size
+        kv_dtype = resolve_kv_dtype(config.cache.kv_cache_dtype, dtype)
+        pdl = _resolve_pdl(config.enable_pdl, device)
+        self.backend = create_attention_backend(config.attention_backend, device, pdl)
+        # Chosen once: the layers with a Triton kernel run it with the triton backend.
+        self.kernels = KernelOptions(triton=self.backend.name == "triton", pdl=pdl)
         with torch.device(device):
-            self.model = model_class(model_config.architecture)(model_config, dtype, context_length)
+            model_cls = model_class(model_config.architecture)
+            self.model = model_cls(model_config, dtype, context_length, self.kernels)
         if weights is None:
             _init_dummy_weights(self.model, config.seed)
         else:
             self.model.load_weights(weights)
         self.model.eval()
-        pdl = _resolve_pdl(config.enable_pdl, device)
-        self.backend = create_attention_backend(config.attention_backend, device, pdl)
-        if self.backend.name == "triton":
-            _use_fused_kernels(self.model, pdl)
         self.sampler = Sampler()
-        self.num_pages = self._size_kv_cache(context_length)
-        shape = (
-            2,
-            self.num_pages,
-            self.page_size,
-            model_config.num_kv_heads,
-            model_config.head_dim,
+        geometry = PageGeometry.of(
+            model_config, self._size_kv_cache(context_length), self.page_size
         )
-        self.kv_caches = [
-            torch.zeros(shape, dtype=dtype, device=device) for _ in range(model_config.num_layers)
-        ]
+        self.kv = KVPool.allocate(geometry, kv_dtype, device)
+        self.num_pages = geometry.num_pages
         log.info(
             "KV cache: %d pages x %d tokens = %d tokens (%.2f GB)",
             self.num_pages,
             self.page_size,
             self.num_pages * self.page_size,
-            self.num_pages * self.page_size * kv_bytes_per_token(model_config, dtype) / 1e9,
+            self.kv.nbytes / 1e9,
         )
-        self.max_pages_per_seq = -(-context_length // self.page_size)
+        self.max_pages_per_seq = geometry.pages_for(context_length)
         self.graphs: DecodeGraphs | None = None
         if device.type == "cuda" and self.backend.name == "triton" and not config.enforce_eager:
             max_bs = min(config.cuda_graph_max_bs, config.scheduler.max_running_requests)
             self.graphs = DecodeGraphs(
-                self.model, self.kv_caches, self.backend, max_bs, self.max_pages_per_seq,
+                self.model, self.kv, self.backend, max_bs, self.max_pages_per_seq,
                 model_config.hidden_size, dtype, device,
             )  # fmt: skip
 
     def _size_kv_cache(self, context_length: int) -> int:
         if self.device.type != "cuda":
             return num_pages_cpu(self.config.cache, context_length)
-        peak = self._activation_peak(context_length)
+        peak = activation_peak_bytes(
+            self.model, self.backend, self.model_config, self.config.scheduler,
+            page_size=self.page_size, context_length=context_length, dtype=self.dtype,
+            device=self.device,
+        )  # fmt: skip
         return num_pages_gpu(self.config.cache, self.model_config, self.dtype, self.device, peak)
-
-    def _activation_peak(self, context_length: int) -> int:
-        """Bytes a largest step needs beyond the weights, measured with a throw-away KV page set."""
-        tokens = self.config.scheduler.max_num_batched_tokens
-        pages = -(-tokens // self.page_size) + -(-tokens // context_length)
-        cfg = self.model_config
-        shape = (2, pages, self.page_size, cfg.num_kv_heads, cfg.head_dim)
-        caches = [torch.zeros(shape, dtype=self.dtype, device=self.device)] * cfg.num_layers
-        torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        base = torch.cuda.memory_allocated(self.device)
-        from kvserve.engine.runner.activation_profile import profile_step
-
-        profile_step(self, caches, tokens, context_length)
-        peak = torch.cuda.max_memory_allocated(self.device) - base
-        del caches
-        torch.cuda.empty_cache()
-        return peak
 
     @torch.inference_mode()
     def launch(self, plan: SchedulerOutput, in_flight: LaunchedStep | None) -> LaunchedStep:
@@ -112,7 +97,7 @@ class ModelRunner:
         if self.graphs is not None and self.graphs.can_run(inputs):
             hidden = self.graphs.run(inputs)
         else:
-            ctx = ForwardContext(inputs.meta, self.kv_caches, self.backend)
+            ctx = ForwardContext(inputs.meta, self.kv, self.backend)
             hidden = self.model(inputs.token_ids, inputs.positions, ctx)
         if not inputs.sampled_chunks:
             return LaunchedStep.empty(plan)
@@ -131,13 +116,6 @@ def _fill_pending_rows(inputs: ModelInputs, in_flight: LaunchedStep | None) -> N
     src = to_device([row_of[r.request_id] for r in inputs.pending_requests], torch.int64, device)
     dst = to_device(inputs.pending_rows, torch.int64, device)
     inputs.token_ids.index_copy_(0, dst, in_flight.token_ids.index_select(0, src))
-
-
-def _use_fused_kernels(model: torch.nn.Module, pdl: bool) -> None:
-    """Switch the layers that have a Triton kernel (norms, rotary, SiLU-mul) onto it."""
-    for module in model.modules():
-        if hasattr(module, "use_kernel"):
-            module.use_kernel, module.pdl = True, pdl
 
 
 def _resolve_pdl(setting: bool | None, device: torch.device) -> bool:

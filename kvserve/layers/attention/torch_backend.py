@@ -7,16 +7,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from kvserve.kernels.store_kv_cache import store_kv_cache_reference
+from kvserve.kv_layout import pages_for
 from kvserve.layers.attention.metadata import AttentionMetadata
-
-
-def write_kv_cache(
-    k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor
-) -> None:
-    """Store new keys/values ([T, Hkv, D]) at their flat cache slots."""
-    num_kv_heads, head_dim = kv_cache.shape[-2:]
-    kv_cache[0].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, k)
-    kv_cache[1].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, v)
 
 
 def gather_sequence_kv(
@@ -24,8 +17,7 @@ def gather_sequence_kv(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values of one sequence, [seq_len, Hkv, D] each, read through its page table."""
     page_size = kv_cache.shape[2]
-    num_pages = -(-seq_len // page_size)
-    pages = block_table[:num_pages]
+    pages = block_table[: pages_for(seq_len, page_size)]
     k = kv_cache[0, pages].flatten(0, 1)[:seq_len]
     v = kv_cache[1, pages].flatten(0, 1)[:seq_len]
     return k, v
@@ -44,7 +36,7 @@ class TorchAttentionBackend:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
-        write_kv_cache(k, v, kv_cache, meta.slot_mapping)
+        store_kv_cache_reference(k, v, kv_cache, meta.slot_mapping)
         return self.attend(q, kv_cache, meta, scale)
 
     def attend(
@@ -81,7 +73,7 @@ class TorchAttentionBackend:
         page_size = kv_cache.shape[2]
         seq_lens = [meta.seq_lens_cpu[i] for i in seqs]
         max_len = max(seq_lens)
-        num_pages = -(-max_len // page_size)
+        num_pages = pages_for(max_len, page_size)
         tables = meta.block_tables[seqs, :num_pages].flatten()
         b, (hkv, d) = len(seqs), kv_cache.shape[-2:]
         # [b * pages, page_size, Hkv, D] -> [b, Hkv, L, D]

@@ -1,0 +1,178 @@
+"""The KV pool: owns the paged KV memory of every layer.
+
+One tensor per layer, ``[2, num_pages, page_size, num_kv_heads, head_dim]`` (0 = keys,
+1 = values): the layout the attention backends and the Triton kernels read, handed to them one
+layer at a time through ``layer(i)``. The pool also owns what describes that memory: its dtype,
+its page geometry, per-layer k/v scales (FP8 KV is stored as e4m3 values that times the
+layer's scale give the real ones; 1.0 for every other dtype), and copies of whole pages between
+the device and host memory (the host tier and KV transfer move pages this way).
+
+    page p of layer l:  layers[l][0, p]  keys   [page_size, Hkv, D]
+                        layers[l][1, p]  values [page_size, Hkv, D]
+    flat slot of a token = page * page_size + offset
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvserve.config import ModelConfig
+from kvserve.errors import ConfigError
+from kvserve.kv_layout import KV_CACHE_DTYPES, kv_bytes_per_token, pages_for
+
+FP8_DTYPES = (torch.float8_e4m3fn,)
+SUPPORTED_DTYPES = KV_CACHE_DTYPES  # --kv-cache-dtype names; config validation reads the same
+
+
+@dataclass(frozen=True)
+class PageGeometry:
+    num_layers: int
+    num_pages: int
+    page_size: int  # tokens per page
+    num_kv_heads: int
+    head_dim: int
+
+    @classmethod
+    def of(cls, model: ModelConfig, num_pages: int, page_size: int) -> PageGeometry:
+        return cls(model.num_layers, num_pages, page_size, model.num_kv_heads, model.head_dim)
+
+    @property
+    def layer_shape(self) -> tuple[int, int, int, int, int]:
+        return (2, self.num_pages, self.page_size, self.num_kv_heads, self.head_dim)
+
+    def pages_for(self, tokens: int) -> int:
+        return pages_for(tokens, self.page_size)
+
+
+def resolve_kv_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
+    """The torch dtype the pool holds for a ``--kv-cache-dtype`` name."""
+    if name not in SUPPORTED_DTYPES:
+        raise ConfigError(
+            f"kv_cache_dtype {name!r} is not supported ({', '.join(SUPPORTED_DTYPES)})"
+        )
+    if name == "auto" or getattr(torch, name) == model_dtype:
+        return model_dtype
+    raise ConfigError(
+        f"--kv-cache-dtype {name} is not supported yet: the KV cache is kept in the model "
+        f"dtype ({str(model_dtype).removeprefix('torch.')}); use auto"
+    )
+
+
+class KVPool:
+    def __init__(self, layers: list[torch.Tensor]) -> None:
+        """A pool over per-layer tensors of one shape and dtype (see ``allocate``)."""
+        _, num_pages, page_size, num_kv_heads, head_dim = layers[0].shape
+        self.geometry = PageGeometry(len(layers), num_pages, page_size, num_kv_heads, head_dim)
+        self.layers = layers
+        self.dtype, self.device = layers[0].dtype, layers[0].device
+        self.k_scales = torch.ones(len(layers), dtype=torch.float32, device=self.device)
+        self.v_scales = torch.ones(len(layers), dtype=torch.float32, device=self.device)
+
+    @classmethod
+    def allocate(
+        cls,
+        geometry: PageGeometry,
+        dtype: torch.dtype,
+        device: torch.device,
+        *,
+        one_tensor_for_all_layers: bool = False,
+    ) -> KVPool:
+        """Zeroed KV memory. ``one_tensor_for_all_layers``: every layer reads and writes the
+        same tensor (a throw-away pool for measuring a step's activation memory)."""
+        shape, n = geometry.layer_shape, geometry.num_layers
+        if one_tensor_for_all_layers:
+            return cls([torch.zeros(shape, dtype=dtype, device=device)] * n)
+        return cls([torch.zeros(shape, dtype=dtype, device=device) for _ in range(n)])
+
+    # -- geometry ---------------------------------------------------------------------------
+    def layer(self, idx: int) -> torch.Tensor:
+        return self.layers[idx]
+
+    @property
+    def num_pages(self) -> int:
+        return self.geometry.num_pages
+
+    @property
+    def page_size(self) -> int:
+        return self.geometry.page_size
+
+    def pages_for(self, tokens: int) -> int:
+        return self.geometry.pages_for(tokens)
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.dtype in FP8_DTYPES
+
+    @property
+    def bytes_per_token(self) -> int:
+        g = self.geometry
+        return kv_bytes_per_token(g.num_layers, g.num_kv_heads, g.head_dim, self.dtype.itemsize)
+
+    @property
+    def nbytes(self) -> int:
+        return self.bytes_per_token * self.num_pages * self.page_size
+
+    # -- values (the torch path; kernels read the layer tensors directly) -------------------
+    def set_scales(self, idx: int, k_scale: float, v_scale: float) -> None:
+        self.k_scales[idx], self.v_scales[idx] = k_scale, v_scale
+
+    def store(self, idx: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
+        """Write keys/values ``[T, Hkv, D]`` of layer ``idx`` at flat ``slots`` (all >= 0),
+        divided by the layer's scales and rounded to the pool's dtype."""
+        heads = self.geometry.layer_shape[-2:]
+        for i, x, scale in ((0, k, self.k_scales[idx]), (1, v, self.v_scales[idx])):
+            stored = self._encode(x, scale)
+            _raw(self.layers[idx][i]).view(-1, *heads).index_copy_(0, slots, _raw(stored))
+
+    def load(
+        self, idx: int, page_ids: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of layer ``idx`` in ``page_ids``, ``[n * page_size, Hkv, D]`` each,
+        times the layer's scales, in ``dtype``."""
+        cache, heads = self.layers[idx], self.geometry.layer_shape[-2:]
+        out = []
+        for i, scale in ((0, self.k_scales[idx]), (1, self.v_scales[idx])):
+            x = _raw(cache[i]).index_select(0, page_ids).view(self.dtype).reshape(-1, *heads)
+            out.append((x.float() * scale).to(dtype) if self.is_fp8 else x.to(dtype))
+        return out[0], out[1]
+
+    def _encode(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        if not self.is_fp8:
+            return x.to(self.dtype)
+        limit = torch.finfo(self.dtype).max
+        return (x.float() / scale).clamp(-limit, limit).to(self.dtype)
+
+    # -- page copies between device and host ------------------------------------------------
+    def export_pages(self, page_ids: list[int] | torch.Tensor) -> torch.Tensor:
+        """Pages ``page_ids`` of every layer, copied to host memory (pinned on CUDA), as stored
+        (FP8 stays FP8; the scales stay with the pool): ``[num_layers, 2, n, page_size, Hkv,
+        D]``."""
+        ids = torch.as_tensor(page_ids, dtype=torch.int64, device=self.device)
+        g = self.geometry
+        shape = (g.num_layers, 2, len(ids), g.page_size, g.num_kv_heads, g.head_dim)
+        pin = self.device.type == "cuda"
+        host = torch.empty(shape, dtype=self.dtype, pin_memory=pin)
+        for i, cache in enumerate(self.layers):
+            _raw(host[i]).copy_(_raw(cache).index_select(1, ids))
+        return host
+
+    def import_pages(self, page_ids: list[int] | torch.Tensor, host: torch.Tensor) -> None:
+        """The inverse of ``export_pages``: write ``host`` into pages ``page_ids``."""
+        ids = torch.as_tensor(page_ids, dtype=torch.int64, device=self.device)
+        g = self.geometry
+        expected = (g.num_layers, 2, len(ids), g.page_size, g.num_kv_heads, g.head_dim)
+        if tuple(host.shape) != expected or host.dtype != self.dtype:
+            raise ValueError(
+                f"pages of shape {tuple(host.shape)} {host.dtype} do not fit this pool "
+                f"({expected} {self.dtype})"
+            )
+        for i, cache in enumerate(self.layers):
+            src = _raw(host[i]).to(self.device, non_blocking=True)
+            _raw(cache).index_copy_(1, ids, src)
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    """Byte view of an FP8 tensor (several copy ops have no FP8 kernel on CPU), else itself."""
+    return t.view(torch.uint8) if t.dtype in FP8_DTYPES else t

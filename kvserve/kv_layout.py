@@ -1,0 +1,30 @@
+"""Facts about the paged KV cache that every layer shares, from the scheduler's bookkeeping (no
+tensors) to the attention kernels and preflight's capacity arithmetic: page arithmetic, bytes per
+token, and the KV cache dtypes the KV pool (``kvserve.engine.runner.kv_pool``) can hold.
+
+Nothing here imports torch, so ``engine/core`` and preflight can use it.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+# KV cache dtypes the KV pool holds, by ``--kv-cache-dtype`` name. "auto" is the model dtype;
+# a float name must equal the model dtype (the pool keeps KV in the dtype attention computes
+# in). FP8 names join this list with FP8 KV in the attention kernels.
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+# Bytes per element of a KV dtype name (preflight plans FP8 KV ahead of the engine holding it).
+KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1}
+
+N = TypeVar("N")  # an int, or a numpy integer array (elementwise)
+
+
+def pages_for(tokens: N, page_size: int) -> N:
+    """Pages that hold ``tokens`` tokens: ceil(tokens / page_size)."""
+    return -(-tokens // page_size)  # type: ignore[operator]
+
+
+def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """K and V of one token over all layers."""
+    return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes
