@@ -10,6 +10,7 @@ from kvserve.errors import ConfigError, ModelLoadError
 from kvserve.loader.architectures import check_supported
 from kvserve.loader.files import read_json_object
 from kvserve.loader.generation_defaults import eos_ids_of, read_generation_defaults
+from kvserve.loader.hf_moe_config import moe_config_of, qk_norm_of, rotary_dim_of
 
 
 def read_hf_config(directory: Path) -> ModelConfig:
@@ -37,6 +38,7 @@ def hf_config_to_model_config(
     architecture = check_supported(architectures[0], "config.json")
     hidden = int(data["hidden_size"])
     heads = int(data["num_attention_heads"])
+    head_dim = int(data.get("head_dim") or hidden // heads)
     rope_theta, rope_scaling = _rope(data)
     if not eos_token_ids:
         eos_token_ids = eos_ids_of(data.get("eos_token_id"))
@@ -49,7 +51,7 @@ def hf_config_to_model_config(
             num_layers=int(data["num_hidden_layers"]),
             num_heads=heads,
             num_kv_heads=int(data.get("num_key_value_heads") or heads),
-            head_dim=int(data.get("head_dim") or hidden // heads),
+            head_dim=head_dim,
             rms_norm_eps=float(data.get("rms_norm_eps", 1e-6)),
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,
@@ -58,11 +60,13 @@ def hf_config_to_model_config(
             # Qwen2 always has q/k/v biases; its config does not say so.
             attention_bias=architecture == "Qwen2ForCausalLM"
             or bool(data.get("attention_bias", False)),
-            qk_norm=architecture == "Qwen3ForCausalLM",
+            qk_norm=qk_norm_of(data, architecture),
             hidden_act=str(data.get("hidden_act", "silu")),
             bos_token_id=data.get("bos_token_id"),
             eos_token_ids=eos_token_ids,
             quantization=data.get("quantization_config"),
+            moe=moe_config_of(data, architecture),
+            rotary_dim=rotary_dim_of(data, head_dim),
         )
     except ConfigError as exc:
         raise ModelLoadError(str(exc)) from exc

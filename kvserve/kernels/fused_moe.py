@@ -1,0 +1,190 @@
+"""Mixture-of-experts feed-forward: every token through its top-k experts' SwiGLU MLPs, the
+outputs summed with the router weights.
+
+Weights are stacked per expert: ``w13`` [E, 2I, H] (gate rows, then up rows) and ``w2``
+[E, H, I]. ``fused_moe_reference`` loops over experts in plain torch (runs anywhere).
+``fused_moe`` is the GPU path: token slots (token, choice) sorted by expert and padded per
+expert to whole ``BLOCK_M`` row blocks, then one grouped GEMM over all experts for gate/up,
+SiLU-mul, and one grouped GEMM for down whose epilogue scales each row by its router weight;
+the k rows of a token are summed last. Every size is fixed by the token count, so a CUDA graph
+can capture it (no host syncs).
+
+Sorted layout, for ``block_m`` = 4, experts 0..2 holding 3, 0 and 5 slots (``.`` = padding,
+whose slot id is ``num_slots`` and whose rows are neither read nor written)::
+
+    sorted_slots: [s s s .][s s s s][s . . .][. . . .] ...   (static length)
+    block_expert: [   0   ][   2   ][   2   ][  -1   ] ...   (-1: past the last block)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kvserve.kernels._triton import jit, require_triton, tl, triton
+
+
+def fused_moe_reference(
+    x: torch.Tensor,  # [T, H]
+    w13: torch.Tensor,  # [E, 2I, H]
+    w2: torch.Tensor,  # [E, H, I]
+    topk_weights: torch.Tensor,  # [T, k] float32
+    topk_ids: torch.Tensor,  # [T, k] int
+) -> torch.Tensor:
+    out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float32, device=x.device)
+    inter = w2.shape[2]
+    for expert in topk_ids.unique().tolist():
+        token, choice = (topk_ids == expert).nonzero(as_tuple=True)
+        gate_up = x[token] @ w13[expert].t()
+        hidden = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+        y = (hidden @ w2[expert].t()).float()
+        out.index_add_(0, token, y * topk_weights[token, choice, None])
+    return out.to(x.dtype)
+
+
+@dataclass(frozen=True)
+class SortedSlots:
+    slots: torch.Tensor  # [max_rows] int32 slot id (token * k + choice), num_slots = padding
+    block_expert: torch.Tensor  # [max_rows // block_m] int32 expert of each block, -1 = none
+    block_m: int
+
+
+def sort_slots_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> SortedSlots:
+    """Group the T*k slots by expert, each expert's run padded to whole blocks (see above)."""
+    flat = topk_ids.flatten().to(torch.int64)
+    num_slots = flat.numel()
+    dev = flat.device
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=dev)
+    counts.scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    padded_end = padded.cumsum(0)
+    padded_start = padded_end - padded
+    order = flat.argsort(stable=True)
+    sorted_expert = flat[order]
+    rank = torch.arange(num_slots, device=dev) - (counts.cumsum(0) - counts)[sorted_expert]
+    max_rows = num_slots + num_experts * (block_m - 1)
+    max_rows = (max_rows + block_m - 1) // block_m * block_m
+    slots = torch.full((max_rows,), num_slots, dtype=torch.int32, device=dev)
+    slots[padded_start[sorted_expert] + rank] = order.to(torch.int32)
+    block_start = torch.arange(0, max_rows, block_m, device=dev)
+    block_expert = torch.searchsorted(padded_end, block_start, right=True)
+    block_expert = torch.where(block_expert < num_experts, block_expert, -1).to(torch.int32)
+    return SortedSlots(slots, block_expert, block_m)
+
+
+@jit
+def _grouped_gemm_kernel(
+    a_ptr,  # [rows of A, K]: tokens (A_PER_TOKEN) or slots
+    w_ptr,  # [E, N, K]
+    out_ptr,  # [num_slots, N]
+    slots_ptr,
+    block_expert_ptr,
+    weights_ptr,  # [num_slots] float32 router weights (SCALE_ROWS)
+    num_slots,
+    N,
+    K,
+    stride_a,
+    stride_we,
+    stride_wn,
+    stride_out,
+    TOP_K: tl.constexpr,
+    A_PER_TOKEN: tl.constexpr,
+    SCALE_ROWS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    expert = tl.load(block_expert_ptr + pid_m)
+    if expert < 0:
+        return
+    slots = tl.load(slots_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    row_ok = slots < num_slots
+    a_rows = slots // TOP_K if A_PER_TOKEN else slots
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + a_rows.to(tl.int64)[:, None] * stride_a + offs_k[None, :]
+    w_ptrs = (
+        w_ptr
+        + expert.to(tl.int64) * stride_we
+        + offs_n.to(tl.int64)[None, :] * stride_wn
+        + offs_k[:, None]
+    )
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_ok = offs_k < K - k0
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(w_ptrs, mask=k_ok[:, None] & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(a, w, acc)
+        a_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+    if SCALE_ROWS:
+        acc = acc * tl.load(weights_ptr + slots, mask=row_ok, other=0.0)[:, None]
+    out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_out + offs_n[None, :]
+    tl.store(
+        out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n < N)[None, :]
+    )
+
+
+def _block_config(num_slots: int, num_experts: int) -> dict[str, int]:
+    """Tiles by rows per expert: small decode batches are weight-bound (short M, wide K tiles),
+    large prefill batches compute-bound."""
+    per_expert = num_slots / num_experts
+    if per_expert <= 16:
+        return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+    if per_expert <= 64:
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4}
+    return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
+
+
+def _grouped_gemm(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    sorted_slots: SortedSlots,
+    num_slots: int,
+    top_k: int,
+    config: dict[str, int],
+    row_weights: torch.Tensor | None,
+) -> torch.Tensor:
+    n, k = w.shape[1], w.shape[2]
+    out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
+    tiles = {key: config[key] for key in ("BLOCK_N", "BLOCK_K")}
+    grid = (sorted_slots.block_expert.numel(), triton.cdiv(n, tiles["BLOCK_N"]))
+    _grouped_gemm_kernel[grid](
+        a, w, out, sorted_slots.slots, sorted_slots.block_expert,
+        row_weights if row_weights is not None else out,
+        num_slots, n, k, a.stride(0), w.stride(0), w.stride(1), out.stride(0),
+        TOP_K=top_k, A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
+        BLOCK_M=sorted_slots.block_m, num_warps=config["num_warps"],
+        num_stages=config["num_stages"], **tiles,
+    )  # fmt: skip
+    return out
+
+
+def fused_moe(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """The GPU path of ``fused_moe_reference`` (same arguments, same result within bf16
+    rounding of the intermediate)."""
+    from kvserve.kernels.activation import silu_and_mul
+
+    require_triton()
+    tokens, top_k = topk_ids.shape
+    num_slots = tokens * top_k
+    if tokens == 0:
+        return torch.zeros(0, w2.shape[1], dtype=x.dtype, device=x.device)
+    assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
+    config = _block_config(num_slots, w13.shape[0])
+    sorted_slots = sort_slots_by_expert(topk_ids, w13.shape[0], config["BLOCK_M"])
+    gate_up = _grouped_gemm(x, w13, sorted_slots, num_slots, top_k, config, None)
+    hidden = silu_and_mul(gate_up)
+    flat_weights = topk_weights.flatten().float().contiguous()
+    down = _grouped_gemm(hidden, w2, sorted_slots, num_slots, top_k, config, flat_weights)
+    return down.view(tokens, top_k, -1).sum(dim=1, dtype=torch.float32).to(x.dtype)
