@@ -15,42 +15,6 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
-class MoEConfig:
-    """Mixture-of-experts feed-forward: which layers are sparse and how tokens are routed."""
-
-    num_experts: int
-    top_k: int  # experts per token
-    expert_intermediate_size: int
-    # "softmax": softmax over router logits, top-k (Qwen3-MoE, Mixtral).
-    # "grouped_sigmoid": sigmoid scores + a correction bias for the choice, top-k within the
-    # best `topk_groups` of `num_groups` expert groups (GLM-4.5, DeepSeek-V3).
-    scoring: str = "softmax"
-    norm_topk_prob: bool = True
-    num_groups: int = 1
-    topk_groups: int = 1
-    routed_scaling_factor: float = 1.0
-    shared_expert_intermediate_size: int = 0  # 0: no shared expert
-    dense_layers: tuple[int, ...] = ()  # layers with a dense MLP instead of experts
-
-    def __post_init__(self) -> None:
-        if not 0 < self.top_k <= self.num_experts:
-            raise ConfigError(
-                f"model config: experts per token ({self.top_k}) must be in "
-                f"1..{self.num_experts} (the number of experts)"
-            )
-        if self.scoring not in ("softmax", "grouped_sigmoid"):
-            raise ConfigError(f"model config: unknown expert scoring {self.scoring!r}")
-        if self.num_experts % self.num_groups or not 0 < self.topk_groups <= self.num_groups:
-            raise ConfigError(
-                f"model config: {self.num_experts} experts cannot be split into "
-                f"{self.num_groups} groups with {self.topk_groups} chosen"
-            )
-
-    def is_sparse(self, layer: int) -> bool:
-        return layer not in self.dense_layers
-
-
-@dataclass(frozen=True)
 class ModelConfig:
     """Shape of a decoder-only transformer, independent of the file format it came from."""
 
@@ -73,8 +37,6 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     quantization: dict[str, Any] | None = None  # checkpoint's quantization_config, if any
-    moe: MoEConfig | None = None  # None: a dense model
-    rotary_dim: int | None = None  # leading head dims that rotary turns (None: all, GLM: half)
 
     def __post_init__(self) -> None:
         positive = (
@@ -158,6 +120,9 @@ class EngineConfig:
     context_length: int | None = None  # None = the model's max_position_embeddings
     attention_backend: str = "auto"  # "torch" everywhere; "triton" on GPU
     load_format: str = "auto"  # "auto" or "dummy" (random weights from config.json)
+    # None/"auto": the checkpoint's own; a scheme name on an unquantized checkpoint quantizes it
+    # at load (online); kvserve.quant.registry lists the schemes.
+    quantization: str | None = None
     enforce_eager: bool = False
     cuda_graph_max_bs: int = 256
     # Plan and launch step N+1 before step N's tokens reach the host (None: on for CUDA, where
@@ -177,5 +142,8 @@ class EngineConfig:
             raise ConfigError(f"unknown attention backend {self.attention_backend!r}")
         if self.load_format not in ("auto", "dummy"):
             raise ConfigError(f"load_format must be auto or dummy, got {self.load_format!r}")
+        from kvserve.quant.registry import check_flag
+
+        check_flag(self.quantization)
         if self.context_length is not None and self.context_length <= 0:
             raise ConfigError(f"context_length must be positive, got {self.context_length}")

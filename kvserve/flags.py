@@ -115,6 +115,12 @@ FLAGS: list[Flag] = [
         engine=True,
         choices=("auto", "dummy"),
     ),  # fmt: skip
+    Flag(
+        ("--quantization",),
+        "weight quantization: the checkpoint's (auto), or a scheme to quantize an unquantized "
+        "checkpoint to at load (fp8)",
+        engine=True,
+    ),  # fmt: skip
     Flag(("--enforce-eager",), "no CUDA graphs", switch=True, engine=True),
     Flag(
         ("--disable-overlap-schedule",),

@@ -1,54 +1,21 @@
-"""Linear layers that take a quant-method object, so weight formats slot in without touching
-models. A merged layer (q/k/v or gate/up) stacks several checkpoint tensors along its output
-dimension; ``load_shard`` copies one of them into place."""
+"""A linear layer that delegates storage, loading and the matmul to its quant method
+(``kvserve.quant``), so weight formats slot in without touching models. A merged layer (q/k/v
+or gate/up) stacks several checkpoint tensors along its output dimension; ``load_shard`` routes
+each checkpoint tensor of a shard (weight, scales, zero points, input scales) to the method."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-
-class LinearMethod(Protocol):
-    """How a linear layer stores its weight and multiplies by it."""
-
-    def create_weights(
-        self, layer: nn.Module, in_features: int, out_features: int, dtype: torch.dtype
-    ) -> None: ...
-
-    def load_shard(
-        self, layer: nn.Module, loaded: torch.Tensor, offset: int, size: int
-    ) -> None: ...
-
-    def apply(
-        self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None
-    ) -> torch.Tensor: ...
-
-
-class UnquantizedLinearMethod:
-    """Dense weight in the model dtype: ``y = x @ W.T + b``."""
-
-    def create_weights(
-        self, layer: nn.Module, in_features: int, out_features: int, dtype: torch.dtype
-    ) -> None:
-        layer.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype), False)
-
-    def load_shard(self, layer: nn.Module, loaded: torch.Tensor, offset: int, size: int) -> None:
-        target = layer.weight.data[offset : offset + size]
-        if target.shape != loaded.shape:
-            raise ValueError(
-                f"weight shape {tuple(loaded.shape)} != expected {tuple(target.shape)}"
-            )
-        target.copy_(loaded)
-
-    def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return F.linear(x, layer.weight, bias)
+from kvserve.errors import ModelLoadError
+from kvserve.quant.method import LinearMethod
+from kvserve.quant.unquantized import UnquantizedLinearMethod
 
 
 class Linear(nn.Module):
-    """``out_features = sum(shard_sizes)``; a plain layer has one shard."""
+    """``out_features = sum(shard_sizes)``; a plain layer has one shard. ``prefix`` is the
+    layer's name, for error messages."""
 
     def __init__(
         self,
@@ -57,26 +24,49 @@ class Linear(nn.Module):
         bias: bool,
         dtype: torch.dtype,
         method: LinearMethod | None = None,
+        prefix: str = "",
     ) -> None:
         super().__init__()
         self.in_features = in_features
         self.shard_sizes = shard_sizes
         self.shard_offsets = [sum(shard_sizes[:i]) for i in range(len(shard_sizes))]
         self.out_features = sum(shard_sizes)
+        self.prefix = prefix
         self.method = method or UnquantizedLinearMethod()
-        self.method.create_weights(self, in_features, self.out_features, dtype)
+        self.method.create_weights(self, dtype)
         self.bias = (
             nn.Parameter(torch.empty(self.out_features, dtype=dtype), False) if bias else None
         )
+        self._loaded: set[tuple[str, int]] = set()
 
     def load_shard(self, param_name: str, loaded: torch.Tensor, shard: int = 0) -> None:
-        offset, size = self.shard_offsets[shard], self.shard_sizes[shard]
         if param_name == "bias":
             if self.bias is None:
-                raise ValueError("checkpoint has a bias this layer does not")
+                raise ModelLoadError(f"{self.prefix}: checkpoint has a bias this layer does not")
+            offset, size = self.shard_offsets[shard], self.shard_sizes[shard]
             self.bias.data[offset : offset + size].copy_(loaded)
         else:
-            self.method.load_shard(self, loaded, offset, size)
+            self.method.load_param(self, param_name, loaded, shard)
+        self._loaded.add((param_name, shard))
+
+    def missing(self) -> list[str]:
+        """Checkpoint tensors this layer still lacks, as ``name[shard]``."""
+        names = self.method.checkpoint_params(self) + (("bias",) if self.bias is not None else ())
+        return [
+            f"{self.prefix}.{n}[{s}]"
+            for n in names
+            for s in range(len(self.shard_sizes))
+            if (n, s) not in self._loaded
+        ]
+
+    def finish_loading(self) -> None:
+        self.method.process_after_loading(self)
+
+    def init_dummy(self, gen: torch.Generator) -> None:
+        self.method.init_dummy(self, gen)
+        if self.bias is not None:
+            self.bias.data.uniform_(-0.02, 0.02, generator=gen)
+        self.finish_loading()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.method.apply(self, x, self.bias)

@@ -1,0 +1,63 @@
+"""The linear-method protocol: how a linear layer stores its weight, takes checkpoint tensors,
+and multiplies by it. One method object serves every layer of its format; per-layer state
+(weights, scales) lives on the layer as parameters or buffers.
+
+A merged layer (q/k/v, gate/up) stacks shards along the output dimension; the checkpoint gives
+each shard's tensors separately, named as the checkpoint names them (``weight``,
+``weight_scale``, ``input_scale``, ...). ``load_param`` receives one tensor with its shard index.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+from kvserve.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from kvserve.layers.linear import Linear
+
+
+class LinearMethod(Protocol):
+    def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
+        """Register the layer's parameters (shapes from ``layer.in_features``,
+        ``layer.shard_sizes``); ``dtype`` is the model's activation dtype."""
+
+    def checkpoint_params(self, layer: Linear) -> tuple[str, ...]:
+        """Names every shard must receive from a checkpoint (the loader checks them)."""
+
+    def load_param(self, layer: Linear, name: str, loaded: torch.Tensor, shard: int) -> None:
+        """Copy one checkpoint tensor of shard ``shard`` into place; unknown names raise."""
+
+    def process_after_loading(self, layer: Linear) -> None:
+        """Called once after every tensor is in (or after dummy init): merge per-shard scales,
+        quantize online, reorder for a kernel."""
+
+    def init_dummy(self, layer: Linear, gen: torch.Generator) -> None:
+        """Random parameters of the right shapes and dtypes (``--load-format dummy``)."""
+
+    def apply(self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x @ W.T + bias`` in the model dtype."""
+
+
+def shard_rows(layer: Linear, shard: int) -> slice:
+    """The output rows of shard ``shard`` in the merged weight."""
+    offset = layer.shard_offsets[shard]
+    return slice(offset, offset + layer.shard_sizes[shard])
+
+
+def copy_checked(target: torch.Tensor, loaded: torch.Tensor, what: str) -> None:
+    """``target.copy_(loaded)`` with a clear error on a shape mismatch."""
+    if target.shape != loaded.shape:
+        raise ModelLoadError(
+            f"{what}: checkpoint shape {tuple(loaded.shape)}, expected {tuple(target.shape)}"
+        )
+    target.copy_(loaded)
+
+
+def unknown_param(layer: Linear, name: str, method: str) -> ModelLoadError:
+    return ModelLoadError(
+        f"{layer.prefix or 'linear layer'}: checkpoint tensor {name!r} has no place in a "
+        f"{method} layer (it takes {', '.join(layer.method.checkpoint_params(layer))})"
+    )
