@@ -15,6 +15,42 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
+class MoEConfig:
+    """Mixture-of-experts feed-forward: which layers are sparse and how tokens are routed."""
+
+    num_experts: int
+    top_k: int  # experts per token
+    expert_intermediate_size: int
+    # "softmax": softmax over router logits, top-k (Qwen3-MoE, Mixtral).
+    # "grouped_sigmoid": sigmoid scores + a correction bias for the choice, top-k within the
+    # best `topk_groups` of `num_groups` expert groups (GLM-4.5, DeepSeek-V3).
+    scoring: str = "softmax"
+    norm_topk_prob: bool = True
+    num_groups: int = 1
+    topk_groups: int = 1
+    routed_scaling_factor: float = 1.0
+    shared_expert_intermediate_size: int = 0  # 0: no shared expert
+    dense_layers: tuple[int, ...] = ()  # layers with a dense MLP instead of experts
+
+    def __post_init__(self) -> None:
+        if not 0 < self.top_k <= self.num_experts:
+            raise ConfigError(
+                f"model config: experts per token ({self.top_k}) must be in "
+                f"1..{self.num_experts} (the number of experts)"
+            )
+        if self.scoring not in ("softmax", "grouped_sigmoid"):
+            raise ConfigError(f"model config: unknown expert scoring {self.scoring!r}")
+        if self.num_experts % self.num_groups or not 0 < self.topk_groups <= self.num_groups:
+            raise ConfigError(
+                f"model config: {self.num_experts} experts cannot be split into "
+                f"{self.num_groups} groups with {self.topk_groups} chosen"
+            )
+
+    def is_sparse(self, layer: int) -> bool:
+        return layer not in self.dense_layers
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Shape of a decoder-only transformer, independent of the file format it came from."""
 
@@ -37,6 +73,8 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     quantization: dict[str, Any] | None = None  # checkpoint's quantization_config, if any
+    moe: MoEConfig | None = None  # None: a dense model
+    rotary_dim: int | None = None  # leading head dims that rotary turns (None: all, GLM: half)
 
     def __post_init__(self) -> None:
         positive = (
