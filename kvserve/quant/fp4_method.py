@@ -1,0 +1,112 @@
+"""The linear method of both FP4 formats: weight-only, the weight kept packed on the layer
+(``weight_packed``, ``weight_scale``, and for NVFP4 ``weight_row_scale``) and multiplied by the
+fused Triton GEMM on GPU, by its torch reference on CPU (``kvserve.kernels.fp4_gemm``).
+
+A format (``Fp4Format``) says, per checkpoint layout, which tensor names a shard receives and
+how each becomes rows of the layer's tensors (a ``Reader``). Online quantization is one more
+layout whose only tensor is the float ``weight``, quantized shard by shard as it arrives, so the
+float weight of a whole model is never held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from kvserve.errors import ModelLoadError
+from kvserve.kernels.fp4_gemm import fp4_linear
+from kvserve.quant.method import copy_checked, shard_rows, unknown_param
+
+if TYPE_CHECKING:
+    from kvserve.layers.linear import Linear
+
+# (checkpoint tensor of one shard, the shard's row count) -> {layer tensor name: its rows}
+Reader = Callable[[torch.Tensor, int], dict[str, torch.Tensor]]
+ScaleMaker = Callable[[int, int, torch.Generator], dict[str, torch.Tensor]]
+
+
+def packed_rows(loaded: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
+    """Packed E2M1 bytes [rows, K/2] (or gpt-oss blocks [rows, K/32, 16])."""
+    if loaded.dtype != torch.uint8:
+        raise ValueError(f"packed FP4 weights are uint8, got {loaded.dtype}")
+    return {"weight_packed": loaded.reshape(rows, -1)}
+
+
+def ignored(loaded: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
+    """Activation scales: weight-only FP4 keeps activations in the model dtype."""
+    return {}
+
+
+@dataclass(frozen=True)
+class Fp4Format:
+    name: str
+    group: int  # K values per block scale
+    scale_dtype: torch.dtype
+    has_row_scale: bool
+    layouts: Mapping[str, Mapping[str, Reader]]  # layout -> checkpoint name -> reader
+    optional: tuple[str, ...]  # names a checkpoint may omit
+    dummy_scales: ScaleMaker  # (rows, groups, generator) -> sane random scales
+
+
+class Fp4LinearMethod:
+    def __init__(self, fmt: Fp4Format, layout: str) -> None:
+        if layout not in fmt.layouts:
+            raise ModelLoadError(
+                f"{fmt.name}: no reader for the {layout} layout "
+                f"(kvserve reads {', '.join(fmt.layouts)})"
+            )
+        self.format, self.layout = fmt, layout
+        self.readers = fmt.layouts[layout]
+
+    def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
+        n, k = layer.out_features, layer.in_features
+        if k % self.format.group:
+            raise ModelLoadError(
+                f"{layer.prefix}: {self.format.name} needs in_features a multiple of "
+                f"{self.format.group}, got {k}"
+            )
+        scale_shape = (n, k // self.format.group)
+        layer.weight_packed = nn.Parameter(torch.zeros(n, k // 2, dtype=torch.uint8), False)
+        layer.weight_scale = nn.Parameter(
+            torch.zeros(scale_shape, dtype=self.format.scale_dtype), False
+        )
+        layer.weight_row_scale = (
+            nn.Parameter(torch.ones(n, dtype=torch.float32), False)
+            if self.format.has_row_scale
+            else None
+        )
+
+    def checkpoint_params(self, layer: Linear) -> tuple[str, ...]:
+        return tuple(name for name in self.readers if name not in self.format.optional)
+
+    def load_param(self, layer: Linear, name: str, loaded: torch.Tensor, shard: int) -> None:
+        reader = self.readers.get(name)
+        if reader is None:
+            raise unknown_param(layer, name, f"{self.format.name} ({self.layout})")
+        rows = shard_rows(layer, shard)
+        try:
+            tensors = reader(loaded, rows.stop - rows.start)
+        except ValueError as exc:
+            raise ModelLoadError(f"{layer.prefix}.{name}[{shard}]: {exc}") from exc
+        for target, value in tensors.items():
+            param = getattr(layer, target)
+            copy_checked(param.data[rows], value.to(param.device), f"{layer.prefix}.{name}")
+
+    def process_after_loading(self, layer: Linear) -> None:
+        pass
+
+    def init_dummy(self, layer: Linear, gen: torch.Generator) -> None:
+        """Random codes; scales that keep |W| near the unquantized dummy's 0.02."""
+        packed = layer.weight_packed
+        codes = torch.randint(0, 256, packed.shape, generator=gen, device=gen.device)
+        packed.data.copy_(codes.to(torch.uint8))
+        scales = self.format.dummy_scales(packed.shape[0], layer.weight_scale.shape[1], gen)
+        for target, value in scales.items():
+            getattr(layer, target).data.copy_(value)
+
+    def apply(self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return fp4_linear(x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale, bias)
