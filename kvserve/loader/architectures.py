@@ -1,15 +1,12 @@
-"""The model architectures kvserve serves, by HF ``architectures`` name and GGUF arch name."""
+"""The model architectures kvserve serves, by HF ``architectures`` name (the model registry's
+list) and GGUF arch name."""
 
 from __future__ import annotations
 
 from kvserve.errors import ModelLoadError
+from kvserve.models.registry import SUPPORTED_ARCHITECTURES
 
-SUPPORTED_ARCHITECTURES = (
-    "LlamaForCausalLM",
-    "MistralForCausalLM",
-    "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",
-)
+__all__ = ["GGUF_ARCHITECTURES", "SUPPORTED_ARCHITECTURES", "check_supported"]
 
 # GGUF `general.architecture` -> HF architecture name.
 GGUF_ARCHITECTURES = {

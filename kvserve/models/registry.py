@@ -1,4 +1,6 @@
-"""HF `architectures` name -> model class, imported lazily."""
+"""HF `architectures` name -> model class, imported lazily. The one list of supported
+architectures: the loader and preflight read ``SUPPORTED_ARCHITECTURES``; importing this module
+imports no torch."""
 
 from __future__ import annotations
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1}
+from kvserve import kv_layout
+from kvserve.kv_layout import KV_DTYPE_BYTES
+
+__all__ = ["KV_DTYPE_BYTES", "MemoryFit", "kv_bytes_per_token", "kv_heads_per_rank"]
 
 
 def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
@@ -15,7 +18,9 @@ def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int, tp: int) -> int:
     """K and V for one token on one rank."""
-    return 2 * layers * kv_heads_per_rank(kv_heads, tp) * head_dim * dtype_bytes
+    return kv_layout.kv_bytes_per_token(
+        layers, kv_heads_per_rank(kv_heads, tp), head_dim, dtype_bytes
+    )
 
 
 @dataclass(frozen=True)

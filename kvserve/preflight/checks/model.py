@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kvserve.models.registry import SUPPORTED_ARCHITECTURES
 from kvserve.preflight.capacity import KV_DTYPE_BYTES, MemoryFit, kv_bytes_per_token
 from kvserve.preflight.checks.common import GIB, gib
 from kvserve.preflight.facts import GpuFacts, ModelFacts
@@ -17,7 +18,6 @@ NAMES = (
     "model: context length",
     "model: memory fit",
 )
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 
 
 def check_files(model: ModelFacts) -> CheckResult:
