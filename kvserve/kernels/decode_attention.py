@@ -82,9 +82,13 @@ def _decode_split_kernel(
     num_kv_heads = tl.num_programs(1)
 
     seq_len = tl.load(seq_lens_ptr + b)
+    # The sequence cut into num_splits runs of whole tiles: a short one fills only its first
+    # few splits, and the programs of the others exit at once.
     split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
+    if split > 0 and start >= end:
+        return  # past the sequence's end: the merge reads only the splits before this one
 
     rows = tl.arange(0, BLOCK_H)  # row r = query head kv_head * GROUP + r
     dims = tl.arange(0, HEAD_DIM)
@@ -117,7 +121,7 @@ def _decode_split_kernel(
         m_i = m_new
 
     pdl_release(USE_PDL)  # the epilogue's stores are all that is left
-    empty = l_i == 0.0  # split past the end of the sequence (or seq_len 0)
+    empty = l_i == 0.0  # seq_len 0 (a padding row): split 0 writes zeros
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
     if DIRECT:
         out_off = b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dims[None, :]
@@ -135,11 +139,13 @@ def _decode_split_kernel(
 def _decode_merge_kernel(
     part_out_ptr,
     part_lse_ptr,
+    seq_lens_ptr,
     out_ptr,
     stride_ob,
     stride_oh,
     num_splits,
     BLOCK_S: tl.constexpr,
+    BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
@@ -148,9 +154,12 @@ def _decode_merge_kernel(
     b = tl.program_id(0)
     h = tl.program_id(1)
     row = b.to(tl.int64) * tl.num_programs(1) + h
+    seq_len = tl.load(seq_lens_ptr + b)
+    split_len = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N, 1)
+    written = tl.maximum(tl.cdiv(seq_len, split_len), 1)  # as in the split kernel; split 0 always
     splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, HEAD_DIM)
-    split_mask = splits < num_splits
+    split_mask = splits < written
     lse = tl.load(part_lse_ptr + row * num_splits + splits, mask=split_mask, other=float("-inf"))
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)  # all splits empty: seq_len 0 -> zeros
@@ -239,11 +248,13 @@ def paged_decode_attention(
         _decode_merge_kernel[(batch, num_heads)](
             part_out,
             part_lse,
+            seq_lens,
             out,
             out.stride(0),
             out.stride(1),
             splits,
             BLOCK_S=next_pow2(splits),
+            BLOCK_N=cfg.block_n,
             HEAD_DIM=head_dim,
             num_warps=4,
             **launch_options(pdl),
