@@ -7,7 +7,7 @@ import json
 
 from aiohttp import web
 
-from kvserve.server.errors import error_body
+from kvserve.openai_errors import error_body
 
 
 def error_response(status: int, message: str, param: str | None = None,

@@ -12,6 +12,7 @@ from kvserve.router.breaker import STATE_CODES
 from kvserve.router.registry import WorkerRegistry
 
 P = "kvserve_router:"
+REJECT_REASONS = ("queue_full", "queue_timeout", "no_worker")
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -47,7 +48,7 @@ class RouterMetrics:
     def __init__(self) -> None:
         self.requests: Counter[tuple[str, int]] = Counter()  # (path, status)
         self.retries = 0
-        self.rejected: Counter[str] = Counter()  # queue_full | queue_timeout | no_worker
+        self.rejected: Counter[str] = Counter(dict.fromkeys(REJECT_REASONS, 0))
         self.upstream_errors: Counter[tuple[str, str]] = Counter()  # (worker, kind)
         self.client_disconnects = 0
         self.queue_wait = Histogram(_WAIT_BUCKETS)

@@ -32,8 +32,11 @@ class RouterState:
         self.watcher = (WorkerFileWatcher(config.worker_file, self.registry,
                                           config.worker_file_poll_s)
                         if config.worker_file else None)  # fmt: skip
-        # Raise ConfigError for bad workers before any socket is opened.
-        self.cli_specs = [make_spec(url, config.worker_api_key) for url in config.worker_urls]
+        # Bad workers (flags or file) raise ConfigError here, before any socket is opened.
+        for url in config.worker_urls:
+            self.registry.add(make_spec(url, config.worker_api_key), "cli")
+        if self.watcher is not None:
+            self.watcher.load()
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=75)
@@ -45,12 +48,11 @@ class RouterState:
                                    self.session)  # fmt: skip
         self.health = HealthChecker(self.registry, self.session, self.config.health)
         self.registry.on_add = self.health.check_soon
-        for spec in self.cli_specs:
-            self.registry.add(spec, "cli")
+        for worker in self.registry.workers.values():
+            self.health.check_soon(worker)
         loop = asyncio.get_running_loop()
         self.tasks.append(loop.create_task(self.health.run()))
         if self.watcher is not None:
-            self.watcher.load()
             self.tasks.append(loop.create_task(self.watcher.run()))
         if hasattr(self.policy, "evict"):
             self.tasks.append(loop.create_task(self._evict_loop()))
