@@ -18,6 +18,7 @@ from kvserve.layers.linear import Linear
 from kvserve.layers.norm import RMSNorm
 from kvserve.layers.rotary import RotaryEmbedding
 from kvserve.models.forward_context import ForwardContext
+from kvserve.quant.registry import UNQUANTIZED, QuantConfig, linear_method
 
 # checkpoint name fragment -> (merged module name, shard index)
 STACKED_PARAMS: dict[str, tuple[str, int]] = {
@@ -29,9 +30,27 @@ STACKED_PARAMS: dict[str, tuple[str, int]] = {
 }
 
 
+def _linear(
+    quant: QuantConfig, prefix: str, names: list[str], in_features: int, sizes: list[int],
+    bias: bool, dtype: torch.dtype,
+) -> Linear:  # fmt: skip
+    """A linear layer whose shards the checkpoint names ``prefix.<name>``, with its method."""
+    method = linear_method(quant, [f"{prefix}.{n}" for n in names])
+    merged = prefix + "." + _MERGED.get(names[0], names[0])
+    return Linear(in_features, sizes, bias, dtype, method, merged)
+
+
+_MERGED = {"q_proj": "qkv_proj", "gate_proj": "gate_up_proj"}
+
+
 class Attention(nn.Module):
     def __init__(
-        self, cfg: ModelConfig, layer_idx: int, dtype: torch.dtype, rotary: RotaryEmbedding
+        self,
+        cfg: ModelConfig,
+        layer_idx: int,
+        dtype: torch.dtype,
+        rotary: RotaryEmbedding,
+        quant: QuantConfig = UNQUANTIZED,
     ):
         super().__init__()
         self.layer_idx = layer_idx
@@ -42,10 +61,14 @@ class Attention(nn.Module):
         )
         self.q_size, self.kv_size = cfg.q_size, cfg.kv_size
         self.scale = cfg.head_dim**-0.5
-        self.qkv_proj = Linear(
-            cfg.hidden_size, [cfg.q_size, cfg.kv_size, cfg.kv_size], cfg.attention_bias, dtype
+        prefix = f"model.layers.{layer_idx}.self_attn"
+        self.qkv_proj = _linear(
+            quant, prefix, ["q_proj", "k_proj", "v_proj"], cfg.hidden_size,
+            [cfg.q_size, cfg.kv_size, cfg.kv_size], cfg.attention_bias, dtype,
+        )  # fmt: skip
+        self.o_proj = _linear(
+            quant, prefix, ["o_proj"], cfg.q_size, [cfg.hidden_size], False, dtype
         )
-        self.o_proj = Linear(cfg.q_size, [cfg.hidden_size], False, dtype)
         self.rotary = rotary
         kernels = rotary.kernels
         self.q_norm = (
@@ -106,11 +129,22 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, kernels: KernelOptions) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        dtype: torch.dtype,
+        kernels: KernelOptions,
+        prefix: str = "mlp",
+        quant: QuantConfig = UNQUANTIZED,
+    ) -> None:
         super().__init__()
         size = cfg.intermediate_size
-        self.gate_up_proj = Linear(cfg.hidden_size, [size, size], False, dtype)
-        self.down_proj = Linear(size, [cfg.hidden_size], False, dtype)
+        self.gate_up_proj = _linear(
+            quant, prefix, ["gate_proj", "up_proj"], cfg.hidden_size, [size, size], False, dtype
+        )
+        self.down_proj = _linear(
+            quant, prefix, ["down_proj"], size, [cfg.hidden_size], False, dtype
+        )
         self.act = SiluAndMul(kernels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -118,11 +152,18 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, idx: int, dtype: torch.dtype, rotary: RotaryEmbedding):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        idx: int,
+        dtype: torch.dtype,
+        rotary: RotaryEmbedding,
+        quant: QuantConfig = UNQUANTIZED,
+    ):
         super().__init__()
         kernels = rotary.kernels
-        self.self_attn = Attention(cfg, idx, dtype, rotary)
-        self.mlp = MLP(cfg, dtype, kernels)
+        self.self_attn = Attention(cfg, idx, dtype, rotary, quant)
+        self.mlp = MLP(cfg, dtype, kernels, f"model.layers.{idx}.mlp", quant)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
 
@@ -145,7 +186,12 @@ class DecoderLayer(nn.Module):
 
 class DecoderModel(nn.Module):
     def __init__(
-        self, cfg: ModelConfig, dtype: torch.dtype, max_positions: int, kernels: KernelOptions
+        self,
+        cfg: ModelConfig,
+        dtype: torch.dtype,
+        max_positions: int,
+        kernels: KernelOptions,
+        quant: QuantConfig = UNQUANTIZED,
     ) -> None:
         super().__init__()
         self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
@@ -153,7 +199,7 @@ class DecoderModel(nn.Module):
             cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling, kernels
         )
         self.layers = nn.ModuleList(
-            DecoderLayer(cfg, i, dtype, rotary) for i in range(cfg.num_layers)
+            DecoderLayer(cfg, i, dtype, rotary, quant) for i in range(cfg.num_layers)
         )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
 
@@ -178,10 +224,12 @@ class DecoderForCausalLM(nn.Module):
         dtype: torch.dtype,
         max_positions: int,
         kernels: KernelOptions = TORCH_REFERENCE,
+        quant: QuantConfig = UNQUANTIZED,
     ) -> None:
         super().__init__()
         self.config = cfg
-        self.model = DecoderModel(cfg, dtype, max_positions, kernels)
+        self.quant = quant
+        self.model = DecoderModel(cfg, dtype, max_positions, kernels, quant)
         tied = self.model.embed_tokens if cfg.tie_word_embeddings else None
         self.lm_head = LMHead(cfg.vocab_size, cfg.hidden_size, dtype, tied)
 
@@ -194,30 +242,57 @@ class DecoderForCausalLM(nn.Module):
         return self.lm_head(hidden)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy HF-named checkpoint tensors into the parameters; every parameter must be set."""
+        """Route HF-named checkpoint tensors to their parameters (a linear layer's go to its
+        quant method, by name and shard); every parameter must be set."""
         params = dict(self.named_parameters())
+        linears = {n: m for n, m in self.named_modules() if isinstance(m, Linear)}
         loaded: set[str] = set()
         for name, tensor in weights:
             if "rotary_emb.inv_freq" in name:
                 continue
             if name == "lm_head.weight" and self.config.tie_word_embeddings:
                 continue
-            target = _load_one(self, params, name, tensor)
-            loaded.add(target)
-        missing = set(params) - loaded
+            loaded.add(_load_one(params, linears, name, tensor))
+        in_linears = {
+            f"{m}.{p}" for m, layer in linears.items() for p, _ in layer.named_parameters()
+        }
+        missing = sorted(set(params) - in_linears - loaded)
+        missing += [n for layer in linears.values() for n in layer.missing()]
         if missing:
-            raise ModelLoadError(f"checkpoint is missing weights: {', '.join(sorted(missing)[:5])}")
+            raise ModelLoadError(f"checkpoint is missing weights: {', '.join(missing[:5])}")
+        for layer in linears.values():
+            layer.finish_loading()
+
+    def init_dummy_weights(self, seed: int) -> None:
+        """Random weights of the right shapes (``--load-format dummy``), drawn on the model's
+        device: small values keep activations finite; norms stay at one; each linear layer's
+        method draws its own (quantized) parameters."""
+        device = next(self.parameters()).device
+        gen = torch.Generator(device=device).manual_seed(seed)
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.init_dummy(gen)
+                continue
+            for name, param in module.named_parameters(recurse=False):
+                if isinstance(module, RMSNorm) or "norm" in name:
+                    param.data.fill_(1.0)
+                else:
+                    param.data.uniform_(-0.02, 0.02, generator=gen)
 
 
 def _load_one(
-    model: nn.Module, params: dict[str, nn.Parameter], name: str, tensor: torch.Tensor
+    params: dict[str, nn.Parameter], linears: dict[str, Linear], name: str, tensor: torch.Tensor
 ) -> str:
-    for fragment, (merged, shard) in STACKED_PARAMS.items():
-        if f".{fragment}." in name:
-            module_name, _, param_name = name.replace(fragment, merged).rpartition(".")
-            module = model.get_submodule(module_name)
-            module.load_shard(param_name, tensor, shard)
-            return f"{module_name}.{param_name}"
+    """Copy one checkpoint tensor; returns the name it was loaded under."""
+    module_name, _, param_name = name.rpartition(".")
+    shard = 0
+    for fragment, (merged, index) in STACKED_PARAMS.items():
+        if module_name.endswith(f".{fragment}"):
+            module_name, shard = module_name[: -len(fragment)] + merged, index
+            break
+    if module_name in linears:
+        linears[module_name].load_shard(param_name, tensor, shard)
+        return f"{module_name}.{param_name}"
     if name not in params:
         raise ModelLoadError(f"checkpoint weight {name!r} does not belong to this architecture")
     param = params[name]

@@ -24,6 +24,8 @@ from kvserve.layers.attention import create_attention_backend
 from kvserve.layers.sampler import Sampler
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.registry import model_class
+from kvserve.quant.registry import check_device as check_quant_device
+from kvserve.quant.registry import resolve as resolve_quantization
 
 log = logging.getLogger("kvserve.runner")
 
@@ -46,11 +48,14 @@ class ModelRunner:
         self.backend = create_attention_backend(config.attention_backend, device, pdl)
         # Chosen once: the layers with a Triton kernel run it with the triton backend.
         self.kernels = KernelOptions(triton=self.backend.name == "triton", pdl=pdl)
+        quant = resolve_quantization(model_config.quantization, config.quantization)
+        cc = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+        check_quant_device(quant, device.type, cc)
         with torch.device(device):
             model_cls = model_class(model_config.architecture)
-            self.model = model_cls(model_config, dtype, context_length, self.kernels)
+            self.model = model_cls(model_config, dtype, context_length, self.kernels, quant)
         if weights is None:
-            _init_dummy_weights(self.model, config.seed)
+            self.model.init_dummy_weights(config.seed)
         else:
             self.model.load_weights(weights)
         self.model.eval()
@@ -123,15 +128,3 @@ def _resolve_pdl(setting: bool | None, device: torch.device) -> bool:
     if setting and not supported:
         raise ConfigError("programmatic dependent launch (enable_pdl) needs an sm_90+ GPU")
     return supported if setting is None else setting
-
-
-def _init_dummy_weights(model: torch.nn.Module, seed: int) -> None:
-    """Random weights of the right shapes (``--load-format dummy``), drawn on the model's
-    device: small values keep activations finite; norms stay at one."""
-    device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(seed)
-    for name, param in model.named_parameters():
-        if "norm" in name:
-            param.data.fill_(1.0)
-        else:
-            param.data.uniform_(-0.02, 0.02, generator=gen)
