@@ -248,9 +248,8 @@ def matmul_params(core: EngineCore) -> int:
 
 
 def kv_bytes_per_token(core: EngineCore) -> int:
-    from kvserve.engine.runner.kv_cache_sizing import kv_bytes_per_token as per_token
-
-    return per_token(core.model_config, core.dtype)
+    """K and V of one token over all layers, in the KV pool's dtype."""
+    return core.runner.kv.bytes_per_token
 
 
 def kv_pages(core: EngineCore) -> int:

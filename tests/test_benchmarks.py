@@ -1,0 +1,69 @@
+"""benchmarks/ is a package whose scripts import against this tree, and its shared helpers drive
+an engine (a tiny Llama with dummy weights on the CPU) the way the GPU benchmarks do."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import code_ab_worker, common
+from benchmarks.code_ab import TINY_LLAMA, ratios, summary
+from kvserve import LLM, SamplingParams
+
+SCRIPTS = sorted(p.stem for p in Path(common.__file__).parent.glob("*.py") if p.stem != "__init__")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_benchmark_imports(name: str) -> None:
+    try:
+        module = importlib.import_module(f"benchmarks.{name}")
+    except ModuleNotFoundError as e:
+        if e.name == "triton":
+            pytest.skip("a GPU kernel benchmark; Triton is not installed")
+        raise
+    assert module.__doc__, "say what the benchmark measures"
+
+
+def test_write_result_stamps_commit_from_env(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("KVSERVE_COMMIT", "abc1234")
+    path = common.write_result("probe", {"figure": 1.5}, tmp_path)
+    record = json.loads(path.read_text())
+    assert path.parent == tmp_path and path.name.startswith("probe_")
+    assert record["commit"] == "abc1234" and record["benchmark"] == "probe"
+    assert record["figure"] == 1.5 and "torch" in record["machine"] and record["date"]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("tiny_llama")
+    (path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    return str(path)
+
+
+def test_engine_helpers_drive_a_dummy_engine(tiny_dir: str) -> None:
+    core = common.build_engine(tiny_dir, device="cpu", dtype="float32", max_running_requests=8)
+    rate = common.decode_rate(core, 2, 32, 2, 6)
+    assert rate["tok_s"] > 0 and rate["step_ms"] > 0 and not core.has_unfinished()
+    assert common.kv_bytes_per_token(core) == 2 * 2 * 2 * 16 * 4  # K+V, layers, kv heads, D, fp32
+    assert common.weight_bytes(core) > 4 * common.matmul_params(core) > 0
+    assert common.kv_capacity_tokens(core) == common.kv_pages(core) * 16
+    assert common.decode_graphs(core) is None and common.max_running_requests(core) == 8
+    common.add_decode_batch(core, 3, 16, 5, seed=1, min_outputs=2)
+    assert common.drain(core) > 0 and common.preemptions(core) == 0
+    core.check_integrity()
+
+
+def test_code_ab_worker_measures_with_the_public_api(tiny_dir: str) -> None:
+    llm = LLM(tiny_dir, load_format="dummy", device="cpu", max_running_requests=4)
+    rate = code_ab_worker.decode_rate(llm.engine, SamplingParams, 2, 32, 2, 6)
+    assert rate["tok_s"] > 0 and code_ab_worker.reset_prefix_cache(llm.engine)
+    off = code_ab_worker.offline(llm.engine, SamplingParams, 3, 16, 4)
+    assert off["output_tok_s"] > 0 and off["requests"] == 3
+    side = {"decode": {"1": rate}, "offline": off}
+    other = {"decode": {"1": {**rate, "tok_s": rate["tok_s"] * 2}}, "offline": off}
+    assert ratios(side, other) == {"decode_b1_tok_s": 2.0, "offline_output_tok_s": 1.0}
+    rounds = [{"base": side, "head": other, "ratio_head_over_base": ratios(side, other)}]
+    assert summary(rounds)["decode_b1_tok_s"]["ratio_mean"] == 2.0
