@@ -27,8 +27,9 @@ def test_streams_and_usage_pass_through_untouched(sinks, router) -> None:
     assert routed.headers["content-type"].startswith("text/event-stream")
     assert sse_events(routed.text) == sse_events(direct.text)
     assert json.loads(sse_events(routed.text)[-2])["usage"]["completion_tokens"] == 5
-    chat = httpx.post(r.url + "/v1/chat/completions", timeout=30, json={
-        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True})  # fmt: skip
+    messages = [{"role": "user", "content": "hi"}]
+    chat_body = {"messages": messages, "max_tokens": 2, "stream": True}
+    chat = httpx.post(r.url + "/v1/chat/completions", timeout=30, json=chat_body)
     assert sse_events(chat.text)[-1] == "[DONE]"
     models = httpx.get(r.url + "/v1/models", timeout=30).json()
     assert models["data"][0]["id"] == "load-sink"
