@@ -6,12 +6,25 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvserve.errors import ConfigError
+from kvserve.kv_layout import check_kv_cache_dtype
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Set to 1 to serve a context longer than the model was trained for (SGLang's
+# SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN): output quality past that length is not assured.
+ALLOW_LONGER_CONTEXT_ENV = "KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+
+log = logging.getLogger("kvserve.config")
+
+
+def auto_dtype(device_type: str) -> str:
+    """The model dtype ``dtype="auto"`` means on a device type."""
+    return "bfloat16" if device_type == "cuda" else "float32"
 
 
 @dataclass(frozen=True)
@@ -127,8 +140,7 @@ class CacheConfig:
             raise ConfigError(
                 f"mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}"
             )
-        if self.kv_cache_dtype not in ("auto", *DTYPES[1:]):
-            raise ConfigError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not supported")
+        check_kv_cache_dtype(self.kv_cache_dtype, None)
 
 
 @dataclass(frozen=True)
@@ -155,6 +167,7 @@ class EngineConfig:
     dtype: str = "auto"
     device: str = "auto"  # "auto" = cuda if available, else cpu
     seed: int = 0
+    tp: int = 1  # tensor-parallel ranks (only 1 until tensor parallelism lands)
     context_length: int | None = None  # None = the model's max_position_embeddings
     attention_backend: str = "auto"  # "torch" everywhere; "triton" on GPU
     load_format: str = "auto"  # "auto" or "dummy" (random weights from config.json)
@@ -185,3 +198,52 @@ class EngineConfig:
         check_flag(self.quantization)
         if self.context_length is not None and self.context_length <= 0:
             raise ConfigError(f"context_length must be positive, got {self.context_length}")
+        if self.tp != 1:
+            raise ConfigError(
+                f"tp (tensor-parallel size) {self.tp} is not supported yet: kvserve runs one "
+                "GPU per engine until tensor parallelism lands; use tp 1"
+            )
+        check_kv_cache_dtype(self.cache.kv_cache_dtype, self.model_dtype)
+
+    @property
+    def model_dtype(self) -> str | None:
+        """The model dtype's name, where the config alone decides it (None: it depends on
+        whether a GPU is present)."""
+        if self.dtype != "auto":
+            return self.dtype
+        return None if self.device == "auto" else auto_dtype(self.device.split(":")[0])
+
+
+def rope_max_positions(model: ModelConfig) -> int:
+    """Longest context the model's rope scaling covers (vLLM's rule: linear, dynamic and yarn
+    multiply the trained length by ``factor``; llama3 configs already state the scaled length)."""
+    scaling = model.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    factor = scaling.get("factor")
+    if kind not in ("linear", "dynamic", "yarn") or not factor:
+        return model.max_position_embeddings
+    base = scaling.get("original_max_position_embeddings") if kind == "yarn" else None
+    return int((base or model.max_position_embeddings) * factor)
+
+
+def check_context_length(requested: int | None, model: ModelConfig) -> int:
+    """The context length to serve: ``requested``, or the model's own when None. Longer than
+    the model's (``max_position_embeddings``, or what its rope scaling covers) is refused unless
+    ``KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``."""
+    limit = max(model.max_position_embeddings, rope_max_positions(model))
+    if requested is None:
+        return model.max_position_embeddings
+    if requested <= limit:
+        return requested
+    if os.environ.get(ALLOW_LONGER_CONTEXT_ENV, "") in ("1", "true", "True"):
+        log.warning(
+            "context length %d exceeds the model's %d (%s is set): quality past %d tokens is "
+            "not assured", requested, limit, ALLOW_LONGER_CONTEXT_ENV, limit,
+        )  # fmt: skip
+        return requested
+    source = "with its rope scaling" if limit > model.max_position_embeddings else "trained for"
+    raise ConfigError(
+        f"context_length {requested} is longer than the model's {limit} tokens "
+        f"(max_position_embeddings {source}); lower --context-length, or set "
+        f"{ALLOW_LONGER_CONTEXT_ENV}=1 to serve it anyway"
+    )

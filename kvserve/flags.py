@@ -59,6 +59,7 @@ FLAGS: list[Flag] = [
         "tensor-parallel size (only 1 for now)",
         type=int,
         default=1,
+        engine=True,
     ),  # fmt: skip
     # -- engine
     Flag(

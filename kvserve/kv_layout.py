@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from kvserve.errors import ConfigError
+
 # KV cache dtypes the KV pool holds, by ``--kv-cache-dtype`` name. "auto" is the model dtype;
 # a float name must equal the model dtype (the pool keeps KV in the dtype attention computes
 # in). FP8 names join this list with FP8 KV in the attention kernels.
@@ -23,6 +25,20 @@ N = TypeVar("N")  # an int, or a numpy integer array (elementwise)
 def pages_for(tokens: N, page_size: int) -> N:
     """Pages that hold ``tokens`` tokens: ceil(tokens / page_size)."""
     return -(-tokens // page_size)  # type: ignore[operator]
+
+
+def check_kv_cache_dtype(name: str, model_dtype: str | None) -> None:
+    """Refuse a ``--kv-cache-dtype`` the pool cannot hold with a model in ``model_dtype`` (a
+    dtype name; None while it is not known yet, which checks the name alone)."""
+    if name not in KV_CACHE_DTYPES:
+        raise ConfigError(
+            f"kv_cache_dtype {name!r} is not supported (supported: {', '.join(KV_CACHE_DTYPES)})"
+        )
+    if name != "auto" and model_dtype is not None and name != model_dtype:
+        raise ConfigError(
+            f"--kv-cache-dtype {name} is not supported yet: the KV cache is kept in the model "
+            f"dtype ({model_dtype}); use auto"
+        )
 
 
 def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:

@@ -16,7 +16,7 @@ import logging
 import random
 import time
 
-from kvserve.config import EngineConfig
+from kvserve.config import EngineConfig, check_context_length
 from kvserve.engine.core.kv_cache_manager import KVCacheManager
 from kvserve.engine.core.outputs import EngineCoreOutput
 from kvserve.engine.core.prompt_checks import check_prompt
@@ -41,7 +41,7 @@ class EngineCore:
         self.model_config = mc
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
-        max_len = config.context_length or mc.max_position_embeddings
+        max_len = check_context_length(config.context_length, mc)
         weights = None if config.load_format == "dummy" else self.source.weights()
         self.runner = ModelRunner(config, mc, weights, self.device, self.dtype, max_len)
         kv_tokens = self.runner.num_pages * config.cache.page_size

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from kvserve.config import auto_dtype
 from kvserve.errors import ConfigError
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -20,9 +21,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[name]
+    return _DTYPES[auto_dtype(device.type) if name == "auto" else name]
 
 
 def to_device(

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from kvserve.config import ModelConfig
-from kvserve.errors import ConfigError
-from kvserve.kv_layout import KV_CACHE_DTYPES, kv_bytes_per_token, pages_for
+from kvserve.kv_layout import KV_CACHE_DTYPES, check_kv_cache_dtype, kv_bytes_per_token, pages_for
 
 FP8_DTYPES = (torch.float8_e4m3fn,)
 SUPPORTED_DTYPES = KV_CACHE_DTYPES  # --kv-cache-dtype names; config validation reads the same
@@ -48,16 +47,8 @@ class PageGeometry:
 
 def resolve_kv_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
     """The torch dtype the pool holds for a ``--kv-cache-dtype`` name."""
-    if name not in SUPPORTED_DTYPES:
-        raise ConfigError(
-            f"kv_cache_dtype {name!r} is not supported ({', '.join(SUPPORTED_DTYPES)})"
-        )
-    if name == "auto" or getattr(torch, name) == model_dtype:
-        return model_dtype
-    raise ConfigError(
-        f"--kv-cache-dtype {name} is not supported yet: the KV cache is kept in the model "
-        f"dtype ({str(model_dtype).removeprefix('torch.')}); use auto"
-    )
+    check_kv_cache_dtype(name, str(model_dtype).removeprefix("torch."))
+    return model_dtype
 
 
 class KVPool:

@@ -1,0 +1,103 @@
+"""Settings the engine cannot honour are refused when the config is built, with a message that
+says what to do: tensor parallelism, KV cache dtypes, a context longer than the model's."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from kvserve import LLM
+from kvserve.config import (
+    ALLOW_LONGER_CONTEXT_ENV,
+    ModelConfig,
+    check_context_length,
+    rope_max_positions,
+)
+from kvserve.engine.config_builder import build_engine_config
+from kvserve.engine.runner.kv_pool import SUPPORTED_DTYPES
+from kvserve.errors import ConfigError
+from kvserve.flags import add_flags, engine_settings
+
+
+def _model(**fields: object) -> ModelConfig:
+    shape = dict(
+        architecture="LlamaForCausalLM", vocab_size=64, hidden_size=32, intermediate_size=64,
+        num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, max_position_embeddings=4096,
+    )  # fmt: skip
+    return ModelConfig(**{**shape, **fields})
+
+
+def test_tensor_parallel_size_one_is_accepted(tiny_model_dir) -> None:
+    path = str(tiny_model_dir("LlamaForCausalLM"))
+    llm = LLM(model=path, tensor_parallel_size=1, device="cpu", max_total_tokens=256)
+    assert llm.engine.config.tp == 1
+
+
+@pytest.mark.parametrize("settings", [{"tp": 2}, {"tensor_parallel_size": 4}, {"tp": 0}])
+def test_other_tensor_parallel_sizes_are_refused(settings) -> None:
+    with pytest.raises(ConfigError, match=r"tensor-parallel size\) -?\d+ is not supported yet"):
+        build_engine_config(**settings)
+
+
+def test_the_tp_flag_reaches_the_config() -> None:
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    assert build_engine_config(**engine_settings(parser.parse_args([]))).tp == 1
+    args = parser.parse_args(["--tensor-parallel-size", "2"])
+    with pytest.raises(ConfigError, match="use tp 1"):
+        build_engine_config(**engine_settings(args))
+
+
+def test_kv_cache_dtype_is_checked_against_the_pool_when_the_config_is_built() -> None:
+    assert "auto" in SUPPORTED_DTYPES
+    with pytest.raises(ConfigError, match="supported: auto"):
+        build_engine_config(kv_cache_dtype="fp8_e5m2")
+    with pytest.raises(ConfigError, match="kept in the model dtype"):
+        build_engine_config(kv_cache_dtype="bfloat16", device="cpu")  # model dtype float32
+    with pytest.raises(ConfigError, match="kept in the model dtype"):
+        build_engine_config(kv_cache_dtype="float16", dtype="bfloat16")
+    assert build_engine_config(kv_cache_dtype="float32", device="cpu").model_dtype == "float32"
+    assert build_engine_config(kv_cache_dtype="bfloat16", dtype="bfloat16").cache
+    # device auto: the model dtype waits for the device, and the pool checks it then
+    assert build_engine_config(kv_cache_dtype="bfloat16").model_dtype is None
+
+
+def test_context_longer_than_the_model_is_refused(monkeypatch) -> None:
+    monkeypatch.delenv(ALLOW_LONGER_CONTEXT_ENV, raising=False)
+    model = _model()
+    assert check_context_length(None, model) == 4096
+    assert check_context_length(4096, model) == 4096
+    with pytest.raises(
+        ConfigError, match=f"longer than the model's 4096 .*{ALLOW_LONGER_CONTEXT_ENV}"
+    ):
+        check_context_length(32768, model)
+    monkeypatch.setenv(ALLOW_LONGER_CONTEXT_ENV, "1")
+    assert check_context_length(32768, model) == 32768
+
+
+@pytest.mark.parametrize(
+    ("scaling", "limit"),
+    [
+        (None, 4096),
+        ({"rope_type": "linear", "factor": 2.0}, 8192),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}, 16384),
+        ({"rope_type": "yarn", "factor": 4.0}, 16384),
+        # llama3 configs state the scaled length in max_position_embeddings already
+        ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 512}, 4096),
+    ],
+)
+def test_rope_scaling_covers_a_longer_context(monkeypatch, scaling, limit) -> None:
+    monkeypatch.delenv(ALLOW_LONGER_CONTEXT_ENV, raising=False)
+    model = _model(rope_scaling=scaling)
+    assert rope_max_positions(model) == limit
+    assert check_context_length(limit, model) == limit
+    with pytest.raises(ConfigError, match="lower --context-length"):
+        check_context_length(limit + 1, model)
+
+
+def test_the_engine_refuses_a_context_longer_than_the_model(tiny_model_dir, monkeypatch) -> None:
+    monkeypatch.delenv(ALLOW_LONGER_CONTEXT_ENV, raising=False)
+    path = str(tiny_model_dir("LlamaForCausalLM"))  # max_position_embeddings 4096
+    with pytest.raises(ConfigError, match="context_length 8192 is longer"):
+        LLM(model=path, context_length=8192, device="cpu", max_total_tokens=256)
