@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("kvserve.engine.generate_cli", "generate offline from prompts"),
     "bench": ("kvserve.bench.cli", "load-test an OpenAI-compatible server"),
     "preflight": ("kvserve.preflight.cli", "check this node's GPU stack before serving"),
+    "eval": ("kvserve.evaluate.cli", "accuracy per task type: baseline against candidates"),
     "monitor": ("kvserve.preflight.monitor_cli", "sample GPU temperature/clocks/throttle"),
 }
 
