@@ -1,0 +1,256 @@
+"""Long context on the GPU against the machine's ceilings, measured in the same run.
+
+    python -m benchmarks.long_context --parts all --out-dir benchmarks/results
+
+Llama-3.1-8B shape (llama3 rope scaling, 128K positions), bf16, dummy weights, prefix cache off.
+Parts (``--parts``: a comma list or ``all``):
+  kernels  decode attention alone (one layer) at 32K x 32 and 128K x 8 against the bytes ceiling
+           (K/V read once at copy bandwidth); prefill attention of a 32K prompt and of a chunk at
+           the end of a 128K prompt against the matmul ceiling (causal FLOPs)
+  run32k   32 requests x 32K-token prompts x 256 output tokens: wall time; the decode rate
+           while all are decoding against its ceiling (weights + every resident sequence's KV
+           read once per step at copy bandwidth); how many sequences the KV pool held
+  prefill  one 32K and one 128K prompt: time against the FLOP floor (matmuls + causal attention
+           at the matmul ceiling)
+  short    decode at 1K context, batch 1/64/256, in the same 128K-context engine (regression)
+  mixed    short requests' time per output token while a 128K prompt is prefilled beside them
+The engine's start time (weights, KV pool, warm-up and graph capture) is recorded too.
+Writes long_context_<tag>_<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.common import (
+    add_decode_batch,
+    build_engine,
+    decode_rate,
+    drain,
+    gpu_ceilings,
+    greedy,
+    kv_bytes_per_token,
+    kv_capacity_tokens,
+    matmul_params,
+    random_prompts,
+    release_memory,
+    reset_prefix_cache,
+    weight_bytes,
+    write_result,
+)
+from kvserve.engine.engine_core import EngineCore
+
+LLAMA_31_8B = "benchmarks/configs/llama-3.1-8b"
+CONTEXT = 131072
+LONG_PROMPT = CONTEXT - 1024  # "128K": room left for outputs
+VLLM_0_26 = {"run32k_wall_s": 48.4, "prefill_32x32k_s": 38.0, "decode_32k_b32_tok_s": 791}
+BEFORE = {
+    "commit": "f3c4956",
+    "run32k_wall_s": 65.4,
+    "prefill_32x32k_s": 44.7,
+    "decode_32k_b32_tok_s": 453,
+    "decode_1k_tok_s": {1: 212, 64: 8616, 256: 15083},
+}
+
+
+def prefill_flops(core: EngineCore, length: int) -> float:
+    """Matmul FLOPs of every token plus causal attention (QK^T and PV over the keys each row
+    sees)."""
+    cfg = core.model_config
+    attn = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * length * (length + 1) / 2
+    return 2 * matmul_params(core) * length + attn
+
+
+def decode_ceiling_tok_s(core: EngineCore, ceil: dict, batch: int, ctx: float) -> float:
+    step_bytes = weight_bytes(core) + batch * ctx * kv_bytes_per_token(core)
+    return batch / (step_bytes / (ceil["copy_GBps"] * 1e9))
+
+
+def run_32k(core: EngineCore, ceil: dict, n: int, ctx: int, out: int, lo: int) -> dict:
+    """All ``n`` requests at once; decode rate from every request having ``lo`` outputs to the
+    last output."""
+    prompts = random_prompts(n, ctx, core.model_config.vocab_size, seed=32)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i, p in enumerate(prompts):
+        core.add_request(f"long-{i}", p, greedy(out))
+    reqs = list(core.requests.values())
+    t_first = t_lo = None
+    resident = 0
+    while core.has_unfinished():
+        core.step()
+        stats = core.stats()
+        resident = max(resident, stats.num_running)
+        outs = min(r.num_output_tokens for r in reqs)
+        if t_first is None and outs >= 1:
+            t_first = time.perf_counter()
+        if t_lo is None and outs >= lo:
+            t_lo = time.perf_counter()
+    wall = time.perf_counter() - t0
+    preempted = core.stats().num_preemptions
+    reset_prefix_cache(core)
+    assert t_first is not None and t_lo is not None
+    tok_s = n * (out - lo) / (wall - (t_lo - t0))
+    ceiling = decode_ceiling_tok_s(core, ceil, min(n, resident), ctx + (lo + out) / 2)
+    prefill_floor = n * prefill_flops(core, ctx) / (ceil["bf16_matmul_TFLOPs"] * 1e12)
+    res = {"requests": n, "prompt": ctx, "output": out, "wall_s": wall,
+           "all_first_token_s": t_first - t0, "prefill_floor_s": prefill_floor,
+           "decode_tok_s": tok_s, "decode_ceiling_tok_s": ceiling,
+           "decode_share_of_ceiling": tok_s / ceiling, "max_running": resident,
+           "preemptions_total": preempted, "vllm_0_26": VLLM_0_26, "before": BEFORE}  # fmt: skip
+    print(f"run32k: {n} x {ctx} x {out}: {wall:.1f} s (all first tokens {t_first - t0:.1f} s, "
+          f"prefill floor {prefill_floor:.1f} s); decode {tok_s:.0f} tok/s = "
+          f"{100 * tok_s / ceiling:.0f}% of {ceiling:.0f}; max running {resident}, "
+          f"preemptions so far {preempted}", flush=True)  # fmt: skip
+    return res
+
+
+def run_prefill(core: EngineCore, ceil: dict, lengths: list[int]) -> list[dict]:
+    rows = []
+    vocab = core.model_config.vocab_size
+    for length in lengths:
+        (prompt,) = random_prompts(1, length, vocab, seed=length)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        core.add_request(f"prefill-{length}", prompt, greedy(1))
+        drain(core)
+        dt = time.perf_counter() - t
+        reset_prefix_cache(core)
+        floor = prefill_flops(core, length) / (ceil["bf16_matmul_TFLOPs"] * 1e12)
+        rows.append({"prompt": length, "s": dt, "floor_s": floor, "share_of_floor": floor / dt})
+        print(f"prefill {length}: {dt:.2f} s, floor {floor:.2f} s ({100 * floor / dt:.0f}%)",
+              flush=True)  # fmt: skip
+    return rows
+
+
+def run_short(core: EngineCore, ceil: dict, batches: list[int]) -> list[dict]:
+    rows = []
+    for b in batches:
+        r = decode_rate(core, b, 1024, 64, 192)
+        ceiling = decode_ceiling_tok_s(core, ceil, b, 1024 + 128)
+        rows.append({"batch": b, "context": 1024, **r, "ceiling_tok_s": ceiling,
+                     "before_tok_s": BEFORE["decode_1k_tok_s"].get(b)})  # fmt: skip
+        print(f"short b={b}: {r['tok_s']:.0f} tok/s (before {BEFORE['decode_1k_tok_s'].get(b)})",
+              flush=True)  # fmt: skip
+    return rows
+
+
+def run_mixed(core: EngineCore, n_short: int) -> dict:
+    """``n_short`` 1K-prompt requests decoding; then one 128K prompt arrives. Time per output
+    token of the short ones while it is prefilled, against before it arrived."""
+    short = add_decode_batch(core, n_short, 1024, 2048, seed=5, min_outputs=16)
+    t, before = time.perf_counter(), short[0].num_output_tokens
+    for _ in range(32):
+        core.step()
+    tpot_alone = (time.perf_counter() - t) / (short[0].num_output_tokens - before)
+    (prompt,) = random_prompts(1, LONG_PROMPT, core.model_config.vocab_size, seed=9)
+    core.add_request("mixed-long", prompt, greedy(1))
+    long_req = core.requests["mixed-long"]
+    t, before = time.perf_counter(), short[0].num_output_tokens
+    while long_req.num_output_tokens == 0:
+        core.step()
+    dt = time.perf_counter() - t
+    tpot = dt / max(1, short[0].num_output_tokens - before)
+    for r in short:
+        core.abort_request(r.request_id)
+    drain(core)
+    reset_prefix_cache(core)
+    res = {
+        "short_requests": n_short,
+        "long_prompt": LONG_PROMPT,
+        "long_prefill_s": dt,
+        "short_tpot_ms_alone": tpot_alone * 1e3,
+        "short_tpot_ms_beside_long": tpot * 1e3,
+    }
+    print(f"mixed: {n_short} short requests, TPOT {tpot_alone * 1e3:.1f} ms alone, "
+          f"{tpot * 1e3:.1f} ms while a {LONG_PROMPT}-token prompt prefills ({dt:.1f} s)",
+          flush=True)  # fmt: skip
+    return res
+
+
+def run_kernels(ceil: dict) -> dict:
+    from benchmarks.kernels_h200 import DecodeShapes
+    from benchmarks.long_context_sweep import decode_row, prefill_row
+
+    shapes = DecodeShapes()
+    decode = [decode_row(shapes, b, ctx, None) for b, ctx in ((32, 32768), (8, 131072))]
+    for r in decode:
+        r["of_copy"] = r["gbs"] / ceil["copy_GBps"]
+        print(f"kernel decode B={r['batch']} ctx={r['ctx']}: {r['us']:.0f} us, "
+              f"{100 * r['of_copy']:.0f}% of copy", flush=True)  # fmt: skip
+    del shapes
+    torch.cuda.empty_cache()
+    mm = ceil["bf16_matmul_TFLOPs"]
+    prefill = [prefill_row(q, L, None, mm) for q, L in ((32768, 32768), (16384, 131072))]
+    for r in prefill:
+        print(f"kernel prefill q={r['qlen']} L={r['seq_len']}: {r['tflops']:.0f} TFLOP/s "
+              f"({100 * r['of_matmul']:.0f}% of matmul)", flush=True)  # fmt: skip
+    return {"decode": decode, "prefill": prefill}
+
+
+def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: dict,
+               save: Any) -> None:  # noqa: ANN401 - a callback  # fmt: skip
+    t = time.perf_counter()
+    core = build_engine(
+        args.model, context_length=CONTEXT, enable_prefix_cache=False,
+        max_num_batched_tokens=args.budget, chunked_prefill_size=args.chunk,
+    )  # fmt: skip
+    sched = core.config.scheduler
+    result["engine"] = {"startup_s": time.perf_counter() - t, "kv_tokens": kv_capacity_tokens(core),
+                        "weights_GB": weight_bytes(core) / 1e9,
+                        "budget": sched.max_num_batched_tokens,
+                        "chunk": sched.chunked_prefill_size}  # fmt: skip
+    print(f"engine: {result['engine']}", flush=True)
+    if "run32k" in parts:
+        result["run32k"] = run_32k(core, ceil, args.requests, 32768, 256, lo=16)
+        save()
+    if "prefill" in parts:
+        result["prefill"] = run_prefill(core, ceil, [32768, LONG_PROMPT])
+        save()
+    if "short" in parts:
+        result["short"] = run_short(core, ceil, [1, 64, 256])
+        save()
+    if "mixed" in parts:
+        result["mixed"] = run_mixed(core, 16)
+        save()
+    del core
+    release_memory()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=LLAMA_31_8B)
+    ap.add_argument("--parts", default="all")
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--budget", type=int, help="max_num_batched_tokens (engine default)")
+    ap.add_argument("--chunk", type=int, help="chunked_prefill_size (engine default)")
+    ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--tag", default="h200")
+    args = ap.parse_args()
+    all_parts = {"kernels", "run32k", "prefill", "short", "mixed"}
+    parts = all_parts if args.parts == "all" else set(args.parts.split(","))
+    result: dict[str, Any] = {"model": args.model, "dtype": "bfloat16", "weights": "dummy",
+                              "context_length": CONTEXT}  # fmt: skip
+    out_dir = None if args.out_dir is None else Path(args.out_dir)
+
+    def save() -> None:  # after every part, so a run cut short keeps what it measured
+        print(f"wrote {write_result(f'long_context_{args.tag}', result, out_dir)}", flush=True)
+
+    ceil = gpu_ceilings()
+    result["ceilings"] = ceil
+    print(f"ceilings: {ceil}", flush=True)
+    if "kernels" in parts:
+        result["kernels"] = run_kernels(ceil)
+        save()
+    if parts & {"run32k", "prefill", "short", "mixed"}:
+        run_engine(args, parts, ceil, result, save)
+    save()
+
+
+if __name__ == "__main__":
+    main()
