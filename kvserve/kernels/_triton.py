@@ -25,8 +25,19 @@ except ImportError:  # CPU-only install: the torch references still work
     HAS_TRITON = False
 
 
-def jit(fn: Callable[..., Any]) -> Any:
-    return triton.jit(fn) if HAS_TRITON else fn
+def jit(fn: Callable[..., Any] | None = None, *, do_not_specialize: tuple[str, ...] = ()) -> Any:
+    """``triton.jit``; ``@jit(do_not_specialize=(...))`` names int arguments that vary from call
+    to call and only bound loops or masks, so that a value of 1 or a multiple of 16 does not
+    compile another kernel (one more compile a request could pay for after warm-up)."""
+    if fn is None:
+        return lambda f: jit(f, do_not_specialize=do_not_specialize)
+    if not HAS_TRITON:
+        return fn
+    return (
+        triton.jit(fn, do_not_specialize=list(do_not_specialize))
+        if do_not_specialize
+        else triton.jit(fn)
+    )
 
 
 def require_triton() -> None:

@@ -46,7 +46,7 @@ class DecodeConfig:
     num_splits: int | None = None  # None: choose from shapes
 
 
-@jit
+@jit(do_not_specialize=("stride_bt", "num_splits"))
 def _decode_split_kernel(
     q_ptr,
     k_cache_ptr,
@@ -135,7 +135,7 @@ def _decode_split_kernel(
         tl.store(part_ptrs, o, mask=row_mask[:, None])
 
 
-@jit
+@jit(do_not_specialize=("num_splits",))
 def _decode_merge_kernel(
     part_out_ptr,
     part_lse_ptr,
@@ -253,7 +253,7 @@ def paged_decode_attention(
             out.stride(0),
             out.stride(1),
             splits,
-            BLOCK_S=next_pow2(splits),
+            BLOCK_S=max(next_pow2(splits), _MAX_SPLITS),  # one compiled merge up to 32
             BLOCK_N=cfg.block_n,
             HEAD_DIM=head_dim,
             num_warps=4,

@@ -95,7 +95,7 @@ def _attend_tile(
     return acc, m_new, l_i
 
 
-@jit
+@jit(do_not_specialize=("stride_bt",))
 def _prefill_kernel(
     q_ptr,
     k_cache_ptr,
