@@ -16,10 +16,11 @@ import torch
 
 pytest.importorskip("triton")
 
-from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE  # noqa: E402
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
 
 from kvserve.config import ModelConfig  # noqa: E402
 from kvserve.engine.runner.kv_pool import KVPool  # noqa: E402
+from kvserve.engine.runner.warmup import warm_up_eager  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
 from kvserve.kernels.options import KernelOptions  # noqa: E402
@@ -221,6 +222,26 @@ def test_decode_16k_context(dtype: torch.dtype) -> None:
     store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
     out = paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, b.meta.seq_lens, 128**-0.5)
     assert_close(out, ref, dtype)
+
+
+@pytest.mark.skipif(INTERPRETED, reason="a 128K-token cache is too slow for the interpreter")
+@pytest.mark.parametrize("num_splits", [None, 2, 64])
+def test_decode_128k_context_in_a_graph_wide_table(num_splits: int | None) -> None:
+    """Long and short sequences in one launch, the page table as wide as a 128K-context
+    engine's graphs use; splits past a short sequence's end exit and the merge skips them."""
+    lens = [131072, 70001, 5, 1]
+    b = make_batch(
+        [1] * 4, lens, page_size=16, num_heads=32, num_kv_heads=8, head_dim=128,
+        dtype=torch.bfloat16, min_table_width=8192,
+    )  # fmt: skip
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    out = torch.full_like(b.q, float("nan"))
+    cfg = DecodeConfig(block_n=128, num_warps=4, num_stages=2, num_splits=num_splits)
+    scale = 128**-0.5
+    paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, b.meta.seq_lens, scale, out=out,
+                           config=None if num_splits is None else cfg)  # fmt: skip
+    assert_close(out, ref, torch.bfloat16)
 
 
 def test_decode_padding_rows_give_zeros() -> None:
@@ -490,3 +511,14 @@ def test_decoder_fused_rotary_store_equals_unfused_path(
     assert torch.equal(fused_out, out)
     for fused_cache, cache in zip(fused_caches, caches, strict=True):
         assert torch.equal(fused_cache, cache)
+
+
+def test_eager_warm_up_runs_every_step_kind_and_leaves_the_pool_untouched() -> None:
+    dtype = torch.float16
+    model = _tiny_decoder(dtype, qk_norm=False)
+    gen = torch.Generator().manual_seed(3)
+    caches = [torch.randn(2, 40, 16, 2, 64, generator=gen).to(dtype).to(DEVICE) for _ in range(2)]
+    before = [c.clone() for c in caches]
+    warm_up_eager(model, KVPool(caches), TritonAttentionBackend(), DEVICE)
+    for cache, old in zip(caches, before, strict=True):
+        assert torch.equal(cache, old)
