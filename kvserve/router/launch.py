@@ -24,7 +24,7 @@ class RouterProcess:
     def stop(self, timeout_s: float = 30.0) -> int:
         return stop_process(self.proc, timeout_s)
 
-    def wait_ready(self, timeout_s: float = 30.0, headers: dict[str, str] | None = None) -> None:
+    def wait_ready(self, timeout_s: float = 120.0, headers: dict[str, str] | None = None) -> None:
         """Until /health is 200 (at least one worker routable)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -4,14 +4,14 @@ relay of the answer (streams passed through chunk by chunk, bytes untouched).
 Failure rules: a worker that cannot be reached, times out or answers 5xx counts against its
 circuit breaker. Retries (when enabled) happen only before the first byte went to the client.
 A stream that breaks after it started ends with an OpenAI error event, never a hang. A client
-that goes away closes the upstream connection, which the worker takes as an abort."""
+that goes away closes the upstream connection, which the worker takes as an abort. The whole
+request, stream included, is bounded by --request-timeout-secs."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
-import aiohttp
 from aiohttp import web
 
 from kvserve.router.admission import Admission, QueueFull, QueueTimeout
@@ -21,6 +21,7 @@ from kvserve.router.metrics import RouterMetrics
 from kvserve.router.policies.base import Policy, RouteRequest
 from kvserve.router.registry import WorkerRegistry
 from kvserve.router.retry import RETRYABLE_STATUSES, backoff_s
+from kvserve.router.upstream import Pool, Response, StreamBroken, UpstreamError
 from kvserve.router.worker import Worker
 
 log = logging.getLogger("kvserve.router")
@@ -29,13 +30,10 @@ _SSE = "text/event-stream"
 
 class Forwarder:
     def __init__(self, config: RouterConfig, registry: WorkerRegistry, policy: Policy,
-                 metrics: RouterMetrics, session: aiohttp.ClientSession) -> None:  # fmt: skip
-        self.config, self.registry, self.policy = config, registry, policy
-        self.metrics, self.session = metrics, session
+                 metrics: RouterMetrics) -> None:  # fmt: skip
+        self.config, self.registry, self.policy, self.metrics = config, registry, policy, metrics
         self.admission = Admission(config.queue)
-        self.timeout = aiohttp.ClientTimeout(
-            total=config.request_timeout_s, sock_connect=config.connect_timeout_s
-        )
+        self.pool = Pool(config.connect_timeout_s)
 
     async def admit_and_forward(self, request: web.Request, raw: bytes,
                                 route: RouteRequest) -> web.StreamResponse:  # fmt: skip
@@ -61,6 +59,7 @@ class Forwarder:
 
     async def forward(self, request: web.Request, raw: bytes | None,
                       route: RouteRequest) -> web.StreamResponse:  # fmt: skip
+        deadline = asyncio.get_running_loop().time() + self.config.request_timeout_s
         tried: set[str] = set()
         attempt, retries = 0, self.config.retry.max_retries
         while True:
@@ -72,7 +71,7 @@ class Forwarder:
             worker.outstanding += 1
             worker.requests += 1
             try:
-                up, failure = await self._open(worker, request, raw)
+                up, failure = await self._open(worker, request, raw, deadline)
                 retryable = up is None or up.status in RETRYABLE_STATUSES
                 if retryable and attempt < retries:
                     if up is not None:
@@ -85,26 +84,26 @@ class Forwarder:
                 if up is None:
                     assert failure is not None
                     return error_response(*failure)
-                return await self._relay(request, worker, up)
+                return await self._relay(request, worker, up, deadline)
             finally:
                 worker.outstanding -= 1
 
-    async def _open(self, worker: Worker, request: web.Request, raw: bytes | None
-                    ) -> tuple[aiohttp.ClientResponse | None, tuple[int, str] | None]:  # fmt: skip
-        """The upstream response once its status line arrived, or (status, message) of the
-        failure; either way counted against the worker's breaker when it failed."""
-        url = worker.url + request.path_qs
+    async def _open(self, worker: Worker, request: web.Request, raw: bytes | None,
+                    deadline: float) -> tuple[Response | None, tuple[int, str] | None]:  # fmt: skip
+        """The upstream response once its head arrived, or (status, message) of the failure,
+        then counted against the worker's breaker."""
         headers = worker.auth_header
         if raw is not None:
             headers = {**headers, "Content-Type": "application/json"}
         try:
-            up = await self.session.request(request.method, url, data=raw, headers=headers,
-                                            timeout=self.timeout)  # fmt: skip
+            async with asyncio.timeout_at(deadline):
+                up = await self.pool.request(worker.url, request.method, request.path_qs, raw,
+                                             headers)  # fmt: skip
             return up, None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             kind, failure = "timeout", (504, f"worker {worker.url} did not answer in time")
-        except (aiohttp.ClientError, OSError) as exc:
-            kind, failure = "connect", (502, f"worker {worker.url} failed: {type(exc).__name__}")
+        except UpstreamError as exc:
+            kind, failure = exc.kind, (502, f"worker {worker.url} failed: {exc}")
         worker.breaker.record_failure()
         self.metrics.upstream_errors[(worker.url, kind)] += 1
         return None, failure
@@ -116,38 +115,37 @@ class Forwarder:
         else:
             worker.breaker.record_success()
 
-    async def _relay(self, request: web.Request, worker: Worker,
-                     up: aiohttp.ClientResponse) -> web.StreamResponse:  # fmt: skip
-        ctype = up.headers.get("Content-Type", "application/json")
+    async def _relay(self, request: web.Request, worker: Worker, up: Response,
+                     deadline: float) -> web.StreamResponse:  # fmt: skip
+        ctype = up.headers.get("content-type", "application/json")
         try:
             if not ctype.startswith(_SSE):
                 try:
-                    body = await up.read()
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                    async with asyncio.timeout_at(deadline):
+                        body = await up.read()
+                except (StreamBroken, TimeoutError) as exc:
                     worker.breaker.record_failure()
-                    return error_response(502, f"worker {worker.url} failed: "
-                                               f"{type(exc).__name__}")  # fmt: skip
+                    return error_response(502, f"worker {worker.url} failed: {exc!r}")
                 self._note_status(worker, up.status)
                 return web.Response(status=up.status, body=body, headers={"Content-Type": ctype})
-            return await self._relay_stream(request, worker, up, ctype)
+            return await self._relay_stream(request, worker, up, ctype, deadline)
         finally:
             up.close()  # no-op once the body was read; else aborts the upstream request
 
-    async def _relay_stream(
-        self, request: web.Request, worker: Worker, up: aiohttp.ClientResponse, ctype: str
-    ) -> web.StreamResponse:
+    async def _relay_stream(self, request: web.Request, worker: Worker, up: Response,
+                            ctype: str, deadline: float) -> web.StreamResponse:  # fmt: skip
         headers = {"Content-Type": ctype, "Cache-Control": "no-cache"}
         resp = web.StreamResponse(status=up.status, headers=headers)
         try:
             await resp.prepare(request)
             try:
-                async for data in up.content.iter_any():
-                    await resp.write(data)
-            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-                    aiohttp.ClientOSError, asyncio.TimeoutError) as exc:  # fmt: skip
+                async with asyncio.timeout_at(deadline):
+                    async for data in up.chunks():
+                        await resp.write(data)
+            except (StreamBroken, TimeoutError) as exc:
                 worker.breaker.record_failure()
                 self.metrics.upstream_errors[(worker.url, "stream")] += 1
-                log.warning("stream from %s broke: %s", worker.url, type(exc).__name__)
+                log.warning("stream from %s broke: %r", worker.url, exc)
                 await resp.write(sse_error(502, f"worker {worker.url} failed mid-stream"))
                 return resp
             self._note_status(worker, up.status)

@@ -44,8 +44,7 @@ class RouterState:
             connector=connector, auto_decompress=False,
             skip_auto_headers=("Accept-Encoding", "User-Agent"),
         )  # fmt: skip
-        self.forwarder = Forwarder(self.config, self.registry, self.policy, self.metrics,
-                                   self.session)  # fmt: skip
+        self.forwarder = Forwarder(self.config, self.registry, self.policy, self.metrics)
         self.health = HealthChecker(self.registry, self.session, self.config.health)
         self.registry.on_add = self.health.check_soon
         for worker in self.registry.workers.values():
