@@ -35,6 +35,7 @@ log = logging.getLogger("kvserve.engine")
 
 class EngineCore:
     def __init__(self, config: EngineConfig, source: ModelSource | None = None) -> None:
+        started = time.perf_counter()
         self.config = config
         self.source = source or open_model_source(config.model, config.load_format)
         mc = self.source.config
@@ -58,6 +59,8 @@ class EngineCore:
         overlap = config.overlap_schedule
         self.overlap = self.device.type == "cuda" if overlap is None else overlap
         self._in_flight: LaunchedStep | None = None
+        self.startup_s = time.perf_counter() - started  # weights, KV pool, warm-up, graphs
+        log.info("engine ready in %.1f s (KV pool: %d tokens)", self.startup_s, kv_tokens)
 
     # -- requests ---------------------------------------------------------------------------
     def add_request(

@@ -18,6 +18,7 @@ from kvserve.engine.runner.kv_cache_sizing import num_pages_cpu, num_pages_gpu
 from kvserve.engine.runner.kv_pool import KVPool, PageGeometry, resolve_kv_dtype
 from kvserve.engine.runner.launched_step import LaunchedStep
 from kvserve.engine.runner.sampling_batch import build_sampling_batch
+from kvserve.engine.runner.warmup import warm_up_eager
 from kvserve.errors import ConfigError
 from kvserve.kernels.options import KernelOptions
 from kvserve.layers.attention import create_attention_backend
@@ -80,6 +81,8 @@ class ModelRunner:
                 self.model, self.kv, self.backend, max_bs, self.max_pages_per_seq,
                 model_config.hidden_size, dtype, device,
             )  # fmt: skip
+        if device.type == "cuda" and self.backend.name == "triton":
+            warm_up_eager(self.model, self.kv, self.backend, device)
 
     def _size_kv_cache(self, context_length: int) -> int:
         if self.device.type != "cuda":
