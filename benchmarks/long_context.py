@@ -12,6 +12,7 @@ Parts (``--parts``: a comma list or ``all``):
            read once per step at copy bandwidth); how many sequences the KV pool held
   prefill  one 32K and one 128K prompt: time against the FLOP floor (matmuls + causal attention
            at the matmul ceiling)
+  cold     the first batch of 1K prompts at batch 1/64/256 against the same batch again
   short    decode at 1K context, batch 1/64/256, in the same 128K-context engine (regression)
   mixed    short requests' time per output token while a 128K prompt is prefilled beside them
 The engine's start time (weights, KV pool, warm-up and graph capture) is recorded too.
@@ -173,6 +174,27 @@ def run_mixed(core: EngineCore, n_short: int) -> dict:
     return res
 
 
+def run_cold(core: EngineCore, batches: list[int]) -> list[dict]:
+    """The first batch of each size against the same batch again: what a request still pays
+    for compiles or captures after start."""
+    rows = []
+    vocab = core.model_config.vocab_size
+    for b in batches:
+        times = []
+        for rep in range(2):
+            prompts = random_prompts(b, 1024, vocab, seed=100 * b + rep)
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for i, p in enumerate(prompts):
+                core.add_request(f"cold-{b}-{rep}-{i}", p, greedy(16))
+            drain(core)
+            times.append(time.perf_counter() - t)
+            reset_prefix_cache(core)
+        rows.append({"batch": b, "first_s": times[0], "second_s": times[1]})
+        print(f"cold b={b}: first {times[0]:.2f} s, second {times[1]:.2f} s", flush=True)
+    return rows
+
+
 def run_kernels(ceil: dict) -> dict:
     from benchmarks.kernels_h200 import DecodeShapes
     from benchmarks.long_context_sweep import decode_row, prefill_row
@@ -205,7 +227,11 @@ def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: di
                         "weights_GB": weight_bytes(core) / 1e9,
                         "budget": sched.max_num_batched_tokens,
                         "chunk": sched.chunked_prefill_size}  # fmt: skip
+    result["engine"]["engine_startup_s"] = core.startup_s  # as the startup log says
     print(f"engine: {result['engine']}", flush=True)
+    if "cold" in parts:
+        result["cold"] = run_cold(core, [1, 64, 256])
+        save()
     if "run32k" in parts:
         result["run32k"] = run_32k(core, ceil, args.requests, 32768, 256, lo=16)
         save()
@@ -232,7 +258,7 @@ def main() -> None:
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
-    all_parts = {"kernels", "run32k", "prefill", "short", "mixed"}
+    all_parts = {"kernels", "cold", "run32k", "prefill", "short", "mixed"}
     parts = all_parts if args.parts == "all" else set(args.parts.split(","))
     result: dict[str, Any] = {"model": args.model, "dtype": "bfloat16", "weights": "dummy",
                               "context_length": CONTEXT}  # fmt: skip
@@ -247,7 +273,7 @@ def main() -> None:
     if "kernels" in parts:
         result["kernels"] = run_kernels(ceil)
         save()
-    if parts & {"run32k", "prefill", "short", "mixed"}:
+    if parts & all_parts - {"kernels"}:
         run_engine(args, parts, ceil, result, save)
     save()
 
