@@ -31,6 +31,32 @@ _ARCH_CONFIGS = {
     "LlamaForCausalLM": "LlamaConfig",
     "Qwen2ForCausalLM": "Qwen2Config",
     "Qwen3ForCausalLM": "Qwen3Config",
+    "Qwen3MoeForCausalLM": "Qwen3MoeConfig",
+    "Glm4MoeForCausalLM": "Glm4MoeConfig",
+}
+
+
+# Tiny mixture-of-experts configs (make_tiny_model overrides): both have a sparse and a dense
+# layer; GLM adds grouped sigmoid routing, a shared expert, partial rotary and q/k/v biases.
+MOE_TINY: dict[str, dict[str, Any]] = {
+    "Qwen3MoeForCausalLM": {
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 2,  # layer 0 dense, layer 1 sparse
+    },
+    "Glm4MoeForCausalLM": {
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 3,
+        "moe_intermediate_size": 32,
+        "n_group": 4,
+        "topk_group": 2,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "routed_scaling_factor": 2.5,
+        "attention_bias": True,
+    },
 }
 
 
@@ -96,6 +122,7 @@ def make_tiny_model(
     config.architectures = [arch]
     torch.manual_seed(seed)
     model = getattr(transformers, arch)(config).eval()
+    _randomize_router_biases(model)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_kwargs: dict[str, Any] = {"safe_serialization": True}
     if max_shard_size is not None:
@@ -105,6 +132,14 @@ def make_tiny_model(
     gen = {"bos_token_id": 1, "eos_token_id": [2], "temperature": 0.7, "top_p": 0.9}
     (out_dir / "generation_config.json").write_text(json.dumps(generation_config or gen))
     return out_dir
+
+
+def _randomize_router_biases(model: Any) -> None:
+    """Routers' score-correction biases start at zero; random ones make tests exercise them."""
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.copy_(torch.randn_like(buffer) * 0.1)
 
 
 def _save_tokenizer(out_dir: Path, chat_template: str | None) -> None:

@@ -51,6 +51,16 @@ class SparseMoE(nn.Module):
         self.w13 = nn.Parameter(torch.empty(experts, 2 * inter, hidden_size, dtype=dtype), False)
         self.w2 = nn.Parameter(torch.empty(experts, hidden_size, inter, dtype=dtype), False)
         self.shared_experts = shared_experts
+        self._loaded: set[tuple[int, str]] = set()
+
+    def missing(self) -> list[str]:
+        """Checkpoint names (relative to this layer) of expert tensors not loaded yet."""
+        return [
+            f"experts.{e}.{proj}.weight"
+            for e in range(self.cfg.num_experts)
+            for proj in _EXPERT_SHARDS
+            if (e, proj) not in self._loaded
+        ]
 
     def load_expert(self, expert: int, proj: str, loaded: torch.Tensor) -> str:
         """Copy one checkpoint tensor ``experts.{expert}.{proj}.weight`` into its stack; the
@@ -67,6 +77,7 @@ class SparseMoE(nn.Module):
                 f"expected {tuple(target.shape)}"
             )
         target.copy_(loaded)
+        self._loaded.add((expert, proj))
         return name
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,6 @@
-"""The decoder-only transformer shared by the Llama, Qwen2 and Qwen3 families. Family files
-only choose features that ``ModelConfig`` carries (q/k/v bias, q/k norm)."""
+"""The decoder-only transformer shared by the Llama, Qwen2, Qwen3 and MoE families. Family
+files only choose features that ``ModelConfig`` carries (q/k/v bias, q/k norm, partial
+rotary, mixture-of-experts layers)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import torch
 from torch import nn
 
 from kvserve.config import ModelConfig
-from kvserve.errors import ModelLoadError
+from kvserve.errors import ConfigError, ModelLoadError
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rotary_store_kv import rotary_store_kv
 from kvserve.layers.activation import SiluAndMul
 from kvserve.layers.embedding import LMHead, VocabEmbedding
 from kvserve.layers.linear import Linear
+from kvserve.layers.moe import SparseMoE
 from kvserve.layers.norm import RMSNorm
 from kvserve.layers.rotary import RotaryEmbedding
 from kvserve.models.forward_context import ForwardContext
@@ -91,7 +93,12 @@ class Attention(nn.Module):
     def _fuses_rotary_store(self, ctx: ForwardContext) -> bool:
         """Rotary and the KV store in one kernel straight from the qkv output (Triton path);
         q/k norms (Qwen3) sit between the split and rotary, so they keep the unfused path."""
-        return self.rotary.kernels.triton and self.q_norm is None and ctx.backend.fuses_rotary_store
+        return (
+            self.rotary.kernels.triton
+            and self.q_norm is None
+            and self.rotary.head_dim == self.head_dim
+            and ctx.backend.fuses_rotary_store
+        )
 
     def _rotary_store_attend(
         self, positions: torch.Tensor, qkv: torch.Tensor, ctx: ForwardContext
@@ -110,6 +117,23 @@ class Attention(nn.Module):
         )
         return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale)
 
+    def _rotate(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotary over the leading ``rotary.head_dim`` dims of each head (all of them but for
+        partial-rotary models such as GLM-4.5, whose other dims pass through)."""
+        rot = self.rotary.head_dim
+        if rot == self.head_dim:
+            return self.rotary(positions, q.contiguous(), k.contiguous())
+        qh = q.reshape(-1, self.num_heads, self.head_dim)
+        kh = k.reshape(-1, self.num_kv_heads, self.head_dim)
+        q_rot, k_rot = self.rotary(
+            positions, qh[..., :rot].flatten(1).contiguous(), kh[..., :rot].flatten(1).contiguous()
+        )
+        q = torch.cat((q_rot.view(-1, self.num_heads, rot), qh[..., rot:]), dim=-1)
+        k = torch.cat((k_rot.view(-1, self.num_kv_heads, rot), kh[..., rot:]), dim=-1)
+        return q.flatten(1), k.flatten(1)
+
     def _rotary_then_backend(
         self, positions: torch.Tensor, qkv: torch.Tensor, ctx: ForwardContext
     ) -> torch.Tensor:
@@ -117,7 +141,7 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             q = self.q_norm(q.reshape(-1, self.head_dim)).view(q.shape)
             k = self.k_norm(k.reshape(-1, self.head_dim)).view(k.shape)
-        q, k = self.rotary(positions, q.contiguous(), k.contiguous())
+        q, k = self._rotate(positions, q, k)
         return ctx.backend.forward(
             q.view(-1, self.num_heads, self.head_dim),
             k.view(-1, self.num_kv_heads, self.head_dim),
@@ -136,9 +160,10 @@ class MLP(nn.Module):
         kernels: KernelOptions,
         prefix: str = "mlp",
         quant: QuantConfig = UNQUANTIZED,
+        intermediate_size: int | None = None,
     ) -> None:
         super().__init__()
-        size = cfg.intermediate_size
+        size = intermediate_size or cfg.intermediate_size
         self.gate_up_proj = _linear(
             quant, prefix, ["gate_proj", "up_proj"], cfg.hidden_size, [size, size], False, dtype
         )
@@ -149,6 +174,27 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act(self.gate_up_proj(x)))
+
+
+def _feed_forward(
+    cfg: ModelConfig, idx: int, dtype: torch.dtype, kernels: KernelOptions, quant: QuantConfig
+) -> nn.Module:
+    """The layer's dense MLP, or its mixture of experts (plus a shared expert when the config
+    has one) when ``cfg.moe`` makes this layer sparse."""
+    prefix = f"model.layers.{idx}.mlp"
+    moe = cfg.moe
+    if moe is None or not moe.is_sparse(idx):
+        return MLP(cfg, dtype, kernels, prefix, quant)
+    if quant.scheme != "none":
+        raise ConfigError(
+            f"quantization {quant.scheme!r} is not supported for mixture-of-experts layers yet "
+            "(experts run in bf16/fp16/fp32)"
+        )
+    shared = None
+    if moe.shared_expert_intermediate_size:
+        shared_prefix = f"{prefix}.shared_experts"
+        shared = MLP(cfg, dtype, kernels, shared_prefix, quant, moe.shared_expert_intermediate_size)
+    return SparseMoE(cfg.hidden_size, moe, dtype, shared, kernels)
 
 
 class DecoderLayer(nn.Module):
@@ -163,7 +209,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         kernels = rotary.kernels
         self.self_attn = Attention(cfg, idx, dtype, rotary, quant)
-        self.mlp = MLP(cfg, dtype, kernels, f"model.layers.{idx}.mlp", quant)
+        self.mlp = _feed_forward(cfg, idx, dtype, kernels, quant)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
 
@@ -196,8 +242,9 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
         rotary = RotaryEmbedding(
-            cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling, kernels
-        )
+            cfg.rotary_dim or cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling,
+            kernels,
+        )  # fmt: skip
         self.layers = nn.ModuleList(
             DecoderLayer(cfg, i, dtype, rotary, quant) for i in range(cfg.num_layers)
         )
@@ -246,18 +293,21 @@ class DecoderForCausalLM(nn.Module):
         quant method, by name and shard); every parameter must be set."""
         params = dict(self.named_parameters())
         linears = {n: m for n, m in self.named_modules() if isinstance(m, Linear)}
+        moes = {n: m for n, m in self.named_modules() if isinstance(m, SparseMoE)}
         loaded: set[str] = set()
         for name, tensor in weights:
             if "rotary_emb.inv_freq" in name:
                 continue
             if name == "lm_head.weight" and self.config.tie_word_embeddings:
                 continue
-            loaded.add(_load_one(params, linears, name, tensor))
+            target = _load_expert(moes, name, tensor) or _load_one(params, linears, name, tensor)
+            loaded.add(target)
         in_linears = {
             f"{m}.{p}" for m, layer in linears.items() for p, _ in layer.named_parameters()
         }
         missing = sorted(set(params) - in_linears - loaded)
         missing += [n for layer in linears.values() for n in layer.missing()]
+        missing += [f"{m}.{n}" for m, moe in moes.items() for n in moe.missing()]
         if missing:
             raise ModelLoadError(f"checkpoint is missing weights: {', '.join(missing[:5])}")
         for layer in linears.values():
@@ -278,6 +328,18 @@ class DecoderForCausalLM(nn.Module):
                     param.data.fill_(1.0)
                 else:
                     param.data.uniform_(-0.02, 0.02, generator=gen)
+
+
+def _load_expert(moes: dict[str, SparseMoE], name: str, tensor: torch.Tensor) -> str | None:
+    """``<moe>.experts.<e>.<proj>.weight`` into its expert stack; None for any other tensor."""
+    moe_name, sep, rest = name.partition(".experts.")
+    if not sep or moe_name not in moes:
+        return None
+    expert, _, proj = rest.removesuffix(".weight").partition(".")
+    try:
+        return f"{moe_name}.{moes[moe_name].load_expert(int(expert), proj, tensor)}"
+    except ValueError as exc:
+        raise ModelLoadError(f"checkpoint weight {name!r}: {exc}") from exc
 
 
 def _load_one(

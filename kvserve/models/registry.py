@@ -13,6 +13,8 @@ _MODELS: dict[str, tuple[str, str]] = {
     "MistralForCausalLM": ("kvserve.models.llama", "LlamaForCausalLM"),
     "Qwen2ForCausalLM": ("kvserve.models.qwen2", "Qwen2ForCausalLM"),
     "Qwen3ForCausalLM": ("kvserve.models.qwen3", "Qwen3ForCausalLM"),
+    "Qwen3MoeForCausalLM": ("kvserve.models.qwen3_moe", "Qwen3MoeForCausalLM"),
+    "Glm4MoeForCausalLM": ("kvserve.models.glm4_moe", "Glm4MoeForCausalLM"),
 }
 
 SUPPORTED_ARCHITECTURES = tuple(_MODELS)

@@ -1,4 +1,4 @@
-"""Logits of tiny random Llama/Qwen2/Qwen3 models through kvserve's engine path (scheduler plan
+"""Logits of tiny random Llama/Qwen2/Qwen3 (and Qwen3-MoE, GLM-4.5-MoE) models through kvserve's engine path (scheduler plan
 -> model inputs -> paged attention) against Hugging Face transformers, float32."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from engine_checks import assert_engine_clean
-from model_factory import load_reference_model
+from model_factory import MOE_TINY, load_reference_model
 
 from kvserve.engine.config_builder import build_engine_config
 from kvserve.engine.core.sampling_params import SamplingParams
@@ -21,6 +21,8 @@ VARIANTS = [
     ("Qwen2ForCausalLM", {"rope_scaling": "yarn"}),
     ("Qwen2ForCausalLM", {}),
     ("Qwen3ForCausalLM", {}),
+    ("Qwen3MoeForCausalLM", MOE_TINY["Qwen3MoeForCausalLM"]),
+    ("Glm4MoeForCausalLM", MOE_TINY["Glm4MoeForCausalLM"]),
 ]
 
 
