@@ -44,9 +44,12 @@ class DecodeConfig:
     num_warps: int = 4
     num_stages: int = 3
     num_splits: int | None = None  # None: choose from shapes
+    # No split shorter than this (rounded up to whole tiles): a sequence shorter than
+    # num_splits * min_split_tokens fills fewer splits, and the programs of the rest exit.
+    min_split_tokens: int = 0
 
 
-@jit(do_not_specialize=("stride_bt", "num_splits"))
+@jit(do_not_specialize=("stride_bt", "num_splits", "min_split"))
 def _decode_split_kernel(
     q_ptr,
     k_cache_ptr,
@@ -67,6 +70,7 @@ def _decode_split_kernel(
     stride_ob,
     stride_oh,
     num_splits,
+    min_split,  # a multiple of BLOCK_N
     GROUP: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -84,7 +88,7 @@ def _decode_split_kernel(
     seq_len = tl.load(seq_lens_ptr + b)
     # The sequence cut into num_splits runs of whole tiles: a short one fills only its first
     # few splits, and the programs of the others exit at once.
-    split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    split_len = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N, min_split)
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
     if split > 0 and start >= end:
@@ -135,7 +139,7 @@ def _decode_split_kernel(
         tl.store(part_ptrs, o, mask=row_mask[:, None])
 
 
-@jit(do_not_specialize=("num_splits",))
+@jit(do_not_specialize=("num_splits", "min_split"))
 def _decode_merge_kernel(
     part_out_ptr,
     part_lse_ptr,
@@ -144,6 +148,7 @@ def _decode_merge_kernel(
     stride_ob,
     stride_oh,
     num_splits,
+    min_split,
     BLOCK_S: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -155,7 +160,8 @@ def _decode_merge_kernel(
     h = tl.program_id(1)
     row = b.to(tl.int64) * tl.num_programs(1) + h
     seq_len = tl.load(seq_lens_ptr + b)
-    split_len = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N, 1)
+    split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    split_len = tl.maximum(tl.maximum(split_len, min_split), 1)
     written = tl.maximum(tl.cdiv(seq_len, split_len), 1)  # as in the split kernel; split 0 always
     splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, HEAD_DIM)
@@ -207,6 +213,7 @@ def paged_decode_attention(
     splits = cfg.num_splits or num_decode_splits(
         batch, num_kv_heads, block_tables.shape[1] * page_size, sm_count(q.device)
     )
+    min_split = -(-cfg.min_split_tokens // cfg.block_n) * cfg.block_n
     part_out = part_lse = out  # placeholders, unused when splits == 1
     if splits > 1:
         part_out = torch.empty(
@@ -234,6 +241,7 @@ def paged_decode_attention(
         out.stride(0),
         out.stride(1),
         splits,
+        min_split,
         GROUP=group,
         BLOCK_H=max(16, next_pow2(group)),
         BLOCK_N=cfg.block_n,
@@ -253,6 +261,7 @@ def paged_decode_attention(
             out.stride(0),
             out.stride(1),
             splits,
+            min_split,
             BLOCK_S=max(next_pow2(splits), _MAX_SPLITS),  # one compiled merge up to 32
             BLOCK_N=cfg.block_n,
             HEAD_DIM=head_dim,

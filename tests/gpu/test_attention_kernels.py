@@ -224,6 +224,27 @@ def test_decode_16k_context(dtype: torch.dtype) -> None:
     assert_close(out, ref, dtype)
 
 
+@pytest.mark.parametrize(("num_splits", "min_split_tokens"), [(8, 256), (64, 100), (3, 5000)])
+def test_decode_min_split_tokens(num_splits: int, min_split_tokens: int) -> None:
+    """Splits no shorter than ``min_split_tokens``: short sequences fill fewer splits, the
+    programs of the rest exit, the merge reads only what was written; a padding row gives 0."""
+    lens = [1, 100, 517, 1, 2000]
+    b = make_batch(
+        [1] * 5, lens, page_size=16, num_heads=8, num_kv_heads=2, head_dim=64,
+        dtype=torch.float16, seed=num_splits,
+    )  # fmt: skip
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    seq_lens = b.meta.seq_lens.clone()
+    seq_lens[3] = 0
+    out = torch.full_like(b.q, float("nan"))
+    cfg = DecodeConfig(block_n=32, num_splits=num_splits, min_split_tokens=min_split_tokens)
+    paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, seq_lens, 0.125, out=out,
+                           config=cfg)  # fmt: skip
+    assert torch.equal(out[3], torch.zeros_like(out[3]))
+    assert_close(out[[0, 1, 2, 4]], ref[[0, 1, 2, 4]], torch.float16)
+
+
 @pytest.mark.skipif(INTERPRETED, reason="a 128K-token cache is too slow for the interpreter")
 @pytest.mark.parametrize("num_splits", [None, 2, 64])
 def test_decode_128k_context_in_a_graph_wide_table(num_splits: int | None) -> None:
