@@ -33,6 +33,11 @@ DECODE_SHAPES = [(32, 32768), (8, 131072), (1, 131072), (1, 1024), (32, 1024), (
                  (256, 1024)]  # fmt: skip
 SPLITS = [1, 2, 4, 8, 16, 32, 64]
 DECODE_BLOCKS = [(64, 4, 2), (64, 4, 3), (64, 4, 4), (128, 4, 2), (128, 8, 2), (128, 4, 3)]
+# Many splits in the grid (as a graph sized for long context would launch) with a floor on
+# tokens per split, so that short sequences use few of them and the other programs exit.
+POLICY_SPLITS = [8, 16, 32, 64]
+POLICY_MIN_SPLIT = [512, 2048]
+POLICY_BLOCKS = [(64, 4, 3), (128, 4, 2)]
 # (new rows, sequence length): a whole 32K prompt; the engine's chunks (2K by default, 16K
 # with a larger budget) at the end of a 32K and of a 128K prompt.
 PREFILL_SHAPES = [(32768, 32768), (2048, 32768), (16384, 32768), (2048, 131072), (16384, 131072)]
@@ -59,10 +64,13 @@ def sweep_decode(shapes: DecodeShapes, copy_gbs: float, quick: bool) -> list[dic
         default.update(default=True, splits=num_decode_splits(batch, HKV, WIDTH * PAGE, sms))
         rows.append(default)
         best = default
-        for splits, (block_n, warps, stages) in itertools.product(SPLITS, blocks):
-            if batch * HKV * splits > 64 * sms or (splits > 1 and ctx // splits < block_n):
+        grid = itertools.product(SPLITS, blocks, [0])
+        policy = itertools.product(POLICY_SPLITS, POLICY_BLOCKS, POLICY_MIN_SPLIT)
+        for splits, (block_n, warps, stages), min_split in itertools.chain(grid, policy):
+            too_short = not min_split and splits > 1 and ctx // splits < block_n
+            if batch * HKV * splits > (128 if min_split else 64) * sms or too_short:
                 continue
-            cfg = DecodeConfig(block_n, warps, stages, splits)
+            cfg = DecodeConfig(block_n, warps, stages, splits, min_split)
             row = try_run(decode_row, shapes, batch, ctx, cfg)
             row.update(batch=batch, ctx=ctx, splits=splits, config=vars(cfg))
             rows.append(row)
