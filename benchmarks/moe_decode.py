@@ -1,0 +1,144 @@
+"""Mixture-of-experts decode and offline throughput against the bytes actually read.
+
+    python -m benchmarks.moe_decode --model benchmarks/configs/qwen3-30b-a3b \
+        --batches 1,64,256 --offline 1000
+
+Decode at 1K context: tok/s between output lengths 64 and 192 (as roofline.py's decode part).
+Its ceiling counts the bytes one step must read: every non-expert weight (attention, norms,
+router, LM head; the embedding table only for the rows looked up), the experts the batch
+touches, and the KV cache. Experts touched per layer are counted from the routers' choices
+for a batch of random hidden states of that size, so the ceiling follows the routing the
+weights produce. Offline 1000 x (1024 in, 1024 out) is reported with roofline.py's floor
+counted with the active parameters (non-expert weights + top-k experts per token) and the
+experts a full decode step touches.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+
+from benchmarks.common import (
+    build_engine,
+    decode_rate,
+    gpu_ceilings,
+    kv_bytes_per_token,
+    kv_capacity_tokens,
+    model_parameters,
+    write_result,
+)
+from benchmarks.roofline import run_offline
+from kvserve.engine.engine_core import EngineCore
+from kvserve.layers.moe import SparseMoE
+from kvserve.layers.moe_router import select_experts
+
+
+def _moe_layers(core: EngineCore) -> list[SparseMoE]:
+    return [m for m in core.runner.model.modules() if isinstance(m, SparseMoE)]
+
+
+def weight_split(core: EngineCore) -> dict[str, float]:
+    """Bytes of the expert stacks, of one expert's three matrices, and of everything else that
+    a step reads (the embedding table is read one row per token, so it is left out)."""
+    expert_total = sum(m.w13.nbytes + m.w2.nbytes for m in _moe_layers(core))
+    first = _moe_layers(core)[0]
+    per_expert = (first.w13.nbytes + first.w2.nbytes) / first.cfg.num_experts
+    other = sum(p.nbytes for n, p in model_parameters(core) if "embed" not in n) - expert_total
+    return {"expert_bytes_total": expert_total, "bytes_per_expert": per_expert,
+            "non_expert_bytes": other}  # fmt: skip
+
+
+def experts_touched(core: EngineCore, batch: int) -> float:
+    """Mean distinct experts per MoE layer that each layer's router picks for ``batch`` random
+    hidden states (with dummy weights the engine's own hidden states are as random)."""
+    layers = _moe_layers(core)
+    first = layers[0].gate.weight
+    gen = torch.Generator(device=first.device).manual_seed(batch)
+    x = torch.randn(batch, first.shape[1], device=first.device, generator=gen)
+    counts = []
+    with torch.inference_mode():
+        for layer in layers:
+            logits = torch.nn.functional.linear(x, layer.gate.weight)
+            _, ids = select_experts(logits, layer.cfg, layer.gate.e_score_correction_bias)
+            counts.append(int(ids.unique().numel()))
+    return sum(counts) / len(counts)
+
+
+def offline_floor(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int) -> dict:
+    """roofline.py's floor with the MoE's active parameters: a token multiplies by the
+    non-expert weights and its top-k experts; a decode step of ``max_running_requests`` rows
+    reads the experts that many tokens touch."""
+    split, layers = weight_split(core), _moe_layers(core)
+    cfg = layers[0].cfg
+    active = (split["non_expert_bytes"] + cfg.top_k * len(layers) * split["bytes_per_expert"]) / 2
+    rows = core.config.scheduler.max_running_requests
+    step_bytes = (
+        split["non_expert_bytes"]
+        + experts_touched(core, rows) * len(layers) * split["bytes_per_expert"]
+    )
+    flop_s, copy_bps = ceil["bf16_matmul_TFLOPs"] * 1e12, ceil["copy_GBps"] * 1e9
+    steps = out_len * -(-num // rows)
+    context_tokens = num * (out_len * in_len + out_len * (out_len - 1) / 2)
+    parts = {
+        "prefill_matmul": num * in_len * 2 * active / flop_s,
+        "decode_matmul": max(num * out_len * 2 * active / flop_s, steps * step_bytes / copy_bps),
+        "decode_kv_read": context_tokens * kv_bytes_per_token(core) / copy_bps,
+    }
+    return {"floor_s": sum(parts.values()), "floor_parts_s": parts}
+
+
+def run_decode(core: EngineCore, ceil: dict, batches: list[int], ctx: int) -> list[dict]:
+    split, kv_tok, rows = weight_split(core), kv_bytes_per_token(core), []
+    layers = len(_moe_layers(core))
+    for b in batches:
+        lo, hi = 64, 192
+        if b * (ctx + hi) > kv_capacity_tokens(core):
+            rows.append({"batch": b, "context": ctx, "skipped": "KV does not fit"})
+            continue
+        touched = experts_touched(core, b)
+        r = decode_rate(core, b, ctx, lo, hi)
+        expert_bytes = touched * layers * split["bytes_per_expert"]
+        bytes_step = split["non_expert_bytes"] + expert_bytes + b * (ctx + (lo + hi) / 2) * kv_tok
+        achieved = bytes_step / (r["step_ms"] / 1e3) / 1e9
+        ceiling_tok_s = b / (bytes_step / (ceil["copy_GBps"] * 1e9))
+        rows.append({"batch": b, "context": ctx, **r, "experts_touched_per_layer": touched,
+                     "bytes_per_step": bytes_step, "achieved_GBps": achieved,
+                     "ceiling_tok_s": ceiling_tok_s,
+                     "share_of_copy_ceiling": achieved / ceil["copy_GBps"]})  # fmt: skip
+        print(f"moe decode b={b}: {r['tok_s']:.0f} tok/s (ceiling {ceiling_tok_s:.0f}), "
+              f"{touched:.1f} experts/layer, {100 * achieved / ceil['copy_GBps']:.0f}% of copy bw",
+              flush=True)  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--model", default="benchmarks/configs/qwen3-30b-a3b")
+    p.add_argument("--batches", default="1,64,256")
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--offline", type=int, default=0, help="offline requests (0: skip)")
+    p.add_argument("--tag", default="h200")
+    p.add_argument("--out-dir", default=None)
+    args = p.parse_args()
+    ceil = gpu_ceilings()
+    core = build_engine(args.model)
+    result: dict[str, Any] = {"model": args.model, "ceilings": ceil,
+                              "startup_s": getattr(core, "startup_s", None),
+                              "weights": weight_split(core)}  # fmt: skip
+    batches = [int(b) for b in args.batches.split(",")]
+    result["decode"] = run_decode(core, ceil, batches, args.context)
+    if args.offline:
+        off = run_offline(core, ceil, args.offline, 1024, 1024)
+        off.update(offline_floor(core, ceil, args.offline, 1024, 1024))
+        off["share_of_floor"] = off["floor_s"] / off["wall_s"]
+        print(f"moe offline: {off['output_tok_s']:.0f} output tok/s, floor {off['floor_s']:.1f} s "
+              f"({100 * off['share_of_floor']:.0f}%)", flush=True)  # fmt: skip
+        result["offline"] = off
+    path = write_result(f"moe_decode_{args.tag}", result, args.out_dir)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
