@@ -13,6 +13,9 @@ Parts (``--parts`` takes a comma list or ``all``):
             and the share of a floor built from the ceilings (see ``offline_floor``)
   breakdown wall time per decode step vs the captured graph alone; top host functions
   hf        Hugging Face transformers (static cache) decode at batch 1 and 64, 1K context
+  longctx   attention at long context (one layer): decode at 32K x 32 and 128K x 8 against the
+            bytes ceiling, prefill of 32K and of a 16K chunk ending a 128K prompt against the
+            matmul ceiling; the engine at 32K-128K is benchmarks/long_context.py
 Dummy (random) bf16 weights from the config alone. Writes roofline_<date>.json.
 """
 
@@ -268,7 +271,7 @@ def main() -> None:
     ap.add_argument("--tag", default="h200")
     ap.add_argument("--hf-compile", action="store_true", help="let transformers compile")
     args = ap.parse_args()
-    parts = {"ceilings", "decode", "prefill", "breakdown", "offline", "hf"}
+    parts = {"ceilings", "decode", "prefill", "breakdown", "offline", "hf", "longctx"}
     parts = parts if args.parts == "all" else set(args.parts.split(","))
     result: dict[str, Any] = {"model": args.model, "dtype": "bfloat16", "weights": "dummy",
                               "vllm_0_26_same_h200": VLLM_0_26}  # fmt: skip
@@ -281,6 +284,11 @@ def main() -> None:
     print(f"ceilings: {ceil}", flush=True)
     if parts & {"decode", "prefill", "breakdown", "offline"}:
         run_engine_parts(args, parts, ceil, result, save)
+    if "longctx" in parts:
+        from benchmarks.long_context import run_kernels
+
+        result["long_context_kernels"] = run_kernels(ceil)
+        save()
     if "hf" in parts:
         result["transformers"] = run_hf(args.model, [1, 64], 1024, args.hf_compile)
         save()
