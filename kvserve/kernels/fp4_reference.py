@@ -52,8 +52,8 @@ def group_size_of(block_scale: torch.Tensor) -> int:
 def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
     """uint8 [..., K/2] -> float32 [..., K]: low nibble first."""
     table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=packed.device)
-    codes = torch.stack((packed & 0x0F, packed >> 4), dim=-1).long()
-    return table[codes].flatten(-2)
+    pairs = torch.stack((table.repeat(16), table.repeat_interleave(16)), dim=-1)  # byte -> lo, hi
+    return pairs[packed.long()].flatten(-2)
 
 
 def block_scales_to_float(block_scale: torch.Tensor) -> torch.Tensor:

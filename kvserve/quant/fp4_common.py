@@ -9,11 +9,6 @@ import torch
 
 from kvserve.kernels.fp4_reference import E2M1_MAX
 
-# Midpoints between neighbouring E2M1 magnitudes (0, 0.5, 1, 1.5, 2, 3, 4, 6).
-_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
-# Ties go to the even code (mantissa bit 0): these midpoints round up, the others down.
-_ROUND_UP_TIES = (0.75, 1.75, 3.5)
-
 
 class Fp4Weight(NamedTuple):
     packed: torch.Tensor  # uint8 [N, K/2]
@@ -22,12 +17,17 @@ class Fp4Weight(NamedTuple):
 
 
 def encode_e2m1(values: torch.Tensor) -> torch.Tensor:
-    """float -> uint8 E2M1 codes (0..15), round to nearest even, saturating at +-6."""
+    """float -> uint8 E2M1 codes (0..15), round to nearest even, saturating at +-6.
+
+    The magnitudes are 0, 0.5 .. 1.5 (step 0.5), 2, 3 (step 1), 4, 6 (step 2): within each
+    step the code is the rounded multiple of the step plus the codes below it, and
+    ``torch.round`` rounds halves to even, which is E2M1's even mantissa."""
     magnitude = values.float().abs().clamp(max=E2M1_MAX)
-    bounds = torch.tensor(_MIDPOINTS, device=values.device)
-    code = torch.bucketize(magnitude, bounds)  # a midpoint itself goes down
-    for tie in _ROUND_UP_TIES:
-        code += magnitude == tie
+    code = torch.where(
+        magnitude < 2,
+        torch.round(magnitude * 2),
+        torch.where(magnitude < 4, torch.round(magnitude) + 2, torch.round(magnitude * 0.5) + 4),
+    )
     return code.to(torch.uint8) | (torch.signbit(values).to(torch.uint8) << 3)
 
 

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from kvserve.errors import ModelLoadError
 from kvserve.kernels.fp4_gemm import fp4_linear
+from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.quant.method import copy_checked, shard_rows, unknown_param
 
 if TYPE_CHECKING:
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 # (checkpoint tensor of one shard, the shard's row count) -> {layer tensor name: its rows}
 Reader = Callable[[torch.Tensor, int], dict[str, torch.Tensor]]
 ScaleMaker = Callable[[int, int, torch.Generator], dict[str, torch.Tensor]]
+_CPU_DENSE = "_fp4_cpu_dense"  # plain attribute, not a parameter: state_dict stays packed
 
 
 def packed_rows(loaded: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
@@ -92,12 +95,13 @@ class Fp4LinearMethod:
             tensors = reader(loaded, rows.stop - rows.start)
         except ValueError as exc:
             raise ModelLoadError(f"{layer.prefix}.{name}[{shard}]: {exc}") from exc
+        layer.__dict__.pop(_CPU_DENSE, None)
         for target, value in tensors.items():
             param = getattr(layer, target)
             copy_checked(param.data[rows], value.to(param.device), f"{layer.prefix}.{name}")
 
     def process_after_loading(self, layer: Linear) -> None:
-        pass
+        layer.__dict__.pop(_CPU_DENSE, None)
 
     def init_dummy(self, layer: Linear, gen: torch.Generator) -> None:
         """Random codes; scales that keep |W| near the unquantized dummy's 0.02."""
@@ -109,4 +113,18 @@ class Fp4LinearMethod:
             getattr(layer, target).data.copy_(value)
 
     def apply(self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if x.device.type == "cpu":
+            return F.linear(x, _cpu_dense(layer, x.dtype), bias)
         return fp4_linear(x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale, bias)
+
+
+def _cpu_dense(layer: Linear, dtype: torch.dtype) -> torch.Tensor:
+    """On CPU the torch reference runs: dequantize, then matmul. The dense weight is kept on
+    the layer after the first call (reloading drops it), since unpacking every weight at every
+    step would make the CPU path, which is for tests and the embedded default, crawl."""
+    dense = layer.__dict__.get(_CPU_DENSE)
+    if dense is None or dense.dtype != dtype:
+        packed, scale, row = layer.weight_packed, layer.weight_scale, layer.weight_row_scale
+        dense = dequantize_fp4(packed, scale, row, dtype)
+        layer.__dict__[_CPU_DENSE] = dense
+    return dense

@@ -43,6 +43,9 @@ class QuantScheme:
     method: str  # "module:function"; function(QuantConfig) -> LinearMethod
     gpu_paths: tuple[GpuPath, ...]  # ascending min_cc
     online: bool  # `--quantization NAME` quantizes an unquantized checkpoint at load
+    # "module:function" called with the QuantConfig when it is resolved (torch-free): raises
+    # UnsupportedQuantization for a variant of the scheme that kvserve does not run
+    check: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,47 @@ SCHEMES: dict[str, QuantScheme] = {
         method="kvserve.quant.unquantized:make_method",
         gpu_paths=(GpuPath((8, 0), "bf16 tensor cores"),),
         online=False,
+    ),
+    "fp8": QuantScheme(
+        name="fp8",
+        summary="FP8 e4m3 weights and activations",
+        layouts=(
+            "compressed-tensors float-quantized",
+            "ModelOpt FP8",
+            "quant_method fp8 (128x128 blocks: Qwen3-FP8, DeepSeek)",
+            "online",
+        ),
+        method="kvserve.quant.fp8_method:make_method",
+        gpu_paths=(
+            GpuPath(
+                (8, 9),
+                "FP8 tensor cores (torch._scaled_mm; Triton block-scaled GEMM for 128x128 blocks)",
+            ),
+        ),
+        online=True,
+        check="kvserve.quant.fp8_config:fp8_spec",
+    ),
+    "nvfp4": QuantScheme(
+        name="nvfp4",
+        summary="E2M1 weights, e4m3 scale per 16 + fp32 per-tensor scale; weight-only on Hopper",
+        layouts=("ModelOpt NVFP4", "compressed-tensors nvfp4-pack-quantized"),
+        method="kvserve.quant.nvfp4:make_method",
+        gpu_paths=(
+            GpuPath((9, 0), "weight-only: FP4 dequantized inside a Triton GEMM, bf16 MMA"),
+            GpuPath((10, 0), "native FP4 tensor cores", runs=False),
+        ),
+        online=True,
+    ),
+    "mxfp4": QuantScheme(
+        name="mxfp4",
+        summary="E2M1 weights, E8M0 scale per 32 (OCP MX); weight-only on Hopper",
+        layouts=("gpt-oss *_blocks/*_scales", "compressed-tensors mxfp4-pack-quantized"),
+        method="kvserve.quant.mxfp4:make_method",
+        gpu_paths=(
+            GpuPath((9, 0), "weight-only: FP4 dequantized inside a Triton GEMM, bf16 MMA"),
+            GpuPath((10, 0), "native FP4 tensor cores", runs=False),
+        ),
+        online=True,
     ),
 }
 
@@ -128,7 +172,7 @@ def resolve(quantization_config: Mapping[str, Any] | None, flag: str | None = No
             found.layout,
             quantization_config.get("quant_method"),
         ):
-            return found
+            return _checked(found)
         raise UnsupportedQuantization(
             f"--quantization {flag}: the checkpoint is already quantized "
             f"({found.scheme}, {found.source}); drop the flag or pass a {flag} checkpoint"
@@ -140,7 +184,15 @@ def resolve(quantization_config: Mapping[str, Any] | None, flag: str | None = No
             f"--quantization {flag} needs a {flag} checkpoint (this one is unquantized); "
             f"online quantization supports: {', '.join(online_schemes()) or 'none yet'}"
         )
-    return QuantConfig(flag, "online", f"--quantization {flag} (quantized at load)")
+    return _checked(QuantConfig(flag, "online", f"--quantization {flag} (quantized at load)"))
+
+
+def _checked(config: QuantConfig) -> QuantConfig:
+    check = scheme(config.scheme).check
+    if check is not None:
+        module, _, attr = check.partition(":")
+        getattr(importlib.import_module(module), attr)(config)
+    return config
 
 
 def linear_method(config: QuantConfig, prefixes: list[str]) -> LinearMethod:
