@@ -44,6 +44,7 @@ PREFILL_SHAPES = [(32768, 32768), (2048, 32768), (16384, 32768), (2048, 131072),
 PREFILL_CONFIGS = [PrefillConfig(*c) for c in [
     (256, 64, 8, 3), (256, 64, 8, 2), (256, 128, 8, 2), (128, 128, 8, 3), (128, 128, 8, 2),
     (128, 64, 4, 3), (128, 128, 4, 3), (128, 64, 8, 4), (64, 128, 4, 3),
+    (256, 64, 8, 3, True), (128, 128, 8, 3, True), (128, 64, 4, 3, True), (128, 128, 8, 2, True),
 ]]  # fmt: skip
 
 
@@ -132,7 +133,7 @@ def prefill_row(qlen: int, seq_len: int, cfg: PrefillConfig | None, mm_tflops: f
 
 def sweep_prefill(mm_tflops: float, quick: bool) -> list[dict]:
     rows = []
-    configs = PREFILL_CONFIGS[:5] if quick else PREFILL_CONFIGS
+    configs = PREFILL_CONFIGS[:5] + PREFILL_CONFIGS[-4:] if quick else PREFILL_CONFIGS
     for qlen, seq_len in PREFILL_SHAPES:
         best = None
         for cfg in configs:

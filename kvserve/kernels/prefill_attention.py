@@ -30,6 +30,9 @@ class PrefillConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    # Rescale the accumulator only when some row's running max grows by more than 8 (log2
+    # units): one compare per tile instead of a multiply over [BLOCK_M, D] and the exp2s.
+    lazy_rescale: bool = False
 
 
 def default_prefill_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
@@ -65,6 +68,7 @@ def _attend_tile(
     HEAD_DIM: tl.constexpr,
     MASKED: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
 ):
     toks = n0 + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
@@ -88,11 +92,25 @@ def _attend_tile(
     # Every row sees key 0 in the first tile it visits, so m_new is finite from then on.
     # The scale is applied inside the exponent (one FMA per score); m is kept scaled.
     m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s * scale_log2 - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-    return acc, m_new, l_i
+    if LAZY_RESCALE:
+        # Scores stay relative to a stale max while no row's max grew by more than 8: p is
+        # then at most 2^8, exact enough in bf16 and in the fp32 sums. The first tile always
+        # rescales (m_i is -inf).
+        if tl.max((m_new > m_i + 8.0).to(tl.int32), 0) > 0:
+            alpha = tl.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+        p = tl.exp2(s * scale_log2 - m_i[:, None])
+        l_i = l_i + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc=acc, input_precision=DOT_PRECISION)
+    else:
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s * scale_log2 - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, m_i, l_i
 
 
 @jit(do_not_specialize=("stride_bt",))
@@ -119,6 +137,7 @@ def _prefill_kernel(
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
 ):
     # Last row blocks (the most keys) first, so the long programs do not form the tail.
     m_block = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -151,13 +170,13 @@ def _prefill_kernel(
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
             page_size, stride_cache_page, stride_cache_tok, scale_log2,
-            BLOCK_N, HEAD_DIM, False, DOT_PRECISION,
+            BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE,
         )  # fmt: skip
     for n0 in range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
             page_size, stride_cache_page, stride_cache_tok, scale_log2,
-            BLOCK_N, HEAD_DIM, True, DOT_PRECISION,
+            BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE,
         )  # fmt: skip
 
     o = acc / l_i[:, None]
@@ -212,6 +231,7 @@ def paged_prefill_attention(
         BLOCK_N=cfg.block_n,
         HEAD_DIM=head_dim,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        LAZY_RESCALE=cfg.lazy_rescale,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -24,7 +24,10 @@ from kvserve.engine.runner.warmup import warm_up_eager  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
 from kvserve.kernels.options import KernelOptions  # noqa: E402
-from kvserve.kernels.prefill_attention import paged_prefill_attention  # noqa: E402
+from kvserve.kernels.prefill_attention import (  # noqa: E402
+    PrefillConfig,
+    paged_prefill_attention,
+)
 from kvserve.kernels.rmsnorm import rms_norm  # noqa: E402
 from kvserve.kernels.store_kv_cache import store_kv_cache, store_kv_cache_reference  # noqa: E402
 from kvserve.layers.attention.metadata import AttentionMetadata  # noqa: E402
@@ -316,6 +319,26 @@ def test_prefill_matches_reference(
         seed=case_idx,
     )
     assert_close(run_prefill(b), reference(b), dtype)
+
+
+@pytest.mark.parametrize("block_m", [32, 64])
+def test_prefill_lazy_rescale_matches_reference(block_m: int) -> None:
+    """Scaled-up queries so that row maxima jump by more than the lazy threshold between
+    tiles; chunks behind a cached prefix and a mid-page start."""
+    b = make_batch(
+        [70, 1, 129], [70, 50, 300], page_size=16, num_heads=4, num_kv_heads=2, head_dim=64,
+        dtype=torch.float16, seed=block_m,
+    )  # fmt: skip
+    b.q.mul_(3.0)
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    m = b.meta
+    cfg = PrefillConfig(block_m, 16, 4, 2, lazy_rescale=True)
+    out = paged_prefill_attention(
+        b.q, b.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables, m.max_query_len,
+        64**-0.5, config=cfg,
+    )  # fmt: skip
+    assert_close(out, ref, torch.float16)
 
 
 @pytest.mark.parametrize(
