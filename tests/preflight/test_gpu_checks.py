@@ -121,9 +121,9 @@ def test_capability_row_says_which_path_runs(fixtures: Path) -> None:
     opts = PreflightOptions(quantization="nvfp4")
     row = _by_name(check_cuda(gpu, _torch("12.4"), None, opts))["cuda: capability vs quant"]
     assert row.status is Status.PASS
-    assert "sm_90" in row.observed and "weight-only nvfp4" in row.observed
+    assert "sm_90" in row.observed and "nvfp4" in row.observed and "weight-only" in row.observed
     fp8 = _by_name(check_cuda(gpu, _torch("12.4"), None, PreflightOptions(quantization="fp8")))
-    assert "native fp8" in fp8["cuda: capability vs quant"].observed
+    assert "FP8 tensor cores" in fp8["cuda: capability vs quant"].observed
 
 
 def test_no_gpu_skips_with_the_reason_once() -> None:

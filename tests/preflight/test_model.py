@@ -145,7 +145,14 @@ def test_unsupported_architecture_and_quantization_fail(tmp_path: Path) -> None:
             {"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"},
             "nvfp4",
         ),
-        ({"quant_method": "compressed-tensors", "format": "float-quantized"}, "fp8"),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "format": "float-quantized",
+                "config_groups": {"group_0": {"weights": {"type": "float", "num_bits": 8}}},
+            },
+            "fp8",
+        ),
         ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}, "nvfp4"),
         ({"quant_method": "mxfp4"}, "mxfp4"),
         ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8"),
@@ -157,13 +164,18 @@ def test_recognise_quantization_configs(qc: dict | None, name: str) -> None:
 
 
 def test_execution_path_per_generation() -> None:
-    fp8, fp4 = recognise({"quant_method": "fp8"}), recognise({"quant_method": "mxfp4"})
-    assert execution_path(fp8, (9, 0)) == "native fp8 tensor cores"
-    assert execution_path(fp8, (8, 0)).startswith("weight-only fp8")
-    assert execution_path(fp4, (9, 0)).startswith("weight-only mxfp4")
-    assert execution_path(fp4, (10, 0)) == "native mxfp4 tensor cores"
-    assert execution_path(fp4, (7, 5)) is None
+    fp8, bf16 = recognise({"quant_method": "fp8"}), recognise(None)
+    assert execution_path(fp8, (9, 0)).startswith("FP8 tensor cores")
+    assert execution_path(fp8, (8, 0)) is None  # no FP8 tensor cores before Ada
+    assert execution_path(bf16, (8, 0)) == "bf16 tensor cores"
+    assert execution_path(bf16, (7, 5)) is None
     assert "not supported" in str(scheme_for({"quant_method": "gptq"}, None, None))
+
+
+def test_online_flag_and_gguf_are_named() -> None:
+    assert recognise(None, None, "fp8").source.startswith("--quantization fp8")
+    assert recognise(None, "MOSTLY_Q4_1").name == "gguf:MOSTLY_Q4_1"
+    assert "already quantized" in str(scheme_for({"quant_method": "fp8"}, None, "none"))
 
 
 def test_nonexistent_model_path_is_a_failed_check(tmp_path: Path) -> None:

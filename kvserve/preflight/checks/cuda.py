@@ -6,7 +6,7 @@ from __future__ import annotations
 from kvserve.preflight.checks.common import gpu_skips
 from kvserve.preflight.facts import GpuFacts, ModelFacts, TorchCudaFacts
 from kvserve.preflight.options import PreflightOptions
-from kvserve.preflight.quant import execution_path, scheme_for
+from kvserve.preflight.quant import execution_path, paths_on, scheme_for
 from kvserve.preflight.result import CheckResult, Status, skipped
 
 NAMES = (
@@ -77,9 +77,9 @@ def check_capability(
     cc = min(ccs)
     path = execution_path(scheme, cc)
     observed = f"sm_{cc[0]}{cc[1]}, {scheme.name} ({scheme.source})"
-    expected = "8.0+ (bf16); FP8 native 8.9+; FP4 native 10.0+"
+    expected = f"a path on sm_{cc[0]}{cc[1]}: {paths_on(cc)}"
     if path is None:
-        fix = "these GPUs lack bf16 tensor cores: serve on Ampere (8.0) or newer"
+        fix = f"{scheme.name} cannot run on sm_{cc[0]}{cc[1]}: use a newer GPU or a format listed"
         return CheckResult(NAMES[3], Status.FAIL, observed, expected, fix)
     return CheckResult(NAMES[3], Status.PASS, f"{observed}: {path}", expected)
 

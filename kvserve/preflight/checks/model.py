@@ -7,7 +7,7 @@ from kvserve.preflight.capacity import KV_DTYPE_BYTES, MemoryFit, kv_bytes_per_t
 from kvserve.preflight.checks.common import GIB, gib
 from kvserve.preflight.facts import GpuFacts, ModelFacts
 from kvserve.preflight.options import PreflightOptions
-from kvserve.preflight.quant import scheme_for
+from kvserve.preflight.quant import scheme_for, supported
 from kvserve.preflight.result import CheckResult, Status, skipped
 
 NAMES = (
@@ -40,9 +40,9 @@ def check_architecture(model: ModelFacts) -> CheckResult:
 
 def check_quantization(model: ModelFacts, opts: PreflightOptions) -> CheckResult:
     scheme = scheme_for(model.quantization, model.gguf_file_type, opts.quantization)
-    expected = "bf16/fp16, fp8, nvfp4, mxfp4 or gguf"
+    expected = f"a scheme the engine runs: {supported()}"
     if isinstance(scheme, str):
-        fix = "use a ModelOpt/compressed-tensors FP8 or NVFP4 checkpoint, MXFP4, GGUF or bf16"
+        fix = "serve an unquantized, GGUF or supported quantized checkpoint of the model"
         return CheckResult(NAMES[2], Status.FAIL, scheme, expected, fix)
     return CheckResult(NAMES[2], Status.PASS, f"{scheme.name} ({scheme.source})", expected)
 

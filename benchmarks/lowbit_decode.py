@@ -1,0 +1,127 @@
+"""Decode with low-bit weights against bf16, on the same machine in the same run.
+
+    python -m benchmarks.lowbit_decode --formats bf16,fp8,fp8-block,nvfp4,mxfp4 \
+        --batches 1,64,256 --context 1024 [--offline] --out-dir benchmarks/results
+
+Llama-3-8B shape, dummy (random) weights, one engine per format, built and dropped in turn.
+Decode tok/s at each batch size and 1K context, measured as benchmarks/roofline.py's decode part
+(tokens between two output lengths over the time between them), with the share of the
+bytes-moved ceiling: (weight bytes of that format + KV read per step) / copy bandwidth; the
+ceiling tok/s is what that share would be at 100%. ``--offline`` adds 1000 x (1024 in, 1024
+out) per format (minutes each). Formats:
+
+  bf16       the unquantized model
+  fp8        --quantization fp8: per-channel FP8 weights, dynamic per-token FP8 activations
+             (torch._scaled_mm)
+  fp8-tensor ModelOpt FP8 layout: per-tensor weights, static activation scale
+  fp8-block  quant_method fp8 with 128x128 weight blocks, per-token-group(128) activations
+             (Triton block-scaled GEMM), as Qwen3-FP8 / DeepSeek ship
+  nvfp4, mxfp4  --quantization nvfp4 / mxfp4 (weight-only, where registered)
+
+Writes lowbit_decode_<tag>_<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    LLAMA_8B,
+    build_engine,
+    gpu_ceilings,
+    release_memory,
+    weight_bytes,
+    write_result,
+)
+from benchmarks.roofline import run_decode, run_offline
+
+# format -> (--quantization, quantization_config written into a copy of config.json)
+FORMATS: dict[str, tuple[str | None, dict[str, Any] | None]] = {
+    "bf16": (None, None),
+    "fp8": ("fp8", None),
+    "fp8-tensor": (None, {"quant_method": "modelopt", "quant_algo": "FP8"}),
+    "fp8-block": (
+        None,
+        {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"},
+    ),
+    "nvfp4": ("nvfp4", None),
+    "mxfp4": ("mxfp4", None),
+}
+
+
+def model_dir(base: str, quantization_config: dict[str, Any] | None, tmp: Path) -> str:
+    """``base``, or a copy of its config.json with a quantization_config (dummy weights need
+    nothing else)."""
+    if quantization_config is None:
+        return base
+    out = tmp / json.dumps(quantization_config, sort_keys=True).encode().hex()[:16]
+    out.mkdir(parents=True, exist_ok=True)
+    config = json.loads((Path(base) / "config.json").read_text())
+    config["quantization_config"] = quantization_config
+    (out / "config.json").write_text(json.dumps(config))
+    for extra in ("generation_config.json",):
+        if (Path(base) / extra).is_file():
+            shutil.copy(Path(base) / extra, out / extra)
+    return str(out)
+
+
+def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> dict[str, Any]:
+    flag, qc = FORMATS[name]
+    settings: dict[str, Any] = {"max_running_requests": args.max_running}
+    if flag is not None:
+        settings["quantization"] = flag
+    core = build_engine(model_dir(args.model, qc, tmp), **settings)
+    wbytes = weight_bytes(core)
+    print(f"{name}: weights {wbytes / 1e9:.2f} GB", flush=True)
+    rows = run_decode(core, ceil, args.batches, [args.context])
+    for r in rows:
+        if "tok_s" in r:
+            r["ceiling_tok_s"] = r["batch"] * ceil["copy_GBps"] * 1e9 / r["bytes_per_step"]
+    out: dict[str, Any] = {"weight_bytes": wbytes, "decode": rows}
+    if args.offline:
+        out["offline"] = run_offline(core, ceil, args.offline_requests, 1024, 1024)
+    del core
+    release_memory()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=LLAMA_8B)
+    ap.add_argument("--formats", default="bf16,fp8,fp8-block")
+    ap.add_argument("--batches", default="1,64,256")
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--max-running", type=int, default=256)
+    ap.add_argument("--offline", action="store_true", help="also 1000 x (1024 in, 1024 out)")
+    ap.add_argument("--offline-requests", type=int, default=1000)
+    ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--tag", default="h200")
+    args = ap.parse_args()
+    args.batches = [int(b) for b in args.batches.split(",")]
+    formats = args.formats.split(",")
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise SystemExit(f"unknown format(s) {unknown}; known: {', '.join(FORMATS)}")
+    ceil = gpu_ceilings()
+    result: dict[str, Any] = {"model": args.model, "weights": "dummy", "context": args.context,
+                              "ceilings": ceil, "formats": {}}  # fmt: skip
+    print(f"ceilings: {ceil}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in formats:
+            try:
+                result["formats"][name] = run_format(name, args, ceil, Path(tmp))
+            except Exception as exc:  # one format failing must not lose the others' figures
+                print(f"{name}: failed: {exc!r}", flush=True)
+                result["formats"][name] = {"error": repr(exc)}
+                release_memory()
+            path = write_result(f"lowbit_decode_{args.tag}", result, args.out_dir)
+    print(f"wrote {path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""FP8 (e4m3) GEMMs ``y = (xq * xs) @ (w * ws).T``: ``xq [M, K]`` and ``w [N, K]`` in
+float8_e4m3fn with fp32 scales, output in the activation dtype.
+
+Scale layouts: ``xs`` a scalar, per row ``[M, 1]`` or per row and K-group ``[M, K / bk]``;
+``ws`` a scalar, per output channel ``[N]`` or per ``bn x bk`` block ``[N / bn, K / bk]``.
+
+- ``fp8_gemm_reference``: dequantize both and multiply in fp32 (any device; the CPU path).
+- ``scaled_mm``: per-tensor / per-channel weights with per-tensor / per-token activations on
+  FP8 tensor cores through ``torch._scaled_mm`` (cuBLASLt / CUTLASS; sm_89+, K and N multiples
+  of 16).
+- ``fp8_block_gemm``: block-wise weights (DeepSeek / Qwen3-FP8 layout) with per-token-group
+  activations in a Triton kernel; each K step of one group multiplies the fp32 partial product
+  by the row's and the block's scales.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvserve.kernels._triton import jit, require_triton, tl, triton
+from kvserve.kernels.fp8_quant import dequantize_fp8_activation
+
+
+def dequantize_fp8_weight(
+    w: torch.Tensor, ws: torch.Tensor, block: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """fp32 ``w * ws`` for a scalar, per-channel ``[N]`` or block ``[N/bn, K/bk]`` scale."""
+    n, k = w.shape
+    if block is not None:
+        bn, bk = block
+        full = ws.float().repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
+        return w.float() * full
+    if ws.numel() == 1:
+        return w.float() * ws.float().reshape(())
+    return w.float() * ws.float().reshape(n, 1)
+
+
+def fp8_gemm_reference(
+    xq: torch.Tensor,
+    xs: torch.Tensor,
+    w: torch.Tensor,
+    ws: torch.Tensor,
+    out_dtype: torch.dtype,
+    block: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    x = dequantize_fp8_activation(xq, xs)
+    return (x @ dequantize_fp8_weight(w, ws, block).T).to(out_dtype)
+
+
+def scaled_mm(
+    xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """Tensor-core FP8 GEMM. A scalar scale on one side and a vector on the other is broadcast
+    to rows/columns (cuBLAS takes both tensor-wise or both row-wise)."""
+    m, n = xq.shape[0], w.shape[0]
+    if xs.numel() == 1 and ws.numel() == 1:
+        half = out_dtype in (torch.bfloat16, torch.float16)
+        out = torch._scaled_mm(
+            xq, w.t(), scale_a=xs.reshape(()), scale_b=ws.reshape(()),
+            out_dtype=out_dtype if half else torch.bfloat16, use_fast_accum=True,
+        )  # fmt: skip
+        return out if half else out.to(out_dtype)
+    scale_a = xs.reshape(-1, 1).expand(m, 1).contiguous() if xs.numel() == 1 else xs
+    scale_b = ws.reshape(1, -1).expand(1, n).contiguous() if ws.numel() == 1 else ws.view(1, n)
+    # row-wise scaling produces bf16 only
+    out = torch._scaled_mm(
+        xq, w.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16, use_fast_accum=True
+    )
+    return out if out_dtype == torch.bfloat16 else out.to(out_dtype)
+
+
+@jit
+def _block_gemm_kernel(
+    a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K,
+    stride_am, stride_asm, stride_bn, stride_bsn, stride_cm,
+    GROUP_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_ok, n_ok = rm < M, rn < N
+    a_rows = a_ptr + rm[:, None].to(tl.int64) * stride_am
+    b_cols = b_ptr + rn[None, :].to(tl.int64) * stride_bn
+    as_rows = as_ptr + rm * stride_asm
+    bs_rows = bs_ptr + (rn // GROUP_N) * stride_bsn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kb in range(0, tl.cdiv(K, BLOCK_K)):
+        k = kb * BLOCK_K + rk
+        a = tl.load(a_rows + k[None, :], mask=m_ok[:, None] & (k < K)[None, :], other=0.0)
+        b = tl.load(b_cols + k[:, None], mask=(k < K)[:, None] & n_ok[None, :], other=0.0)
+        a_s = tl.load(as_rows + kb, mask=m_ok, other=0.0)
+        b_s = tl.load(bs_rows + kb, mask=n_ok, other=0.0)
+        acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+    c = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :]
+    tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+def _block_config(m: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) by row count: few rows stream the weight."""
+    if m <= 16:
+        return 16, 64, 4, 4
+    if m <= 64:
+        return 64, 64, 4, 4
+    return 128, 128, 8, 3
+
+
+def fp8_block_gemm(
+    xq: torch.Tensor,
+    xs: torch.Tensor,
+    w: torch.Tensor,
+    ws: torch.Tensor,
+    block: tuple[int, int],
+    out_dtype: torch.dtype,
+) -> torch.Tensor:
+    """``xs [M, K/bk]`` per token group, ``ws [N/bn, K/bk]`` per weight block."""
+    require_triton()
+    m, k = xq.shape
+    n = w.shape[0]
+    bn, bk = block
+    out = torch.empty((m, n), dtype=out_dtype, device=xq.device)
+    if m == 0:
+        return out
+    block_m, block_n, warps, stages = _block_config(m)
+    block_n = min(block_n, bn)  # one weight-scale row per tile column group at most
+    grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m))
+    _block_gemm_kernel[grid](
+        xq, xs, w, ws, out, m, n, k,
+        xq.stride(0), xs.stride(0), w.stride(0), ws.stride(0), out.stride(0),
+        GROUP_N=bn, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=bk,
+        num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+    return out

@@ -1,0 +1,89 @@
+"""FP8 (e4m3) quantization of activations: dynamic per token, per token-group, or with a
+static per-tensor scale.
+
+``x [M, K]`` -> ``(q [M, K] float8_e4m3fn, scales fp32)``: per token ``[M, 1]``, per group of
+``group`` columns ``[M, K / group]``, static: the given scale. ``x ~= q * scale``; a dynamic
+scale is ``amax / 448`` of its row or group (never below a tiny floor, so zero rows stay zero).
+One Triton program per (row, group) on CUDA; the torch reference elsewhere.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0
+MIN_SCALE = 1e-12 / FP8_MAX
+
+
+def quantize_fp8_reference(
+    x: torch.Tensor, group: int | None = None, static_scale: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    x32 = x.float()
+    if static_scale is not None:
+        scale = static_scale.float()
+        return (x32 / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+    m, k = x32.shape
+    g = k if group is None else group
+    if k % g:
+        raise ValueError(f"{k} columns do not split into groups of {g}")
+    grouped = x32.view(m, k // g, g)
+    scale = (grouped.abs().amax(dim=-1) / FP8_MAX).clamp(min=MIN_SCALE)
+    q = (grouped / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return q.view(m, k), scale
+
+
+def dequantize_fp8_activation(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """fp32 ``q * scale`` for any scale layout ``quantize_fp8_*`` returns."""
+    m, k = q.shape
+    if scale.numel() == 1:
+        return q.float() * scale.float().reshape(())
+    groups = scale.shape[-1]
+    return (q.float().view(m, groups, k // groups) * scale.float()[..., None]).view(m, k)
+
+
+@jit
+def _quant_kernel(
+    x_ptr, q_ptr, s_ptr, static_ptr, K, stride_x, stride_q, num_groups,
+    GROUP: tl.constexpr, BLOCK: tl.constexpr, STATIC: tl.constexpr,
+):  # fmt: skip
+    row = tl.program_id(0)
+    grp = tl.program_id(1)
+    cols = grp * GROUP + tl.arange(0, BLOCK)
+    mask = (tl.arange(0, BLOCK) < GROUP) & (cols < K)
+    x = tl.load(x_ptr + row.to(tl.int64) * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    if STATIC:
+        scale = tl.load(static_ptr).to(tl.float32)
+    else:
+        amax = tl.max(tl.abs(x), axis=0)
+        scale = tl.maximum(amax / 448.0, 1e-12 / 448.0)
+        tl.store(s_ptr + row * num_groups + grp, scale)
+    q = tl.minimum(tl.maximum(x / scale, -448.0), 448.0)
+    tl.store(q_ptr + row.to(tl.int64) * stride_q + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
+
+
+def quantize_fp8(
+    x: torch.Tensor, group: int | None = None, static_scale: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """As ``quantize_fp8_reference``, one kernel launch on CUDA (no host sync)."""
+    if x.device.type != "cuda":
+        return quantize_fp8_reference(x, group, static_scale)
+    require_triton()
+    m, k = x.shape
+    g = k if group is None else group
+    if k % g:
+        raise ValueError(f"{k} columns do not split into groups of {g}")
+    q = torch.empty((m, k), dtype=FP8, device=x.device)
+    static = static_scale is not None
+    scales = static_scale if static else torch.empty((m, k // g), device=x.device)
+    if m == 0:
+        return q, scales
+    block = next_pow2(g)
+    warps = 1 if block <= 256 else 4 if block <= 2048 else 8 if block <= 8192 else 16
+    _quant_kernel[(m, k // g)](
+        x, q, scales, scales, k, x.stride(0), q.stride(0), k // g,
+        GROUP=g, BLOCK=block, STATIC=static, num_warps=warps,
+    )  # fmt: skip
+    return q, scales

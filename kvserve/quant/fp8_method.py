@@ -1,0 +1,167 @@
+"""The FP8 (e4m3) linear method: weights stored in float8_e4m3fn with fp32 scales (per
+tensor, per output channel or per 128x128 block), activations quantized per token, per token
+group or with a static scale, the product on FP8 tensor cores (``kernels.fp8_gemm``).
+
+Layer tensors: ``weight [N, K]`` fp8 (the model dtype until an online layer is quantized),
+``weight_scale`` (per tensor: one per shard while loading, then one), ``input_scale`` (static
+activations: one per shard while loading, then their max).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kvserve.errors import ModelLoadError
+from kvserve.kernels.fp8_gemm import (
+    dequantize_fp8_weight,
+    fp8_block_gemm,
+    fp8_gemm_reference,
+    scaled_mm,
+)
+from kvserve.kernels.fp8_quant import FP8, quantize_fp8
+from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
+from kvserve.quant.fp8_weights import quantize_weight, requantize_to_max
+from kvserve.quant.method import copy_checked, shard_rows, unknown_param
+from kvserve.quant.registry import QuantConfig
+
+if TYPE_CHECKING:
+    from kvserve.layers.linear import Linear
+
+ZERO_POINTS = ("weight_zero_point", "input_zero_point")
+DUMMY_INPUT_SCALE = 0.02  # static activations up to ~9 in a random model
+
+
+def make_method(config: QuantConfig) -> Fp8LinearMethod:
+    return Fp8LinearMethod(fp8_spec(config))
+
+
+def _param(t: torch.Tensor) -> nn.Parameter:
+    return nn.Parameter(t, requires_grad=False)
+
+
+class Fp8LinearMethod:
+    def __init__(self, spec: Fp8Spec) -> None:
+        self.spec = spec
+
+    # -- storage ------------------------------------------------------------------------------
+    def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
+        n, k, spec = layer.out_features, layer.in_features, self.spec
+        shards = len(layer.shard_sizes)
+        layer.weight = _param(torch.empty(n, k, dtype=dtype if spec.online else FP8))
+        if spec.online:
+            return
+        if spec.weight == "tensor":
+            layer.weight_scale = _param(torch.ones(shards))
+        elif spec.weight == "channel":
+            layer.weight_scale = _param(torch.ones(n))
+        else:
+            bn, bk = spec.block
+            if any(o % bn for o in layer.shard_offsets):
+                raise ModelLoadError(
+                    f"{layer.prefix}: shards {layer.shard_sizes} do not start on {bn}-row "
+                    "weight-scale blocks"
+                )
+            if k % bk:
+                raise ModelLoadError(f"{layer.prefix}: {k} input features are not {bk}-groups")
+            layer.weight_scale = _param(torch.ones(-(-n // bn), k // bk))
+        if spec.activation == "static":
+            layer.input_scale = _param(torch.ones(shards))
+
+    def checkpoint_params(self, layer: Linear) -> tuple[str, ...]:
+        if self.spec.online:
+            return ("weight",)
+        static = ("input_scale",) if self.spec.activation == "static" else ()
+        return ("weight", self.spec.scale_name, *static)
+
+    # -- loading ------------------------------------------------------------------------------
+    def load_param(self, layer: Linear, name: str, loaded: torch.Tensor, shard: int) -> None:
+        what = f"{layer.prefix}.{name}[{shard}]"
+        if name == "weight":
+            copy_checked(layer.weight.data[shard_rows(layer, shard)], loaded, what)
+        elif name == self.spec.scale_name and not self.spec.online:
+            self._load_weight_scale(layer, loaded.float(), shard, what)
+        elif name == "input_scale":
+            if self.spec.activation == "static":
+                copy_checked(layer.input_scale.data[shard : shard + 1], loaded.reshape(1), what)
+            # dynamic schemes compute their own; a calibrated scale some writers add is unused
+        elif name in ZERO_POINTS:
+            if loaded.float().abs().max() != 0:
+                raise ModelLoadError(f"{what}: fp8 is symmetric, but the zero point is not 0")
+        else:
+            raise unknown_param(layer, name, "fp8")
+
+    def _load_weight_scale(self, layer: Linear, loaded: torch.Tensor, shard: int, what: str):
+        scale = layer.weight_scale.data
+        if self.spec.weight == "tensor":
+            if loaded.numel() != 1:
+                raise ModelLoadError(f"{what}: per-tensor scale has {loaded.numel()} values")
+            scale[shard] = loaded.reshape(())
+        elif self.spec.weight == "channel":
+            copy_checked(scale[shard_rows(layer, shard)], loaded.reshape(-1), what)
+        else:
+            bn = self.spec.block[0]
+            first = layer.shard_offsets[shard] // bn
+            copy_checked(scale[first : first + loaded.shape[0]], loaded, what)
+
+    def process_after_loading(self, layer: Linear) -> None:
+        spec = self.spec
+        if spec.online:
+            q, scale = quantize_weight(layer.weight.data, "channel")
+            layer.weight = _param(q)
+            layer.weight_scale = _param(scale)
+            return
+        if spec.weight == "tensor" and layer.weight_scale.numel() > 1:
+            top = requantize_to_max(
+                layer.weight.data, layer.weight_scale.data, layer.shard_offsets, layer.shard_sizes
+            )
+            layer.weight_scale = _param(top)
+        if spec.activation == "static" and layer.input_scale.numel() > 1:
+            layer.input_scale = _param(layer.input_scale.data.max().reshape(1))
+
+    def init_dummy(self, layer: Linear, gen: torch.Generator) -> None:
+        spec = self.spec
+        w = torch.empty(layer.weight.shape, device=layer.weight.device)
+        w.uniform_(-0.02, 0.02, generator=gen)
+        if spec.online:
+            layer.weight.data.copy_(w)
+            return
+        q, scale = quantize_weight(w, spec.weight, spec.block)
+        layer.weight.data.copy_(q)
+        if spec.weight == "tensor":  # one scale for all shards: nothing left to requantize
+            layer.weight_scale = _param(scale)
+        else:
+            layer.weight_scale.data.copy_(scale)
+        if spec.activation == "static":
+            layer.input_scale = _param(torch.full((1,), DUMMY_INPUT_SCALE, device=w.device))
+
+    # -- compute ------------------------------------------------------------------------------
+    def apply(self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        y = self._matmul(layer, x2)
+        if bias is not None:
+            y = y + bias
+        return y.view(*shape[:-1], y.shape[-1])
+
+    def _matmul(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
+        spec, w, ws = self.spec, layer.weight, layer.weight_scale
+        if spec.activation == "none":
+            return F.linear(x, dequantize_fp8_weight(w, ws, spec.block).to(x.dtype))
+        static = layer.input_scale if spec.activation == "static" else None
+        if spec.activation == "tensor":
+            static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)
+        xq, xs = quantize_fp8(x, spec.act_group, static)
+        if x.device.type != "cuda" or not _tensor_core_shapes(layer):
+            return fp8_gemm_reference(xq, xs, w, ws, x.dtype, spec.block)
+        if spec.weight == "block":
+            return fp8_block_gemm(xq, xs, w, ws, spec.block, x.dtype)
+        return scaled_mm(xq, xs, w, ws, x.dtype)
+
+
+def _tensor_core_shapes(layer: Linear) -> bool:
+    """cuBLASLt FP8 needs K and N multiples of 16."""
+    return layer.in_features % 16 == 0 and layer.out_features % 16 == 0
