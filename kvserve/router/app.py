@@ -117,8 +117,8 @@ def create_app(state: RouterState) -> web.Application:
     app[STATE] = state
     for path in GENERATE:
         app.router.add_post(path, generate)
-    for path in PASSTHROUGH_GET:
-        app.router.add_get(path, passthrough)
+    for path in PASSTHROUGH_GET:  # no HEAD: a HEAD answer has a length but no body
+        app.router.add_get(path, passthrough, allow_head=False)
     for path in PASSTHROUGH_POST:
         app.router.add_post(path, passthrough)
     app.router.add_get("/health", health)

@@ -52,29 +52,25 @@ class Response:
         self.done = False
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        reader = self.conn.reader
+        """The body as it arrives: each piece is everything complete that one socket read
+        brought (several SSE events when the worker sent them together), so the client gets
+        each event as soon as the router has it, in as few writes as possible."""
         try:
             if self.chunked:
-                while True:
-                    size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
-                    if size == 0:
-                        await reader.readuntil(b"\r\n")  # no trailers from OpenAI servers
-                        break
-                    data = await reader.readexactly(size + 2)
-                    yield data[:-2]
+                async for piece in _dechunk(self.conn.reader):
+                    yield piece
             elif self.length is not None:
                 left = self.length
                 while left:
-                    data = await reader.read(min(left, 1 << 16))
+                    data = await self.conn.reader.read(min(left, 1 << 16))
                     if not data:
                         raise asyncio.IncompleteReadError(b"", left)
                     left -= len(data)
                     yield data
             else:  # body until the worker closes the connection
-                while data := await reader.read(1 << 16):
+                while data := await self.conn.reader.read(1 << 16):
                     yield data
-                self.conn.close()
-                return
+                self.keep_alive = False
         except _BROKEN as exc:
             self.close()
             raise StreamBroken(type(exc).__name__) from None
@@ -91,6 +87,32 @@ class Response:
         if not self.done:
             self.done = True
             self.conn.close()
+
+
+async def _dechunk(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """Transfer-Encoding: chunked -> payload pieces, one per socket read that completed at
+    least one chunk. Ends after the last (empty) chunk; no trailers (OpenAI servers send none)."""
+    buf = bytearray()
+    while True:
+        out, finished = [], False
+        while (eol := buf.find(b"\r\n")) >= 0:
+            size = int(bytes(buf[:eol]).split(b";", 1)[0], 16)
+            end = eol + 2 + size + 2
+            if len(buf) < end:
+                break
+            if size == 0:
+                finished = True
+                break
+            out.append(bytes(buf[eol + 2 : end - 2]))
+            del buf[:end]
+        if out:
+            yield b"".join(out)
+        if finished:
+            return
+        data = await reader.read(1 << 16)
+        if not data:
+            raise asyncio.IncompleteReadError(bytes(buf), None)
+        buf += data
 
 
 class Pool:

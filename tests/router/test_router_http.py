@@ -127,7 +127,7 @@ def test_full_queue_is_429_and_a_queue_timeout_503(sinks, router) -> None:
 def test_breaker_opens_on_failures_and_closes_after_recovery(router) -> None:
     port = free_port()
     flags = ("--cb-failure-threshold", "2", "--cb-success-threshold", "1",
-             "--cb-timeout-duration-secs", "0.5", "--health-check-interval-secs", "60")  # fmt: skip
+             "--cb-timeout-duration-secs", "3", "--health-check-interval-secs", "60")  # fmt: skip
     with running_sink("--port", str(port), "--fail-every", "1") as sink:
         r = router("--worker-urls", sink, *flags, *SINK_HEALTH)
         assert [complete(r.url).status_code for _ in range(2)] == [500, 500]
@@ -136,7 +136,7 @@ def test_breaker_opens_on_failures_and_closes_after_recovery(router) -> None:
         refused = complete(r.url)
         assert refused.status_code == 503 and "no healthy worker" in refused.text
     with running_sink("--port", str(port)):  # the worker comes back, healthy
-        for _ in range(100):  # half-open after 0.5 s: the next request is the trial
+        for _ in range(400):  # half-open after 3 s: the next request is the trial
             if complete(r.url, stream=True).status_code == 200:
                 break
             asyncio.run(asyncio.sleep(0.05))

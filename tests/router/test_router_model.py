@@ -14,6 +14,7 @@ from kvserve.server.launch import ServerProcess, launch_server
 from tests.router.test_router_http import sse_events
 from tests.server.conftest import wait_idle
 
+pytestmark = pytest.mark.timeout(1800)  # two model servers start at once on 2 shared cores
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
 
 
