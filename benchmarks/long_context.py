@@ -226,6 +226,7 @@ def run_kernels(ceil: dict) -> dict:
 
 def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: dict,
                save: Any) -> None:  # noqa: ANN401 - a callback  # fmt: skip
+    release_memory()  # the ceilings' and kernels' buffers: the engine sizes its pool from free
     t = time.perf_counter()
     core = build_engine(
         args.model, context_length=CONTEXT, enable_prefix_cache=False,
