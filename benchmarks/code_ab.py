@@ -43,7 +43,11 @@ def run_side(tree: Path, worker_args: list[str], timeout_s: float) -> dict[str, 
     """One fresh process measuring the kvserve of ``tree``."""
     with tempfile.TemporaryDirectory(prefix="code_ab_") as tmp:
         out = Path(tmp) / "side.json"
-        env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
+        # The tree first; other entries (e.g. carried wheels on the device) stay after it.
+        extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        extra = [p for p in extra if Path(p).resolve() != Path.cwd().resolve()]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), *extra]),
+               "HF_HUB_OFFLINE": "1"}  # fmt: skip
         cmd = [sys.executable, str(WORKER), *worker_args, "--json-out", str(out)]
         proc = subprocess.run(cmd, cwd=tree, env=env, timeout=timeout_s, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
