@@ -18,6 +18,9 @@ def read_hf_config(directory: Path) -> ModelConfig:
     if not path.is_file():
         raise ModelLoadError(f"{directory}: no config.json (not an HF model directory)")
     data = read_json_object(path)
+    modelopt = directory / "hf_quant_config.json"  # ModelOpt exports before quantization_config
+    if "quantization_config" not in data and modelopt.is_file():
+        data["quantization_config"] = {"quant_method": "modelopt", **read_json_object(modelopt)}
     eos = read_generation_defaults(directory).eos_token_ids
     try:
         return hf_config_to_model_config(data, eos_token_ids=eos)

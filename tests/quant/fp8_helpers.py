@@ -1,0 +1,41 @@
+"""Shared by the FP8 checkpoint tests: the llmcompressor fixtures, a CPU engine on one, and
+its logits for a prompt through the engine's own path (scheduler plan -> paged attention)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvserve.engine.config_builder import build_engine_config
+from kvserve.engine.core.sampling_params import SamplingParams
+from kvserve.engine.engine_core import EngineCore
+from kvserve.engine.runner.input_batch import build_model_inputs
+from kvserve.models.forward_context import ForwardContext
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "quant"
+
+
+def fixture_config(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / name / "config.json").read_text())["quantization_config"]
+
+
+def cpu_engine(path: str | Path, **settings: Any) -> EngineCore:
+    config = build_engine_config(str(path), device="cpu", max_total_tokens=2048, **settings)
+    return EngineCore(config)
+
+
+def prefill_logits(core: EngineCore, ids: list[int]) -> torch.Tensor:
+    """float32 logits of every prompt position, one prefill step."""
+    core.add_request("logits", ids, SamplingParams(temperature=0, max_tokens=1))
+    plan = core.scheduler.schedule()
+    inputs = build_model_inputs(plan, core.runner.page_size, core.device)
+    ctx = ForwardContext(inputs.meta, core.runner.kv, core.runner.backend)
+    with torch.inference_mode():
+        hidden = core.runner.model(inputs.token_ids, inputs.positions, ctx)
+        logits = core.runner.model.compute_logits(hidden)
+    core.scheduler.update(plan, {"logits": int(logits[-1].argmax())})
+    core.check_integrity()
+    return logits
