@@ -28,14 +28,17 @@ from kvserve.kernels._triton import (
     tl,
 )
 
-# Split count, from a sweep on the H200 with the engine's graph-wide page tables
-# (benchmarks/decode_attention_sweep.py): about 4 programs per SM is best at every batch
-# (batch 64 x 8 kv heads: one split, no merge, 15% faster than three); a split shorter than one
-# tile only adds merge work, and past 16-32 splits the merge costs more than the extra programs
-# win (batch 1: 16 splits 7.6 us, 32 splits 7.8 us; the engine profile at 64 splits: +1 us).
+# Split count, from sweeps on the H200 with the engine's graph-wide page tables
+# (benchmarks/decode_attention_sweep.py, benchmarks/long_context_sweep.py): about 4 programs
+# per SM is best at every batch (batch 64 x 8 kv heads: one split, no merge, 15% faster than
+# three); a split shorter than one tile only adds merge work. At long context the same rule holds
+# (32K x 32 at 2 splits and 128K x 8 at 8 splits read at 101-103% of copy bandwidth), and a
+# single 128K sequence wants 64 splits (136 us, 92% of copy, against 168 us at 32); at 1K the
+# splits past the sequence's end exit at once (batch 1: 16 splits 8.6 us, 32 splits 9.0 us).
 _MIN_SPLIT_TOKENS = 64
-_MAX_SPLITS = 32
+_MAX_SPLITS = 64
 _PROGRAMS_PER_SM = 4
+_MERGE_MIN_BLOCK = 32  # merge kernels compiled: splits <= 32 share one, and one for 33-64
 
 
 @dataclass(frozen=True)
@@ -262,7 +265,7 @@ def paged_decode_attention(
             out.stride(1),
             splits,
             min_split,
-            BLOCK_S=max(next_pow2(splits), _MAX_SPLITS),  # one compiled merge up to 32
+            BLOCK_S=max(next_pow2(splits), _MERGE_MIN_BLOCK),
             BLOCK_N=cfg.block_n,
             HEAD_DIM=head_dim,
             num_warps=4,
