@@ -12,9 +12,6 @@ from kvserve.bench.units import parse_duration
 from kvserve.errors import ConfigError
 from kvserve.evaluate.builtin import GENERATORS, LANGS
 from kvserve.evaluate.collect import RunSettings, collect_target
-from kvserve.evaluate.files import rerender, write_run
-from kvserve.evaluate.items import item_row
-from kvserve.evaluate.summary import Judging, summarize
 from kvserve.evaluate.targets.spec import parse_target
 from kvserve.evaluate.task_sources import gather_tasks
 
@@ -124,6 +121,12 @@ def _meta(
 
 
 def run(a: argparse.Namespace) -> int:
+    # Scoring and reporting pull in numpy, nltk (via rouge-score) and matplotlib: imported
+    # here, so that a mistyped flag is answered at once.
+    from kvserve.evaluate.files import write_run
+    from kvserve.evaluate.items import item_row
+    from kvserve.evaluate.summary import Judging, summarize
+
     _check(a)
     targets = _targets(a)
     langs = tuple(x.strip() for x in a.lang.split(",") if x.strip())
@@ -156,6 +159,9 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "report":
         p = _Parser(prog="kvserve eval report", description="Re-render a kvserve eval run.")
         p.add_argument("run_dir")
-        print(rerender(Path(p.parse_args(argv[1:]).run_dir)))
+        run_dir = Path(p.parse_args(argv[1:]).run_dir)
+        from kvserve.evaluate.files import rerender
+
+        print(rerender(run_dir))
         return 0
     return run(_parser().parse_args(argv))

@@ -10,7 +10,6 @@ from typing import Any
 
 from kvserve.bench.report_html import render
 from kvserve.errors import ConfigError
-from kvserve.evaluate.plot import delta_chart
 from kvserve.evaluate.report_text import render_table
 from kvserve.evaluate.worst import side_by_side, worst_items
 
@@ -37,6 +36,8 @@ def write_run(out: Path, meta: dict, table: list[dict], rows: list[dict]) -> str
 
 
 def write_report(out: Path, result: dict, rows: list[dict]) -> str:
+    from kvserve.evaluate.plot import delta_chart  # matplotlib: only when a report is drawn
+
     text = render_table(result)
     meta = result["meta"]
     chart = delta_chart(result, out / "deltas.png")

@@ -2,8 +2,9 @@
 rejects an answer a scorer cannot use (so a bad task row is reported at load time, not scored 0).
 
 - exact: the reply's answer part (``normalize.value``) equals the answer's.
-- number: the number after an "answer"/"答案" marker, else the first number in the reply,
-  equals the answer (relative tolerance 1e-6; thousands separators and full-width digits read).
+- number: the number after the last "answer"/"答案" marker, else the last number in the reply
+  (as GSM8K-style graders read it: the working comes first), equals the answer (relative
+  tolerance 1e-6; thousands separators and full-width digits read).
 - choice: the option letter the reply picks (A-J) equals the answer letter.
 - contains: the answer (or every item of a list of answers) appears in the reply.
 - json_fields: share of the answer's fields that the first JSON object in the reply matches.
@@ -53,8 +54,8 @@ def read_number(output: str) -> float | None:
     marked = _MARKED_NUMBER_RE.findall(text)
     if marked:
         return _to_float(marked[-1])
-    found = _NUMBER_RE.search(text)
-    return _to_float(found.group(0)) if found else None
+    found = _NUMBER_RE.findall(text)
+    return _to_float(found[-1]) if found else None
 
 
 def read_choice(output: str) -> str | None:

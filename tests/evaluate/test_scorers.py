@@ -30,7 +30,8 @@ def test_exact(output: str, answer: object, want: float) -> None:
     [
         ("13", 13.0),
         ("He has 13 apples left.", 13.0),
-        ("First 20 - 7, so the answer is 13.", 13.0),  # the marked number wins
+        ("20 - 7 = 13", 13.0),  # the working comes first: the last number
+        ("The answer is 13, from 20 - 7.", 13.0),  # an "answer" marker wins
         ("1,234 dollars", 1234.0),
         ("１３个", 13.0),  # full-width digits
         ("答案是 13。因为 18 减 5", 13.0),

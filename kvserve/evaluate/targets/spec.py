@@ -64,8 +64,8 @@ def parse_target(spec: str, flag: str, default_name: str, api_key: str | None = 
     name = pairs.pop("name", None)
     model = pairs.pop("model", None)
     settings = {k.replace("-", "_"): _value(v) for k, v in pairs.items()}
-    if name is None:
-        name = "-".join(str(v) for v in settings.values()) if settings else default_name
+    if name is None:  # named after the setting that most often tells candidates apart
+        name = str(settings.get("quantization") or settings.get("dtype") or default_name)
     if not _NAME.match(name):
         raise ConfigError(f"{flag} {spec!r}: a target name takes letters, digits and ._+-")
     return EngineTarget(name, None if model in (None, "", "bundled") else model, settings)
