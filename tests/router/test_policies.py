@@ -6,6 +6,7 @@ from kvserve.router.config import BreakerConfig, CacheAwareConfig
 from kvserve.router.policies.base import RouteRequest, prefix_key
 from kvserve.router.policies.cache_aware import CacheAwarePolicy
 from kvserve.router.policies.factory import make_pair_policy, make_policy
+from kvserve.router.policies.pd_pairing import select_pd_pair
 from kvserve.router.policies.prefix_tree import PrefixTree, common_prefix_len
 from kvserve.router.worker import Worker, make_spec
 
@@ -114,3 +115,22 @@ def test_pd_pairing_with_a_cache_aware_prefill_side() -> None:
     homes = {policy.select_pair(prefill, decode, RouteRequest(prompt + str(i)))[0].url
              for i in range(4)}  # fmt: skip
     assert len(homes) == 1
+
+
+def test_pd_pair_only_from_routable_workers_of_each_role() -> None:
+    prefill, decode = workers(2, "prefill", 9100), workers(2, "decode", 9200)
+    regular = workers(1, "regular", 9300)
+    everyone = prefill + decode + regular
+    for w in everyone:
+        w.healthy = True
+    prefill[0].healthy = False  # ejected by health checks
+    for _ in range(5):
+        decode[1].breaker.record_failure()  # breaker open
+    policy = make_pair_policy()
+    pairs = {
+        (p.url, d.url)
+        for p, d in (select_pd_pair(everyone, policy, RouteRequest()) for _ in range(4))
+    }  # type: ignore[misc]
+    assert pairs == {(prefill[1].url, decode[0].url)}
+    decode[0].healthy = False
+    assert select_pd_pair(everyone, policy, RouteRequest()) is None

@@ -22,3 +22,14 @@ class PDPairPolicy:
                     request: RouteRequest) -> tuple[Worker, Worker]:  # fmt: skip
         """Callers pass non-empty lists of routable workers of each role."""
         return self.prefill.select(prefill, request), self.decode.select(decode, request)
+
+
+def select_pd_pair(workers: Sequence[Worker], policy: PDPairPolicy,
+                   request: RouteRequest) -> tuple[Worker, Worker] | None:  # fmt: skip
+    """A pair from the routable workers of each role; None when either role has none (the
+    caller answers 503). Regular workers never join a pair."""
+    prefill = [w for w in workers if w.spec.role == "prefill" and w.routable]
+    decode = [w for w in workers if w.spec.role == "decode" and w.routable]
+    if not prefill or not decode:
+        return None
+    return policy.select_pair(prefill, decode, request)
