@@ -6,8 +6,10 @@ Weights are stacked per expert: ``w13`` [E, 2I, H] (gate rows, then up rows) and
 ``fused_moe`` is the GPU path: token slots (token, choice) sorted by expert and padded per
 expert to whole ``BLOCK_M`` row blocks, then one grouped GEMM over all experts for gate/up,
 SiLU-mul, and one grouped GEMM for down whose epilogue scales each row by its router weight;
-the k rows of a token are summed last. Every size is fixed by the token count, so a CUDA graph
-can capture it (no host syncs).
+the k rows of a token are summed last. When there are few slots per expert (decode at small
+batch), each slot is its own block and nothing is sorted: the sort's dozen small kernels per
+layer cost more than the rare second read of an expert two slots share. Every size is fixed
+by the token count, so a CUDA graph can capture it (no host syncs).
 
 Sorted layout, for ``block_m`` = 4, experts 0..2 holding 3, 0 and 5 slots (``.`` = padding,
 whose slot id is ``num_slots`` and whose rows are neither read nor written)::
@@ -92,6 +94,7 @@ def _grouped_gemm_kernel(
     TOP_K: tl.constexpr,
     A_PER_TOKEN: tl.constexpr,
     SCALE_ROWS: tl.constexpr,
+    ONE_SLOT_PER_BLOCK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -101,7 +104,10 @@ def _grouped_gemm_kernel(
     expert = tl.load(block_expert_ptr + pid_m)
     if expert < 0:
         return
-    slots = tl.load(slots_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    if ONE_SLOT_PER_BLOCK:  # block i is slot i alone (its expert: topk_ids[i]); rows 1.. pad
+        slots = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_slots)
+    else:
+        slots = tl.load(slots_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
     row_ok = slots < num_slots
     a_rows = slots // TOP_K if A_PER_TOKEN else slots
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -143,22 +149,26 @@ def _block_config(num_slots: int, num_experts: int) -> dict[str, int]:
 def _grouped_gemm(
     a: torch.Tensor,
     w: torch.Tensor,
-    sorted_slots: SortedSlots,
+    blocks: SortedSlots | torch.Tensor,
     num_slots: int,
     top_k: int,
     config: dict[str, int],
     row_weights: torch.Tensor | None,
 ) -> torch.Tensor:
+    """``blocks``: slots sorted into expert blocks, or the flat expert ids [num_slots] for one
+    slot per block (no sorting: small batches, where few slots share an expert)."""
     n, k = w.shape[1], w.shape[2]
     out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
-    tiles = {key: config[key] for key in ("BLOCK_N", "BLOCK_K")}
-    grid = (sorted_slots.block_expert.numel(), triton.cdiv(n, tiles["BLOCK_N"]))
+    tiles = {key: config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
+    one_slot = isinstance(blocks, torch.Tensor)
+    block_expert = blocks if one_slot else blocks.block_expert
+    slots = block_expert if one_slot else blocks.slots
+    grid = (block_expert.numel(), triton.cdiv(n, tiles["BLOCK_N"]))
     _grouped_gemm_kernel[grid](
-        a, w, out, sorted_slots.slots, sorted_slots.block_expert,
-        row_weights if row_weights is not None else out,
+        a, w, out, slots, block_expert, row_weights if row_weights is not None else out,
         num_slots, n, k, a.stride(0), w.stride(0), w.stride(1), out.stride(0),
         TOP_K=top_k, A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
-        BLOCK_M=sorted_slots.block_m, num_warps=config["num_warps"],
+        ONE_SLOT_PER_BLOCK=one_slot, num_warps=config["num_warps"],
         num_stages=config["num_stages"], **tiles,
     )  # fmt: skip
     return out
@@ -181,10 +191,14 @@ def fused_moe(
     if tokens == 0:
         return torch.zeros(0, w2.shape[1], dtype=x.dtype, device=x.device)
     assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
-    config = _block_config(num_slots, w13.shape[0])
-    sorted_slots = sort_slots_by_expert(topk_ids, w13.shape[0], config["BLOCK_M"])
-    gate_up = _grouped_gemm(x, w13, sorted_slots, num_slots, top_k, config, None)
+    num_experts = w13.shape[0]
+    config = _block_config(num_slots, num_experts)
+    if num_slots * 4 <= num_experts:  # decode: slots rarely share an expert, skip the sort
+        blocks: SortedSlots | torch.Tensor = topk_ids.flatten().to(torch.int32)
+    else:
+        blocks = sort_slots_by_expert(topk_ids, num_experts, config["BLOCK_M"])
+    gate_up = _grouped_gemm(x, w13, blocks, num_slots, top_k, config, None)
     hidden = silu_and_mul(gate_up)
     flat_weights = topk_weights.flatten().float().contiguous()
-    down = _grouped_gemm(hidden, w2, sorted_slots, num_slots, top_k, config, flat_weights)
+    down = _grouped_gemm(hidden, w2, blocks, num_slots, top_k, config, flat_weights)
     return down.view(tokens, top_k, -1).sum(dim=1, dtype=torch.float32).to(x.dtype)
