@@ -176,6 +176,19 @@ class ModelFacts:
     quantization: dict[str, object] | None = None  # config.json's quantization_config
     gguf_file_type: str | None = None  # "MOSTLY_Q4_1", ...
     weight_bytes: int | None = None
+    # Mixture of experts: bytes of the routed experts' tensors (all held in memory) and how
+    # many of ``num_experts`` each token reads.
+    expert_bytes: int = 0
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+
+    @property
+    def active_weight_bytes(self) -> int | None:
+        """Weights one token's forward pass reads: all but the unrouted experts."""
+        if self.weight_bytes is None or not self.num_experts or not self.experts_per_token:
+            return self.weight_bytes
+        unread = self.expert_bytes * (1 - self.experts_per_token / self.num_experts)
+        return int(self.weight_bytes - unread)
 
 
 @dataclass

@@ -94,6 +94,11 @@ def check_memory(model: ModelFacts, gpu: GpuFacts, opts: PreflightOptions, tp: i
     weights = (model.weight_bytes or 0) // tp
     context = opts.context_length or model.max_context or 4096
     numbers = f"weights {gib(weights)}/rank, KV {per_token / 1024:.1f} KiB/token/rank"
+    if model.num_experts and model.active_weight_bytes is not None:
+        numbers += (
+            f" (mixture of {model.num_experts} experts, {model.experts_per_token} per token: "
+            f"{gib(model.active_weight_bytes // tp)}/rank read per token)"
+        )
     gpu_bytes = _gpu_bytes(gpu, opts)
     if gpu_bytes is None:
         return skipped(NAMES[5], f"no GPU to size against ({numbers}); pass --gpu-memory-gib")

@@ -21,8 +21,8 @@ GGUF_ARCHITECTURES = {
 _MAX_HEADER = 100 * 2**20  # a larger safetensors header means a corrupt file
 
 
-def safetensors_bytes(path: Path) -> int:
-    """Sum of tensor data sizes from a safetensors header. Raises OSError/ValueError if bad."""
+def safetensors_sizes(path: Path) -> dict[str, int]:
+    """Tensor name -> data bytes, from a safetensors header. Raises OSError/ValueError if bad."""
     with path.open("rb") as f:
         head = f.read(8)
         if len(head) != 8:
@@ -31,11 +31,11 @@ def safetensors_bytes(path: Path) -> int:
         if length > _MAX_HEADER:
             raise ValueError(f"header length {length} is not plausible")
         header = json.loads(f.read(length))
-    return sum(
-        info["data_offsets"][1] - info["data_offsets"][0]
+    return {
+        name: info["data_offsets"][1] - info["data_offsets"][0]
         for name, info in header.items()
         if name != "__metadata__"
-    )
+    }
 
 
 def _shards(directory: Path, facts: ModelFacts) -> list[Path]:
@@ -63,6 +63,10 @@ def _apply_hf_config(cfg: dict[str, Any], facts: ModelFacts) -> None:
     facts.max_context = shape.get("max_position_embeddings")
     facts.dtype = cfg.get("torch_dtype") or cfg.get("dtype")
     facts.quantization = cfg.get("quantization_config")
+    facts.num_experts = (
+        shape.get("num_experts") or shape.get("n_routed_experts") or shape.get("num_local_experts")
+    )
+    facts.experts_per_token = shape.get("num_experts_per_tok")
 
 
 def read_hf_dir(directory: Path) -> ModelFacts:
@@ -80,7 +84,9 @@ def read_hf_dir(directory: Path) -> ModelFacts:
     total = 0
     for shard in shards:
         try:
-            total += safetensors_bytes(shard)
+            sizes = safetensors_sizes(shard)
+            total += sum(sizes.values())
+            facts.expert_bytes += sum(v for k, v in sizes.items() if ".experts." in k)
             facts.files += 1
         except FileNotFoundError:
             facts.problems.append(f"missing shard {shard.name}")
