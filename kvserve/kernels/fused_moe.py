@@ -77,6 +77,72 @@ def sort_slots_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int)
 
 
 @jit
+def _sort_slots_kernel(
+    ids_ptr,  # [num_slots] int32 expert of each slot
+    slots_ptr,  # [max_rows] int32 out
+    block_expert_ptr,  # [max_rows // BLOCK_M] int32 out
+    cursor_ptr,  # [BINS] int32 scratch: next free row of each expert
+    num_slots,
+    max_rows,
+    NUM_EXPERTS: tl.constexpr,
+    BINS: tl.constexpr,  # a power of two > NUM_EXPERTS; bin NUM_EXPERTS collects masked lanes
+    BLOCK_M: tl.constexpr,
+    CHUNK: tl.constexpr,  # slots per loop step
+    BLOCK_CHUNK: tl.constexpr,  # blocks per loop step (a [BLOCK_CHUNK, BINS] compare)
+):
+    """One program: count slots per expert, pad each count to whole blocks, name each block's
+    expert, then place every slot in its expert's rows. Rows within an expert are handed out
+    by atomics, so their order varies from run to run; each row is computed on its own, so
+    the result does not."""
+    experts = tl.arange(0, BINS)
+    counts = tl.zeros([BINS], dtype=tl.int32)
+    for start in range(0, num_slots, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        ids = tl.load(ids_ptr + offs, mask=offs < num_slots, other=NUM_EXPERTS)
+        counts += tl.histogram(ids, BINS)
+    counts = tl.where(experts < NUM_EXPERTS, counts, 0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    end = tl.cumsum(padded, axis=0)
+    tl.store(cursor_ptr + experts, end - padded)
+    for start in range(0, max_rows // BLOCK_M, BLOCK_CHUNK):
+        blocks = start + tl.arange(0, BLOCK_CHUNK)
+        row = blocks * BLOCK_M
+        owner = tl.sum((end[None, :] <= row[:, None]).to(tl.int32), axis=1)
+        owner = tl.where(owner < NUM_EXPERTS, owner, -1)
+        tl.store(block_expert_ptr + blocks, owner, mask=blocks < max_rows // BLOCK_M)
+    for start in range(0, max_rows, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        tl.store(slots_ptr + offs, tl.full([CHUNK], 0, tl.int32) + num_slots, mask=offs < max_rows)
+    tl.debug_barrier()  # the padding and cursors are written before any slot is placed
+    for start in range(0, num_slots, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        live = offs < num_slots
+        ids = tl.load(ids_ptr + offs, mask=live, other=0)
+        row = tl.atomic_add(cursor_ptr + ids, 1, mask=live)
+        tl.store(slots_ptr + row, offs, mask=live)
+
+
+def sort_slots_by_expert_kernel(
+    topk_ids: torch.Tensor, num_experts: int, block_m: int
+) -> SortedSlots:
+    """``sort_slots_by_expert`` in one Triton program (the same padded layout; rows within an
+    expert in any order)."""
+    require_triton()
+    flat = topk_ids.flatten().to(torch.int32)
+    num_slots = flat.numel()
+    max_rows = -(-(num_slots + num_experts * (block_m - 1)) // block_m) * block_m
+    slots = torch.empty(max_rows, dtype=torch.int32, device=flat.device)
+    block_expert = torch.empty(max_rows // block_m, dtype=torch.int32, device=flat.device)
+    bins = 1 << num_experts.bit_length()  # > num_experts
+    cursor = torch.empty(bins, dtype=torch.int32, device=flat.device)
+    _sort_slots_kernel[(1,)](
+        flat, slots, block_expert, cursor, num_slots, max_rows, NUM_EXPERTS=num_experts,
+        BINS=bins, BLOCK_M=block_m, CHUNK=1024, BLOCK_CHUNK=max(16, 8192 // bins), num_warps=4,
+    )  # fmt: skip
+    return SortedSlots(slots, block_expert, block_m)
+
+
+@jit
 def _grouped_gemm_kernel(
     a_ptr,  # [rows of A, K]: tokens (A_PER_TOKEN) or slots
     w_ptr,  # [E, N, K]
@@ -196,7 +262,7 @@ def fused_moe(
     if num_slots * 4 <= num_experts:  # decode: slots rarely share an expert, skip the sort
         blocks: SortedSlots | torch.Tensor = topk_ids.flatten().to(torch.int32)
     else:
-        blocks = sort_slots_by_expert(topk_ids, num_experts, config["BLOCK_M"])
+        blocks = sort_slots_by_expert_kernel(topk_ids, num_experts, config["BLOCK_M"])
     gate_up = _grouped_gemm(x, w13, blocks, num_slots, top_k, config, None)
     hidden = silu_and_mul(gate_up)
     flat_weights = topk_weights.flatten().float().contiguous()

@@ -11,7 +11,12 @@ pytest.importorskip("triton")
 
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE  # noqa: E402
 
-from kvserve.kernels.fused_moe import fused_moe, fused_moe_reference  # noqa: E402
+from kvserve.kernels.fused_moe import (  # noqa: E402
+    fused_moe,
+    fused_moe_reference,
+    sort_slots_by_expert,
+    sort_slots_by_expert_kernel,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -54,3 +59,19 @@ def test_fused_moe_replays_from_a_cuda_graph() -> None:
     x.copy_(x2), weights.copy_(weights2), ids.copy_(ids2)
     graph.replay()
     torch.testing.assert_close(out, fused_moe(x, w13, w2, weights, ids), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "experts", "k", "block_m"),
+    [(1, 8, 2, 16), (5, 8, 2, 4), (64, 128, 8, 16), (300, 64, 8, 64), (2048, 128, 8, 64)],
+)
+def test_sort_kernel_places_the_same_slots_in_each_block(tokens, experts, k, block_m) -> None:  # noqa: ANN001
+    gen = torch.Generator().manual_seed(tokens)
+    ids = torch.randint(0, experts, (tokens, k), generator=gen)
+    ids[: tokens // 2] = experts - 2  # one overloaded expert, likely some empty ones
+    ref = sort_slots_by_expert(ids, experts, block_m)
+    got = sort_slots_by_expert_kernel(ids.to(DEVICE), experts, block_m)
+    assert got.block_expert.tolist() == ref.block_expert.tolist()
+    for b in range(ref.block_expert.numel()):
+        rows = slice(b * block_m, (b + 1) * block_m)
+        assert sorted(got.slots[rows].tolist()) == sorted(ref.slots[rows].tolist())
