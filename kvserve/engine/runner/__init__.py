@@ -1,1 +1,1 @@
-"""Tensors: model runner, input batch, CUDA graphs, sampling batch, launched step, KV memory."""
+"""Tensors: the KV pool, model runner, input batch, CUDA graphs, sampling batch, launched step."""
