@@ -64,7 +64,9 @@ class QuantConfig:
             if pattern.startswith("re:"):
                 if re.match(pattern[3:], prefix):
                     return True
-            elif prefix == pattern or fnmatchcase(prefix, pattern):
+            # a module's name also covers the layers inside it (gpt-oss's
+            # modules_to_not_convert names "model.layers.*.self_attn")
+            elif fnmatchcase(prefix, pattern) or fnmatchcase(prefix, pattern + ".*"):
                 return True
         return False
 
