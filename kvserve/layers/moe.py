@@ -82,7 +82,8 @@ class SparseMoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = F.linear(x.float(), self.gate.weight)
-        weights, ids = select_experts(logits, self.cfg, self.gate.e_score_correction_bias)
+        bias = self.gate.e_score_correction_bias
+        weights, ids = select_experts(logits, self.cfg, bias, self.kernels)
         if self.kernels.triton:
             from kvserve.kernels.fused_moe import fused_moe
 

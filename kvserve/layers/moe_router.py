@@ -13,29 +13,23 @@ from __future__ import annotations
 import torch
 
 from kvserve.config import MoEConfig
+from kvserve.kernels.moe_routing import softmax_topk, softmax_topk_reference
+from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 
 
 def select_experts(
     router_logits: torch.Tensor,  # [T, E] float32
     cfg: MoEConfig,
     correction_bias: torch.Tensor | None = None,  # [E] float32, grouped_sigmoid only
+    kernels: KernelOptions = TORCH_REFERENCE,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (weights [T, k] float32, expert ids [T, k] int32)."""
     if cfg.scoring == "softmax":
-        weights, ids = _softmax_topk(router_logits, cfg.top_k, cfg.norm_topk_prob)
-    else:
-        weights, ids = _grouped_sigmoid_topk(router_logits, cfg, correction_bias)
+        if kernels.triton:
+            return softmax_topk(router_logits, cfg.top_k, cfg.norm_topk_prob)
+        return softmax_topk_reference(router_logits, cfg.top_k, cfg.norm_topk_prob)
+    weights, ids = _grouped_sigmoid_topk(router_logits, cfg, correction_bias)
     return weights, ids.to(torch.int32)
-
-
-def _softmax_topk(
-    logits: torch.Tensor, top_k: int, renormalize: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    probs = logits.softmax(dim=-1, dtype=torch.float32)
-    weights, ids = probs.topk(top_k, dim=-1)
-    if renormalize:
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights, ids
 
 
 def _grouped_sigmoid_topk(

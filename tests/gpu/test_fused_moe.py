@@ -17,6 +17,7 @@ from kvserve.kernels.fused_moe import (  # noqa: E402
     sort_slots_by_expert,
     sort_slots_by_expert_kernel,
 )
+from kvserve.kernels.moe_routing import softmax_topk, softmax_topk_reference  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -75,3 +76,14 @@ def test_sort_kernel_places_the_same_slots_in_each_block(tokens, experts, k, blo
     for b in range(ref.block_expert.numel()):
         rows = slice(b * block_m, (b + 1) * block_m)
         assert sorted(got.slots[rows].tolist()) == sorted(ref.slots[rows].tolist())
+
+
+@pytest.mark.parametrize("renormalize", [True, False])
+@pytest.mark.parametrize(("tokens", "experts", "k"), [(1, 8, 2), (7, 60, 4), (512, 128, 8)])
+def test_softmax_topk_kernel_matches_reference(tokens, experts, k, renormalize) -> None:  # noqa: ANN001
+    gen = torch.Generator().manual_seed(tokens + experts)
+    logits = (torch.randn(tokens, experts, generator=gen) * 3).to(DEVICE)
+    weights, ids = softmax_topk(logits, k, renormalize)
+    ref_weights, ref_ids = softmax_topk_reference(logits, k, renormalize)
+    assert ids.tolist() == ref_ids.tolist()
+    torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
