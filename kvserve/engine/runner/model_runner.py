@@ -52,6 +52,8 @@ class ModelRunner:
         quant = resolve_quantization(model_config.quantization, config.quantization)
         cc = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
         check_quant_device(quant, device.type, cc)
+        if quant.scheme != "none":
+            log.info("quantization: %s (%s)", quant.scheme, quant.source)
         with torch.device(device):
             model_cls = model_class(model_config.architecture)
             self.model = model_cls(model_config, dtype, context_length, self.kernels, quant)
