@@ -20,7 +20,17 @@ import time
 import torch
 
 from benchmarks.common import copy_bandwidth_gbs, matmul_tflops, stamp, write_json
-from benchmarks.kernels_h200 import DTYPE, HEAD_DIM, HKV, HQ, PAGE, SCALE, DecodeShapes, try_run
+from benchmarks.kernels_h200 import (
+    DTYPE,
+    HEAD_DIM,
+    HKV,
+    HQ,
+    PAGE,
+    SCALE,
+    DecodeShapes,
+    prefill_inputs,
+    try_run,
+)
 from kvserve.kernels.decode_attention import DecodeConfig, num_decode_splits
 from kvserve.kernels.prefill_attention import (
     PrefillConfig,
@@ -87,16 +97,6 @@ def sweep_decode(shapes: DecodeShapes, copy_gbs: float, quick: bool) -> list[dic
     return rows
 
 
-def prefill_inputs(qlen: int, seq_len: int) -> tuple[torch.Tensor, ...]:
-    pages = seq_len // PAGE
-    kv_cache = torch.randn(2, pages, PAGE, HKV, HEAD_DIM, dtype=DTYPE, device="cuda")
-    tables = torch.randperm(pages, device="cuda").to(torch.int32)[None, :]
-    q = torch.randn(qlen, HQ, HEAD_DIM, dtype=DTYPE, device="cuda")
-    qsl = torch.tensor([0, qlen], dtype=torch.int32, device="cuda")
-    seq_lens = torch.tensor([seq_len], dtype=torch.int32, device="cuda")
-    return q, kv_cache, qsl, seq_lens, tables
-
-
 def attention_flops(qlen: int, seq_len: int) -> float:
     """Causal: row j of the chunk sees ``seq_len - qlen + j + 1`` keys; 4 FLOPs per (q, k, d)."""
     ctx = seq_len - qlen
@@ -105,7 +105,7 @@ def attention_flops(qlen: int, seq_len: int) -> float:
 
 
 def prefill_ms(qlen: int, seq_len: int, cfg: PrefillConfig | None, reps: int = 5) -> float:
-    q, kv_cache, qsl, seq_lens, tables = prefill_inputs(qlen, seq_len)
+    q, kv_cache, qsl, seq_lens, tables = prefill_inputs(seq_len, qlen)
 
     def call() -> torch.Tensor:
         return paged_prefill_attention(q, kv_cache, qsl, seq_lens, tables, qlen, SCALE, config=cfg)
