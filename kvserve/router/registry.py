@@ -18,6 +18,7 @@ class WorkerRegistry:
         self.breaker = breaker
         self.workers: dict[str, Worker] = {}
         self.on_add: Callable[[Worker], None] = lambda worker: None
+        self.on_remove: Callable[[Worker], None] = lambda worker: None
 
     def add(self, spec: WorkerSpec, source: str) -> Worker:
         """Adds a worker, or updates the key/role/draining of one already there."""
@@ -43,6 +44,7 @@ class WorkerRegistry:
         worker = self.workers.pop(url, None)
         if worker is not None:
             log.info("worker removed: %s (%d in flight finish)", url, worker.outstanding)
+            self.on_remove(worker)
         return worker
 
     def sync(self, specs: Iterable[WorkerSpec], source: str) -> None:

@@ -47,6 +47,7 @@ class RouterState:
         self.forwarder = Forwarder(self.config, self.registry, self.policy, self.metrics)
         self.health = HealthChecker(self.registry, self.session, self.config.health)
         self.registry.on_add = self.health.check_soon
+        self.registry.on_remove = lambda worker: self.forwarder.pool.forget(worker.url)
         for worker in self.registry.workers.values():
             self.health.check_soon(worker)
         loop = asyncio.get_running_loop()

@@ -148,6 +148,11 @@ class Pool:
             raise UpstreamError("connect", type(exc).__name__) from None
         return Connection(reader, writer)
 
+    def forget(self, base_url: str) -> None:
+        """Closes the idle connections to a worker that left the registry."""
+        for conn in self.idle.pop(base_url, []):
+            conn.close()
+
     def release(self, key: str, conn: Connection) -> None:
         if conn.writer.is_closing():
             return
