@@ -127,7 +127,7 @@ def main() -> None:
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names")
     ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated M values")
-    ap.add_argument("--max-configs", type=int, default=6, help="configs per row; 0: all")
+    ap.add_argument("--max-configs", type=int, default=8, help="configs per row; 0: all")
     ap.add_argument("--replays", type=int, default=10, help="timed graph replays per op")
     args = ap.parse_args()
     t0 = time.perf_counter()

@@ -44,6 +44,7 @@ from kvserve.kernels.skinny_gemm import (
 _SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 _MIN_K_TILES_PER_SPLIT = 2
 MAX_BLOCK_M = 128
+_SMEM_MAX = 220 * 1024
 
 
 @dataclass(frozen=True)
@@ -312,6 +313,14 @@ def split_options(tiles: int, k_tiles: int, num_sms: int) -> list[int]:
     return fits or [enough_k[-1]]
 
 
+def stages_that_fit(block_n: int, block_k: int, block_m: int, want: int) -> int:
+    """Up to ``want`` pipeline stages (>= 2) whose shared memory fits an H100/H200 SM, with
+    room for one dequantized bf16 weight tile; 0 if two do not fit."""
+    stage = block_n * block_k // 2 + block_n * block_k // 16 + block_m * block_k * 2
+    room = _SMEM_MAX - block_n * block_k * 2
+    return next((s for s in range(want, 1, -1) if s * stage <= room), 0)
+
+
 def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig:
     """64 rows of W by 128 of K per program (256 for up to 16 rows: the weight tile is
     half-byte data), split K until the programs fill the SMs."""
@@ -328,14 +337,22 @@ SWEEP_TILES = ((64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8), (32, 25
 
 
 def candidate_configs(m: int, n: int, k: int, *, num_sms: int = 132) -> list[Fp4GemmConfig]:
-    """Configs worth timing for one shape, the default first."""
+    """Configs worth timing for one shape, the default first, then every tile shape with its
+    best-filling split before any tile's second choice (so a short list still spans tiles)."""
     block_m = block_m_for(m)
-    configs = [default_config(m, n, k, num_sms=num_sms)]
+    per_tile = []
     for block_n, block_k, warps in SWEEP_TILES:
+        stages = stages_that_fit(block_n, block_k, block_m, 3 if block_m >= 128 else 4)
+        if not stages:
+            continue
         tiles = -(-m // block_m) * -(-n // block_n)
-        stages = 3 if block_m >= 128 else 4
-        for splits in split_options(tiles, -(-k // block_k), num_sms)[:3]:
-            cfg = Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages)
-            if cfg not in configs:
-                configs.append(cfg)
+        splits = split_options(tiles, -(-k // block_k), num_sms)[:3]
+        per_tile.append(
+            [Fp4GemmConfig(block_n, block_k, block_m, s, warps, stages) for s in splits]
+        )
+    configs = [default_config(m, n, k, num_sms=num_sms)]
+    for rank in range(3):
+        for options in per_tile:
+            if rank < len(options) and options[rank] not in configs:
+                configs.append(options[rank])
     return configs
