@@ -70,7 +70,7 @@ def main() -> None:
     cands = _candidates(a.candidate or ["bf16=--dtype bfloat16"])
     servers = {"baseline": launch_server(), **{n: launch_server(*f) for n, f in cands.items()}}
     try:
-        urls = {name: s.wait_healthy() for name, s in servers.items()}
+        urls = {name: s.wait_healthy(1200) for name, s in servers.items()}
         with tempfile.TemporaryDirectory() as tmp:
             argv = ["--baseline", urls["baseline"], "--tasks", "builtin", "--per-type",
                     str(a.per_type), "--max-tokens", str(a.max_tokens), "--concurrency",

@@ -20,11 +20,15 @@ class OutputCache:
         self.path = directory / f"{safe}-{digest}.jsonl"
         self.identity = identity
         self._entries: dict[str, Completion] = {}
+        self._pad = ""
         if self.path.is_file():
             self._load()
 
     def _load(self) -> None:
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        text = self.path.read_text(encoding="utf-8")
+        # A write cut short leaves a line with no newline: the next entry starts a fresh line.
+        self._pad = "" if not text or text.endswith("\n") else "\n"
+        for line in text.splitlines():
             try:  # a line cut short by an interrupted run is skipped; that task reruns
                 obj = json.loads(line)
                 self._entries[obj["key"]] = Completion.from_json(obj)
@@ -40,8 +44,11 @@ class OutputCache:
         self._entries[key] = completion
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"key": key, **completion.to_json()}, ensure_ascii=False) + "\n")
+            line = json.dumps({"key": key, **completion.to_json()}, ensure_ascii=False)
+            fh.write(self._pad + line + "\n")
+        self._pad = ""
 
     def clear(self) -> None:
         self._entries.clear()
+        self._pad = ""
         self.path.unlink(missing_ok=True)
