@@ -1,9 +1,12 @@
 """FP8 in the engine on a GPU: online --quantization fp8 and the block-wise layout run through
-CUDA graphs, give the tokens eager runs give, and agree with the CPU reference path."""
+CUDA graphs and give the tokens eager runs give; llmcompressor checkpoints give the logits of
+the CPU reference path."""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +18,9 @@ pytestmark = pytest.mark.gpu
 pytest.importorskip("triton")
 
 from test_engine_gpu import _greedy, _tiny_checkpoint  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "quant"))
+from fp8_helpers import FIXTURES, cpu_engine, prefill_logits  # noqa: E402
 
 BLOCK_FP8 = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
 
@@ -50,7 +56,7 @@ def _block_checkpoint(tmp_path) -> str:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("layout", ["online", "block"])
-def test_fp8_graphs_match_eager_and_cpu(layout: str, tmp_path) -> None:
+def test_fp8_graphs_match_eager(layout: str, tmp_path) -> None:
     if layout == "online":
         path, extra = _tiny_checkpoint("LlamaForCausalLM", tmp_path), {"quantization": "fp8"}
     else:
@@ -59,11 +65,23 @@ def test_fp8_graphs_match_eager_and_cpu(layout: str, tmp_path) -> None:
     graphs = EngineCore(build_engine_config(path, device="cuda", **settings))
     eager = EngineCore(build_engine_config(path, device="cuda", enforce_eager=True, **settings))
     assert graphs.runner.graphs is not None
-    tokens = _greedy(graphs)
-    assert tokens == _greedy(eager)
-    cpu = _greedy(EngineCore(build_engine_config(path, device="cpu", **settings)))
-    same = sum(a == b for x, y in zip(tokens, cpu) for a, b in zip(x, y))
-    assert same / sum(len(x) for x in cpu) > 0.9
+    assert _greedy(graphs) == _greedy(eager)
+
+
+@pytest.mark.parametrize("layout", ["fp8_dynamic", "fp8_block", "fp8_static"])
+def test_fp8_gpu_logits_match_the_cpu_reference(layout: str) -> None:
+    """The llmcompressor checkpoints (tests/fixtures/quant) through FP8 tensor cores against
+    the CPU path (itself within 5e-7 of compressed-tensors for the dynamic layouts). Greedy
+    tokens are no test here: the tiny random models above are chaotic under FP8 rounding (a
+    1e-6 weight perturbation moves 44% of their greedy tokens on the CPU alone)."""
+    prompt = list(range(3, 60)) + [200, 17, 17, 90]
+    path = FIXTURES / layout
+    gpu = prefill_logits(EngineCore(build_engine_config(
+        str(path), device="cuda", dtype="float32", max_total_tokens=4096)), prompt)  # fmt: skip
+    cpu = prefill_logits(cpu_engine(path), prompt)
+    err = (gpu.cpu() - cpu).abs().max() / cpu.abs().max()
+    assert err < 0.02, err  # fast accumulation, bf16 GEMM output
+    assert (gpu.cpu().argmax(-1) == cpu.argmax(-1)).float().mean() > 0.95
 
 
 @pytest.mark.parametrize("qc", [None, BLOCK_FP8, {"quant_method": "modelopt", "quant_algo": "FP8"}])
