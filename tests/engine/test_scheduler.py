@@ -65,6 +65,25 @@ def test_preempts_newest_and_recomputes_it() -> None:
     assert new.num_preemptions >= 1 and kv.usage == 0
 
 
+def test_a_prompt_that_cannot_finish_beside_running_prefills_waits() -> None:
+    # 10 pages of 4 tokens, chunks of 4: two 24-token prompts (6 pages each) cannot both be
+    # resident. The second starts once the first is done, so no prompt is computed twice.
+    sched, kv = make_scheduler(10, prefix_cache=False, chunked_prefill_size=4,
+                               max_num_batched_tokens=8)  # fmt: skip
+    first = make_request("first", list(range(1, 25)), max_tokens=2)
+    second = make_request("second", list(range(30, 54)), max_tokens=2)
+    sched.add(first)
+    sched.add(second)
+    prompt_rows = 0
+    while sched.has_unfinished():
+        plan = run_step(sched, kv)
+        prompt_rows += sum(c.num_new_tokens for c in plan.chunks if c.num_new_tokens > 1)
+        if second.num_computed_tokens:
+            assert first.is_finished
+    assert sched.counters.preemptions == 0 and prompt_rows == 48
+    assert first.output_token_ids == second.output_token_ids == [9, 9]
+
+
 def test_prefix_hit_counts_whole_shared_pages() -> None:
     sched, kv = make_scheduler(64)
     system = list(range(1, 14))  # 13 tokens: 3 full pages of 4

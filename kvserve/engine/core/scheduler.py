@@ -113,6 +113,7 @@ class Scheduler:
         return True
 
     def _admit(self, out: SchedulerOutput, budget: int) -> int:
+        owed = -1  # pages the running requests still need for their known tokens; -1: not yet
         while self.waiting and budget > 0 and len(self.running) < self.config.max_running_requests:
             req = self.waiting[0]
             if req.num_pending or self._prefix_in_flight(req):
@@ -124,7 +125,13 @@ class Scheduler:
             num_cached = len(cached_pages) * self.page_size
             n = min(req.num_tokens - num_cached, self.config.chunked_prefill_size, budget)
             self.kv.acquire(cached_pages)
-            new_pages = self.kv.allocate(pages_for(num_cached + n, self.page_size) - len(cached_pages))
+            new_pages = None
+            owed = self._pages_owed() if owed < 0 else owed
+            still_needed = pages_for(req.num_tokens, self.page_size) - len(cached_pages)
+            if self.kv.num_available_pages - owed >= still_needed:
+                pages = pages_for(num_cached + n, self.page_size) - len(cached_pages)
+                new_pages = self.kv.allocate(pages)
+                owed += still_needed - pages
             if new_pages is None:
                 self.kv.release(cached_pages)
                 break
@@ -141,6 +148,15 @@ class Scheduler:
             out.chunks.append(self._chunk(req, n))
             budget -= n
         return budget
+
+    def _pages_owed(self) -> int:
+        """Pages the running requests still need for their known tokens. A request starts its
+        prefill only when the pages left beside these can hold all of its known tokens: a
+        prefill that could not finish would later preempt a request deep in its own prefill
+        and compute it again (32 x 32K prompts in an H200's pool: about 100 preemptions and a
+        third more prefill work)."""
+        ps = self.page_size
+        return sum(max(0, pages_for(r.num_tokens, ps) - len(r.block_table)) for r in self.running)
 
     def _prefix_in_flight(self, req: Request) -> bool:
         """True when a running request is still prefilling the same first page: admitting
