@@ -267,4 +267,4 @@ def fused_moe(
     hidden = silu_and_mul(gate_up)
     flat_weights = topk_weights.flatten().float().contiguous()
     down = _grouped_gemm(hidden, w2, blocks, num_slots, top_k, config, flat_weights)
-    return down.view(tokens, top_k, -1).sum(dim=1, dtype=torch.float32).to(x.dtype)
+    return down.view(tokens, top_k, -1).sum(dim=1)  # accumulates in fp32, one kernel
