@@ -94,7 +94,9 @@ class Fp8LinearMethod:
         else:
             raise unknown_param(layer, name, "fp8")
 
-    def _load_weight_scale(self, layer: Linear, loaded: torch.Tensor, shard: int, what: str):
+    def _load_weight_scale(
+        self, layer: Linear, loaded: torch.Tensor, shard: int, what: str
+    ) -> None:
         scale = layer.weight_scale.data
         if self.spec.weight == "tensor":
             if loaded.numel() != 1:
