@@ -7,7 +7,8 @@ for bf16. Timing as in ``benchmarks/skinny_gemm.py``: one CUDA graph runs the op
 weights (>= 256 MB of them, over 4x the L2), time per op = replay time / L, median over
 replays; each config is checked against the torch reference before and after. Shapes:
 Llama-3-8B's fused projections at M = 1, 16, 64, 256; the default config and up to
---max-configs candidates per row. About three minutes on an H200, mostly Triton compiles.
+--max-configs candidates per row (at M <= 4 these include the CUDA-core GEMV, Fp4GemvConfig).
+About four minutes on an H200, mostly Triton compiles.
 
     python -m benchmarks.fp4_gemm --out-dir $OUT
 """
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import copy_bandwidth_gbs, write_result
 from benchmarks.skinny_gemm import graph_us, rel_err
-from kvserve.kernels.fp4_gemm import Fp4GemmConfig, candidate_configs, fp4_linear
+from kvserve.kernels.fp4_gemm import Fp4GemmConfig, Fp4GemvConfig, candidate_configs, fp4_linear
 from kvserve.kernels.fp4_reference import fp4_linear_reference
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
@@ -53,8 +54,8 @@ def fp4_bytes(weight: Fp4Weight) -> int:
 
 
 def time_config(
-    cfg: Fp4GemmConfig, xs: list[torch.Tensor], weights: list[Fp4Weight], ref: torch.Tensor,
-    replays: int,
+    cfg: Fp4GemmConfig | Fp4GemvConfig, xs: list[torch.Tensor], weights: list[Fp4Weight],
+    ref: torch.Tensor, replays: int,
 ) -> dict[str, Any]:  # fmt: skip
     def op(x: torch.Tensor, w: Fp4Weight) -> torch.Tensor:
         return fp4_linear(x, *w, config=cfg)
@@ -88,7 +89,9 @@ def time_row(
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     configs = candidate_configs(m, n, k, num_sms=sms)[: args.max_configs or None]
     results = [
-        {"config": asdict(c), **time_config(c, xs, weights, ref, args.replays)} for c in configs
+        {"kind": type(c).__name__, "config": asdict(c)}
+        | time_config(c, xs, weights, ref, args.replays)
+        for c in configs
     ]
     ok = [r for r in results if "error" not in r]
     row |= {"configs": results, "failed": len(results) - len(ok)}
@@ -97,7 +100,7 @@ def time_row(
         row["default_share_of_ceiling"] = floor_us / results[0]["us"]
     if ok:
         best = min(ok, key=lambda r: r["us"])
-        row |= {"best": best["config"], "best_us": best["us"]}
+        row |= {"best": best["config"], "best_kind": best["kind"], "best_us": best["us"]}
         row["best_share_of_ceiling"] = floor_us / best["us"]
         row["speedup_vs_cublas_bf16"] = cublas_us / best["us"]
     return row
@@ -109,11 +112,10 @@ def describe(row: dict[str, Any]) -> str:
         f" | cuBLAS bf16 {row['cublas_bf16_us']:6.1f} us (floor {row['bf16_floor_us']:.1f})"
     )
     if "best_us" in row:
-        c = row["best"]
+        c = " ".join(f"{key}={value}" for key, value in row["best"].items())
         line += (
             f" | fp4 {row['best_us']:6.1f} us ({100 * row['best_share_of_ceiling']:3.0f}%,"
-            f" x{row['speedup_vs_cublas_bf16']:.2f} vs bf16) n{c['block_n']} k{c['block_k']}"
-            f" m{c['block_m']} split{c['split_k']} w{c['num_warps']} st{c['num_stages']};"
+            f" x{row['speedup_vs_cublas_bf16']:.2f} vs bf16) {row['best_kind']} {c};"
             f" default {row.get('default_us', float('nan')):.1f} us"
         )
     if row.get("failed"):
@@ -127,7 +129,7 @@ def main() -> None:
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names")
     ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated M values")
-    ap.add_argument("--max-configs", type=int, default=8, help="configs per row; 0: all")
+    ap.add_argument("--max-configs", type=int, default=10, help="configs per row; 0: all")
     ap.add_argument("--replays", type=int, default=10, help="timed graph replays per op")
     args = ap.parse_args()
     t0 = time.perf_counter()

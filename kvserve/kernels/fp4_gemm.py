@@ -44,6 +44,10 @@ from kvserve.kernels.skinny_gemm import (
 _SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 _MIN_K_TILES_PER_SPLIT = 2
 MAX_BLOCK_M = 128
+# Rows up to which the default is the CUDA-core GEMV (fp4_gemv.py). 0 until it is measured
+# against the MMA kernel on the H200 (benchmarks/fp4_gemm.py times both at M = 1).
+GEMV_MAX_ROWS = 0
+GEMV_ROWS = 4  # the most rows the GEMV kernel takes
 _SMEM_MAX = 220 * 1024
 
 
@@ -60,6 +64,24 @@ class Fp4GemmConfig:
         blocks = (self.block_n, self.block_k, self.block_m)
         if any(b < 16 or b != next_pow2(b) for b in blocks) or self.block_k < 32:
             raise ValueError(f"blocks must be powers of two >= 16 (block_k >= 32): {self}")
+        if self.split_k < 1:
+            raise ValueError(f"split_k must be >= 1: {self}")
+
+
+@dataclass(frozen=True)
+class Fp4GemvConfig:
+    """The CUDA-core kernel for at most GEMV_ROWS rows (``fp4_gemv.py``)."""
+
+    block_n: int = 128  # rows of W per program
+    groups: int = 4  # scale groups per K step
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 4
+
+    def __post_init__(self) -> None:
+        for b in (self.block_n, self.groups):
+            if b < 1 or b & (b - 1):
+                raise ValueError(f"block_n and groups must be powers of two: {self}")
         if self.split_k < 1:
             raise ValueError(f"split_k must be >= 1: {self}")
 
@@ -216,10 +238,11 @@ def fp4_linear(
     block_scale: torch.Tensor,
     row_scale: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
-    config: Fp4GemmConfig | None = None,
+    config: Fp4GemmConfig | Fp4GemvConfig | None = None,
 ) -> torch.Tensor:
     """``x`` [..., K] @ W.T (+ bias) -> [..., N] in x's dtype; W in the layout of
-    ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference."""
+    ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. An
+    ``Fp4GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``fp4_gemv.py``."""
     group = _check(x, packed, block_scale, row_scale)
     if x.device.type == "cpu" and not _interpreting():
         return fp4_linear_reference(x, packed, block_scale, row_scale, bias)
@@ -233,7 +256,12 @@ def fp4_linear(
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m and n:
         cfg = config or default_config(m, n, k, num_sms=sm_count(x.device))
-        _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
+        if isinstance(cfg, Fp4GemmConfig):
+            _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
+        else:  # an Fp4GemvConfig (imported here: that module imports this one)
+            from kvserve.kernels.fp4_gemv import launch_fp4_gemv
+
+            launch_fp4_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group)
     return out.view(*lead, n)
 
 
@@ -321,9 +349,19 @@ def stages_that_fit(block_n: int, block_k: int, block_m: int, want: int) -> int:
     return next((s for s in range(want, 1, -1) if s * stage <= room), 0)
 
 
-def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig:
-    """64 rows of W by 128 of K per program (256 for up to 16 rows: the weight tile is
-    half-byte data), split K until the programs fill the SMs."""
+def gemv_config(n: int, k: int, *, num_sms: int = 132, block_n: int = 128, groups: int = 4):
+    """The CUDA-core kernel's config: split K until the row tiles fill the SMs."""
+    tiles = -(-n // block_n)
+    splits = split_options(tiles, -(-k // (groups * 16)), num_sms)[0]
+    return Fp4GemvConfig(block_n, groups, splits, 4, 4)
+
+
+def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig | Fp4GemvConfig:
+    """Up to GEMV_MAX_ROWS rows: the CUDA-core kernel. Else 64 rows of W by 128 of K per
+    program (256 for up to 16 rows: the weight tile is half-byte data), split K until the
+    programs fill the SMs."""
+    if m <= GEMV_MAX_ROWS:
+        return gemv_config(n, k, num_sms=num_sms)
     block_m = block_m_for(m)
     block_k = 256 if block_m == 16 else 128
     warps = 8 if block_m >= 128 else 4
@@ -336,7 +374,9 @@ def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConf
 SWEEP_TILES = ((64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8), (32, 256, 4))
 
 
-def candidate_configs(m: int, n: int, k: int, *, num_sms: int = 132) -> list[Fp4GemmConfig]:
+def candidate_configs(
+    m: int, n: int, k: int, *, num_sms: int = 132
+) -> list[Fp4GemmConfig | Fp4GemvConfig]:
     """Configs worth timing for one shape, the default first, then every tile shape with its
     best-filling split before any tile's second choice (so a short list still spans tiles)."""
     block_m = block_m_for(m)
@@ -350,7 +390,12 @@ def candidate_configs(m: int, n: int, k: int, *, num_sms: int = 132) -> list[Fp4
         per_tile.append(
             [Fp4GemmConfig(block_n, block_k, block_m, s, warps, stages) for s in splits]
         )
-    configs = [default_config(m, n, k, num_sms=num_sms)]
+    configs: list[Fp4GemmConfig | Fp4GemvConfig] = [default_config(m, n, k, num_sms=num_sms)]
+    if m <= GEMV_ROWS:
+        for block_n, groups in ((128, 4), (64, 4), (256, 2), (128, 2)):
+            gemv = gemv_config(n, k, num_sms=num_sms, block_n=block_n, groups=groups)
+            if gemv not in configs:
+                configs.append(gemv)
     for rank in range(3):
         for options in per_tile:
             if rank < len(options) and options[rank] not in configs:

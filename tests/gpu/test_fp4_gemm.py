@@ -17,6 +17,7 @@ from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # n
 from kvserve.kernels import skinny_gemm  # noqa: E402
 from kvserve.kernels.fp4_gemm import (  # noqa: E402
     Fp4GemmConfig,
+    Fp4GemvConfig,
     block_m_for,
     candidate_configs,
     default_config,
@@ -87,6 +88,18 @@ def test_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, dtype
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize(("n", "k"), SMALL_SHAPES)
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gemv_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, dtype) -> None:
+    """The CUDA-core kernel for 1-4 rows; K steps of 2 groups leave K tails (96, 160)."""
+    weight = fp4_weight(fmt, n, k)
+    x = activations(m, k, dtype)
+    check(fp4_linear(x, *weight, config=Fp4GemvConfig(64, 2, split_k)), x, weight)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("n", "k"), [*SMALL_SHAPES, *LLAMA_SHAPES])
 @pytest.mark.parametrize("m", [1, 16, 64, 256])
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -139,13 +152,16 @@ def test_candidate_configs_are_valid(m: int, n: int, k: int) -> None:
     assert configs[0] == default_config(m, n, k, num_sms=132)
     assert len(set(configs)) == len(configs) >= 4
     for cfg in configs:
+        if isinstance(cfg, Fp4GemvConfig):
+            assert m <= 4 and -(-n // cfg.block_n) * cfg.split_k <= 4 * 132
+            continue
         assert cfg.block_m == block_m_for(m) and cfg.block_k % 32 == 0
         programs = -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k
         assert cfg.split_k == 1 or programs <= 4 * 132
 
 
 @ON_GPU_ONLY
-@pytest.mark.parametrize("m", [1, 64, 256])
+@pytest.mark.parametrize("m", [1, 3, 64, 256])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_candidate_config_on_a_llama_shape(fmt: str, m: int) -> None:
     weight = fp4_weight(fmt, 4096, 4096)
@@ -161,6 +177,11 @@ def test_replays_in_cuda_graph(fmt: str) -> None:
     weight = fp4_weight(fmt, 4096, 4096)
     x = activations(16, 4096, torch.bfloat16)
     cfg = Fp4GemmConfig(64, 128, 16, 4, 4, 4)
+    check_graph_replay(x, weight, cfg)
+    check_graph_replay(x[:2], weight, Fp4GemvConfig(128, 4, 4))
+
+
+def check_graph_replay(x: torch.Tensor, weight: tuple, cfg) -> None:  # noqa: ANN001
     expected = fp4_linear(x, *weight, config=cfg)  # compiles and allocates the counters
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
