@@ -42,6 +42,33 @@ FLAGS: list[Flag] = [
         choices=tuple(REASONING_PARSERS),
     ),  # fmt: skip
     Flag(("--max-request-bytes",), "larger request bodies get 413", type=int, default=16 << 20),
+    # -- per-request limits (a request over one gets a 400 naming the field)
+    Flag(("--max-n",), "most choices (n) one request may ask for", type=int, default=16),
+    Flag(
+        ("--max-prompts-per-request",),
+        "most prompts in one completions request",
+        type=int,
+        default=64,
+    ),  # fmt: skip
+    Flag(("--max-stop-strings",), "most stop strings in one request", type=int, default=16),
+    Flag(
+        ("--max-prompt-bytes",),
+        "most UTF-8 bytes of prompt text (or message text) in one request",
+        type=int,
+        default=8 << 20,
+    ),  # fmt: skip
+    Flag(
+        ("--default-max-tokens",),
+        "max_tokens when a request leaves it out or null (cut to the room left in the context)",
+        type=int,
+        default=4096,
+    ),  # fmt: skip
+    Flag(
+        ("--engine-stall-timeout",),
+        "seconds without a message from the engine after which /health fails",
+        type=float,
+        default=60.0,
+    ),  # fmt: skip
     Flag(
         ("--shutdown-timeout",),
         "seconds SIGTERM waits for in-flight requests",

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
 
 from kvserve import __version__
 from kvserve.server import chat, completions
+from kvserve.server.admission import Ticket, admit
 from kvserve.server.auth import APIKeyMiddleware
 from kvserve.server.body_limit import BodyLimitMiddleware
 from kvserve.server.context import ServerContext
 from kvserve.server.errors import APIError, error_response, install_handlers
+from kvserve.server.limits import check_prompt_bytes, message_texts
 from kvserve.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -22,7 +24,7 @@ from kvserve.server.protocol import (
 )
 from kvserve.server.streaming import sse_response
 
-HEARTBEAT_STALE_S = 120.0  # a step that long means the engine is stuck, not busy
+T = TypeVar("T")
 
 
 async def until_disconnected(request: Request, work: Awaitable[Any]) -> Any:
@@ -60,20 +62,49 @@ def create_app(
     return app
 
 
+async def _generate(
+    ctx: ServerContext,
+    request: Request,
+    ticket: Ticket,
+    stream: bool,
+    prepare: Callable[[], T],
+    full: Callable[[T], Awaitable[Any]],
+    chunks: Callable[[T], AsyncIterator[dict[str, Any]]],
+) -> Any:
+    """Prepare off the event loop, then answer; the ticket is closed on every path."""
+    try:
+        prepared = await ctx.off_loop(prepare)
+    except BaseException:
+        ticket.close()
+        raise
+    if stream:
+        return sse_response(chunks(prepared), on_close=ticket.close)
+    try:
+        return await until_disconnected(request, full(prepared))
+    finally:
+        ticket.close()
+
+
 def _openai_routes(app: FastAPI, ctx: ServerContext) -> None:
     @app.post("/v1/completions")
     async def create_completion(body: CompletionRequest, request: Request) -> Any:
-        gen, echo = completions.prepare(ctx, body)
-        if body.stream:
-            return sse_response(completions.stream_chunks(ctx, body, gen, echo))
-        return await until_disconnected(request, completions.full_response(ctx, body, gen, echo))
+        ticket = admit(ctx, completions.check_fields(ctx, body))
+        return await _generate(
+            ctx, request, ticket, body.stream,
+            lambda: completions.prepare(ctx, body, ticket),
+            lambda p: completions.full_response(ctx, body, *p),
+            lambda p: completions.stream_chunks(ctx, body, *p),
+        )  # fmt: skip
 
     @app.post("/v1/chat/completions")
     async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Any:
-        call = chat.ChatCall(ctx, body)
-        if body.stream:
-            return sse_response(call.stream_chunks())
-        return await until_disconnected(request, call.full_response())
+        ticket = admit(ctx, chat.check_fields(ctx, body))
+        return await _generate(
+            ctx, request, ticket, body.stream,
+            lambda: chat.ChatCall(ctx, body, ticket),
+            lambda call: call.full_response(),
+            lambda call: call.stream_chunks(),
+        )  # fmt: skip
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
@@ -88,8 +119,10 @@ def _utility_routes(app: FastAPI, ctx: ServerContext) -> None:
     async def health() -> Response:
         if ctx.client.dead is not None:
             return error_response(503, f"the engine is not running: {ctx.client.dead}")
-        if ctx.client.seconds_since_heard() > HEARTBEAT_STALE_S:
-            return error_response(503, "the engine has not answered for a while")
+        silent = ctx.client.seconds_since_heard()
+        if silent > ctx.engine_stall_timeout_s:
+            return error_response(503, f"the engine has sent nothing for {silent:.0f} s "
+                                  "(--engine-stall-timeout): it looks stuck")  # fmt: skip
         if ctx.draining:
             return error_response(503, "the server is shutting down")
         return Response(status_code=200)
@@ -100,6 +133,8 @@ def _utility_routes(app: FastAPI, ctx: ServerContext) -> None:
 
     @app.get("/metrics")
     async def metrics() -> Response:
+        c = ctx.client
+        ctx.metrics.on_admission(c.num_admitted, c.num_reserved, c.num_sent - c.num_engine_handled)
         return Response(ctx.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.post("/tokenize")
@@ -111,11 +146,13 @@ def _utility_routes(app: FastAPI, ctx: ServerContext) -> None:
             req = ChatCompletionRequest(
                 messages=body.messages, add_generation_prompt=body.add_generation_prompt
             )
-            ids = ctx.tokenizer.encode(chat.render_prompt(ctx, req), add_special_tokens=False)
+            check_prompt_bytes(message_texts(body.messages), ctx.limits, "messages")
+            ids = await ctx.off_loop(lambda: ctx.tokenizer.encode(
+                chat.render_prompt(ctx, req), add_special_tokens=False))  # fmt: skip
         else:
-            ids = ctx.tokenizer.encode(
-                body.prompt or "", add_special_tokens=body.add_special_tokens
-            )
+            text = body.prompt or ""
+            check_prompt_bytes([text], ctx.limits, "prompt")
+            ids = await ctx.off_loop(ctx.tokenizer.encode, text, body.add_special_tokens)
         return {"count": len(ids), "max_model_len": ctx.ready.context_length, "tokens": ids}
 
     @app.post("/detokenize")
@@ -126,4 +163,4 @@ def _utility_routes(app: FastAPI, ctx: ServerContext) -> None:
         if bad is not None:
             raise APIError(400, f"token id {bad} is outside the vocabulary (0..{vocab - 1})",
                            "tokens")  # fmt: skip
-        return {"prompt": ctx.tokenizer.decode(body.tokens)}
+        return {"prompt": await ctx.off_loop(ctx.tokenizer.decode, body.tokens)}

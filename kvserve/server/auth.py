@@ -1,5 +1,7 @@
 """``--api-key``: every route but ``/health`` needs ``Authorization: Bearer <key>`` (pure ASGI
-middleware, so streaming responses pass through untouched)."""
+middleware, so streaming responses pass through untouched). ``/health`` stays open for load
+balancers and supervisors; it tells nothing but whether the server can serve. A request with
+more than one ``Authorization`` header is refused (which one a proxy checked is unknowable)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,10 @@ class APIKeyMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             return await self.app(scope, receive, send)
-        got = dict(scope["headers"]).get(b"authorization", b"")
+        values = [v for k, v in scope["headers"] if k.lower() == b"authorization"]
+        if len(values) > 1:
+            return await send_error(send, 400, "more than one Authorization header")
+        got = values[0] if values else b""
         if hmac.compare_digest(got, self.expected):
             return await self.app(scope, receive, send)
         message = "missing API key" if not got else "invalid API key"

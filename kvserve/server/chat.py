@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from kvserve.server.admission import Ticket
 from kvserve.server.chat_output import ChatOutputSplitter
 from kvserve.server.context import ServerContext
 from kvserve.server.errors import APIError
 from kvserve.server.generation import Generation
+from kvserve.server.limits import check_chat
 from kvserve.server.logprobs import chat_logprobs
 from kvserve.server.protocol import ChatCompletionRequest, ChatMessage
 from kvserve.server.sampling import build_params
@@ -22,6 +24,27 @@ def message_dict(m: ChatMessage) -> dict[str, Any]:
     out = m.model_dump(exclude_none=True)
     out["content"] = content or ""
     return out
+
+
+# chat_template_kwargs may not override what the call itself passes or asks for
+_RESERVED_TEMPLATE_KWARGS = {"messages", "tools", "add_generation_prompt", "special_tokens",
+                             "documents", "tokenize", "return_dict", "chat_template",
+                             "continue_final_message"}  # fmt: skip
+
+
+def check_fields(ctx: ServerContext, req: ChatCompletionRequest) -> int:
+    """The checks that need no tokenizer; returns how many engine requests it makes."""
+    ctx.check_model(req.model)
+    if req.tool_choice not in (None, "none", "auto"):
+        raise APIError(400, "only tool_choice 'auto' and 'none' are supported (forcing a "
+                       "call needs guided decoding)", "tool_choice")  # fmt: skip
+    if req.top_logprobs and not req.logprobs:
+        raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+    clash = _RESERVED_TEMPLATE_KWARGS & set(req.chat_template_kwargs or {})
+    if clash:
+        raise APIError(400, f"chat_template_kwargs may not set {sorted(clash)}",
+                       "chat_template_kwargs")  # fmt: skip
+    return check_chat(req, ctx.limits, ctx.ready)
 
 
 def render_prompt(ctx: ServerContext, req: ChatCompletionRequest) -> str:
@@ -42,11 +65,8 @@ def render_prompt(ctx: ServerContext, req: ChatCompletionRequest) -> str:
 class ChatCall:
     """A prepared chat request: its generation and how to split each choice's text."""
 
-    def __init__(self, ctx: ServerContext, req: ChatCompletionRequest) -> None:
-        ctx.check_model(req.model)
-        if req.tool_choice not in (None, "none", "auto"):
-            raise APIError(400, "only tool_choice 'auto' and 'none' are supported (forcing a "
-                           "call needs guided decoding)", "tool_choice")  # fmt: skip
+    def __init__(self, ctx: ServerContext, req: ChatCompletionRequest, ticket: Ticket) -> None:
+        """Template and tokenize (CPU-heavy: runs off the event loop)."""
         self.ctx, self.req = ctx, req
         self.prompt_text = render_prompt(ctx, req)
         ids = ctx.tokenizer.encode(self.prompt_text, add_special_tokens=False)
@@ -57,10 +77,9 @@ class ChatCall:
             req.max_completion_tokens or req.max_tokens,
             top if req.logprobs else None,
         )
-        self.gen = Generation(ctx, [ids], params, "chatcmpl")
+        self.gen = Generation(ctx, [ids], params, "chatcmpl", ticket)
         use_tools = bool(req.tools) and req.tool_choice != "none"
         self.tool_parser = ctx.tool_call_parser if use_tools else None
-        self.gen.check()
 
     def splitter(self) -> ChatOutputSplitter:
         return ChatOutputSplitter(self.ctx.reasoning_parser, self.tool_parser, self.prompt_text)

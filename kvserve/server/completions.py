@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from kvserve.server.admission import Ticket
 from kvserve.server.context import ServerContext
 from kvserve.server.errors import APIError
 from kvserve.server.generation import Generation
+from kvserve.server.limits import check_completion, prompt_list
 from kvserve.server.logprobs import completion_logprobs
 from kvserve.server.protocol import CompletionRequest
 from kvserve.server.sampling import build_params
@@ -15,13 +17,9 @@ from kvserve.server.sampling import build_params
 
 def _prompts(ctx: ServerContext, req: CompletionRequest) -> tuple[list[list[int]], list[str]]:
     """Token ids and text of every prompt in the request."""
-    p = req.prompt
-    if isinstance(p, str):
-        p = [p]
+    p = prompt_list(req)
     if not p:
         raise APIError(400, "the prompt is empty", "prompt")
-    if isinstance(p[0], int):
-        p = [p]
     tok = ctx.tokenizer
     ids, texts = [], []
     for item in p:
@@ -36,18 +34,25 @@ def _prompts(ctx: ServerContext, req: CompletionRequest) -> tuple[list[list[int]
     return ids, texts
 
 
-def prepare(ctx: ServerContext, req: CompletionRequest) -> tuple[Generation, list[str]]:
+def check_fields(ctx: ServerContext, req: CompletionRequest) -> int:
+    """The checks that need no tokenizer; returns how many engine requests it makes."""
     ctx.check_model(req.model)
     if req.suffix:
         raise APIError(400, "suffix is not supported", "suffix")
     if req.echo and req.logprobs is not None:
         raise APIError(400, "echo with logprobs (prompt logprobs) is not supported", "echo")
+    return check_completion(req, ctx.limits, ctx.ready)
+
+
+def prepare(
+    ctx: ServerContext, req: CompletionRequest, ticket: Ticket
+) -> tuple[Generation, list[str]]:
+    """Tokenize and check (CPU-heavy: runs off the event loop)."""
     ids, texts = _prompts(ctx, req)
     params = build_params(req, ctx.ready, req.max_tokens, req.logprobs)
-    gen = Generation(ctx, ids, params, "cmpl")
+    gen = Generation(ctx, ids, params, "cmpl", ticket)
     if req.echo:
         texts = [t or ctx.tokenizer.decode(i) for t, i in zip(texts, ids)]
-    gen.check()
     return gen, texts
 
 

@@ -1,6 +1,7 @@
 """One HTTP request's engine requests: ``n`` children per prompt, their outputs turned into
 text deltas by an ``OutputProcessor``, stop strings sent back to the engine, latency metrics
-observed, and every unfinished child aborted if the caller goes away."""
+observed, and every unfinished child aborted if the caller goes away. Children are sent
+through the request's admission ``Ticket``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.ipc.core_client import EngineDeadError
 from kvserve.engine.ipc.messages import RequestFailed
 from kvserve.engine.output_processor import OutputProcessor, StreamState
+from kvserve.server.admission import Ticket
 from kvserve.server.context import ServerContext
 from kvserve.server.errors import APIError
 from kvserve.server.validation import check_prompt
@@ -40,11 +42,17 @@ class Delta:
 
 class Generation:
     def __init__(
-        self, ctx: ServerContext, prompts: list[list[int]], params: SamplingParams, kind: str
+        self,
+        ctx: ServerContext,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        kind: str,
+        ticket: Ticket,
     ) -> None:
-        for ids in prompts:
-            check_prompt(ids, params, ctx.ready)
-        self.ctx, self.prompts, self.params = ctx, prompts, params
+        self.prompt_params = [_with_default_max_tokens(ctx, ids, params) for ids in prompts]
+        for ids, p in zip(prompts, self.prompt_params):
+            check_prompt(ids, p, ctx.ready)
+        self.ctx, self.prompts, self.params, self.ticket = ctx, prompts, params, ticket
         self.id = f"{kind}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.choices = [
@@ -56,31 +64,28 @@ class Generation:
         self.queue: asyncio.Queue = asyncio.Queue()
         self.num_finished = 0
 
-    def _child_params(self, i: int) -> SamplingParams:
-        p = self.params
-        return p if p.seed is None or i == 0 else replace(p, seed=p.seed + i)
-
-    def check(self) -> None:
-        """Refuse early (429/503) if the engine cannot take these requests now."""
-        self.ctx.check_accepting(len(self.choices))
+    def _child_params(self, prompt_index: int, i: int) -> SamplingParams:
+        p = self.prompt_params[prompt_index]
+        if p.seed is None or i == 0:
+            return p
+        return replace(p, seed=(p.seed + i + 2**63) % 2**64 - 2**63)  # stays an int64
 
     def _start(self) -> None:
         if self.ctx.client.dead is not None:
             raise APIError(503, f"the engine stopped: {self.ctx.client.dead}")
         now = time.monotonic()
         for c in self.choices:
-            params = self._child_params(c.index % self.params.n)
+            params = self._child_params(c.prompt_index, c.index % self.params.n)
             ids = self.prompts[c.prompt_index]
             self.processor.add(c.request_id, ids, params)
             c.state, c.started = self.processor.states[c.request_id], now
-            self.ctx.client.add(c.request_id, ids, params, self.queue)
+            self.ticket.send(c.request_id, ids, params, self.queue)
 
     async def deltas(self) -> AsyncIterator[Delta]:
         """Start the children and yield their text as it comes; abort what is left if the
         consumer stops early (client disconnect, error). Nothing reaches the engine until the
         first item is asked for, so a stream that never starts leaves nothing behind."""
         self._start()
-        self.ctx.num_in_flight += 1
         by_id = {c.request_id: c for c in self.choices}
         try:
             while self.num_finished < len(self.choices):
@@ -93,7 +98,6 @@ class Generation:
                 if delta is not None:
                     yield delta
         finally:
-            self.ctx.num_in_flight -= 1
             unfinished = [c for c in self.choices if c.state is None or not c.state.finished]
             if unfinished:
                 self.ctx.client.abort([c.request_id for c in unfinished])
@@ -142,3 +146,15 @@ class Generation:
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached},
         }
+
+
+def _with_default_max_tokens(
+    ctx: ServerContext, ids: list[int], params: SamplingParams
+) -> SamplingParams:
+    """max_tokens left out: ``--default-max-tokens``, cut to what the context leaves."""
+    if params.max_tokens is not None:
+        return params
+    room = ctx.ready.context_length - len(ids)
+    if room < 1:
+        return params  # check_prompt says the prompt leaves no room
+    return replace(params, max_tokens=min(ctx.limits.default_max_tokens, room))

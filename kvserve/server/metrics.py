@@ -39,6 +39,11 @@ class ServerMetrics:
         self.running = gauge("num_requests_running", "Requests in the running batch")
         self.waiting = gauge("num_requests_waiting", "Requests waiting to be scheduled")
         self.kv_usage = gauge("kv_cache_usage_perc", "Share of KV pages held (1 = full)")
+        # the admission ledger: admitted = running + waiting + preparing once nothing is in
+        # transit (tests check it after every fault)
+        self.admitted = gauge("num_requests_admitted", "Engine requests admitted, not done")
+        self.preparing = gauge("num_requests_preparing", "Admitted, not yet sent to the engine")
+        self.in_transit = gauge("num_messages_in_transit", "Sent to the engine, not yet handled")
         self.cache_queries = counter("prefix_cache_queries", "Prompt tokens looked up")
         self.cache_hits = counter("prefix_cache_hits", "Prompt tokens served from the cache")
         self.prompt_tokens = counter("prompt_tokens", "Prefill tokens processed")
@@ -72,6 +77,11 @@ class ServerMetrics:
     def request_finished(self, reason: str, prompt_tokens: int) -> None:
         self._success.labels(self.model_name, reason).inc()
         self.prompt_tokens.inc(prompt_tokens)
+
+    def on_admission(self, admitted: int, preparing: int, in_transit: int) -> None:
+        self.admitted.set(admitted)
+        self.preparing.set(preparing)
+        self.in_transit.set(in_transit)
 
     def render(self) -> bytes:
         return prom.generate_latest(self.registry)

@@ -1,8 +1,9 @@
 """``kvserve serve``: the API process. It spawns the engine-core process, then serves HTTP.
 
 Exit codes: 0 after SIGTERM/SIGINT (in-flight requests drained for up to
-``--shutdown-timeout``); 1 when the engine process died; 2 for bad flags or a model that
-does not load."""
+``--shutdown-timeout``); 1 when the engine process died (so a supervisor restarts the
+server); 2 for bad flags or a model that does not load. The engine process exits (code 3)
+within about a second of losing the API process, whatever it was doing."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from kvserve.flags import add_flags, engine_settings
 from kvserve.loader import bundled_model_path, load_tokenizer
 from kvserve.server.app import create_app
 from kvserve.server.context import ServerContext
+from kvserve.server.limits import RequestLimits
 from kvserve.server.metrics import ServerMetrics
 
 log = logging.getLogger("kvserve.server")
@@ -63,8 +65,8 @@ class DrainingServer(uvicorn.Server):
 
     async def _drain(self) -> None:
         deadline = time.monotonic() + self.timeout_s
-        log.info("draining %d in-flight requests", self.ctx.num_in_flight)
-        while self.ctx.num_in_flight > 0 and time.monotonic() < deadline:
+        log.info("draining %d in-flight requests", self.ctx.client.num_admitted)
+        while self.ctx.client.num_admitted > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         self.should_exit = True
 
@@ -78,10 +80,19 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = self.force_exit = True
 
 
+def request_limits(a: argparse.Namespace) -> RequestLimits:
+    try:
+        return RequestLimits(a.max_n, a.max_prompts_per_request, a.max_stop_strings,
+                             a.max_prompt_bytes, a.default_max_tokens)  # fmt: skip
+    except ValueError as exc:
+        raise ConfigError(f"request limits: {exc}") from None
+
+
 async def serve(a: argparse.Namespace) -> int:
     if a.tp != 1:
         raise ConfigError(f"--tp {a.tp}: only tensor-parallel size 1 is supported for now")
     config = build_engine_config(a.model, **engine_settings(a))
+    request_limits(a)  # bad limits fail before the engine starts
     client = CoreClient(config, a.log_level)
     tokenizer = load_tokenizer(a.model)
     ready = await client.start()
@@ -91,7 +102,8 @@ async def serve(a: argparse.Namespace) -> int:
     metrics = ServerMetrics(name)
     ctx = ServerContext(client, ready, tokenizer, name, metrics, a.tool_call_parser,
                         a.reasoning_parser, config.scheduler.max_queued_requests,
-                        created=int(time.time()))  # fmt: skip
+                        created=int(time.time()), limits=request_limits(a),
+                        engine_stall_timeout_s=a.engine_stall_timeout)  # fmt: skip
     client.on_batch = metrics.on_batch
     api_key = a.api_key or os.environ.get("KVSERVE_API_KEY") or None
     app = create_app(ctx, api_key, a.max_request_bytes)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from kvserve.server.errors import APIError, error_body
 
@@ -34,9 +35,26 @@ async def _guarded(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes
     yield DONE
 
 
-def sse_response(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    return StreamingResponse(
-        _guarded(chunks),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+class _ClosingStreamingResponse(StreamingResponse):
+    """Runs ``on_close`` however the response ends, even when the client went away before the
+    body started (then the chunk generator never runs, so its own ``finally`` cannot)."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        super().__init__(chunks, media_type="text/event-stream", headers=headers)
+        self._chunks, self._on_close = chunks, on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            try:
+                await self._chunks.aclose()  # type: ignore[attr-defined]
+            finally:
+                self._on_close()
+
+
+def sse_response(
+    chunks: AsyncIterator[dict[str, Any]], on_close: Callable[[], None] = lambda: None
+) -> StreamingResponse:
+    return _ClosingStreamingResponse(_guarded(chunks), on_close)

@@ -44,3 +44,29 @@ def wait_idle(url: str, timeout_s: float = 60, headers: dict[str, str] | None = 
             return m
         assert time.monotonic() < deadline, f"engine still busy: {m}"
         time.sleep(0.2)
+
+
+def assert_invariants(
+    url: str, timeout_s: float = 60, headers: dict[str, str] | None = None
+) -> None:
+    """After a fault: the engine goes idle with every KV page back (the engine checks KV
+    integrity itself as it goes idle, and dies if it fails), and the admission ledger
+    agrees with the engine once no message is in transit: admitted = running + waiting +
+    in preparation, all zero when idle."""
+    m = wait_idle(url, timeout_s, headers)
+    deadline = time.monotonic() + timeout_s
+    while m["kvserve:num_messages_in_transit"] != 0 or m["kvserve:num_requests_admitted"] != 0:
+        assert time.monotonic() < deadline, f"admission ledger not settled: {m}"
+        time.sleep(0.2)
+        m = metrics(url, headers)
+    assert admission_agrees(m) is True
+    assert httpx.get(url + "/health", timeout=10).status_code == 200
+
+
+def admission_agrees(m: dict[str, float]) -> bool | None:
+    """None while messages are in transit; else whether admitted = running + waiting + in
+    preparation (exact at such a moment: the engine's last snapshot saw every message)."""
+    if m["kvserve:num_messages_in_transit"] != 0:
+        return None
+    in_engine = m["kvserve:num_requests_running"] + m["kvserve:num_requests_waiting"]
+    return m["kvserve:num_requests_admitted"] == in_engine + m["kvserve:num_requests_preparing"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import json
 import socket
 import time
 
@@ -9,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.server.conftest import Server, metrics, wait_idle
+from tests.server.conftest import Server, assert_invariants, metrics, wait_idle
 
 
 def _error(resp: httpx.Response, status: int) -> dict:
@@ -88,7 +90,7 @@ def test_disconnect_mid_stream_frees_pages(server: Server) -> None:
         got += chunk
     sock.close()
     m = wait_idle(server.url)
-    assert m["kvserve:request_success_total"] == before["kvserve:request_success_total"] + 1
+    assert m["kvserve:request_success_total"] == before.get("kvserve:request_success_total", 0) + 1
     generated = m["kvserve:generation_tokens_total"] - before["kvserve:generation_tokens_total"]
     assert generated < 2000
 
@@ -102,3 +104,99 @@ def test_disconnect_while_waiting_non_streaming(server: Server) -> None:
         time.sleep(0.1)
     sock.close()
     wait_idle(server.url)
+
+
+_CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+
+
+def _raw(server: Server, path: str, body: dict) -> httpx.Response:
+    """JSON with lone surrogates escaped, as a hostile client sends it."""
+    content = json.dumps(body).encode()
+    return httpx.post(server.url + path, content=content, timeout=120,
+                      headers={"content-type": "application/json"})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "path,body,param",
+    [
+        ("/v1/completions", {"prompt": "a\ud800b"}, "prompt"),
+        ("/v1/completions", {"prompt": ["ok", "\udfff"]}, "prompt.1"),
+        ("/v1/completions", {"prompt": "hi", "stop": ["\ud800"]}, "stop.0"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "\ud800"}]},
+         "messages.0.content"),
+        ("/v1/chat/completions", {**_CHAT, "tools": [{"type": "function", "function": {
+            "name": "f", "parameters": {"\ud800": 1}}}]}, "tools.0.function.parameters"),
+        ("/tokenize", {"prompt": "\ud800"}, "prompt"),
+        ("/tokenize", {"messages": []}, "messages"),
+        ("/v1/completions", {"prompt": "hi", "seed": 2**70}, "seed"),
+        ("/v1/completions", {"prompt": "hi", "top_k": 2**70}, "top_k"),
+        ("/v1/completions", {"prompt": "hi", "min_tokens": 2**70}, "min_tokens"),
+        ("/v1/completions", {"prompt": "hi", "stop_token_ids": [2**70]}, "stop_token_ids.0"),
+        ("/v1/completions", {"prompt": "hi", "stop_token_ids": [10**8]}, "stop_token_ids"),
+        ("/v1/completions", {"prompt": "hi", "n": 10**9}, "n"),
+        ("/v1/completions", {"prompt": "hi", "max_tokens": 2**70}, "max_tokens"),
+        ("/v1/completions", {"prompt": "hi", "temperature": float("inf")}, "temperature"),
+        ("/v1/chat/completions", {**_CHAT, "response_format": {"type": "json_schema"}},
+         "response_format"),
+        ("/v1/chat/completions", {**_CHAT, "logit_bias": {"5": 10}}, "logit_bias"),
+        ("/v1/completions", {"prompt": "hi", "best_of": 3}, "best_of"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:,"}}]}]}, "messages.0.content.0.type"),
+        ("/v1/chat/completions", {**_CHAT, "guided_json": {}}, "guided_json"),
+        ("/v1/chat/completions", {**_CHAT, "chat_template_kwargs": {"tokenize": True}},
+         "chat_template_kwargs"),
+    ],
+)  # fmt: skip
+def test_hostile_fields_get_400_naming_them(
+    server: Server, path: str, body: dict, param: str
+) -> None:
+    err = _error(_raw(server, path, body), 400)
+    assert err["param"] == param, err
+
+
+def test_unsupported_fields_say_so(server: Server) -> None:
+    for extra in ({"response_format": {"type": "json_object"}}, {"logit_bias": {"1": 1}},
+                  {"functions": []}, {"unheard_of": 1}):  # fmt: skip
+        err = _error(_raw(server, "/v1/chat/completions", {**_CHAT, **extra}), 400)
+        assert (
+            "not implemented" in err["message"]
+            or "not supported" in err["message"]
+            or ("does not implement" in err["message"])
+        ), err
+    ok = _raw(server, "/v1/chat/completions", {**_CHAT, "response_format": {"type": "text"}})
+    assert ok.status_code == 200  # the one response_format that asks for nothing
+
+
+def test_nul_is_accepted_and_no_counter_leaks(server: Server) -> None:
+    assert _raw(server, "/v1/completions", {"prompt": "a\x00b", "max_tokens": 1}).status_code == 200
+    assert _raw(server, "/tokenize", {"prompt": "a\x00b"}).json()["count"] > 0
+    assert_invariants(server.url)  # the 400s above moved no counter
+
+
+def test_other_methods_get_405_with_allow(server: Server) -> None:
+    head = httpx.head(server.url + "/health")
+    assert head.status_code == 405 and head.headers["allow"] == "GET"
+    put = httpx.put(server.url + "/v1/completions", json={})
+    assert _error(put, 405) and put.headers["allow"] == "POST"
+
+
+def test_prompt_bytes_limit(server: Server) -> None:
+    body = {"prompt": "x" * (8 << 20 | 1), "max_tokens": 1}
+    err = _error(httpx.post(server.url + "/v1/completions", json=body, timeout=120), 400)
+    assert err["param"] == "prompt" and "--max-prompt-bytes" in err["message"]
+
+
+def test_health_answers_while_a_big_prompt_is_prepared(server: Server) -> None:
+    """Tokenizing 400 KB takes about half a second on one core; /health keeps answering
+    meanwhile because preparation runs off the event loop (before, it waited for the
+    tokenizer). benchmarks/hardening_soak.py measures the latency with a maximal prompt."""
+    body = {"prompt": "word " * 80_000, "max_tokens": 1}
+    with cf.ThreadPoolExecutor(1) as pool:
+        big = pool.submit(httpx.post, server.url + "/v1/completions", json=body, timeout=300)
+        answered = 0
+        while not big.done():
+            if httpx.get(server.url + "/health", timeout=30).status_code == 200:
+                answered += 1
+        err = _error(big.result(), 400)  # far longer than the context
+    assert err["param"] == "prompt"
+    assert answered >= 3, answered

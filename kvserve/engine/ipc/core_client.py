@@ -1,15 +1,20 @@
 """The API process's side of the engine core: spawns ``kvserve.engine.ipc.core_process``, sends it
-typed messages and routes its output batches to one asyncio queue per request."""
+typed messages and routes its output batches to one asyncio queue per request.
+
+It also keeps the admission ledger: every engine request is counted once, first as reserved
+(admitted, being prepared), then as live (sent, not yet finished, failed, aborted or stopped
+as far as this process knows). ``admission_check`` compares the ledger with the engine's own
+counts whenever no message is in flight: admitted = running + waiting + in preparation."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 
@@ -33,6 +38,7 @@ from kvserve.engine.ipc.messages import (
     decode_output,
     encode,
 )
+from kvserve.engine.ipc.socket_dir import make_socket_dir
 from kvserve.errors import ModelLoadError
 
 log = logging.getLogger("kvserve.engine.ipc.core_client")
@@ -52,6 +58,10 @@ class CoreClient:
         self.queues: dict[str, asyncio.Queue[QueueItem]] = {}
         self.num_sent_adds = 0
         self.num_engine_adds = 0
+        self.num_sent = 0  # messages of any kind sent (the engine reports how many it handled)
+        self.num_engine_handled = 0
+        self.num_reserved = 0  # admitted engine requests not yet sent (being prepared)
+        self.live: set[str] = set()  # sent and, as far as this process knows, in the engine
         self.dead: str | None = None  # why the engine is gone, once it is
         self.last_message = time.monotonic()
         self.on_batch: Callable[[OutputBatch], None] | None = None
@@ -61,7 +71,7 @@ class CoreClient:
 
     # -- life cycle -------------------------------------------------------------------------
     async def start(self) -> Ready:
-        self._dir = tempfile.mkdtemp(prefix="kvserve-")
+        self._dir = make_socket_dir()
         in_addr, out_addr = f"ipc://{self._dir}/in", f"ipc://{self._dir}/out"
         self.ctx = zmq.asyncio.Context()
         self.to_engine = self.ctx.socket(zmq.PUSH)
@@ -73,7 +83,7 @@ class CoreClient:
         self.from_engine.bind(out_addr)
         cmd = [sys.executable, "-m", "kvserve.engine.ipc.core_process", "--input", in_addr,
                "--output", out_addr, "--config", msgspec.json.encode(self.config).decode(),
-               "--log-level", self.log_level]  # fmt: skip
+               "--parent-pid", str(os.getpid()), "--log-level", self.log_level]  # fmt: skip
         self.proc = subprocess.Popen(cmd)
         self.ready = await self._wait_ready()
         self._tasks = [asyncio.create_task(self._receive()), asyncio.create_task(self._watch())]
@@ -114,32 +124,69 @@ class CoreClient:
         self.ctx.term()
         shutil.rmtree(self._dir, ignore_errors=True)
 
-    # -- requests ---------------------------------------------------------------------------
+    # -- admission and requests -------------------------------------------------------------
+    @property
+    def num_admitted(self) -> int:
+        return self.num_reserved + len(self.live)
+
     @property
     def num_waiting(self) -> int:
         """Requests waiting in the engine plus those sent but not yet seen by it."""
         return self.stats.num_waiting + self.num_sent_adds - self.num_engine_adds
 
+    def num_queued_if_admitted(self, num_requests: int, max_running: int) -> int:
+        """How many admitted requests would wait if ``num_requests`` more were admitted: all
+        beyond the running ones while the engine has a queue, else all beyond its batch size."""
+        running = self.stats.num_running if self.stats.num_waiting > 0 else max_running
+        return self.num_admitted + num_requests - running
+
+    def reserve(self, num_requests: int) -> None:
+        self.num_reserved += num_requests
+
+    def unreserve(self, num_requests: int) -> None:
+        self.num_reserved -= num_requests
+        assert self.num_reserved >= 0, "admission released more than it reserved"
+
     def add(
         self, request_id: str, prompt: list[int], params: SamplingParams, queue: asyncio.Queue
     ) -> None:
-        """Send a request; its outputs (or its failure) arrive on ``queue``, which several
-        requests may share."""
+        """Send a request, using one reservation; its outputs (or its failure) arrive on
+        ``queue``, which several requests may share."""
         if self.dead is not None:
             raise EngineDeadError(self.dead)
+        self.unreserve(1)
+        self.live.add(request_id)
         self.queues[request_id] = queue
         self.num_sent_adds += 1
-        self.to_engine.send(encode(AddRequest(request_id, prompt, params)))
+        self._send(AddRequest(request_id, prompt, params))
 
     def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:
             self.queues.pop(rid, None)
+            self.live.discard(rid)
         if self.dead is None and request_ids:
-            self.to_engine.send(encode(AbortRequests(request_ids)))
+            self._send(AbortRequests(request_ids))
 
     def stop(self, request_id: str, stop: str) -> None:
+        self.live.discard(request_id)
         if self.dead is None:
-            self.to_engine.send(encode(StopRequest(request_id, stop)))
+            self._send(StopRequest(request_id, stop))
+
+    def _send(self, msg: AddRequest | AbortRequests | StopRequest) -> None:
+        self.num_sent += 1
+        self.to_engine.send(encode(msg))
+
+    def admission_check(self) -> tuple[bool, str]:
+        """(settled, problem): settled once the engine has handled every message sent; the
+        problem is "" when admitted = running + waiting + in preparation then holds."""
+        if self.num_engine_handled != self.num_sent:
+            return False, ""
+        s = self.stats
+        in_engine = s.num_running + s.num_waiting
+        if self.num_admitted == in_engine + self.num_reserved:
+            return True, ""
+        return True, (f"admitted {self.num_admitted} != running {s.num_running} + waiting "
+                      f"{s.num_waiting} + in preparation {self.num_reserved}")  # fmt: skip
 
     # -- background tasks -------------------------------------------------------------------
     async def _receive(self) -> None:
@@ -152,13 +199,17 @@ class CoreClient:
             if not isinstance(msg, OutputBatch):
                 continue
             self.stats, self.num_engine_adds = msg.stats, msg.num_added
+            self.num_engine_handled = msg.num_handled
             for out in msg.outputs:
+                if out.finish_reason is not None:
+                    self.live.discard(out.request_id)
                 queue = self.queues.get(out.request_id)
                 if queue is not None:
                     queue.put_nowait(out)
                     if out.finish_reason is not None:
                         del self.queues[out.request_id]
             for failed in msg.failed:
+                self.live.discard(failed.request_id)
                 queue = self.queues.pop(failed.request_id, None)
                 if queue is not None:
                     queue.put_nowait(failed)
@@ -179,6 +230,7 @@ class CoreClient:
         for queue in self.queues.values():
             queue.put_nowait(EngineDeadError(why))
         self.queues.clear()
+        self.live.clear()
         if self.on_dead is not None:
             self.on_dead(why)
 

@@ -2,7 +2,8 @@
 
 It loads the model, sends ``Ready`` and loops: take every queued message (blocking only while
 idle), ``step()``, send the step's outputs with a stats snapshot. It only ever sends on a PUSH
-socket, so it never waits on the API process; it exits when told to, or when its parent dies.
+socket, so it never waits on the API process; it exits when told to, or when its parent dies
+(``parent_watch``: checked on every iteration, busy or idle), removing the socket folder then.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
+from pathlib import Path
 
 import msgspec
 import zmq
@@ -30,6 +33,8 @@ from kvserve.engine.ipc.messages import (
     decode_input,
     encode,
 )
+from kvserve.engine.ipc.parent_watch import ParentGone, die_with_parent, parent_alive
+from kvserve.engine.ipc.socket_dir import is_socket_dir
 from kvserve.errors import KVServeError
 
 log = logging.getLogger("kvserve.engine.ipc.core_process")
@@ -37,13 +42,16 @@ HEARTBEAT_S = 0.5
 
 
 class CoreLoop:
-    def __init__(self, engine: EngineCore, inbox: zmq.Socket, outbox: zmq.Socket) -> None:
+    def __init__(
+        self, engine: EngineCore, inbox: zmq.Socket, outbox: zmq.Socket, parent_pid: int
+    ) -> None:
         self.engine, self.inbox, self.outbox = engine, inbox, outbox
         self.num_added = 0
+        self.num_handled = 0  # messages of any kind handled (monotonic)
         self.unscheduled: dict[str, Request] = {}  # added, first output not yet sent
         self.failed: list[RequestFailed] = []
         self.running = True
-        self.parent = os.getppid()
+        self.parent = parent_pid
 
     def ready_message(self) -> Ready:
         e = self.engine
@@ -70,10 +78,10 @@ class CoreLoop:
         poller = zmq.Poller()
         poller.register(self.inbox, zmq.POLLIN)
         while self.running:
+            if not parent_alive(self.parent):
+                raise ParentGone()  # nobody to serve: drop the backlog
             busy = self.engine.has_unfinished()
             if not busy and not poller.poll(HEARTBEAT_S * 1000):
-                if os.getppid() != self.parent:
-                    return  # the API process is gone: nobody to serve
                 self.send([])  # heartbeat
                 continue
             handled = self.drain()
@@ -90,6 +98,7 @@ class CoreLoop:
             except zmq.Again:
                 return handled
             handled += 1
+            self.num_handled += 1
             self.handle(decode_input(data))
         return handled
 
@@ -119,7 +128,8 @@ class CoreLoop:
             req = self.unscheduled.pop(out.request_id, None)
             if req is not None and req.first_scheduled_time is not None:
                 queue_times[out.request_id] = req.first_scheduled_time - req.arrival_time
-        batch = OutputBatch(outputs, self.engine.stats(), self.num_added, queue_times, self.failed)
+        batch = OutputBatch(outputs, self.engine.stats(), self.num_added, queue_times,
+                            self.failed, self.num_handled)  # fmt: skip
         self.failed = []
         self.outbox.send(encode(batch), copy=False)
 
@@ -129,22 +139,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input", required=True, help="ZeroMQ address to PULL requests from")
     p.add_argument("--output", required=True, help="ZeroMQ address to PUSH outputs to")
     p.add_argument("--config", required=True, help="EngineConfig as JSON")
+    p.add_argument("--parent-pid", type=int, default=None, help="exit when this process exits")
     p.add_argument("--log-level", default="info")
     a = p.parse_args(argv)
     logging.basicConfig(level=a.log_level.upper(), format="%(levelname)s engine: %(message)s")
+    parent = a.parent_pid if a.parent_pid is not None else os.getppid()
     ctx = zmq.Context()
     outbox = ctx.socket(zmq.PUSH)
     outbox.setsockopt(zmq.SNDHWM, 0)  # never block the loop on a slow reader
     outbox.setsockopt(zmq.LINGER, 1000)
-    outbox.connect(a.output)
     inbox = ctx.socket(zmq.PULL)
     inbox.setsockopt(zmq.RCVHWM, 0)
-    inbox.connect(a.input)
     try:
+        die_with_parent(parent)
+        outbox.connect(a.output)
+        inbox.connect(a.input)
         config = msgspec.json.decode(a.config, type=EngineConfig)
-        loop = CoreLoop(EngineCore(config), inbox, outbox)
+        loop = CoreLoop(EngineCore(config), inbox, outbox, parent)
         outbox.send(encode(loop.ready_message()))
         loop.run()
+    except ParentGone:
+        log.warning("the API process is gone; exiting")
+        _remove_socket_dir(a.input)
+        os._exit(3)  # at once: no one is left to report to, and teardown can take seconds
     except KVServeError as exc:
         outbox.send(encode(Fatal(str(exc))))
         log.error("%s", exc)
@@ -157,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         outbox.close()
         ctx.term()
     return 0
+
+
+def _remove_socket_dir(address: str) -> None:
+    """The API process cannot remove the socket folder once it is dead: do it here."""
+    folder = Path(address.removeprefix("ipc://")).parent
+    if address.startswith("ipc://") and is_socket_dir(folder):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,8 @@ class OutputBatch(msgspec.Struct, tag="outputs"):
     num_added: int  # AddRequest messages processed so far (monotonic): the rest are in transit
     queue_times: dict[str, float]  # request id -> seconds from arrival to first scheduling
     failed: list[RequestFailed]
+    num_handled: int = 0  # messages of any kind processed so far (monotonic): the stats
+    # snapshot reflects every message the API process sent when this equals its send count
 
 
 class Fatal(msgspec.Struct, tag="fatal"):
