@@ -5,8 +5,9 @@ Each process imports kvserve from its tree (PYTHONPATH) and runs ``code_ab_worke
 tree, which uses only what both layouts have. Llama-3-8B shape, bf16 dummy weights, the
 roofline's engine settings and decode method. The offline part is reduced (200 x 1024 in /
 1024 out by default, one wave of requests) to fit a device budget; the roofline's offline figure
-is 1000 x 1024/1024. Rounds alternate the order (base, head), (head, base), ... Writes
-code_ab_<tag>_<date>.json after every round: both sides per round and head / base ratios.
+is 1000 x 1024/1024. Rounds alternate the order (base, head), (head, base), ... (``--head-first``
+starts with the head). Writes code_ab_<tag>_<date>.json after every round: both sides per round
+and head / base ratios.
 
     git archive f3c4956 | tar -x -C abbase      # an export of the old commit, made beforehand
     python -m benchmarks.code_ab --base-tree abbase --base-label f3c4956 --out-dir $OUT
@@ -90,6 +91,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--head-tree", default=str(HEAD_TREE), help="default: this tree")
     ap.add_argument("--model", default=LLAMA_8B)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--head-first", action="store_true", help="rounds start with the head tree")
+    ap.add_argument("--batches", default="1,64,256", help="decode batch sizes")
     ap.add_argument("--offline", default="200,1024,1024", help="requests,input_len,output_len")
     ap.add_argument("--side-timeout", type=float, default=240, help="seconds per process")
     ap.add_argument("--quick", action="store_true", help="a tiny model on the CPU (a check)")
@@ -108,7 +111,7 @@ def main() -> None:
             raise SystemExit(f"--{name}-tree {tree}: no kvserve package there")
     tmp = tempfile.TemporaryDirectory(prefix="code_ab_model_")
     model = str(Path(args.model).resolve())
-    worker_args = ["--offline", args.offline]
+    worker_args = ["--offline", args.offline, "--batches", args.batches]
     if args.quick:
         model = tmp.name
         (Path(model) / "config.json").write_text(json.dumps(TINY_LLAMA))
@@ -126,7 +129,7 @@ def main() -> None:
         "rounds": [],
     }
     for r in range(args.rounds):
-        order = ("base", "head") if r % 2 == 0 else ("head", "base")
+        order = ("base", "head") if (r + args.head_first) % 2 == 0 else ("head", "base")
         sides = {name: run_side(trees[name], worker_args, args.side_timeout) for name in order}
         row = {"round": r, "order": list(order), **sides,
                "ratio_head_over_base": ratios(sides["base"], sides["head"])}  # fmt: skip
