@@ -15,7 +15,7 @@ from tests.router.test_router_http import sse_events
 from tests.server.conftest import wait_idle
 
 pytestmark = pytest.mark.timeout(1800)  # two model servers start at once on 2 shared cores
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
+PROMPTS = ["The capital of France is", "def fibonacci(n):"]
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +28,12 @@ def workers() -> Iterator[list[ServerProcess]]:
     finally:
         for s in started:
             s.stop()
+
+
+@pytest.fixture(scope="module")
+def direct(workers: list[ServerProcess]) -> dict[str, dict]:
+    """Each prompt's greedy output straight from a worker, computed once."""
+    return {prompt: greedy(workers[0].url, prompt) for prompt in PROMPTS}
 
 
 def greedy(url: str, prompt: str, stream: bool = False) -> dict:
@@ -46,20 +52,19 @@ def greedy(url: str, prompt: str, stream: bool = False) -> dict:
 
 @pytest.mark.parametrize("policy", ["round_robin", "least_outstanding", "cache_aware", "random"])
 def test_each_policy_routes_and_streams_greedy_outputs_equal_direct(
-    workers: list[ServerProcess], router, policy: str
+    workers: list[ServerProcess], direct: dict[str, dict], router, policy: str
 ) -> None:
     r = router("--worker-urls", *(w.url for w in workers), "--policy", policy)
     for prompt in PROMPTS:
-        direct = greedy(workers[0].url, prompt)
-        assert greedy(r.url, prompt) == direct
-        assert greedy(r.url, prompt, stream=True) == direct
+        assert greedy(r.url, prompt) == direct[prompt]
+        assert greedy(r.url, prompt, stream=True) == direct[prompt]
     body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}
     chat = httpx.post(r.url + "/v1/chat/completions", timeout=120, json=body)
     assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"]
     served = [w["requests"] for w in httpx.get(r.url + "/workers").json()["workers"]]
     assert sum(served) == 2 * len(PROMPTS) + 1
     if policy == "round_robin":
-        assert sorted(served) == [3, 4]
+        assert served == [3, 2]
 
 
 def test_passthrough_endpoints_and_an_abort_reaching_the_worker(workers, router) -> None:
