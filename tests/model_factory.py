@@ -184,7 +184,8 @@ def make_tiny_gguf(
     writer = gguf.GGUFWriter(str(path), gguf_arch)
     _write_gguf_metadata(writer, config)
     kind = gguf.GGMLQuantizationType[tensor_type]
-    for name, weight in sorted(load_file(str(hf_dir / "model.safetensors")).items()):
+    tensors = _stack_experts(load_file(str(hf_dir / "model.safetensors")))
+    for name, weight in sorted(tensors.items()):
         if arch == "LlamaForCausalLM" and name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = config["num_attention_heads" if "q_proj" in name else "num_key_value_heads"]
             weight = llama_cpp_permute(weight, heads)
@@ -201,6 +202,23 @@ def make_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path, hf_dir
+
+
+def _stack_experts(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """llama.cpp's layout: ``mlp.experts.<e>.<proj>.weight`` stacked into one
+    ``mlp.experts.<proj>.weight`` [E, ...] per layer (renamed ``ffn_<proj>_exps`` later)."""
+    out: dict[str, torch.Tensor] = {}
+    stacks: dict[str, dict[int, torch.Tensor]] = {}
+    for name, weight in tensors.items():
+        prefix, sep, rest = name.partition(".experts.")
+        if not sep:
+            out[name] = weight
+            continue
+        expert, _, proj = rest.partition(".")
+        stacks.setdefault(f"{prefix}.experts.{proj}", {})[int(expert)] = weight
+    for name, by_expert in stacks.items():
+        out[name] = torch.stack([by_expert[e] for e in sorted(by_expert)])
+    return out
 
 
 _GGUF_ARCHS = {
@@ -225,6 +243,12 @@ def _write_gguf_metadata(writer: Any, config: dict[str, Any]) -> None:
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
+    experts = config.get("num_experts") or config.get("num_local_experts")
+    if experts:
+        writer.add_expert_count(experts)
+        writer.add_expert_used_count(config["num_experts_per_tok"])
+        writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
+        writer.add_expert_weights_norm(config["norm_topk_prob"])
     scaling = config["rope_parameters"]
     if scaling.get("rope_type") in ("linear", "yarn"):
         writer.add_rope_scaling_type(gguf.RopeScalingType(scaling["rope_type"]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvserve.config import ModelConfig
+from kvserve.config import ModelConfig, MoEConfig
 from kvserve.errors import ConfigError, ModelLoadError
 from kvserve.loader.architectures import GGUF_ARCHITECTURES
 from kvserve.loader.gguf_reader import gguf_field
@@ -53,12 +53,25 @@ def read_gguf_config(reader: Any, path: str) -> ModelConfig:
             max_position_embeddings=int(meta("context_length", 4096)),
             tie_word_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
             attention_bias=arch == "qwen2",
-            qk_norm=arch == "qwen3",
+            qk_norm=arch in ("qwen3", "qwen3moe"),
+            moe=_moe(arch, meta) if arch == "qwen3moe" else None,
             bos_token_id=gguf_field(reader, "tokenizer.ggml.bos_token_id"),
             eos_token_ids=gguf_eos_token_ids(reader),
         )
     except ConfigError as exc:
         raise ModelLoadError(f"{path}: {exc}") from exc
+
+
+def _moe(arch: str, meta: Any) -> MoEConfig:
+    """llama.cpp's qwen3moe keys: every block is sparse; top-k weights renormalised unless
+    ``expert_weights_norm`` says otherwise (Qwen3-MoE releases set norm_topk_prob)."""
+    return MoEConfig(
+        num_experts=int(meta("expert_count")),
+        top_k=int(meta("expert_used_count")),
+        expert_intermediate_size=int(meta("expert_feed_forward_length")),
+        scoring="softmax",
+        norm_topk_prob=bool(meta("expert_weights_norm", True)),
+    )
 
 
 def _vocab_size(reader: Any, arch: str) -> int:

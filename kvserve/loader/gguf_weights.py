@@ -31,7 +31,18 @@ def iter_gguf_weights(
             array = unpermute_rope_rows(array, config.num_heads)
         elif unpermute and name.endswith("self_attn.k_proj.weight"):
             array = unpermute_rope_rows(array, config.num_kv_heads)
+        if ".mlp.experts." in name:
+            yield from _per_expert(name, array)
+            continue
         yield name, torch.from_numpy(np.require(array, requirements=("C", "W")))
+
+
+def _per_expert(name: str, stacked: np.ndarray) -> Iterator[tuple[str, torch.Tensor]]:
+    """llama.cpp stacks experts (``ffn_gate_exps`` [E, I, H]); HF names them one by one."""
+    prefix, _, proj = name.partition(".experts.")
+    for expert, array in enumerate(stacked):
+        tensor = torch.from_numpy(np.require(array, requirements=("C", "W")))
+        yield f"{prefix}.experts.{expert}.{proj}", tensor
 
 
 def unpermute_rope_rows(weight: np.ndarray, n_head: int) -> np.ndarray:

@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 import torch
 from gguf.quants import dequantize, quantize
-from model_factory import bundled_gguf_path, llama_cpp_permute, load_reference_model, make_tiny_gguf
+from model_factory import (
+    MOE_TINY,
+    bundled_gguf_path,
+    llama_cpp_permute,
+    load_reference_model,
+    make_tiny_gguf,
+)
 from safetensors.torch import load_file
 
 from kvserve.loader import open_model_source
@@ -85,6 +91,23 @@ def test_tiny_gguf_weights_equal_quantized_hf_weights(
         array = weight.numpy()
         expected = array if array.ndim == 1 else dequantize(quantize(array, kind), kind)
         assert np.array_equal(ours[name].numpy(), expected), name
+
+
+def test_qwen3_moe_gguf_stacked_experts_load_per_expert(tmp_path: Path) -> None:
+    """llama.cpp stores each layer's experts stacked (ffn_gate_exps [E, I, H], ...); they load
+    under the HF per-expert names with the values of the HF checkpoint."""
+    overrides = {**MOE_TINY["Qwen3MoeForCausalLM"], "decoder_sparse_step": 1}
+    path, hf_dir = make_tiny_gguf("Qwen3MoeForCausalLM", tmp_path, "F32", **overrides)
+    src = open_model_source(str(path))
+    moe = src.config.moe
+    assert src.config.architecture == "Qwen3MoeForCausalLM" and src.config.qk_norm
+    assert moe is not None and (moe.num_experts, moe.top_k, moe.norm_topk_prob) == (8, 2, True)
+    assert moe.expert_intermediate_size == 32 and moe.dense_layers == ()
+    reference = load_file(str(hf_dir / "model.safetensors"))
+    ours = dict(src.weights())
+    assert set(ours) == set(reference)
+    for name, weight in reference.items():
+        assert torch.equal(ours[name], weight), name
 
 
 @pytest.mark.parametrize("tensor_type", ["Q4_K", "Q5_K", "Q6_K"])
