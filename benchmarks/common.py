@@ -78,7 +78,7 @@ def _cpu_name() -> str:
 def stamp(name: str) -> dict[str, Any]:
     return {
         "benchmark": name,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "commit": git_commit(),
         "machine": machine(),
     }

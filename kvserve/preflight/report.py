@@ -74,7 +74,7 @@ def to_json(rows: list[CheckResult], facts: NodeFacts, opts: PreflightOptions) -
 
     doc = {
         "kvserve_version": __version__,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
         "verdict": verdict(rows),
         "counts": counts(rows),

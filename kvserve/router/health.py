@@ -47,7 +47,7 @@ class HealthChecker:
                                         timeout=self.timeout) as resp:  # fmt: skip
                 await resp.read()
                 return resp.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             return False
 
     async def check(self, worker: Worker) -> None:

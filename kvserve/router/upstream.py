@@ -144,7 +144,7 @@ class Pool:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(host, port, limit=1 << 20), self.connect_timeout_s
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise UpstreamError("connect", type(exc).__name__) from None
         return Connection(reader, writer)
 

@@ -1,5 +1,6 @@
-"""Logits of tiny random Llama/Qwen2/Qwen3 (and Qwen3-MoE, GLM-4.5-MoE) models through kvserve's engine path (scheduler plan
--> model inputs -> paged attention) against Hugging Face transformers, float32."""
+"""Logits of tiny random Llama/Qwen2/Qwen3 (and Qwen3-MoE, GLM-4.5-MoE) models through
+kvserve's engine path (scheduler plan -> model inputs -> paged attention) against Hugging Face
+transformers, float32."""
 
 from __future__ import annotations
 
