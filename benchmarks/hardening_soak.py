@@ -70,16 +70,19 @@ def fuzz_bodies(schema: dict, cases: int, rng_seed: int) -> list[tuple[str, str,
     strategies, out = SchemaStrategies(schema), []
     with_body = [e for e in endpoints(schema) if e.body_schema]
     for ep in with_body:
-
-        @seed(rng_seed)
-        @settings(max_examples=cases // len(with_body), database=None, deadline=None,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
-        @given(body=strategies.body(ep.body_schema))
-        def collect(body: Any, ep=ep) -> None:
-            out.append((ep.method, ep.path, body))
-
-        collect()
+        _collect(strategies, ep, cases // len(with_body), rng_seed, out)
     return out
+
+
+def _collect(strategies: SchemaStrategies, ep: Any, n: int, rng_seed: int, out: list) -> None:
+    @seed(rng_seed)
+    @settings(max_examples=n, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(body=strategies.body(ep.body_schema))
+    def collect(body: Any) -> None:
+        out.append((ep.method, ep.path, body))
+
+    collect()
 
 
 async def _send_one(http: httpx.AsyncClient, method: str, path: str, body: Any) -> str:
@@ -121,10 +124,14 @@ async def run_fuzz(url: str, bodies: list, concurrency: int) -> dict[str, Any]:
 
 
 # -- overload and soak ----------------------------------------------------------------------
+MAX_TOKENS = [48]  # --max-tokens: the longest generation a load request asks for
+
+
 async def _generate(http: httpx.AsyncClient, rng: random.Random, cancel_p: float) -> str:
     """One request; 'ok', a clean error status, 'cancelled', or a failure kind."""
     chat = rng.random() < 0.5
-    body: dict[str, Any] = {"max_tokens": rng.randint(1, 48), "stream": rng.random() < 0.6,
+    body: dict[str, Any] = {"max_tokens": rng.randint(1, MAX_TOKENS[0]),
+                            "stream": rng.random() < 0.6,
                             "temperature": rng.choice([0, 0.8])}  # fmt: skip
     if chat:
         body["messages"] = [{"role": "user", "content": f"Tell me about topic {rng.random()}"}]
@@ -199,9 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--soak-concurrency", type=int, default=12)
     p.add_argument("--cancel-probability", type=float, default=0.3)
     p.add_argument("--big-prompt-bytes", type=int, default=8 << 20)
+    p.add_argument("--max-tokens", type=int, default=48, help="longest load request")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=None)
     a = p.parse_args(argv)
+    MAX_TOKENS[0] = a.max_tokens
     server = start_server("--max-running-requests", str(RUNNING),
                           "--max-queued-requests", str(QUEUED))  # fmt: skip
     url, result = server.url, {"parameters": vars(a)}

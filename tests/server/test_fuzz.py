@@ -11,7 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.server.conftest import Server, assert_invariants
-from tests.server.schema_fuzz import SchemaStrategies, check_response, encode, endpoints
+from tests.server.schema_fuzz import (
+    Endpoint,
+    SchemaStrategies,
+    check_response,
+    encode,
+    endpoints,
+)
 
 # examples per endpoint with a body; the whole module takes about two minutes on 2 cores
 BUDGET = {"/v1/completions": 220, "/v1/chat/completions": 220, "/tokenize": 80,
@@ -51,6 +57,18 @@ def test_every_endpoint_is_listed(schema: dict) -> None:
     assert set(BUDGET) == {e.path for e in endpoints(schema) if e.body_schema}
 
 
+def _fuzz_one(http: httpx.Client, strategies: SchemaStrategies, ep: Endpoint) -> None:
+    assert ep.body_schema is not None
+
+    @settings(max_examples=BUDGET[ep.path], derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(body=strategies.body(ep.body_schema) | st.none())
+    def fuzz(body: object) -> None:
+        _send(http, ep.method, ep.path, body)
+
+    fuzz()
+
+
 def test_fuzz_endpoints(server: Server, schema: dict, greedy_before: str) -> None:
     strategies = SchemaStrategies(schema)
     with httpx.Client(base_url=server.url, timeout=120) as http:
@@ -58,15 +76,8 @@ def test_fuzz_endpoints(server: Server, schema: dict, greedy_before: str) -> Non
             if ep.body_schema is None:
                 for method in (ep.method, "HEAD", "DELETE"):
                     _send(http, method, ep.path, None)
-                continue
-
-            @settings(max_examples=BUDGET[ep.path], derandomize=True, database=None,
-                      deadline=None, suppress_health_check=list(HealthCheck))  # fmt: skip
-            @given(body=strategies.body(ep.body_schema) | st.none())
-            def fuzz(body: object, ep=ep) -> None:
-                _send(http, ep.method, ep.path, body)
-
-            fuzz()
+            else:
+                _fuzz_one(http, strategies, ep)
     assert_invariants(server.url)
     after = httpx.post(server.url + "/v1/completions", json=GREEDY, timeout=120)
     assert after.json()["choices"][0]["text"] == greedy_before
