@@ -22,7 +22,7 @@ from kvserve.kernels.fp8_gemm import (
     fp8_gemm_reference,
     scaled_mm,
 )
-from kvserve.kernels.fp8_quant import FP8, quantize_fp8
+from kvserve.kernels.fp8_quant import FP8, dequantize_fp8_activation, quantize_fp8
 from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
 from kvserve.quant.fp8_weights import quantize_weight, requantize_to_max
 from kvserve.quant.method import copy_checked, shard_rows, unknown_param
@@ -157,11 +157,23 @@ class Fp8LinearMethod:
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)
         xq, xs = quantize_fp8(x, spec.act_group, static)
-        if x.device.type != "cuda" or not _tensor_core_shapes(layer):
+        if x.device.type == "cpu":
+            return (dequantize_fp8_activation(xq, xs) @ _dequantized(layer, spec).T).to(x.dtype)
+        if not _tensor_core_shapes(layer):
             return fp8_gemm_reference(xq, xs, w, ws, x.dtype, spec.block)
         if spec.weight == "block":
             return fp8_block_gemm(xq, xs, w, ws, spec.block, x.dtype)
         return scaled_mm(xq, xs, w, ws, x.dtype)
+
+
+def _dequantized(layer: Linear, spec: Fp8Spec) -> torch.Tensor:
+    """The CPU reference's fp32 weight, dequantized once and kept beside the FP8 one (the CPU
+    path is for correctness; this keeps it from dequantizing every layer on every step)."""
+    cached = layer.__dict__.get("_fp8_dequantized")
+    if cached is None:
+        cached = dequantize_fp8_weight(layer.weight, layer.weight_scale, spec.block)
+        layer.__dict__["_fp8_dequantized"] = cached
+    return cached
 
 
 def _tensor_core_shapes(layer: Linear) -> bool:
