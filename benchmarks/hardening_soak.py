@@ -90,7 +90,6 @@ async def _send_one(http: httpx.AsyncClient, method: str, path: str, body: Any) 
     try:
         async with http.stream(method, path, content=encode(body), headers=headers) as resp:
             lines = [line async for line in resp.aiter_lines()]
-            await resp.aread()
     except httpx.TransportError as exc:
         return f"transport:{type(exc).__name__}"
     if resp.status_code >= 500:
