@@ -22,6 +22,8 @@ from kvserve.layers.rotary import RotaryEmbedding
 from kvserve.models.forward_context import ForwardContext
 from kvserve.quant.registry import UNQUANTIZED, QuantConfig, linear_method
 
+# per-layer KV-cache scales (compressed-tensors: self_attn.k_scale; ModelOpt: k_proj.k_scale)
+KV_CACHE_SCALES = ("k_scale", "v_scale", "kv_scale")
 # checkpoint name fragment -> (merged module name, shard index)
 STACKED_PARAMS: dict[str, tuple[str, int]] = {
     "q_proj": ("qkv_proj", 0),
@@ -347,6 +349,8 @@ def _load_one(
 ) -> str:
     """Copy one checkpoint tensor; returns the name it was loaded under."""
     module_name, _, param_name = name.rpartition(".")
+    if param_name in KV_CACHE_SCALES:
+        return name  # FP8-KV checkpoints' k/v scales: unused while the KV cache is not FP8
     shard = 0
     for fragment, (merged, index) in STACKED_PARAMS.items():
         if module_name.endswith(f".{fragment}"):

@@ -134,6 +134,9 @@ def _modelopt_checkpoint(tiny_model_dir, tmp_path) -> tuple[str, dict]:  # noqa:
         saved.update({name: q, f"{module}.weight_scale": scale.reshape(()),
                       f"{module}.input_scale": in_scale})  # fmt: skip
         reference[module] = (dequantize(q, scale, args=args, dtype=torch.float32), in_scale)
+    for layer in {n.split(".self_attn.")[0] for n in reference if ".self_attn." in n}:
+        saved[f"{layer}.self_attn.k_proj.k_scale"] = torch.tensor(1.0)  # FP8-KV scales, unused
+        saved[f"{layer}.self_attn.v_proj.v_scale"] = torch.tensor(1.0)
     save_file(saved, str(out / "model.safetensors"))
     hf_quant = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}}
     (out / "hf_quant_config.json").write_text(json.dumps(hf_quant))
