@@ -87,8 +87,9 @@ def test_eval_end_to_end(servers: tuple[str, str], tmp_path: Path) -> None:
     assert proxy.requests == n and proxy.corrupted == PER_TYPE
     planted = next(r for r in result["types"] if r["type"] == PLANTED)
     assert planted["baseline"]["score"] > 30, "the baseline must score on the planted type"
-    flagged = [t for t, v in _verdicts(result, "planted").items() if v == "regressed"]
-    assert flagged == [PLANTED], run.stdout
+    verdicts = _verdicts(result, "planted")
+    assert verdicts.pop("overall") == "regressed"  # every other type is the baseline's own
+    assert [t for t, v in verdicts.items() if v == "regressed"] == [PLANTED], run.stdout
     html = (out / "report.html").read_text()
     assert f"Worst examples: planted on {PLANTED}" in html and "data:image/png;base64," in html
 
