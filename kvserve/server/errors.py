@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,20 +11,10 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvserve.errors import InvalidRequestError
+from kvserve.openai_errors import error_body
 from kvserve.server import unsupported
 
 log = logging.getLogger("kvserve.server")
-
-_TYPES = {
-    400: "BadRequestError",
-    401: "AuthenticationError",
-    404: "NotFoundError",
-    405: "MethodNotAllowedError",
-    413: "RequestTooLargeError",
-    429: "RateLimitError",
-    500: "InternalServerError",
-    503: "ServiceUnavailableError",
-}
 
 
 class APIError(Exception):
@@ -36,11 +25,6 @@ class APIError(Exception):
     @classmethod
     def from_invalid(cls, exc: InvalidRequestError) -> APIError:
         return cls(400, str(exc), exc.param)
-
-
-def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
-    kind = _TYPES.get(status, "BadRequestError" if status < 500 else "InternalServerError")
-    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
 def error_response(
