@@ -40,9 +40,7 @@ def rotary_store_kv_reference(
     q, k = apply_rotary_reference(q, k, positions, cos_sin_cache, head_dim)
     keep = slot_mapping >= 0
     heads = (-1, num_kv_heads, head_dim)
-    store_kv_cache_reference(
-        k[keep].view(heads), v[keep].view(heads), kv_cache, slot_mapping[keep]
-    )
+    store_kv_cache_reference(k[keep].view(heads), v[keep].view(heads), kv_cache, slot_mapping[keep])
     return q.view(-1, num_q_heads, head_dim)
 
 
