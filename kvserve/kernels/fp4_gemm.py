@@ -31,13 +31,13 @@ import torch
 
 from kvserve.kernels._triton import jit, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.fp4_reference import fp4_linear_reference, group_size_of
+from kvserve.kernels.fp4_tiles import GEMV_ROWS, Fp4GemvConfig, _epilogue
 
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
 # as is: the reduction does not depend on how the tiles were computed.
 from kvserve.kernels.skinny_gemm import (
     _arrival_counters,
     _jit,
-    _store_out_tile,
     _sum_splits,
 )
 
@@ -47,7 +47,6 @@ MAX_BLOCK_M = 128
 # Rows up to which the default is the CUDA-core GEMV (fp4_gemv.py). 0 until it is measured
 # against the MMA kernel on the H200 (benchmarks/fp4_gemm.py times both at M = 1).
 GEMV_MAX_ROWS = 0
-GEMV_ROWS = 4  # the most rows the GEMV kernel takes
 _SMEM_MAX = 220 * 1024
 
 
@@ -64,24 +63,6 @@ class Fp4GemmConfig:
         blocks = (self.block_n, self.block_k, self.block_m)
         if any(b < 16 or b != next_pow2(b) for b in blocks) or self.block_k < 32:
             raise ValueError(f"blocks must be powers of two >= 16 (block_k >= 32): {self}")
-        if self.split_k < 1:
-            raise ValueError(f"split_k must be >= 1: {self}")
-
-
-@dataclass(frozen=True)
-class Fp4GemvConfig:
-    """The CUDA-core kernel for at most GEMV_ROWS rows (``fp4_gemv.py``)."""
-
-    block_n: int = 128  # rows of W per program
-    groups: int = 4  # scale groups per K step
-    split_k: int = 1
-    num_warps: int = 4
-    num_stages: int = 4
-
-    def __post_init__(self) -> None:
-        for b in (self.block_n, self.groups):
-            if b < 1 or b & (b - 1):
-                raise ValueError(f"block_n and groups must be powers of two: {self}")
         if self.split_k < 1:
             raise ValueError(f"split_k must be >= 1: {self}")
 
@@ -190,28 +171,6 @@ def _fp4_gemm_kernel(
                 total, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS
             )
             tl.store(counter_ptr + tile, 0)
-
-
-@jit
-def _epilogue(
-    acc,
-    rs_ptr,
-    bias_ptr,
-    out_ptr,
-    rn,
-    rm,
-    M,
-    N,
-    stride_om,
-    HAS_ROW_SCALE: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-):
-    """Row scale and bias on the fp32 tile [BLOCK_N, BLOCK_M], then the transposed store."""
-    if HAS_ROW_SCALE:
-        acc = acc * tl.load(rs_ptr + rn, mask=rn < N, other=0.0)[:, None]
-    if HAS_BIAS:
-        acc = acc + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
-    _store_out_tile(out_ptr, acc, rn, rm, M, N, stride_om)
 
 
 def _check(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from kvserve.kernels._triton import jit, tl
-from kvserve.kernels.fp4_gemm import GEMV_ROWS, Fp4GemvConfig, _epilogue
+from kvserve.kernels.fp4_tiles import GEMV_ROWS, Fp4GemvConfig, _epilogue
 from kvserve.kernels.skinny_gemm import _arrival_counters, _jit, _sum_splits
 
 

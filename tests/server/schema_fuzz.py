@@ -136,6 +136,10 @@ def check_response(resp: httpx.Response, streamed_events: list[str] | None = Non
     """No 5xx; every 4xx in OpenAI's error shape with its status as code; a stream's in-band
     errors likewise below 500."""
     assert resp.status_code < 500, f"{resp.status_code}: {resp.text[:500]}"
+    if resp.request.method == "HEAD":  # HTTP: a response to HEAD carries no body
+        if resp.status_code == 405:
+            assert resp.headers.get("allow"), resp.headers
+        return
     if 400 <= resp.status_code < 500:
         err = resp.json()["error"]
         assert set(err) == {"message", "type", "param", "code"}, err

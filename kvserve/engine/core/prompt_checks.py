@@ -21,13 +21,13 @@ def check_prompt(
             f"token id {bad} is outside the vocabulary (0..{vocab_size - 1})", param="prompt"
         )
     room = context_length - n
+    if room < 1:  # the prompt alone is too long, whatever max_tokens says
+        raise InvalidRequestError(
+            f"the prompt has {n} tokens, which leaves no room in the context length "
+            f"of {context_length}",
+            param="prompt",
+        )
     if params.max_tokens is None:
-        if room < 1:
-            raise InvalidRequestError(
-                f"the prompt has {n} tokens, which leaves no room in the context length "
-                f"of {context_length}",
-                param="prompt",
-            )
         return room
     if params.max_tokens > room:
         raise InvalidRequestError(
