@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from kvserve.engine.config_builder import build_engine_config
-from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.engine_core import EngineCore
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("triton")
 
+from test_engine_gpu import _greedy  # noqa: E402
+
 FORMATS = ["nvfp4", "mxfp4"]
-PROMPTS = [list(range(3, 40)), [7] * 5, list(range(500, 800, 3)), [11, 12] * 40]
 
 
 def _tiny_checkpoint(path) -> str:  # noqa: ANN001
@@ -34,18 +34,6 @@ def _tiny_checkpoint(path) -> str:  # noqa: ANN001
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
     return str(path)
-
-
-def _greedy(core: EngineCore, n_tokens: int = 24) -> list[list[int]]:
-    params = SamplingParams(temperature=0, max_tokens=n_tokens, ignore_eos=True)
-    for i, p in enumerate(PROMPTS):
-        core.add_request(str(i), p, params)
-    out: dict[str, list[int]] = {str(i): [] for i in range(len(PROMPTS))}
-    while core.has_unfinished():
-        for o in core.step():
-            out[o.request_id] += o.new_token_ids
-    core.check_integrity()
-    return [out[str(i)] for i in range(len(PROMPTS))]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
