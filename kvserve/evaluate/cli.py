@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -120,6 +121,16 @@ def _meta(
     }
 
 
+def _writable(directory: Path, flag: str) -> None:
+    """Fail before any target runs, not at the first output the cache cannot keep."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {directory}: cannot create it: {exc.strerror}") from None
+    if not os.access(directory, os.W_OK):
+        raise ConfigError(f"{flag} {directory}: not writable")
+
+
 def run(a: argparse.Namespace) -> int:
     # Scoring and reporting pull in numpy, nltk (via rouge-score) and matplotlib: imported
     # here, so that a mistyped flag is answered at once.
@@ -142,6 +153,8 @@ def run(a: argparse.Namespace) -> int:
         a.fresh,
         a.quiet,
     )
+    _writable(out, "--out")
+    _writable(settings.cache_dir, "--cache-dir" if a.cache_dir else "--out")
     outputs, stats = {}, {}
     for target in targets:
         outputs[target.name], stats[target.name] = collect_target(target, tasks, settings)

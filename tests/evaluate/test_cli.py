@@ -23,6 +23,16 @@ from kvserve.evaluate.targets.spec import parse_target
         (["--baseline", "http://127.0.0.1:9", "--candidate", "b=http://127.0.0.1:9",
           "--tasks", "missing.jsonl"], "no such file"),
         (["report", "/nonexistent-eval-run"], "no result.json"),
+        (["--candidate", "b=http://127.0.0.1:9"], "required: --baseline"),
+        (["--baseline", "http://127.0.0.1:9"], "required: --candidate"),
+        (["--baseline", "http://127.0.0.1:9", "--candidate", "b=http://127.0.0.1:9",
+          "--types", "arithmetic,nope"], "unknown built-in language or type: nope"),
+        (["--baseline", "http://127.0.0.1:9", "--candidate", "b=http://127.0.0.1:9",
+          "--lang", "fr"], "unknown built-in language or type: fr"),
+        (["--baseline", "http://a:1,dtype=x", "--candidate", "b=http://b:1"],
+         "unknown option 'dtype'"),
+        (["--baseline", "http://a:1", "--candidate", "b=http://b:1", "--request-timeout", "x"],
+         "--request-timeout"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line(args: list[str], message: str) -> None:
@@ -40,6 +50,16 @@ def test_unreachable_server_is_one_line(tmp_path: Path) -> None:
     assert run.returncode == 2
     assert f"{tasks}:2: not JSON" in run.stderr  # the bad row, then the run goes on
     assert "cannot reach http://127.0.0.1:9" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_unwritable_out_is_one_line_before_any_target_runs(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    targets = ("--baseline", "http://127.0.0.1:9", "--candidate", "b=http://127.0.0.1:9")
+    run = run_kvserve("eval", *targets, "--out", str(blocker / "run"))
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert f"--out {blocker / 'run'}: cannot create it" in run.stderr  # not "cannot reach"
+    assert len(run.stderr.strip().splitlines()) == 1
 
 
 def test_target_specs() -> None:
