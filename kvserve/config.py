@@ -167,7 +167,10 @@ class EngineConfig:
     dtype: str = "auto"
     device: str = "auto"  # "auto" = cuda if available, else cpu
     seed: int = 0
-    tp: int = 1  # tensor-parallel ranks (only 1 until tensor parallelism lands)
+    tp: int = 1  # tensor-parallel ranks (one process each; rank 0 runs the scheduler)
+    nnodes: int = 1  # hosts the tp ranks span (tp // nnodes ranks, i.e. GPUs, on each)
+    node_rank: int = 0  # this host's index; host 0 runs the scheduler and the API
+    dist_init_addr: str | None = None  # host:port of rank 0's rendezvous (needed when nnodes > 1)
     context_length: int | None = None  # None = the model's max_position_embeddings
     attention_backend: str = "auto"  # "torch" everywhere; "triton" on GPU
     load_format: str = "auto"  # "auto" or "dummy" (random weights from config.json)
@@ -198,11 +201,7 @@ class EngineConfig:
         check_flag(self.quantization)
         if self.context_length is not None and self.context_length <= 0:
             raise ConfigError(f"context_length must be positive, got {self.context_length}")
-        if self.tp != 1:
-            raise ConfigError(
-                f"tp (tensor-parallel size) {self.tp} is not supported yet: kvserve runs one "
-                "GPU per engine until tensor parallelism lands; use tp 1"
-            )
+        check_parallel(self.tp, self.nnodes, self.node_rank, self.dist_init_addr)
         check_kv_cache_dtype(self.cache.kv_cache_dtype, self.model_dtype)
 
     @property
@@ -212,6 +211,21 @@ class EngineConfig:
         if self.dtype != "auto":
             return self.dtype
         return None if self.device == "auto" else auto_dtype(self.device.split(":")[0])
+
+
+def check_parallel(tp: int, nnodes: int, node_rank: int, dist_init_addr: str | None) -> None:
+    if tp < 1:
+        raise ConfigError(f"tp (tensor-parallel size) must be at least 1, got {tp}")
+    if nnodes < 1 or tp % nnodes:
+        raise ConfigError(f"nnodes {nnodes} must be at least 1 and divide tp {tp}")
+    if not 0 <= node_rank < nnodes:
+        raise ConfigError(f"node_rank {node_rank} must be in 0..{nnodes - 1}")
+    if nnodes > 1 and not dist_init_addr:
+        raise ConfigError("nnodes > 1 needs dist_init_addr (host:port of node 0's rendezvous)")
+    if dist_init_addr is not None:
+        host, _, port = dist_init_addr.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"dist_init_addr must be host:port, got {dist_init_addr!r}")
 
 
 def rope_max_positions(model: ModelConfig) -> int:

@@ -83,9 +83,21 @@ FLAGS: list[Flag] = [
     ),  # fmt: skip
     Flag(
         ("--tp", "--tensor-parallel-size"),
-        "tensor-parallel size (only 1 for now)",
+        "tensor-parallel size: ranks (GPUs) one engine spans, one process each",
         type=int,
         default=1,
+        engine=True,
+    ),  # fmt: skip
+    Flag(("--nnodes",), "hosts the --tp ranks span (default 1)", type=int, engine=True),
+    Flag(
+        ("--node-rank",),
+        "this host's index (0 runs the scheduler and API; others only their ranks)",
+        type=int,
+        engine=True,
+    ),  # fmt: skip
+    Flag(
+        ("--dist-init-addr",),
+        "host:port of node 0's torch.distributed rendezvous (needed with --nnodes > 1)",
         engine=True,
     ),  # fmt: skip
     # -- engine

@@ -16,7 +16,11 @@ import logging
 import random
 import time
 
+import torch
+
 from kvserve.config import EngineConfig, check_context_length
+from kvserve.distributed.parallel_state import SINGLE
+from kvserve.distributed.rank0 import Rank0
 from kvserve.engine.core.kv_cache_manager import KVCacheManager
 from kvserve.engine.core.outputs import EngineCoreOutput
 from kvserve.engine.core.prompt_checks import check_prompt
@@ -41,10 +45,19 @@ class EngineCore:
         mc = self.source.config
         self.model_config = mc
         self.device = resolve_device(config.device)
+        if self.device.type == "cuda" and config.tp > 1:
+            self.device = torch.device("cuda", 0)
         self.dtype = resolve_dtype(config.dtype, self.device)
         max_len = check_context_length(config.context_length, mc)
         weights = None if config.load_format == "dummy" else self.source.weights()
-        self.runner = ModelRunner(config, mc, weights, self.device, self.dtype, max_len)
+        # Tensor parallelism: this process is rank 0 and starts this host's other ranks.
+        self.parallel = Rank0(config, mc, self.device) if config.tp > 1 else None
+        try:
+            tp = self.parallel.tp if self.parallel is not None else SINGLE
+            self.runner = ModelRunner(config, mc, weights, self.device, self.dtype, max_len, tp)
+        except BaseException:
+            self.close()
+            raise
         kv_tokens = self.runner.num_pages * config.cache.page_size
         if kv_tokens < config.cache.page_size:
             raise ConfigError("no memory is left for the KV cache: raise --mem-fraction-static")
@@ -110,6 +123,29 @@ class EngineCore:
     # -- the loop ---------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
         """Launch the next step; return the outputs of the step completed meanwhile."""
+        if self.parallel is None:
+            return self._step()
+        self.parallel.check()
+        try:
+            return self._step()
+        except Exception as exc:  # a failed collective: say which rank is gone, if one is
+            self.parallel.check(exc)
+            raise
+
+    def check_health(self) -> None:
+        """Raises ``RankFailed`` when a tensor-parallel worker has exited (checked when idle
+        too, so a dead rank is noticed before the next request)."""
+        if self.parallel is not None:
+            self.parallel.check()
+
+    def close(self) -> None:
+        """Stop the tensor-parallel workers (nothing to do without them)."""
+        if self.parallel is not None:
+            runner = getattr(self, "runner", None)
+            self.parallel.close(runner.plans if runner is not None else None)
+            self.parallel = None
+
+    def _step(self) -> list[EngineCoreOutput]:
         outputs: list[EngineCoreOutput] = []
         if self._in_flight is not None and not self._can_plan_ahead(self._in_flight):
             outputs = self._complete(self._in_flight)

@@ -1,4 +1,9 @@
-"""Token embedding and the LM head (which may share the embedding's weight)."""
+"""Token embedding and the LM head (which may share the embedding's weight).
+
+Under tensor parallelism both are vocabulary-parallel: rank r holds rows
+[r * V', (r + 1) * V') of the vocabulary (V' = ceil(V / size), the last slice zero-padded).
+The embedding zeroes rows of tokens outside its slice and all-reduces; the LM head computes
+its slice of the logits and all-gathers them, so every rank has the full logits."""
 
 from __future__ import annotations
 
@@ -6,27 +11,63 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kvserve.distributed.collectives import all_gather_last_dim, all_reduce
+from kvserve.distributed.parallel_state import SINGLE, TPGroup
+
+
+def load_vocab_rows(weight: nn.Parameter, loaded: torch.Tensor, first: int) -> None:
+    """This rank's vocabulary rows of the full [V, H] checkpoint tensor (padding rows zero)."""
+    part = loaded[first : first + weight.shape[0]]
+    weight.data.zero_()
+    weight.data[: part.shape[0]].copy_(part)
+
 
 class VocabEmbedding(nn.Module):
-    def __init__(self, vocab_size: int, hidden_size: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self, vocab_size: int, hidden_size: int, dtype: torch.dtype, tp: TPGroup = SINGLE
+    ) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size, dtype=dtype), False)
+        self.vocab_size, self.tp = vocab_size, tp
+        self.rows = -(-vocab_size // tp.size)
+        self.first = tp.rank * self.rows
+        self.weight = nn.Parameter(torch.empty(self.rows, hidden_size, dtype=dtype), False)
+        if tp.is_parallel:
+            self.weight.weight_loader = self.load_weight  # type: ignore[attr-defined]
+
+    def load_weight(self, loaded: torch.Tensor) -> None:
+        load_vocab_rows(self.weight, loaded, self.first)
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(token_ids, self.weight)
+        if not self.tp.is_parallel:
+            return F.embedding(token_ids, self.weight)
+        local = token_ids - self.first
+        outside = (local < 0) | (local >= self.rows)
+        out = F.embedding(local.masked_fill(outside, 0), self.weight)
+        return all_reduce(out.masked_fill_(outside.unsqueeze(-1), 0), self.tp)
 
 
 class LMHead(nn.Module):
     """Logits in float32 for the rows given (the last token of each sampled sequence)."""
 
     def __init__(
-        self, vocab_size: int, hidden_size: int, dtype: torch.dtype, tied: VocabEmbedding | None
-    ) -> None:
+        self, vocab_size: int, hidden_size: int, dtype: torch.dtype, tied: VocabEmbedding | None,
+        tp: TPGroup = SINGLE,
+    ) -> None:  # fmt: skip
         super().__init__()
-        self.tied = tied
+        self.tied, self.tp, self.vocab_size = tied, tp, vocab_size
         if tied is None:
-            self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size, dtype=dtype), False)
+            self.rows = -(-vocab_size // tp.size)
+            self.first = tp.rank * self.rows
+            self.weight = nn.Parameter(torch.empty(self.rows, hidden_size, dtype=dtype), False)
+            if tp.is_parallel:
+                self.weight.weight_loader = self.load_weight  # type: ignore[attr-defined]
+
+    def load_weight(self, loaded: torch.Tensor) -> None:
+        load_vocab_rows(self.weight, loaded, self.first)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.tied.weight if self.tied is not None else self.weight
-        return F.linear(hidden, weight).float()
+        logits = F.linear(hidden, weight).float()
+        if not self.tp.is_parallel:
+            return logits
+        return all_gather_last_dim(logits, self.tp)[:, : self.vocab_size]

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from kvserve.config import ModelConfig
+from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.errors import ConfigError, ModelLoadError
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rotary_store_kv import rotary_store_kv
@@ -18,6 +19,12 @@ from kvserve.layers.embedding import LMHead, VocabEmbedding
 from kvserve.layers.linear import Linear
 from kvserve.layers.moe import SparseMoE
 from kvserve.layers.norm import RMSNorm
+from kvserve.layers.parallel_linear import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    even_parts,
+    local_kv_heads,
+)
 from kvserve.layers.rotary import RotaryEmbedding
 from kvserve.models.forward_context import ForwardContext
 from kvserve.quant.registry import UNQUANTIZED, QuantConfig, linear_method
@@ -36,12 +43,20 @@ STACKED_PARAMS: dict[str, tuple[str, int]] = {
 
 def _linear(
     quant: QuantConfig, prefix: str, names: list[str], in_features: int, sizes: list[int],
-    bias: bool, dtype: torch.dtype,
+    bias: bool, dtype: torch.dtype, tp: TPGroup = SINGLE, split: str = "",
+    parts: list[tuple[int, int]] | None = None,
 ) -> Linear:  # fmt: skip
-    """A linear layer whose shards the checkpoint names ``prefix.<name>``, with its method."""
+    """A linear layer whose shards the checkpoint names ``prefix.<name>``, with its method;
+    under tensor parallelism ``split`` "column" (``parts``: rows per shard, default an even
+    split) or "row"."""
     method = linear_method(quant, [f"{prefix}.{n}" for n in names])
     merged = prefix + "." + _MERGED.get(names[0], names[0])
-    return Linear(in_features, sizes, bias, dtype, method, merged)
+    if not tp.is_parallel:
+        return Linear(in_features, sizes, bias, dtype, method, merged)
+    if split == "row":
+        return RowParallelLinear(in_features, sizes, bias, dtype, tp, method, merged)
+    parts = parts or even_parts(sizes, tp, merged)
+    return ColumnParallelLinear(in_features, sizes, parts, bias, dtype, method, merged)
 
 
 _MERGED = {"q_proj": "qkv_proj", "gate_proj": "gate_up_proj"}
@@ -55,23 +70,25 @@ class Attention(nn.Module):
         dtype: torch.dtype,
         rotary: RotaryEmbedding,
         quant: QuantConfig = UNQUANTIZED,
+        tp: TPGroup = SINGLE,
     ):
         super().__init__()
         self.layer_idx = layer_idx
-        self.num_heads, self.num_kv_heads, self.head_dim = (
-            cfg.num_heads,
-            cfg.num_kv_heads,
-            cfg.head_dim,
-        )
-        self.q_size, self.kv_size = cfg.q_size, cfg.kv_size
-        self.scale = cfg.head_dim**-0.5
         prefix = f"model.layers.{layer_idx}.self_attn"
+        hd = self.head_dim = cfg.head_dim
+        # This rank's heads: q heads split evenly, KV heads split or replicated.
+        self.num_heads = tp.split(cfg.num_heads, f"{prefix} attention heads")
+        first_kv, self.num_kv_heads = local_kv_heads(cfg.num_kv_heads, tp)
+        self.q_size, self.kv_size = self.num_heads * hd, self.num_kv_heads * hd
+        self.scale = cfg.head_dim**-0.5
+        kv_part = (first_kv * hd, self.kv_size)
         self.qkv_proj = _linear(
             quant, prefix, ["q_proj", "k_proj", "v_proj"], cfg.hidden_size,
-            [cfg.q_size, cfg.kv_size, cfg.kv_size], cfg.attention_bias, dtype,
+            [cfg.q_size, cfg.kv_size, cfg.kv_size], cfg.attention_bias, dtype, tp, "column",
+            [(tp.rank * self.q_size, self.q_size), kv_part, kv_part],
         )  # fmt: skip
         self.o_proj = _linear(
-            quant, prefix, ["o_proj"], cfg.q_size, [cfg.hidden_size], False, dtype
+            quant, prefix, ["o_proj"], cfg.q_size, [cfg.hidden_size], False, dtype, tp, "row"
         )
         self.rotary = rotary
         kernels = rotary.kernels
@@ -163,14 +180,16 @@ class MLP(nn.Module):
         prefix: str = "mlp",
         quant: QuantConfig = UNQUANTIZED,
         intermediate_size: int | None = None,
+        tp: TPGroup = SINGLE,
     ) -> None:
         super().__init__()
         size = intermediate_size or cfg.intermediate_size
         self.gate_up_proj = _linear(
-            quant, prefix, ["gate_proj", "up_proj"], cfg.hidden_size, [size, size], False, dtype
-        )
+            quant, prefix, ["gate_proj", "up_proj"], cfg.hidden_size, [size, size], False, dtype,
+            tp, "column",
+        )  # fmt: skip
         self.down_proj = _linear(
-            quant, prefix, ["down_proj"], size, [cfg.hidden_size], False, dtype
+            quant, prefix, ["down_proj"], size, [cfg.hidden_size], False, dtype, tp, "row"
         )
         self.act = SiluAndMul(kernels)
 
@@ -179,14 +198,17 @@ class MLP(nn.Module):
 
 
 def _feed_forward(
-    cfg: ModelConfig, idx: int, dtype: torch.dtype, kernels: KernelOptions, quant: QuantConfig
-) -> nn.Module:
+    cfg: ModelConfig, idx: int, dtype: torch.dtype, kernels: KernelOptions, quant: QuantConfig,
+    tp: TPGroup = SINGLE,
+) -> nn.Module:  # fmt: skip
     """The layer's dense MLP, or its mixture of experts (plus a shared expert when the config
     has one) when ``cfg.moe`` makes this layer sparse."""
     prefix = f"model.layers.{idx}.mlp"
     moe = cfg.moe
     if moe is None or not moe.is_sparse(idx):
-        return MLP(cfg, dtype, kernels, prefix, quant)
+        return MLP(cfg, dtype, kernels, prefix, quant, tp=tp)
+    if tp.is_parallel:
+        raise ConfigError("tensor parallelism is not implemented for mixture-of-experts layers yet")
     if quant.scheme != "none":
         raise ConfigError(
             f"quantization {quant.scheme!r} is not supported for mixture-of-experts layers yet "
@@ -207,11 +229,12 @@ class DecoderLayer(nn.Module):
         dtype: torch.dtype,
         rotary: RotaryEmbedding,
         quant: QuantConfig = UNQUANTIZED,
+        tp: TPGroup = SINGLE,
     ):
         super().__init__()
         kernels = rotary.kernels
-        self.self_attn = Attention(cfg, idx, dtype, rotary, quant)
-        self.mlp = _feed_forward(cfg, idx, dtype, kernels, quant)
+        self.self_attn = Attention(cfg, idx, dtype, rotary, quant, tp)
+        self.mlp = _feed_forward(cfg, idx, dtype, kernels, quant, tp)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
 
@@ -240,15 +263,16 @@ class DecoderModel(nn.Module):
         max_positions: int,
         kernels: KernelOptions,
         quant: QuantConfig = UNQUANTIZED,
+        tp: TPGroup = SINGLE,
     ) -> None:
         super().__init__()
-        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
+        self.embed_tokens = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype, tp)
         rotary = RotaryEmbedding(
             cfg.rotary_dim or cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling,
             kernels,
         )  # fmt: skip
         self.layers = nn.ModuleList(
-            DecoderLayer(cfg, i, dtype, rotary, quant) for i in range(cfg.num_layers)
+            DecoderLayer(cfg, i, dtype, rotary, quant, tp) for i in range(cfg.num_layers)
         )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
 
@@ -274,13 +298,14 @@ class DecoderForCausalLM(nn.Module):
         max_positions: int,
         kernels: KernelOptions = TORCH_REFERENCE,
         quant: QuantConfig = UNQUANTIZED,
+        tp: TPGroup = SINGLE,
     ) -> None:
         super().__init__()
         self.config = cfg
         self.quant = quant
-        self.model = DecoderModel(cfg, dtype, max_positions, kernels, quant)
+        self.model = DecoderModel(cfg, dtype, max_positions, kernels, quant, tp)
         tied = self.model.embed_tokens if cfg.tie_word_embeddings else None
-        self.lm_head = LMHead(cfg.vocab_size, cfg.hidden_size, dtype, tied)
+        self.lm_head = LMHead(cfg.vocab_size, cfg.hidden_size, dtype, tied, tp)
 
     def forward(
         self, token_ids: torch.Tensor, positions: torch.Tensor, ctx: ForwardContext
@@ -362,6 +387,10 @@ def _load_one(
     if name not in params:
         raise ModelLoadError(f"checkpoint weight {name!r} does not belong to this architecture")
     param = params[name]
+    loader = getattr(param, "weight_loader", None)
+    if loader is not None:  # a tensor-parallel slice (vocabulary rows)
+        loader(tensor)
+        return name
     if param.shape != tensor.shape:
         raise ModelLoadError(
             f"checkpoint weight {name!r} has shape {tuple(tensor.shape)}, "

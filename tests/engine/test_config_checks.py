@@ -34,9 +34,18 @@ def test_tensor_parallel_size_one_is_accepted(tiny_model_dir) -> None:
     assert llm.engine.config.tp == 1
 
 
-@pytest.mark.parametrize("settings", [{"tp": 2}, {"tensor_parallel_size": 4}, {"tp": 0}])
-def test_other_tensor_parallel_sizes_are_refused(settings) -> None:
-    with pytest.raises(ConfigError, match=r"tensor-parallel size\) -?\d+ is not supported yet"):
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"tp": 0}, "must be at least 1"),
+        ({"tensor_parallel_size": 4, "nnodes": 3}, "nnodes 3 must be at least 1 and divide tp 4"),
+        ({"tp": 2, "nnodes": 2}, "needs dist_init_addr"),
+        ({"tp": 2, "nnodes": 2, "node_rank": 2, "dist_init_addr": "h:1"}, "node_rank 2"),
+        ({"tp": 2, "dist_init_addr": "nohostport"}, "must be host:port"),
+    ],
+)
+def test_bad_tensor_parallel_settings_are_refused(settings, message) -> None:
+    with pytest.raises(ConfigError, match=message):
         build_engine_config(**settings)
 
 
@@ -44,9 +53,11 @@ def test_the_tp_flag_reaches_the_config() -> None:
     parser = argparse.ArgumentParser()
     add_flags(parser)
     assert build_engine_config(**engine_settings(parser.parse_args([]))).tp == 1
-    args = parser.parse_args(["--tensor-parallel-size", "2"])
-    with pytest.raises(ConfigError, match="use tp 1"):
-        build_engine_config(**engine_settings(args))
+    args = parser.parse_args(["--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "1",
+                              "--dist-init-addr", "10.0.0.1:5000"])  # fmt: skip
+    config = build_engine_config(**engine_settings(args))
+    assert (config.tp, config.nnodes, config.node_rank) == (2, 2, 1)
+    assert config.dist_init_addr == "10.0.0.1:5000"
 
 
 def test_kv_cache_dtype_is_checked_against_the_pool_when_the_config_is_built() -> None:

@@ -82,6 +82,7 @@ class CoreLoop:
                 raise ParentGone()  # nobody to serve: drop the backlog
             busy = self.engine.has_unfinished()
             if not busy and not poller.poll(HEARTBEAT_S * 1000):
+                self.engine.check_health()  # a dead tensor-parallel rank ends the engine
                 self.send([])  # heartbeat
                 continue
             handled = self.drain()

@@ -29,7 +29,30 @@ class ModelInputs:
     pending_requests: list[Request]
 
 
+@dataclass
+class HostInputs:
+    """A step's inputs as host arrays, before the copy to the device: plain data, so the
+    tensor-parallel ranks receive exactly this (no request objects)."""
+
+    token_ids: list[int]
+    positions: np.ndarray  # int64 [T]
+    row_starts: np.ndarray  # int32 [N + 1]
+    seq_lens: np.ndarray  # int64 [N]
+    tables: np.ndarray  # int32 [N, widest page table]
+    slots: np.ndarray  # int64 [T]
+    query_lens_cpu: list[int]
+    seq_lens_cpu: list[int]
+    sample_rows: list[int]
+    sampled_chunks: list[int]
+    pending_rows: list[int]
+
+
 def build_model_inputs(plan: SchedulerOutput, page_size: int, device: torch.device) -> ModelInputs:
+    host, pending_requests = build_host_inputs(plan, page_size)
+    return device_inputs(host, device, pending_requests)
+
+
+def build_host_inputs(plan: SchedulerOutput, page_size: int) -> tuple[HostInputs, list[Request]]:
     chunks = plan.chunks
     n = len(chunks)
     starts = np.fromiter((c.start for c in chunks), np.int64, n)
@@ -57,26 +80,43 @@ def build_model_inputs(plan: SchedulerOutput, page_size: int, device: torch.devi
     slots = tables[seq_of_row, positions // page_size].astype(np.int64) * page_size
     slots += positions % page_size
     sampled = [i for i, c in enumerate(chunks) if c.sample]
-
-    query_lens_cpu, seq_lens_cpu = query_lens.tolist(), seq_lens.tolist()
-    meta = AttentionMetadata(
-        query_start_loc=to_device(row_starts, torch.int32, device),
-        seq_lens=to_device(seq_lens, torch.int32, device),
-        block_tables=to_device(tables, torch.int32, device),
-        slot_mapping=to_device(slots, torch.int64, device),
-        max_query_len=max(query_lens_cpu),
-        max_seq_len=max(seq_lens_cpu),
-        query_lens_cpu=query_lens_cpu,
-        seq_lens_cpu=seq_lens_cpu,
-    )
-    return ModelInputs(
-        token_ids=to_device(token_ids, torch.int64, device),
-        positions=to_device(positions, torch.int64, device),
-        meta=meta,
-        sample_rows=to_device([int(row_starts[i + 1]) - 1 for i in sampled], torch.int64, device),
+    host = HostInputs(
+        token_ids=token_ids,
+        positions=positions,
+        row_starts=row_starts,
+        seq_lens=seq_lens,
+        tables=tables,
+        slots=slots,
+        query_lens_cpu=query_lens.tolist(),
+        seq_lens_cpu=seq_lens.tolist(),
+        sample_rows=[int(row_starts[i + 1]) - 1 for i in sampled],
         sampled_chunks=sampled,
         pending_rows=pending_rows,
-        pending_requests=pending_requests,
+    )
+    return host, pending_requests
+
+
+def device_inputs(
+    host: HostInputs, device: torch.device, pending_requests: list[Request] | None = None
+) -> ModelInputs:
+    meta = AttentionMetadata(
+        query_start_loc=to_device(host.row_starts, torch.int32, device),
+        seq_lens=to_device(host.seq_lens, torch.int32, device),
+        block_tables=to_device(host.tables, torch.int32, device),
+        slot_mapping=to_device(host.slots, torch.int64, device),
+        max_query_len=max(host.query_lens_cpu),
+        max_seq_len=max(host.seq_lens_cpu),
+        query_lens_cpu=host.query_lens_cpu,
+        seq_lens_cpu=host.seq_lens_cpu,
+    )
+    return ModelInputs(
+        token_ids=to_device(host.token_ids, torch.int64, device),
+        positions=to_device(host.positions, torch.int64, device),
+        meta=meta,
+        sample_rows=to_device(host.sample_rows, torch.int64, device),
+        sampled_chunks=host.sampled_chunks,
+        pending_rows=host.pending_rows,
+        pending_requests=pending_requests or [],
     )
 
 
@@ -100,3 +140,12 @@ def _known_token_ids(
             pending_rows.append(int(row_starts[i + 1]) - 1)
             pending_requests.append(r)
     return token_ids, pending_rows, pending_requests
+
+
+def fill_pending_rows(inputs: ModelInputs, src_rows: list[int], sampled: torch.Tensor) -> None:
+    """Copy ``sampled[src_rows]`` (the step in flight's sampled ids) into this step's pending
+    rows, on the device."""
+    device = inputs.token_ids.device
+    src = to_device(src_rows, torch.int64, device)
+    dst = to_device(inputs.pending_rows, torch.int64, device)
+    inputs.token_ids.index_copy_(0, dst, sampled.index_select(0, src))

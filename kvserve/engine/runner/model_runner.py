@@ -3,26 +3,31 @@ runs the forward pass and samples. Everything tensor-shaped lives here."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
 from kvserve.config import EngineConfig, ModelConfig
+from kvserve.distributed.collectives import all_reduce, min_over_ranks
+from kvserve.distributed.parallel_state import SINGLE, TPGroup
+from kvserve.distributed.plan_channel import PlanChannel
+from kvserve.engine.core.request import Request
 from kvserve.engine.core.scheduler_output import SchedulerOutput
 from kvserve.engine.runner.activation_profile import activation_peak_bytes
 from kvserve.engine.runner.cuda_graphs import DecodeGraphs
-from kvserve.engine.runner.device import to_device
-from kvserve.engine.runner.input_batch import ModelInputs, build_model_inputs
+from kvserve.engine.runner.input_batch import ModelInputs, build_model_inputs, fill_pending_rows
 from kvserve.engine.runner.kv_cache_sizing import num_pages_cpu, num_pages_gpu
 from kvserve.engine.runner.kv_pool import KVPool, PageGeometry, resolve_kv_dtype
 from kvserve.engine.runner.launched_step import LaunchedStep
 from kvserve.engine.runner.sampling_batch import build_sampling_batch
+from kvserve.engine.runner.tp_step import SampleRow, launch_parallel
 from kvserve.engine.runner.warmup import warm_up_eager
 from kvserve.errors import ConfigError
 from kvserve.kernels.options import KernelOptions
 from kvserve.layers.attention import create_attention_backend
-from kvserve.layers.sampler import Sampler
+from kvserve.layers.sampler import Sampler, SamplerOutput
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.registry import model_class
 from kvserve.quant.registry import check_device as check_quant_device
@@ -40,8 +45,13 @@ class ModelRunner:
         device: torch.device,
         dtype: torch.dtype,
         context_length: int,
+        tp: TPGroup = SINGLE,
     ) -> None:
         self.config, self.model_config = config, model_config
+        self.tp = tp
+        # The KV pool holds this rank's KV heads only.
+        self.kv_model_config = _local_kv_config(model_config, tp)
+        self.plans = PlanChannel(tp) if tp.is_parallel and tp.rank == 0 else None
         self.device, self.dtype = device, dtype
         self.page_size = config.cache.page_size
         kv_dtype = resolve_kv_dtype(config.cache.kv_cache_dtype, dtype)
@@ -56,7 +66,10 @@ class ModelRunner:
             log.info("quantization: %s (%s)", quant.scheme, quant.source)
         with torch.device(device):
             model_cls = model_class(model_config.architecture)
-            self.model = model_cls(model_config, dtype, context_length, self.kernels, quant)
+            sharded = {"tp": tp} if tp.is_parallel else {}
+            self.model = model_cls(
+                model_config, dtype, context_length, self.kernels, quant, **sharded
+            )
         if weights is None:
             self.model.init_dummy_weights(config.seed)
         else:
@@ -64,7 +77,7 @@ class ModelRunner:
         self.model.eval()
         self.sampler = Sampler()
         geometry = PageGeometry.of(
-            model_config, self._size_kv_cache(context_length), self.page_size
+            self.kv_model_config, self._size_kv_cache(context_length), self.page_size
         )
         self.kv = KVPool.allocate(geometry, kv_dtype, device)
         self.num_pages = geometry.num_pages
@@ -77,6 +90,10 @@ class ModelRunner:
         )
         self.max_pages_per_seq = geometry.pages_for(context_length)
         self.graphs: DecodeGraphs | None = None
+        if tp.is_parallel and device.type == "cuda":
+            # NCCL's communicator must have run once before a CUDA graph captures it.
+            all_reduce(torch.zeros(1, device=device), tp)
+            torch.cuda.synchronize(device)
         if device.type == "cuda" and self.backend.name == "triton" and not config.enforce_eager:
             max_bs = min(config.cuda_graph_max_bs, config.scheduler.max_running_requests)
             self.graphs = DecodeGraphs(
@@ -87,34 +104,49 @@ class ModelRunner:
             warm_up_eager(self.model, self.kv, self.backend, device)
 
     def _size_kv_cache(self, context_length: int) -> int:
+        """Pages this rank can hold; under tensor parallelism the fewest any rank can, so one
+        page table serves every rank."""
+        pages = self._size_kv_cache_here(context_length)
+        return min_over_ranks(pages, self.tp, self.device)
+
+    def _size_kv_cache_here(self, context_length: int) -> int:
         if self.device.type != "cuda":
             return num_pages_cpu(self.config.cache, context_length)
         peak = activation_peak_bytes(
-            self.model, self.backend, self.model_config, self.config.scheduler,
+            self.model, self.backend, self.kv_model_config, self.config.scheduler,
             page_size=self.page_size, context_length=context_length, dtype=self.dtype,
             device=self.device,
         )  # fmt: skip
-        return num_pages_gpu(self.config.cache, self.model_config, self.dtype, self.device, peak)
+        return num_pages_gpu(self.config.cache, self.kv_model_config, self.dtype, self.device, peak)
 
     @torch.inference_mode()
     def launch(self, plan: SchedulerOutput, in_flight: LaunchedStep | None) -> LaunchedStep:
         """Enqueue one step's forward pass and sampling; returns without waiting for the device.
         ``in_flight`` is the step still running, whose sampled ids feed this step's pending
         rows (overlap scheduling); None when every token is known on the host."""
+        if self.plans is not None:  # tensor-parallel rank 0: every rank runs the step
+            return launch_parallel(self, plan, in_flight)
         inputs = build_model_inputs(plan, self.page_size, self.device)
         if inputs.pending_rows:
             _fill_pending_rows(inputs, in_flight)
+        requests = [plan.chunks[i].request for i in inputs.sampled_chunks]
+        out = self.execute(inputs, requests)
+        return LaunchedStep.empty(plan) if out is None else LaunchedStep.start(plan, requests, out)
+
+    def execute(
+        self, inputs: ModelInputs, rows: Sequence[Request | SampleRow]
+    ) -> SamplerOutput | None:
+        """Forward pass, logits of the sampled rows and sampling; None when nothing samples."""
         if self.graphs is not None and self.graphs.can_run(inputs):
             hidden = self.graphs.run(inputs)
         else:
             ctx = ForwardContext(inputs.meta, self.kv, self.backend)
             hidden = self.model(inputs.token_ids, inputs.positions, ctx)
         if not inputs.sampled_chunks:
-            return LaunchedStep.empty(plan)
+            return None
         logits = self.model.compute_logits(hidden[inputs.sample_rows])
-        requests = [plan.chunks[i].request for i in inputs.sampled_chunks]
-        batch = build_sampling_batch(requests, logits.shape[1], self.device)
-        return LaunchedStep.start(plan, requests, self.sampler(logits, batch))
+        batch = build_sampling_batch(rows, logits.shape[1], self.device)  # type: ignore[arg-type]
+        return self.sampler(logits, batch)
 
 
 def _fill_pending_rows(inputs: ModelInputs, in_flight: LaunchedStep | None) -> None:
@@ -122,10 +154,15 @@ def _fill_pending_rows(inputs: ModelInputs, in_flight: LaunchedStep | None) -> N
     if in_flight is None or in_flight.token_ids is None:
         raise RuntimeError("a step has pending tokens but no step is in flight")
     row_of = in_flight.row_of()
-    device = inputs.token_ids.device
-    src = to_device([row_of[r.request_id] for r in inputs.pending_requests], torch.int64, device)
-    dst = to_device(inputs.pending_rows, torch.int64, device)
-    inputs.token_ids.index_copy_(0, dst, in_flight.token_ids.index_select(0, src))
+    src = [row_of[r.request_id] for r in inputs.pending_requests]
+    fill_pending_rows(inputs, src, in_flight.token_ids)
+
+
+def _local_kv_config(model_config: ModelConfig, tp: TPGroup) -> ModelConfig:
+    if not tp.is_parallel:
+        return model_config
+    kv_heads = max(1, model_config.num_kv_heads // tp.size)
+    return dataclasses.replace(model_config, num_heads=kv_heads, num_kv_heads=kv_heads)
 
 
 def _resolve_pdl(setting: bool | None, device: torch.device) -> bool:
