@@ -20,6 +20,7 @@ whose slot id is ``num_slots`` and whose rows are neither read nor written)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -34,14 +35,19 @@ def fused_moe_reference(
     w2: torch.Tensor,  # [E, H, I]
     topk_weights: torch.Tensor,  # [T, k] float32
     topk_ids: torch.Tensor,  # [T, k] int
+    act_quant: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
+    """``act_quant``: applied to each GEMM's input rows (FP8 experts: quantize-dequantize the
+    activations as the kernel quantizes them; the weights come in already dequantized)."""
     out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float32, device=x.device)
     inter = w2.shape[2]
+    quant = act_quant or (lambda t: t)
+    x_in = quant(x).to(w13.dtype)
     for expert in topk_ids.unique().tolist():
         token, choice = (topk_ids == expert).nonzero(as_tuple=True)
-        gate_up = x[token] @ w13[expert].t()
+        gate_up = x_in[token] @ w13[expert].t()
         hidden = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
-        y = (hidden @ w2[expert].t()).float()
+        y = (quant(hidden).to(w2.dtype) @ w2[expert].t()).float()
         out.index_add_(0, token, y * topk_weights[token, choice, None])
     return out.to(x.dtype)
 
@@ -240,6 +246,14 @@ def _grouped_gemm(
     return out
 
 
+# (GEMM input rows, 0 for w13 / 1 for w2, slot blocks, num_slots, top_k, tile config, router
+# weights to scale the output rows by or None) -> [num_slots, N]; see _grouped_gemm
+ExpertGemm = Callable[
+    [torch.Tensor, int, "SortedSlots | torch.Tensor", int, int, dict, "torch.Tensor | None"],
+    torch.Tensor,
+]
+
+
 def fused_moe(
     x: torch.Tensor,
     w13: torch.Tensor,
@@ -249,22 +263,41 @@ def fused_moe(
 ) -> torch.Tensor:
     """The GPU path of ``fused_moe_reference`` (same arguments, same result within bf16
     rounding of the intermediate)."""
+    assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
+    stacks = (w13, w2)
+
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
+        return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights)
+
+    return fused_moe_with(x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm)
+
+
+def fused_moe_with(
+    x: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    hidden_size: int,
+    gemm: ExpertGemm,
+    config: dict[str, int] | None = None,
+) -> torch.Tensor:
+    """Route, sort (or not), gate/up GEMM, SiLU-mul, down GEMM scaled by the router weights,
+    sum of the k rows: the steps every expert format shares; ``gemm`` multiplies by one
+    expert stack in its own format."""
     from kvserve.kernels.activation import silu_and_mul
 
     require_triton()
     tokens, top_k = topk_ids.shape
     num_slots = tokens * top_k
     if tokens == 0:
-        return torch.zeros(0, w2.shape[1], dtype=x.dtype, device=x.device)
-    assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
-    num_experts = w13.shape[0]
-    config = _block_config(num_slots, num_experts)
+        return torch.zeros(0, hidden_size, dtype=x.dtype, device=x.device)
+    config = config or _block_config(num_slots, num_experts)
     if num_slots * 4 <= num_experts:  # decode: slots rarely share an expert, skip the sort
         blocks: SortedSlots | torch.Tensor = topk_ids.flatten().to(torch.int32)
     else:
         blocks = sort_slots_by_expert_kernel(topk_ids, num_experts, config["BLOCK_M"])
-    gate_up = _grouped_gemm(x, w13, blocks, num_slots, top_k, config, None)
+    gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None)
     hidden = silu_and_mul(gate_up)
     flat_weights = topk_weights.flatten().float().contiguous()
-    down = _grouped_gemm(hidden, w2, blocks, num_slots, top_k, config, flat_weights)
+    down = gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights)
     return down.view(tokens, top_k, -1).sum(dim=1)  # accumulates in fp32, one kernel

@@ -1,11 +1,12 @@
 """A sparse mixture-of-experts feed-forward block: a router picks each token's top-k experts,
-their SwiGLU MLPs run (``kvserve.kernels.fused_moe``), and an optional shared expert (a dense
+their SwiGLU MLPs run (``kvserve.kernels.fused_moe*``), and an optional shared expert (a dense
 MLP every token goes through, GLM-4.5) is added.
 
 Parameter names follow the HF checkpoints: ``gate.weight`` (router, [E, H]),
-``gate.e_score_correction_bias`` ([E], grouped-sigmoid routers), ``shared_experts.*``;
-the per-expert ``experts.{e}.{gate,up,down}_proj.weight`` tensors are stacked into ``w13``
-[E, 2I, H] and ``w2`` [E, H, I] by ``load_expert``.
+``gate.e_score_correction_bias`` ([E], grouped-sigmoid routers), ``shared_experts.*``. The
+experts are stacked (``w13`` [E, 2I, ...] gate then up rows, ``w2`` [E, H, ...]) in the format
+of the layer's expert method (``kvserve.quant.moe_method``: the model dtype, FP8, NVFP4,
+MXFP4), which also reads each checkpoint tensor ``experts.{e}.{proj}.{name}`` into them.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvserve.config import MoEConfig
-from kvserve.kernels.fused_moe import fused_moe_reference
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.layers.moe_router import select_experts
-
-_EXPERT_SHARDS = {"gate_proj": ("w13", 0), "up_proj": ("w13", 1), "down_proj": ("w2", 0)}
+from kvserve.quant.moe_method import EXPERT_SHARDS, ExpertMethod, load_rows, projection_rows
+from kvserve.quant.moe_unquantized import UnquantizedExpertMethod
 
 
 class Router(nn.Module):
@@ -43,53 +43,57 @@ class SparseMoE(nn.Module):
         dtype: torch.dtype,
         shared_experts: nn.Module | None = None,
         kernels: KernelOptions = TORCH_REFERENCE,
+        method: ExpertMethod | None = None,
+        prefix: str = "mlp",
     ) -> None:
         super().__init__()
-        self.cfg, self.kernels = cfg, kernels
-        experts, inter = cfg.num_experts, cfg.expert_intermediate_size
+        self.cfg, self.kernels, self.hidden_size, self.prefix = cfg, kernels, hidden_size, prefix
         self.gate = Router(hidden_size, cfg)
-        self.w13 = nn.Parameter(torch.empty(experts, 2 * inter, hidden_size, dtype=dtype), False)
-        self.w2 = nn.Parameter(torch.empty(experts, hidden_size, inter, dtype=dtype), False)
+        self.method = method or UnquantizedExpertMethod()
+        self.method.create_weights(self, dtype)
         self.shared_experts = shared_experts
-        self._loaded: set[tuple[int, str]] = set()
+        self._loaded: set[tuple[int, str, str]] = set()
 
     def missing(self) -> list[str]:
         """Checkpoint names (relative to this layer) of expert tensors not loaded yet."""
         return [
-            f"experts.{e}.{proj}.weight"
+            f"experts.{e}.{proj}.{name}"
             for e in range(self.cfg.num_experts)
-            for proj in _EXPERT_SHARDS
-            if (e, proj) not in self._loaded
+            for proj in EXPERT_SHARDS
+            for name in self.method.required()
+            if (e, proj, name) not in self._loaded
         ]
 
     def load_expert(self, expert: int, proj: str, loaded: torch.Tensor) -> str:
-        """Copy one checkpoint tensor ``experts.{expert}.{proj}.weight`` into its stack; the
-        name of the parameter it filled."""
-        if proj not in _EXPERT_SHARDS or not 0 <= expert < self.cfg.num_experts:
-            raise ValueError(f"no expert tensor experts.{expert}.{proj} in this layer")
-        name, shard = _EXPERT_SHARDS[proj]
-        stack: torch.Tensor = getattr(self, name).data[expert]
-        rows = stack.shape[0] // 2 if name == "w13" else stack.shape[0]
-        target = stack[shard * rows : (shard + 1) * rows]
-        if target.shape != loaded.shape:
-            raise ValueError(
-                f"experts.{expert}.{proj}.weight has shape {tuple(loaded.shape)}, "
-                f"expected {tuple(target.shape)}"
-            )
-        target.copy_(loaded)
-        self._loaded.add((expert, proj))
-        return name
+        """Read one checkpoint tensor ``experts.{expert}.{proj}`` (``proj`` may carry the
+        tensor name: ``gate_proj.weight_scale``; bare, it is the weight) into the stacks; the
+        name of the stack it went to."""
+        proj, _, name = proj.partition(".")
+        name = name or "weight"
+        reader = self.method.readers().get(name)
+        if proj not in EXPERT_SHARDS or not 0 <= expert < self.cfg.num_experts or not reader:
+            raise ValueError(f"no expert tensor experts.{expert}.{proj}.{name} in this layer")
+        what = f"experts.{expert}.{proj}.{name}"
+        load_rows(self, expert, proj, reader(loaded, projection_rows(self, proj)), what)
+        self._loaded.add((expert, proj, name))
+        return EXPERT_SHARDS[proj][0]
+
+    def expert_params(self) -> list[str]:
+        """Names of this layer's own parameters (the stacks; not the router's)."""
+        return [name for name, _ in self.named_parameters(recurse=False)]
+
+    def finish_loading(self) -> None:
+        self.method.process_after_loading(self)
+
+    def init_dummy(self, gen: torch.Generator) -> None:
+        self.method.init_dummy(self, gen)
+        self.finish_loading()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = F.linear(x.float(), self.gate.weight)
         bias = self.gate.e_score_correction_bias
         weights, ids = select_experts(logits, self.cfg, bias, self.kernels)
-        if self.kernels.triton:
-            from kvserve.kernels.fused_moe import fused_moe
-
-            out = fused_moe(x, self.w13, self.w2, weights, ids)
-        else:
-            out = fused_moe_reference(x, self.w13, self.w2, weights, ids)
+        out = self.method.apply(self, x, weights, ids, self.kernels.triton)
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
         return out

@@ -19,6 +19,7 @@ from kvserve.errors import ConfigError
 
 if TYPE_CHECKING:
     from kvserve.quant.method import LinearMethod
+    from kvserve.quant.moe_method import ExpertMethod
 
 
 class UnsupportedQuantization(ConfigError):
@@ -46,6 +47,9 @@ class QuantScheme:
     # "module:function" called with the QuantConfig when it is resolved (torch-free): raises
     # UnsupportedQuantization for a variant of the scheme that kvserve does not run
     check: str | None = None
+    # "module:function"; function(QuantConfig) -> ExpertMethod for mixture-of-experts layers,
+    # None: experts in this scheme are refused
+    moe_method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ SCHEMES: dict[str, QuantScheme] = {
         method="kvserve.quant.unquantized:make_method",
         gpu_paths=(GpuPath((8, 0), "bf16 tensor cores"),),
         online=False,
+        moe_method="kvserve.quant.moe_unquantized:make_expert_method",
     ),
     "fp8": QuantScheme(
         name="fp8",
@@ -98,12 +103,14 @@ SCHEMES: dict[str, QuantScheme] = {
         ),
         online=True,
         check="kvserve.quant.fp8_config:fp8_spec",
+        moe_method="kvserve.quant.moe_fp8:make_expert_method",
     ),
     "nvfp4": QuantScheme(
         name="nvfp4",
         summary="E2M1 weights, e4m3 scale per 16 + fp32 per-tensor scale; weight-only on Hopper",
         layouts=("ModelOpt NVFP4", "compressed-tensors nvfp4-pack-quantized"),
         method="kvserve.quant.nvfp4:make_method",
+        moe_method="kvserve.quant.moe_fp4:make_nvfp4_method",
         gpu_paths=(
             GpuPath((9, 0), "weight-only: FP4 dequantized inside a Triton GEMM, bf16 MMA"),
             GpuPath((10, 0), "native FP4 tensor cores", runs=False),
@@ -115,6 +122,7 @@ SCHEMES: dict[str, QuantScheme] = {
         summary="E2M1 weights, E8M0 scale per 32 (OCP MX); weight-only on Hopper",
         layouts=("gpt-oss *_blocks/*_scales", "compressed-tensors mxfp4-pack-quantized"),
         method="kvserve.quant.mxfp4:make_method",
+        moe_method="kvserve.quant.moe_fp4:make_mxfp4_method",
         gpu_paths=(
             GpuPath((9, 0), "weight-only: FP4 dequantized inside a Triton GEMM, bf16 MMA"),
             GpuPath((10, 0), "native FP4 tensor cores", runs=False),
@@ -209,6 +217,19 @@ def linear_method(config: QuantConfig, prefixes: list[str]) -> LinearMethod:
         )
     target = SCHEMES["none"] if all(ignored) else scheme(config.scheme)
     module, _, attr = target.method.partition(":")
+    return getattr(importlib.import_module(module), attr)(config)
+
+
+def expert_method(config: QuantConfig, prefix: str) -> ExpertMethod:
+    """The method for the experts of one mixture-of-experts layer whose checkpoint names are
+    ``prefix.{e}.{proj}`` (an ignore pattern matching the first expert's gate covers all)."""
+    ignored = config.ignores(prefix) or config.ignores(f"{prefix}.0.gate_proj")
+    target = SCHEMES["none"] if ignored else scheme(config.scheme)
+    if target.moe_method is None:
+        raise UnsupportedQuantization(
+            f"{config.scheme} ({config.source}) is not supported for mixture-of-experts layers"
+        )
+    module, _, attr = target.moe_method.partition(":")
     return getattr(importlib.import_module(module), attr)(config)
 
 

@@ -1,0 +1,167 @@
+"""Mixture of experts with weight-only FP4 experts (NVFP4 or MXFP4, the layout of
+``fp4_reference.py`` per expert): the grouped GEMMs of ``fused_moe.py`` with each weight tile
+unpacked and scaled in registers (``fp4_gemm._dequant_tile``), the MMA in the activation dtype
+with fp32 accumulation.
+
+Per stack (``w13`` for gate/up, ``w2`` for down): ``packed`` uint8 [E, N, K/2],
+``block_scale`` [E, N, K/g] (e4m3 for NVFP4, g = 16; E8M0 bytes for MXFP4, g = 32) and, for
+NVFP4, ``row_scale`` fp32 [E, N] (each shard's per-tensor scale, applied to the accumulator).
+
+``fused_moe_fp4_reference`` dequantizes the experts and runs ``fused_moe_reference``: it runs
+anywhere and is what the CPU path computes. No host syncs: capturable in CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvserve.kernels._triton import jit, tl, triton
+from kvserve.kernels.fp4_gemm import _dequant_tile
+from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
+from kvserve.kernels.fused_moe import SortedSlots, fused_moe_reference, fused_moe_with
+
+Fp4Stack = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # packed, block, row scales
+
+
+def dequantize_fp4_experts(stack: Fp4Stack, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The dense [E, N, K] experts of one stack."""
+    packed, block_scale, row_scale = stack
+    return torch.stack(
+        [
+            dequantize_fp4(packed[e], block_scale[e], None if row_scale is None else row_scale[e])
+            for e in range(packed.shape[0])
+        ]
+    ).to(dtype)
+
+
+def fused_moe_fp4_reference(
+    x: torch.Tensor,
+    w13: Fp4Stack,
+    w2: Fp4Stack,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    w13_f, w2_f = dequantize_fp4_experts(w13), dequantize_fp4_experts(w2)
+    return fused_moe_reference(x.float(), w13_f, w2_f, topk_weights, topk_ids).to(x.dtype)
+
+
+@jit
+def _fp4_grouped_gemm_kernel(
+    a_ptr,  # [rows of A, K]: tokens (A_PER_TOKEN) or slots
+    w_ptr,  # uint8 [E, N, K/2]
+    s_ptr,  # uint8 [E, N, K/GROUP]: E8M0 exponents or the bytes of e4m3 scales
+    rs_ptr,  # fp32 [E, N] (HAS_ROW_SCALE)
+    out_ptr,  # [num_slots, N]
+    slots_ptr,
+    block_expert_ptr,
+    weights_ptr,  # [num_slots] float32 router weights (SCALE_ROWS)
+    num_slots,
+    N,
+    K,
+    stride_a,
+    stride_we,
+    stride_wn,
+    stride_se,
+    stride_sn,
+    stride_rse,
+    stride_out,
+    TOP_K: tl.constexpr,
+    A_PER_TOKEN: tl.constexpr,
+    SCALE_ROWS: tl.constexpr,
+    ONE_SLOT_PER_BLOCK: tl.constexpr,
+    GROUP: tl.constexpr,
+    SCALE_E8M0: tl.constexpr,
+    HAS_ROW_SCALE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    expert = tl.load(block_expert_ptr + pid_m)
+    if expert < 0:
+        return
+    if ONE_SLOT_PER_BLOCK:
+        slots = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_slots)
+    else:
+        slots = tl.load(slots_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    row_ok = slots < num_slots
+    a_rows = slots // TOP_K if A_PER_TOKEN else slots
+    a_rows = tl.where(row_ok, a_rows, 0)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    rows_w = (offs_n % N).to(tl.int64)[:, None]  # rows past N wrap; the store masks them
+    rk = tl.arange(0, BLOCK_K)
+    rb = tl.arange(0, BLOCK_K // 2)
+    rg = tl.arange(0, BLOCK_K // GROUP)
+    e64 = expert.to(tl.int64)
+    w_ptrs = w_ptr + e64 * stride_we + rows_w * stride_wn + rb[None, :]
+    s_ptrs = s_ptr + e64 * stride_se + rows_w * stride_sn + rg[None, :]
+    a_ptrs = a_ptr + a_rows.to(tl.int64)[:, None] * stride_a + rk[None, :]
+    dtype = a_ptr.dtype.element_ty
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        p = tl.load(w_ptrs, mask=(k0 // 2 + rb < K // 2)[None, :], other=0)
+        s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & (k0 + rk < K)[None, :], other=0.0)
+        w = _dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype)
+        acc = tl.dot(a, tl.trans(w), acc, input_precision=DOT_PRECISION)
+        w_ptrs += BLOCK_K // 2
+        s_ptrs += BLOCK_K // GROUP
+        a_ptrs += BLOCK_K
+    if HAS_ROW_SCALE:
+        acc = acc * tl.load(rs_ptr + e64 * stride_rse + offs_n, mask=n_ok, other=0.0)[None, :]
+    if SCALE_ROWS:
+        acc = acc * tl.load(weights_ptr + slots, mask=row_ok, other=0.0)[:, None]
+    out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_out + offs_n[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
+
+
+def _fp4_grouped_gemm(
+    a: torch.Tensor,
+    stack: Fp4Stack,
+    blocks: SortedSlots | torch.Tensor,
+    num_slots: int,
+    top_k: int,
+    config: dict[str, int],
+    row_weights: torch.Tensor | None,
+) -> torch.Tensor:
+    packed, block_scale, row_scale = stack
+    n, k = packed.shape[1], 2 * packed.shape[2]
+    group = group_size_of(block_scale)
+    out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
+    one_slot = isinstance(blocks, torch.Tensor)
+    block_expert = blocks if one_slot else blocks.block_expert
+    slots = block_expert if one_slot else blocks.slots
+    scales = block_scale.view(torch.uint8)
+    grid = (block_expert.numel(), triton.cdiv(n, config["BLOCK_N"]))
+    _fp4_grouped_gemm_kernel[grid](
+        a, packed, scales, row_scale if row_scale is not None else out, out, slots, block_expert,
+        row_weights if row_weights is not None else out, num_slots, n, k, a.stride(0),
+        packed.stride(0), packed.stride(1), scales.stride(0), scales.stride(1),
+        row_scale.stride(0) if row_scale is not None else 0, out.stride(0),
+        TOP_K=top_k, A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
+        ONE_SLOT_PER_BLOCK=one_slot, GROUP=group, SCALE_E8M0=block_scale.dtype == torch.uint8,
+        HAS_ROW_SCALE=row_scale is not None, BLOCK_M=config["BLOCK_M"],
+        BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
+        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        num_warps=config["num_warps"], num_stages=config["num_stages"],
+    )  # fmt: skip
+    return out
+
+
+def fused_moe_fp4(
+    x: torch.Tensor,
+    w13: Fp4Stack,
+    w2: Fp4Stack,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """The GPU path of ``fused_moe_fp4_reference`` (same arguments)."""
+    stacks = (w13, w2)
+
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
+        return _fp4_grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights)
+
+    return fused_moe_with(x, topk_weights, topk_ids, w13[0].shape[0], w2[0].shape[1], gemm)

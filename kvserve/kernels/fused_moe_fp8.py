@@ -1,0 +1,189 @@
+"""Mixture of experts with FP8 (e4m3) expert weights: the grouped GEMMs of ``fused_moe.py`` on
+FP8 tensor cores, activations quantized dynamically before each GEMM.
+
+Weights ``w13 [E, 2I, H]`` and ``w2 [E, H, I]`` in float8_e4m3fn with fp32 scales, either
+- block-wise (``block = (bn, bk)``, Qwen3-FP8 / GLM-4.5-FP8): ``w13_scale [E, 2I/bn, H/bk]``,
+  activations per token and group of ``bk`` columns; each K step's fp32 partial product is
+  multiplied by the rows' and the weight block's scales;
+- per output channel (``block = None``): ``w13_scale [E, 2I]``, activations per token (one
+  scale per row); both scales are applied once, to the accumulator.
+
+``fused_moe_fp8_reference`` is the plain-torch reference (dequantize the experts, quantize and
+dequantize the activations the same way, then ``fused_moe_reference``); it runs anywhere and
+is what the CPU path computes. No host syncs: capturable in CUDA graphs.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+from kvserve.kernels._triton import jit, tl, triton
+from kvserve.kernels.fp8_quant import dequantize_fp8_activation, quantize_fp8
+from kvserve.kernels.fused_moe import SortedSlots, fused_moe_reference, fused_moe_with
+
+
+def dequantize_fp8_experts(
+    w: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] | None
+) -> torch.Tensor:
+    """fp32 ``[E, N, K]`` from FP8 experts and their block ``[E, N/bn, K/bk]`` or per-channel
+    ``[E, N]`` scales."""
+    if block is None:
+        return w.float() * scale.float()[:, :, None]
+    bn, bk = block
+    full = scale.float().repeat_interleave(bn, 1).repeat_interleave(bk, 2)
+    return w.float() * full[:, : w.shape[1], : w.shape[2]]
+
+
+def fake_quant_fp8(t: torch.Tensor, group: int | None) -> torch.Tensor:
+    """Activations quantized per token (``group`` None) or token group, then dequantized."""
+    return dequantize_fp8_activation(*quantize_fp8(t, group)).to(t.dtype)
+
+
+def fused_moe_fp8_reference(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w13_scale: torch.Tensor,
+    w2: torch.Tensor,
+    w2_scale: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    block: tuple[int, int] | None,
+) -> torch.Tensor:
+    w13_f = dequantize_fp8_experts(w13, w13_scale, block)
+    w2_f = dequantize_fp8_experts(w2, w2_scale, block)
+    quant = partial(fake_quant_fp8, group=block[1] if block else None)
+    return fused_moe_reference(x.float(), w13_f, w2_f, topk_weights, topk_ids, quant).to(x.dtype)
+
+
+@jit
+def _fp8_grouped_gemm_kernel(
+    a_ptr,  # fp8 [rows of A, K]: tokens (A_PER_TOKEN) or slots
+    as_ptr,  # fp32 [rows of A, K / SCALE_K] (BLOCKWISE) or [rows of A, 1]
+    w_ptr,  # fp8 [E, N, K]
+    ws_ptr,  # fp32 [E, N / GROUP_N, K / SCALE_K] (BLOCKWISE) or [E, N]
+    out_ptr,  # [num_slots, N]
+    slots_ptr,
+    block_expert_ptr,
+    weights_ptr,  # [num_slots] float32 router weights (SCALE_ROWS)
+    num_slots,
+    N,
+    K,
+    stride_a,
+    stride_as,
+    stride_we,
+    stride_wn,
+    stride_wse,
+    stride_wsn,
+    stride_out,
+    TOP_K: tl.constexpr,
+    A_PER_TOKEN: tl.constexpr,
+    SCALE_ROWS: tl.constexpr,
+    ONE_SLOT_PER_BLOCK: tl.constexpr,
+    BLOCKWISE: tl.constexpr,
+    GROUP_N: tl.constexpr,
+    SCALE_K: tl.constexpr,  # K columns per scale (BLOCKWISE; a multiple of BLOCK_K)
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    expert = tl.load(block_expert_ptr + pid_m)
+    if expert < 0:
+        return
+    if ONE_SLOT_PER_BLOCK:
+        slots = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_slots)
+    else:
+        slots = tl.load(slots_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    row_ok = slots < num_slots
+    a_rows = slots // TOP_K if A_PER_TOKEN else slots
+    a_rows = tl.where(row_ok, a_rows, 0)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + a_rows.to(tl.int64)[:, None] * stride_a + offs_k[None, :]
+    w_ptrs = (
+        w_ptr
+        + expert.to(tl.int64) * stride_we
+        + offs_n.to(tl.int64)[None, :] * stride_wn
+        + offs_k[:, None]
+    )
+    as_rows = as_ptr + a_rows.to(tl.int64) * stride_as
+    ws_cols = ws_ptr + expert.to(tl.int64) * stride_wse + (offs_n // GROUP_N) * stride_wsn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_ok = offs_k < K - k0
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        if BLOCKWISE:
+            a_s = tl.load(as_rows + k0 // SCALE_K, mask=row_ok, other=0.0)
+            w_s = tl.load(ws_cols + k0 // SCALE_K, mask=n_ok, other=0.0)
+            acc += tl.dot(a, w) * a_s[:, None] * w_s[None, :]
+        else:
+            acc = tl.dot(a, w, acc)
+        a_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+    if not BLOCKWISE:
+        acc = acc * tl.load(as_rows, mask=row_ok, other=0.0)[:, None]
+        acc = acc * tl.load(ws_cols, mask=n_ok, other=0.0)[None, :]
+    if SCALE_ROWS:
+        acc = acc * tl.load(weights_ptr + slots, mask=row_ok, other=0.0)[:, None]
+    out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_out + offs_n[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
+
+
+def _fp8_grouped_gemm(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    ws: torch.Tensor,
+    block: tuple[int, int] | None,
+    blocks: SortedSlots | torch.Tensor,
+    num_slots: int,
+    top_k: int,
+    config: dict[str, int],
+    row_weights: torch.Tensor | None,
+) -> torch.Tensor:
+    """``a`` in the activation dtype: quantized here (per token group or per token), then
+    ``a @ w[e].T`` per slot as ``fused_moe._grouped_gemm`` does."""
+    n, k = w.shape[1], w.shape[2]
+    aq, a_scale = quantize_fp8(a, block[1] if block else None)
+    out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
+    block_k = block[1] if block else config["BLOCK_K"]
+    block_n = min(config["BLOCK_N"], block[0]) if block else config["BLOCK_N"]
+    one_slot = isinstance(blocks, torch.Tensor)
+    block_expert = blocks if one_slot else blocks.block_expert
+    slots = block_expert if one_slot else blocks.slots
+    grid = (block_expert.numel(), triton.cdiv(n, block_n))
+    _fp8_grouped_gemm_kernel[grid](
+        aq, a_scale, w, ws, out, slots, block_expert,
+        row_weights if row_weights is not None else out, num_slots, n, k,
+        aq.stride(0), a_scale.stride(0), w.stride(0), w.stride(1), ws.stride(0), ws.stride(1),
+        out.stride(0), TOP_K=top_k, A_PER_TOKEN=row_weights is None,
+        SCALE_ROWS=row_weights is not None, ONE_SLOT_PER_BLOCK=one_slot,
+        BLOCKWISE=block is not None, GROUP_N=block[0] if block else 1,
+        SCALE_K=block[1] if block else block_k, BLOCK_M=config["BLOCK_M"], BLOCK_N=block_n,
+        BLOCK_K=block_k, num_warps=config["num_warps"], num_stages=config["num_stages"],
+    )  # fmt: skip
+    return out
+
+
+def fused_moe_fp8(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w13_scale: torch.Tensor,
+    w2: torch.Tensor,
+    w2_scale: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    block: tuple[int, int] | None,
+) -> torch.Tensor:
+    """The GPU path of ``fused_moe_fp8_reference`` (same arguments)."""
+    stacks = ((w13, w13_scale), (w2, w2_scale))
+
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
+        w, ws = stacks[which]
+        return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights)
+
+    return fused_moe_with(x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm)

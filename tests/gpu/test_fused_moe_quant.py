@@ -1,0 +1,118 @@
+"""The fused MoE Triton paths with low-bit experts against their torch references: FP8
+(128x128 blocks with per-token-group activations; per-channel with per-token activations) and
+weight-only NVFP4 / MXFP4; batch 1 to 256, uneven expert loads (all tokens to one expert,
+experts with no tokens), and replay from a CUDA graph.
+
+On a CPU, through Triton's interpreter (fp32 activations only, tiny shapes):
+``cd tests/gpu && KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 python -m pytest --noconftest
+test_fused_moe_quant.py``
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
+
+from kvserve.kernels.fused_moe_fp4 import fused_moe_fp4, fused_moe_fp4_reference  # noqa: E402
+from kvserve.kernels.fused_moe_fp8 import fused_moe_fp8, fused_moe_fp8_reference  # noqa: E402
+from kvserve.quant.moe_fp4 import quantize_fp4_experts  # noqa: E402
+from kvserve.quant.moe_fp8 import quantize_fp8_experts  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+# (experts, hidden, inter, k): interpreter-sized, then a Qwen3-30B-A3B-like layer on the GPU
+SHAPES = [(8, 256, 128, 2)] if INTERPRETED else [(8, 256, 128, 2), (128, 2048, 768, 8)]
+TOKENS = [1, 5, 33] if INTERPRETED else [1, 7, 64, 256]
+DTYPE = torch.float32 if INTERPRETED else torch.bfloat16
+LOADS = ["random", "one_expert", "few_experts"]
+
+
+def _case(tokens: int, experts: int, hidden: int, inter: int, k: int, load: str):  # noqa: ANN202
+    gen = torch.Generator().manual_seed(tokens * 31 + experts)
+    x = torch.randn(tokens, hidden, generator=gen).to(DEVICE, DTYPE)
+    w13 = torch.randn(experts, 2 * inter, hidden, generator=gen) / hidden**0.5
+    w2 = torch.randn(experts, hidden, inter, generator=gen) / inter**0.5
+    scores = torch.randn(tokens, experts, generator=gen)
+    if load == "one_expert":
+        scores[:, 3] += 100.0  # every token's first choice is expert 3
+    elif load == "few_experts":
+        scores[:, 2:] -= 100.0  # only experts 0 and 1 get tokens
+    weights, ids = scores.softmax(-1).topk(k, dim=-1)
+    return x, w13.to(DEVICE), w2.to(DEVICE), weights.to(DEVICE), ids.to(DEVICE, torch.int32)
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, rel: float) -> None:
+    scale = want.float().abs().max().item()
+    assert (got.float() - want.float()).abs().max().item() <= rel * scale
+
+
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("load", LOADS)
+@pytest.mark.parametrize("block", [(128, 128), None], ids=["block", "channel"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fp8_experts_match_reference(tokens, load, block, shape) -> None:  # noqa: ANN001
+    x, w13, w2, weights, ids = _case(tokens, *shape, load)
+    q13, s13 = quantize_fp8_experts(w13, block)
+    q2, s2 = quantize_fp8_experts(w2, block)
+    got = fused_moe_fp8(x, q13, s13, q2, s2, weights, ids, block)
+    want = fused_moe_fp8_reference(x.float(), q13, s13, q2, s2, weights, ids, block)
+    # same FP8 operands; the kernel's intermediate is rounded to x's dtype before quantizing
+    _close(got, want, 1e-3 if torch.float32 == DTYPE else 3e-2)
+
+
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("load", LOADS)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fp4_experts_match_reference(tokens, load, fmt, shape) -> None:  # noqa: ANN001
+    x, w13, w2, weights, ids = _case(tokens, *shape, load)
+    s13, s2 = quantize_fp4_experts(w13, fmt), quantize_fp4_experts(w2, fmt)
+    got = fused_moe_fp4(x, s13, s2, weights, ids)
+    want = fused_moe_fp4_reference(x.float(), s13, s2, weights, ids)
+    _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
+
+
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
+def test_half_activations(dtype) -> None:  # noqa: ANN001
+    if INTERPRETED and dtype == torch.float16:
+        pytest.skip("fp16 MMA in the interpreter is slow; covered on the GPU")
+    x, w13, w2, weights, ids = _case(9, 8, 256, 128, 2, "random")
+    x = x.to(dtype)
+    q13, s13 = quantize_fp8_experts(w13, (128, 128))
+    q2, s2 = quantize_fp8_experts(w2, (128, 128))
+    got = fused_moe_fp8(x, q13, s13, q2, s2, weights, ids, (128, 128))
+    _close(got, fused_moe_fp8_reference(x, q13, s13, q2, s2, weights, ids, (128, 128)), 3e-2)
+    f13, f2 = quantize_fp4_experts(w13, "nvfp4"), quantize_fp4_experts(w2, "nvfp4")
+    got = fused_moe_fp4(x, f13, f2, weights, ids)
+    _close(got, fused_moe_fp4_reference(x.float(), f13, f2, weights, ids), 2e-2)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("fmt", ["fp8-block", "fp8-channel", "nvfp4", "mxfp4"])
+def test_replays_from_a_cuda_graph(fmt: str) -> None:
+    x, w13, w2, weights, ids = _case(64, 16, 256, 128, 4, "random")
+    if fmt.startswith("fp8"):
+        block = (128, 128) if fmt == "fp8-block" else None
+        q13, s13 = quantize_fp8_experts(w13, block)
+        q2, s2 = quantize_fp8_experts(w2, block)
+
+        def run():  # noqa: ANN202
+            return fused_moe_fp8(x, q13, s13, q2, s2, weights, ids, block)
+    else:
+        f13, f2 = quantize_fp4_experts(w13, fmt), quantize_fp4_experts(w2, fmt)
+
+        def run():  # noqa: ANN202
+            return fused_moe_fp4(x, f13, f2, weights, ids)
+
+    run()  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    x2, _, _, weights2, ids2 = _case(64, 16, 256, 128, 4, "one_expert")
+    x.copy_(x2), weights.copy_(weights2), ids.copy_(ids2)
+    graph.replay()
+    torch.testing.assert_close(out, run(), atol=0, rtol=0)
