@@ -2,6 +2,13 @@
 
     python -m benchmarks.moe_decode --model benchmarks/configs/qwen3-30b-a3b \
         --batches 1,64,256 --offline 1000
+    python -m benchmarks.moe_decode --model benchmarks/configs/glm-4.5-air \
+        --formats fp8-block,nvfp4 --tag glm45air_h200
+
+``--formats`` (default bf16) names lowbit_decode.py's formats: ``fp8-block`` writes Qwen3-FP8's
+``quant_method: fp8`` with 128x128 blocks into a copy of config.json, ``fp8`` / ``nvfp4`` /
+``mxfp4`` quantize online; weights are dummy in the format's own layout, experts included.
+Expert bytes count every tensor of the expert stacks (FP8 or packed FP4 values and scales).
 
 Decode at 1K context: tok/s between output lengths 64 and 192 (as roofline.py's decode part).
 Its ceiling counts the bytes one step must read: every non-expert weight (attention, norms,
@@ -16,6 +23,8 @@ experts a full decode step touches.
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,8 +36,10 @@ from benchmarks.common import (
     kv_bytes_per_token,
     kv_capacity_tokens,
     model_parameters,
+    release_memory,
     write_result,
 )
+from benchmarks.lowbit_decode import FORMATS, model_dir
 from benchmarks.roofline import run_offline
 from kvserve.engine.engine_core import EngineCore
 from kvserve.layers.moe import SparseMoE
@@ -42,12 +53,17 @@ def _moe_layers(core: EngineCore) -> list[SparseMoE]:
 def weight_split(core: EngineCore) -> dict[str, float]:
     """Bytes of the expert stacks, of one expert's three matrices, and of everything else that
     a step reads (the embedding table is read one row per token, so it is left out)."""
-    expert_total = sum(m.w13.nbytes + m.w2.nbytes for m in _moe_layers(core))
+    expert_total = sum(_stack_bytes(m) for m in _moe_layers(core))
     first = _moe_layers(core)[0]
-    per_expert = (first.w13.nbytes + first.w2.nbytes) / first.cfg.num_experts
+    per_expert = _stack_bytes(first) / first.cfg.num_experts
     other = sum(p.nbytes for n, p in model_parameters(core) if "embed" not in n) - expert_total
     return {"expert_bytes_total": expert_total, "bytes_per_expert": per_expert,
             "non_expert_bytes": other}  # fmt: skip
+
+
+def _stack_bytes(moe: SparseMoE) -> int:
+    """The expert stacks in their format: values, block scales, row scales."""
+    return sum(p.nbytes for _, p in moe.named_parameters(recurse=False))
 
 
 def experts_touched(core: EngineCore, batch: int) -> float:
@@ -113,29 +129,49 @@ def run_decode(core: EngineCore, ceil: dict, batches: list[int], ctx: int) -> li
     return rows
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--model", default="benchmarks/configs/qwen3-30b-a3b")
-    p.add_argument("--batches", default="1,64,256")
-    p.add_argument("--context", type=int, default=1024)
-    p.add_argument("--offline", type=int, default=0, help="offline requests (0: skip)")
-    p.add_argument("--tag", default="h200")
-    p.add_argument("--out-dir", default=None)
-    args = p.parse_args()
-    ceil = gpu_ceilings()
-    core = build_engine(args.model)
-    result: dict[str, Any] = {"model": args.model, "ceilings": ceil,
-                              "startup_s": getattr(core, "startup_s", None),
-                              "weights": weight_split(core)}  # fmt: skip
-    batches = [int(b) for b in args.batches.split(",")]
-    result["decode"] = run_decode(core, ceil, batches, args.context)
+def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> dict[str, Any]:
+    """One engine in format ``name``: weights, decode rows, the offline run if asked."""
+    flag, qc = FORMATS[name]
+    settings = {"quantization": flag} if flag else {}
+    core = build_engine(model_dir(args.model, qc, tmp), **settings)
+    split = weight_split(core)
+    gb = {k: v / 1e9 for k, v in split.items()}
+    print(f"{name}: experts {gb['expert_bytes_total']:.1f} GB, other "
+          f"{gb['non_expert_bytes']:.1f} GB, start {core.startup_s:.0f} s", flush=True)  # fmt: skip
+    out: dict[str, Any] = {"startup_s": getattr(core, "startup_s", None), "weights": split}
+    out["decode"] = run_decode(core, ceil, [int(b) for b in args.batches.split(",")], args.context)
     if args.offline:
         off = run_offline(core, ceil, args.offline, 1024, 1024)
         off.update(offline_floor(core, ceil, args.offline, 1024, 1024))
         off["share_of_floor"] = off["floor_s"] / off["wall_s"]
         print(f"moe offline: {off['output_tok_s']:.0f} output tok/s, floor {off['floor_s']:.1f} s "
               f"({100 * off['share_of_floor']:.0f}%)", flush=True)  # fmt: skip
-        result["offline"] = off
+        out["offline"] = off
+    del core
+    release_memory()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--model", default="benchmarks/configs/qwen3-30b-a3b")
+    p.add_argument("--formats", default="bf16", help=f"comma-separated: {', '.join(FORMATS)}")
+    p.add_argument("--batches", default="1,64,256")
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--offline", type=int, default=0, help="offline requests (0: skip)")
+    p.add_argument("--tag", default="h200")
+    p.add_argument("--out-dir", default=None)
+    args = p.parse_args()
+    formats = args.formats.split(",")
+    if unknown := [f for f in formats if f not in FORMATS]:
+        raise SystemExit(f"unknown format(s) {unknown}; known: {', '.join(FORMATS)}")
+    ceil = gpu_ceilings()
+    result: dict[str, Any] = {"model": args.model, "ceilings": ceil, "formats": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in formats:
+            result["formats"][name] = run_format(name, args, ceil, Path(tmp))
+    if formats == ["bf16"]:  # the layout of earlier result files
+        result.update(result.pop("formats")["bf16"])
     path = write_result(f"moe_decode_{args.tag}", result, args.out_dir)
     print(f"wrote {path}")
 

@@ -32,6 +32,7 @@ FORMATS = {"nvfp4": NVFP4, "mxfp4": MXFP4}
 # the dense layer's tensor names -> the suffix of the expert stacks
 _SUFFIX = {"weight_packed": "", "weight_scale": "_scale", "weight_row_scale": "_row_scale"}
 _CPU_DENSE = "_fp4_experts_dequantized"
+_DUMMY_CHUNK = 16  # experts drawn at a time by init_dummy
 
 
 def quantize_fp4_experts(w: torch.Tensor, fmt: str) -> Fp4Stack:
@@ -95,8 +96,10 @@ class Fp4ExpertMethod:
     def init_dummy(self, moe: SparseMoE, gen: torch.Generator) -> None:
         for stack in ("w13", "w2"):
             packed = getattr(moe, stack)
-            codes = torch.randint(0, 256, packed.shape, generator=gen, device=gen.device)
-            packed.data.copy_(codes.to(torch.uint8))
+            for start in range(0, packed.shape[0], _DUMMY_CHUNK):  # bounds the int64 codes
+                part = packed.data[start : start + _DUMMY_CHUNK]
+                codes = torch.randint(0, 256, part.shape, generator=gen, device=gen.device)
+                part.copy_(codes.to(torch.uint8))
             experts, rows, groups = getattr(moe, f"{stack}_scale").shape
             scales = self.format.dummy_scales(experts * rows, groups, gen)
             for name, value in scales.items():
