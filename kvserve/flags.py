@@ -142,7 +142,11 @@ FLAGS: list[Flag] = [
     Flag(
         ("--disable-prefix-cache",), "turn the radix prefix cache off", switch=True, engine=True
     ),  # fmt: skip
-    Flag(("--kv-cache-dtype",), "KV cache dtype (auto = model dtype)", engine=True),
+    Flag(
+        ("--kv-cache-dtype",),
+        "KV cache dtype: auto (the model dtype) or fp8_e4m3 (alias fp8; half the bytes)",
+        engine=True,
+    ),
     Flag(
         ("--attention-backend",),
         "attention kernels",

@@ -13,11 +13,13 @@ from kvserve.errors import ConfigError
 
 # KV cache dtypes the KV pool holds, by ``--kv-cache-dtype`` name. "auto" is the model dtype;
 # a float name must equal the model dtype (the pool keeps KV in the dtype attention computes
-# in). FP8 names join this list with FP8 KV in the attention kernels.
-KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "float32")
+# in). FP8 (e4m3, one byte per value, per-layer k/v scales) works with any model dtype: the
+# kernels widen it to the model dtype as they read it. "fp8" is vLLM's alias of fp8_e4m3.
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "float32", "fp8_e4m3", "fp8")
+FP8_KV_CACHE_DTYPES = ("fp8_e4m3", "fp8")
 
-# Bytes per element of a KV dtype name (preflight plans FP8 KV ahead of the engine holding it).
-KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1}
+# Bytes per element of a KV dtype name.
+KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8": 1}
 
 N = TypeVar("N")  # an int, or a numpy integer array (elementwise)
 
@@ -34,10 +36,12 @@ def check_kv_cache_dtype(name: str, model_dtype: str | None) -> None:
         raise ConfigError(
             f"kv_cache_dtype {name!r} is not supported (supported: {', '.join(KV_CACHE_DTYPES)})"
         )
+    if name in FP8_KV_CACHE_DTYPES:
+        return
     if name != "auto" and model_dtype is not None and name != model_dtype:
         raise ConfigError(
-            f"--kv-cache-dtype {name} is not supported yet: the KV cache is kept in the model "
-            f"dtype ({model_dtype}); use auto"
+            f"--kv-cache-dtype {name} does not match the model dtype ({model_dtype}): the KV "
+            "cache is kept in the model dtype or in FP8; use auto or fp8_e4m3"
         )
 
 

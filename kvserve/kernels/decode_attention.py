@@ -8,6 +8,9 @@ into S splits; S comes from shapes only (batch, heads, page-table capacity, SM c
 program derives its own token range from ``seq_lens`` on the device, so the launch is
 CUDA-graph capturable. A second kernel merges the splits' partial outputs by their
 log-sum-exp. With S == 1 the first kernel writes the output directly.
+
+An FP8 cache is widened to q's dtype tile by tile (exact: every e4m3 value is a bf16 value); the
+key scale is folded into the softmax scale and the value scale applied once to each output row.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from kvserve.kernels._triton import (
     sm_count,
     tl,
 )
+from kvserve.kernels.store_kv_cache import KVScales, is_fp8_kv, scale_args
 
 # Split count, from sweeps on the H200 with the engine's graph-wide page tables
 # (benchmarks/decode_attention_sweep.py, benchmarks/long_context_sweep.py): about 4 programs
@@ -62,6 +66,8 @@ def _decode_split_kernel(
     part_out_ptr,
     part_lse_ptr,
     out_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
     scale_log2,
     page_size,
     stride_qb,
@@ -80,6 +86,7 @@ def _decode_split_kernel(
     HEAD_DIM: tl.constexpr,
     DIRECT: tl.constexpr,  # num_splits == 1: write the output, skip the merge
     DOT_PRECISION: tl.constexpr,
+    FP8: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pdl_wait(USE_PDL)
@@ -103,6 +110,8 @@ def _decode_split_kernel(
     heads = kv_head * GROUP + rows
     q_off = b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + dims[None, :]
     q = tl.load(q_ptr + q_off, mask=row_mask[:, None], other=0.0)  # [BLOCK_H, D]
+    if FP8:
+        scale_log2 = scale_log2 * tl.load(k_scale_ptr)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -117,6 +126,8 @@ def _decode_split_kernel(
         kv_ptrs = kv_off[:, None] + dims[None, :]  # [BLOCK_N, D]
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
         v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
+        if FP8:
+            k, v = k.to(q.dtype), v.to(q.dtype)
 
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_H, N], unscaled
         s = tl.where(tok_mask[None, :], s, float("-inf"))
@@ -130,6 +141,8 @@ def _decode_split_kernel(
     pdl_release(USE_PDL)  # the epilogue's stores are all that is left
     empty = l_i == 0.0  # seq_len 0 (a padding row): split 0 writes zeros
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
+    if FP8:
+        o = o * tl.load(v_scale_ptr)
     if DIRECT:
         out_off = b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dims[None, :]
         tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
@@ -197,6 +210,7 @@ def paged_decode_attention(
     seq_lens: torch.Tensor,  # int32 [B]; 0 = padding row (output zeros)
     scale: float,
     out: torch.Tensor | None = None,  # [B, Hq, D]
+    kv_scales: KVScales | None = None,  # needed by an FP8 cache
     *,
     config: DecodeConfig | None = None,
     pdl: bool = False,
@@ -233,6 +247,7 @@ def paged_decode_attention(
         part_out,
         part_lse,
         out,
+        *scale_args(kv_cache, kv_scales),
         scale * math.log2(math.e),
         page_size,
         q.stride(0),
@@ -251,6 +266,7 @@ def paged_decode_attention(
         HEAD_DIM=head_dim,
         DIRECT=splits == 1,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        FP8=is_fp8_kv(kv_cache),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch_options(pdl),

@@ -12,6 +12,9 @@ For a block of rows starting at ``start_m``, keys split into two ranges:
     keys: | 0 ............ lo | lo ......... hi |
           | every row sees it | causal mask    |    lo = (ctx + start_m) rounded down to BLOCK_N
                                                      hi = min(ctx + start_m + BLOCK_M, seq_len)
+
+An FP8 cache is widened to q's dtype tile by tile; the key scale is folded into the softmax
+scale and the value scale applied once to each output row.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+from kvserve.kernels.store_kv_cache import KVScales, is_fp8_kv, scale_args
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ def _attend_tile(
     else:
         k = tl.load(k_cache_ptr + kv_ptrs)
         v = tl.load(v_cache_ptr + kv_ptrs)
+    k, v = k.to(q.dtype), v.to(q.dtype)  # no-ops unless the cache is FP8
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_M, N], unscaled
     if MASKED:
         visible = (toks[None, :] <= q_pos[:, None]) & tok_mask[None, :]
@@ -122,6 +127,8 @@ def _prefill_kernel(
     query_start_loc_ptr,
     seq_lens_ptr,
     block_tables_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
     scale_log2,
     page_size,
     stride_qt,
@@ -138,6 +145,7 @@ def _prefill_kernel(
     HEAD_DIM: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
+    FP8: tl.constexpr,
 ):
     # Last row blocks (the most keys) first, so the long programs do not form the tail.
     m_block = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -158,6 +166,8 @@ def _prefill_kernel(
     q_ptrs = q_ptr + q_rows[:, None] * stride_qt + head * stride_qh + dims[None, :]
     q = tl.load(q_ptrs, mask=row_mask[:, None], other=0.0)  # [BLOCK_M, D]
     q_pos = ctx_len + rows
+    if FP8:
+        scale_log2 = scale_log2 * tl.load(k_scale_ptr)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -180,6 +190,8 @@ def _prefill_kernel(
         )  # fmt: skip
 
     o = acc / l_i[:, None]
+    if FP8:
+        o = o * tl.load(v_scale_ptr)
     out_ptrs = out_ptr + q_rows[:, None] * stride_ot + head * stride_oh + dims[None, :]
     tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
 
@@ -192,6 +204,7 @@ def paged_prefill_attention(
     block_tables: torch.Tensor,  # int32 [B, max_pages]
     max_query_len: int,
     scale: float,
+    kv_scales: KVScales | None = None,  # needed by an FP8 cache
     *,
     config: PrefillConfig | None = None,
 ) -> torch.Tensor:  # [T, Hq, D]
@@ -216,6 +229,7 @@ def paged_prefill_attention(
         query_start_loc,
         seq_lens,
         block_tables,
+        *scale_args(kv_cache, kv_scales),
         scale * math.log2(math.e),
         page_size,
         q.stride(0),
@@ -232,6 +246,7 @@ def paged_prefill_attention(
         HEAD_DIM=head_dim,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         LAZY_RESCALE=cfg.lazy_rescale,
+        FP8=is_fp8_kv(kv_cache),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -53,8 +53,11 @@ def rotate_heads(
     sin,
     BLOCK_H: tl.constexpr,
     HALF: tl.constexpr,
+    inv_scale=1.0,
+    FP8: tl.constexpr = False,
 ):
-    """Rotate ``num_heads`` heads of one token from ``src`` into ``dst`` (may be the same)."""
+    """Rotate ``num_heads`` heads of one token from ``src`` into ``dst`` (may be the same).
+    ``FP8``: ``dst`` is an FP8 KV cache, stored times ``inv_scale`` and clamped to its range."""
     heads = tl.arange(0, BLOCK_H)
     dims = tl.arange(0, HALF)
     mask = (heads < num_heads)[:, None]
@@ -63,8 +66,13 @@ def rotate_heads(
     x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
     dtype = dst_ptr.dtype.element_ty
-    tl.store(dst, (x1 * cos[None, :] - x2 * sin[None, :]).to(dtype), mask=mask)
-    tl.store(dst + HALF, (x2 * cos[None, :] + x1 * sin[None, :]).to(dtype), mask=mask)
+    y1 = x1 * cos[None, :] - x2 * sin[None, :]
+    y2 = x2 * cos[None, :] + x1 * sin[None, :]
+    if FP8:
+        y1 = tl.clamp(y1 * inv_scale, -448.0, 448.0)
+        y2 = tl.clamp(y2 * inv_scale, -448.0, 448.0)
+    tl.store(dst, y1.to(dtype), mask=mask)
+    tl.store(dst + HALF, y2.to(dtype), mask=mask)
 
 
 @jit

@@ -22,7 +22,14 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.rotary import apply_rotary_reference, load_cos_sin, rotate_heads
-from kvserve.kernels.store_kv_cache import copy_heads, store_kv_cache_reference
+from kvserve.kernels.store_kv_cache import (
+    KVScales,
+    copy_heads,
+    is_fp8_kv,
+    load_inv_scales,
+    scale_args,
+    store_kv_cache_reference,
+)
 
 
 def rotary_store_kv_reference(
@@ -34,13 +41,15 @@ def rotary_store_kv_reference(
     num_q_heads: int,
     num_kv_heads: int,
     head_dim: int,
+    kv_scales: KVScales | None = None,
 ) -> torch.Tensor:  # [T, Hq, D]
     q_size, kv_size = num_q_heads * head_dim, num_kv_heads * head_dim
     q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
     q, k = apply_rotary_reference(q, k, positions, cos_sin_cache, head_dim)
     keep = slot_mapping >= 0
     heads = (-1, num_kv_heads, head_dim)
-    store_kv_cache_reference(k[keep].view(heads), v[keep].view(heads), kv_cache, slot_mapping[keep])
+    k, v = k[keep].view(heads), v[keep].view(heads)
+    store_kv_cache_reference(k, v, kv_cache, slot_mapping[keep], kv_scales)
     return q.view(-1, num_q_heads, head_dim)
 
 
@@ -53,6 +62,8 @@ def _rotary_store_kv_kernel(
     k_cache_ptr,
     v_cache_ptr,
     slot_mapping_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
     num_q_heads,
     num_kv_heads,
     page_size,
@@ -66,6 +77,7 @@ def _rotary_store_kv_kernel(
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
     HALF: tl.constexpr,
+    FP8: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pdl_wait(USE_PDL)
@@ -77,16 +89,18 @@ def _rotary_store_kv_kernel(
     rotate_heads(q_src, q_dst, num_q_heads, 2 * HALF, stride_qo_h, cos, sin, BLOCK_HQ, HALF)
     slot = tl.load(slot_mapping_ptr + t).to(tl.int64)
     if slot >= 0:
+        k_inv, v_inv = load_inv_scales(k_scale_ptr, v_scale_ptr, FP8)
         dst = (slot // page_size) * stride_cache_page + (slot % page_size) * stride_cache_tok
         k_src = q_src + num_q_heads * (2 * HALF)
         v_src = k_src + num_kv_heads * (2 * HALF)
-        k_dst = k_cache_ptr + dst
         rotate_heads(
-            k_src, k_dst, num_kv_heads, 2 * HALF, stride_cache_head, cos, sin, BLOCK_HK, HALF
-        )
+            k_src, k_cache_ptr + dst, num_kv_heads, 2 * HALF, stride_cache_head, cos, sin,
+            BLOCK_HK, HALF, k_inv, FP8,
+        )  # fmt: skip
         copy_heads(
-            v_src, v_cache_ptr + dst, num_kv_heads, 2 * HALF, stride_cache_head, BLOCK_HK, 2 * HALF
-        )
+            v_src, v_cache_ptr + dst, num_kv_heads, 2 * HALF, stride_cache_head, v_inv,
+            BLOCK_HK, 2 * HALF, FP8,
+        )  # fmt: skip
 
 
 def _check_inputs(
@@ -118,6 +132,7 @@ def rotary_store_kv(
     num_kv_heads: int,
     head_dim: int,
     q_out: torch.Tensor | None = None,  # [T, Hq, D]
+    kv_scales: KVScales | None = None,  # needed by an FP8 cache
     *,
     pdl: bool = False,
 ) -> torch.Tensor:
@@ -138,6 +153,7 @@ def rotary_store_kv(
         k_cache,
         v_cache,
         slot_mapping,
+        *scale_args(kv_cache, kv_scales),
         num_q_heads,
         num_kv_heads,
         kv_cache.shape[2],
@@ -151,6 +167,7 @@ def rotary_store_kv(
         BLOCK_HQ=next_pow2(num_q_heads),
         BLOCK_HK=next_pow2(num_kv_heads),
         HALF=head_dim // 2,
+        FP8=is_fp8_kv(kv_cache),
         num_warps=4,
         **launch_options(pdl),
     )

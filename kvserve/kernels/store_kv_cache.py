@@ -3,6 +3,10 @@
 Reference: ``store_kv_cache_reference`` (the torch attention backend's store). One program per
 token; a negative slot means "skip" (padding rows of a CUDA-graph batch), so the grid depends only
 on T.
+
+An FP8 (e4m3) cache holds ``value / scale`` with one scale per layer for keys and one for values
+(``KVScales``: 1-element fp32 tensors, read on the device so CUDA graphs see later changes);
+values beyond e4m3's range are clamped to +-448 rather than turned into NaN.
 """
 
 from __future__ import annotations
@@ -19,17 +23,68 @@ from kvserve.kernels._triton import (
     tl,
 )
 
+FP8_KV_DTYPE = torch.float8_e4m3fn
+FP8_KV_MAX = 448.0  # largest finite e4m3fn value
+
+KVScales = tuple[torch.Tensor, torch.Tensor]  # (k_scale, v_scale), fp32 [1] each
+
+
+def is_fp8_kv(kv_cache: torch.Tensor) -> bool:
+    return kv_cache.dtype == FP8_KV_DTYPE
+
+
+def encode_kv_reference(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` as the cache stores it: divided by ``scale`` and clamped when ``dtype`` is FP8."""
+    if dtype != FP8_KV_DTYPE:
+        return x.to(dtype)
+    # times the reciprocal, as the kernels do, so both round the same fp32 value
+    return (x.float() * (1.0 / scale)).clamp(-FP8_KV_MAX, FP8_KV_MAX).to(dtype)
+
+
+def decode_kv_reference(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Stored cache values back in ``dtype`` (times ``scale`` when they are FP8)."""
+    if x.dtype != FP8_KV_DTYPE:
+        return x.to(dtype)
+    return (x.float() * scale).to(dtype)
+
+
+def raw_kv(t: torch.Tensor) -> torch.Tensor:
+    """Byte view of an FP8 tensor (copy and index ops have no FP8 kernel on CPU), else itself."""
+    return t.view(torch.uint8) if t.dtype == FP8_KV_DTYPE else t
+
+
+def gather_kv_rows(cache: torch.Tensor, index: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """``cache.index_select(dim, index)`` for any cache dtype, FP8 included."""
+    return raw_kv(cache).index_select(dim, index).view(cache.dtype)
+
+
+def check_kv_scales(kv_cache: torch.Tensor, kv_scales: KVScales | None) -> None:
+    if is_fp8_kv(kv_cache) and kv_scales is None:
+        raise ValueError("an FP8 KV cache needs its layer's k/v scales")
+
 
 def store_kv_cache_reference(
     k: torch.Tensor,  # [T, Hkv, D]
     v: torch.Tensor,  # [T, Hkv, D]
     kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]
     slot_mapping: torch.Tensor,  # int64 [T]; every slot >= 0
+    kv_scales: KVScales | None = None,
 ) -> None:
     """Store new keys/values at their flat cache slots."""
+    check_kv_scales(kv_cache, kv_scales)
     num_kv_heads, head_dim = kv_cache.shape[-2:]
-    kv_cache[0].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, k)
-    kv_cache[1].view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, v)
+    for i, x in ((0, k), (1, v)):
+        stored = encode_kv_reference(x, kv_scales[i], kv_cache.dtype) if kv_scales else x
+        dst = raw_kv(kv_cache[i]).view(-1, num_kv_heads, head_dim)
+        dst.index_copy_(0, slot_mapping, raw_kv(stored.to(kv_cache.dtype)))
+
+
+@jit
+def encode_kv(x, inv_scale, FP8: tl.constexpr):
+    """Values as an FP8 cache stores them (times 1 / scale, clamped), else ``x`` unchanged."""
+    if FP8:
+        x = tl.clamp(x.to(tl.float32) * inv_scale, -448.0, 448.0)
+    return x
 
 
 @jit
@@ -39,16 +94,27 @@ def copy_heads(
     num_heads,
     src_stride_h,
     dst_stride_h,
+    inv_scale,
     BLOCK_H: tl.constexpr,
     HEAD_DIM: tl.constexpr,
+    FP8: tl.constexpr,
 ):
-    """Copy ``num_heads`` heads of one token from ``src`` to ``dst`` (cast to dst's dtype)."""
+    """Copy ``num_heads`` heads of one token from ``src`` to ``dst`` (cast to dst's dtype;
+    times ``inv_scale`` when ``FP8``)."""
     heads = tl.arange(0, BLOCK_H)
     dims = tl.arange(0, HEAD_DIM)
     mask = (heads < num_heads)[:, None]
     x = tl.load(src_ptr + heads[:, None] * src_stride_h + dims[None, :], mask=mask)
     dst = dst_ptr + heads[:, None] * dst_stride_h + dims[None, :]
-    tl.store(dst, x.to(dst_ptr.dtype.element_ty), mask=mask)
+    tl.store(dst, encode_kv(x, inv_scale, FP8).to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@jit
+def load_inv_scales(k_scale_ptr, v_scale_ptr, FP8: tl.constexpr):
+    """1 / k_scale and 1 / v_scale of an FP8 cache (1.0 for any other cache)."""
+    if FP8:
+        return 1.0 / tl.load(k_scale_ptr), 1.0 / tl.load(v_scale_ptr)
+    return 1.0, 1.0
 
 
 @jit
@@ -58,6 +124,8 @@ def _store_kv_cache_kernel(
     k_cache_ptr,
     v_cache_ptr,
     slot_mapping_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
     page_size,
     num_kv_heads,
     stride_kt,
@@ -69,6 +137,7 @@ def _store_kv_cache_kernel(
     stride_cache_head,
     BLOCK_H: tl.constexpr,
     HEAD_DIM: tl.constexpr,
+    FP8: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pdl_wait(USE_PDL)
@@ -77,11 +146,26 @@ def _store_kv_cache_kernel(
     slot = tl.load(slot_mapping_ptr + t).to(tl.int64)
     if slot < 0:
         return
+    k_inv, v_inv = load_inv_scales(k_scale_ptr, v_scale_ptr, FP8)
     dst = (slot // page_size) * stride_cache_page + (slot % page_size) * stride_cache_tok
     k_src, k_dst = k_ptr + t * stride_kt, k_cache_ptr + dst
     v_src, v_dst = v_ptr + t * stride_vt, v_cache_ptr + dst
-    copy_heads(k_src, k_dst, num_kv_heads, stride_kh, stride_cache_head, BLOCK_H, HEAD_DIM)
-    copy_heads(v_src, v_dst, num_kv_heads, stride_vh, stride_cache_head, BLOCK_H, HEAD_DIM)
+    copy_heads(
+        k_src, k_dst, num_kv_heads, stride_kh, stride_cache_head, k_inv, BLOCK_H, HEAD_DIM, FP8
+    )
+    copy_heads(
+        v_src, v_dst, num_kv_heads, stride_vh, stride_cache_head, v_inv, BLOCK_H, HEAD_DIM, FP8
+    )
+
+
+def scale_args(kv_cache: torch.Tensor, kv_scales: KVScales | None) -> tuple[torch.Tensor, ...]:
+    """The k/v scale pointers a kernel takes (the cache itself stands in, unread, when the cache
+    is not FP8)."""
+    check_kv_scales(kv_cache, kv_scales)
+    if is_fp8_kv(kv_cache):
+        assert kv_scales is not None
+        return kv_scales
+    return kv_cache, kv_cache
 
 
 def store_kv_cache(
@@ -89,6 +173,7 @@ def store_kv_cache(
     v: torch.Tensor,  # [T, Hkv, D]
     kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]
     slot_mapping: torch.Tensor,  # int64 [T]; < 0 = skip the row
+    kv_scales: KVScales | None = None,  # needed by an FP8 cache
     *,
     pdl: bool = False,
 ) -> None:
@@ -106,6 +191,7 @@ def store_kv_cache(
         k_cache,
         v_cache,
         slot_mapping,
+        *scale_args(kv_cache, kv_scales),
         kv_cache.shape[2],
         num_kv_heads,
         k.stride(0),
@@ -117,6 +203,7 @@ def store_kv_cache(
         k_cache.stride(2),
         BLOCK_H=next_pow2(num_kv_heads),
         HEAD_DIM=head_dim,
+        FP8=is_fp8_kv(kv_cache),
         num_warps=4 if num_kv_heads * head_dim >= 1024 else 2,
         **launch_options(pdl),
     )

@@ -27,10 +27,9 @@ from kvserve.layers.parallel_linear import (
 )
 from kvserve.layers.rotary import RotaryEmbedding
 from kvserve.models.forward_context import ForwardContext
+from kvserve.models.kv_cache_scales import KVCacheScales
 from kvserve.quant.registry import UNQUANTIZED, QuantConfig, linear_method
 
-# per-layer KV-cache scales (compressed-tensors: self_attn.k_scale; ModelOpt: k_proj.k_scale)
-KV_CACHE_SCALES = ("k_scale", "v_scale", "kv_scale")
 # checkpoint name fragment -> (merged module name, shard index)
 STACKED_PARAMS: dict[str, tuple[str, int]] = {
     "q_proj": ("qkv_proj", 0),
@@ -122,7 +121,7 @@ class Attention(nn.Module):
     def _rotary_store_attend(
         self, positions: torch.Tensor, qkv: torch.Tensor, ctx: ForwardContext
     ) -> torch.Tensor:
-        kv_cache = ctx.kv.layer(self.layer_idx)
+        kv_cache, kv_scales = ctx.kv.layer(self.layer_idx), ctx.kv.scales(self.layer_idx)
         q = rotary_store_kv(
             qkv,
             positions,
@@ -132,9 +131,10 @@ class Attention(nn.Module):
             self.num_heads,
             self.num_kv_heads,
             self.head_dim,
+            kv_scales=kv_scales,
             pdl=self.rotary.kernels.pdl,
         )
-        return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale)
+        return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale, kv_scales)
 
     def _rotate(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
@@ -168,6 +168,7 @@ class Attention(nn.Module):
             ctx.kv.layer(self.layer_idx),
             ctx.meta,
             self.scale,
+            ctx.kv.scales(self.layer_idx),
         )
 
 
@@ -306,6 +307,7 @@ class DecoderForCausalLM(nn.Module):
         self.model = DecoderModel(cfg, dtype, max_positions, kernels, quant, tp)
         tied = self.model.embed_tokens if cfg.tie_word_embeddings else None
         self.lm_head = LMHead(cfg.vocab_size, cfg.hidden_size, dtype, tied, tp)
+        self.kv_cache_scales = KVCacheScales()  # filled by load_weights; read by an FP8 pool
 
     def forward(
         self, token_ids: torch.Tensor, positions: torch.Tensor, ctx: ForwardContext
@@ -323,7 +325,7 @@ class DecoderForCausalLM(nn.Module):
         moes = {n: m for n, m in self.named_modules() if isinstance(m, SparseMoE)}
         loaded: set[str] = set()
         for name, tensor in weights:
-            if "rotary_emb.inv_freq" in name:
+            if "rotary_emb.inv_freq" in name or self.kv_cache_scales.add(name, tensor):
                 continue
             if name == "lm_head.weight" and self.config.tie_word_embeddings:
                 continue
@@ -374,8 +376,6 @@ def _load_one(
 ) -> str:
     """Copy one checkpoint tensor; returns the name it was loaded under."""
     module_name, _, param_name = name.rpartition(".")
-    if param_name in KV_CACHE_SCALES:
-        return name  # FP8-KV checkpoints' k/v scales: unused while the KV cache is not FP8
     shard = 0
     for fragment, (merged, index) in STACKED_PARAMS.items():
         if module_name.endswith(f".{fragment}"):

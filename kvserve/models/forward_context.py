@@ -7,6 +7,7 @@ from typing import Protocol
 
 import torch
 
+from kvserve.kernels.store_kv_cache import KVScales
 from kvserve.layers.attention import AttentionBackend, AttentionMetadata
 
 
@@ -15,6 +16,10 @@ class PagedKV(Protocol):
 
     def layer(self, idx: int) -> torch.Tensor:
         """Layer ``idx``'s cache: [2, num_pages, page_size, num_kv_heads, head_dim]."""
+        ...
+
+    def scales(self, idx: int) -> KVScales | None:
+        """Layer ``idx``'s (k_scale, v_scale) when the cache is FP8, else None."""
         ...
 
 

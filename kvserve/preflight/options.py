@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvserve.errors import ConfigError
+from kvserve.kv_layout import KV_CACHE_DTYPES
 
-KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8_e4m3")
+__all__ = ["KV_CACHE_DTYPES", "PreflightOptions"]
 
 
 @dataclass(frozen=True)

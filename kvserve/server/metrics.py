@@ -10,7 +10,7 @@ import prometheus_client as prom
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kvserve.engine.core.stats import EngineStats
-from kvserve.engine.ipc.messages import OutputBatch
+from kvserve.engine.ipc.messages import OutputBatch, Ready
 
 prom.disable_created_metrics()
 
@@ -59,6 +59,26 @@ class ServerMetrics:
         self.e2e = histogram("e2e_request_latency_seconds", "End-to-end latency", _LATENCY_BUCKETS)
         self.queue_time = histogram("request_queue_time_seconds", "Time waiting", _LATENCY_BUCKETS)
         self._last = EngineStats(0, 0, 0.0, 0, 0, 0)
+
+    def set_cache_config(self, ready: Ready) -> None:
+        """The KV pool as the engine built it (vLLM's cache_config_info, plus its capacity)."""
+        info = Gauge(
+            "kvserve:cache_config_info", "KV cache configuration (labels); value 1",
+            ["model_name", "cache_dtype", "page_size", "num_pages"], registry=self.registry,
+        )  # fmt: skip
+        info.labels(
+            self.model_name, ready.kv_cache_dtype, str(ready.page_size), str(ready.num_pages)
+        ).set(1)
+        capacity = Gauge(
+            "kvserve:kv_cache_capacity_tokens", "Tokens the KV pool holds",
+            ["model_name"], registry=self.registry,
+        )  # fmt: skip
+        capacity.labels(self.model_name).set(ready.num_pages * ready.page_size)
+        per_token = Gauge(
+            "kvserve:kv_cache_bytes_per_token", "KV bytes per token over all layers",
+            ["model_name"], registry=self.registry,
+        )  # fmt: skip
+        per_token.labels(self.model_name).set(ready.kv_bytes_per_token)
 
     def on_batch(self, batch: OutputBatch) -> None:
         s, last = batch.stats, self._last

@@ -96,10 +96,12 @@ async def serve(a: argparse.Namespace) -> int:
     client = CoreClient(config, a.log_level)
     tokenizer = load_tokenizer(a.model)
     ready = await client.start()
-    log.info("engine ready: pid %d, %s/%s, context %d, %d KV pages", ready.pid, ready.device,
-             ready.dtype, ready.context_length, ready.num_pages)  # fmt: skip
+    log.info("engine ready: pid %d, %s/%s, context %d, %d KV pages (%d tokens, %s)", ready.pid,
+             ready.device, ready.dtype, ready.context_length, ready.num_pages,
+             ready.num_pages * ready.page_size, ready.kv_cache_dtype)  # fmt: skip
     name = a.served_model_name or default_model_name(a.model)
     metrics = ServerMetrics(name)
+    metrics.set_cache_config(ready)
     ctx = ServerContext(client, ready, tokenizer, name, metrics, a.tool_call_parser,
                         a.reasoning_parser, config.scheduler.max_queued_requests,
                         created=int(time.time()), limits=request_limits(a),

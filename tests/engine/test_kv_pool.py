@@ -81,8 +81,13 @@ def test_one_tensor_for_all_layers() -> None:
 def test_kv_cache_dtype_names() -> None:
     assert resolve_kv_dtype("auto", torch.bfloat16) is torch.bfloat16
     assert resolve_kv_dtype("float32", torch.float32) is torch.float32
-    with pytest.raises(ConfigError, match="not supported yet"):
+    for name in ("fp8", "fp8_e4m3"):
+        for model_dtype in (torch.bfloat16, torch.float16, torch.float32):
+            assert resolve_kv_dtype(name, model_dtype) is torch.float8_e4m3fn
+    with pytest.raises(ConfigError, match="does not match the model dtype"):
         resolve_kv_dtype("bfloat16", torch.float32)
+    with pytest.raises(ConfigError, match="fp8_e5m2"):
+        resolve_kv_dtype("fp8_e5m2", torch.float32)
     with pytest.raises(ConfigError, match="auto"):
         resolve_kv_dtype("int4", torch.float32)
 

@@ -65,6 +65,8 @@ class CoreLoop:
             vocab_size=e.model_config.vocab_size,
             num_pages=e.kv.num_pages,
             page_size=e.config.cache.page_size,
+            kv_cache_dtype=str(e.runner.kv.dtype).removeprefix("torch."),
+            kv_bytes_per_token=e.runner.kv.bytes_per_token,
             eos_token_ids=list(e.eos_token_ids),
             max_running_requests=e.config.scheduler.max_running_requests,
             max_queued_requests=e.config.scheduler.max_queued_requests,

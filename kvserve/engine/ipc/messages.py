@@ -55,6 +55,8 @@ class Ready(msgspec.Struct, tag="ready"):
     top_p: float | None
     top_k: int | None
     repetition_penalty: float | None
+    kv_cache_dtype: str = ""  # the KV pool's dtype (float8_e4m3fn for FP8 KV)
+    kv_bytes_per_token: int = 0  # K and V of one token over all layers
 
 
 class RequestFailed(msgspec.Struct, tag="failed"):

@@ -20,7 +20,7 @@ def activation_peak_bytes(
     *,
     page_size: int,
     context_length: int,
-    dtype: torch.dtype,
+    kv_dtype: torch.dtype,
     device: torch.device,
 ) -> int:
     """Bytes a largest step needs beyond the weights (CUDA only)."""
@@ -28,7 +28,7 @@ def activation_peak_bytes(
     # One partly filled page per sequence at most: pages for the tokens + one per sequence.
     pages = pages_for(tokens, page_size) + pages_for(tokens, context_length)
     geometry = PageGeometry.of(model_config, pages, page_size)
-    pool = KVPool.allocate(geometry, dtype, device, one_tensor_for_all_layers=True)
+    pool = KVPool.allocate(geometry, kv_dtype, device, one_tensor_for_all_layers=True)
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)

@@ -24,7 +24,7 @@ def num_pages_cpu(cache: CacheConfig, context_length: int) -> int:
 def num_pages_gpu(
     cache: CacheConfig,
     model: ModelConfig,
-    dtype: torch.dtype,
+    kv_dtype: torch.dtype,
     device: torch.device,
     activation_peak_bytes: int,
 ) -> int:
@@ -35,5 +35,5 @@ def num_pages_gpu(
     free, total = torch.cuda.mem_get_info(device)
     used = total - free
     budget = total * cache.mem_fraction_static - used - activation_peak_bytes
-    page_bytes = kv_bytes_per_token(model, dtype) * cache.page_size
+    page_bytes = kv_bytes_per_token(model, kv_dtype) * cache.page_size
     return max(int(budget // page_bytes), 0)

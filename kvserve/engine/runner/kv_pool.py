@@ -19,9 +19,22 @@ from dataclasses import dataclass
 import torch
 
 from kvserve.config import ModelConfig
-from kvserve.kv_layout import KV_CACHE_DTYPES, check_kv_cache_dtype, kv_bytes_per_token, pages_for
+from kvserve.kernels.store_kv_cache import (
+    FP8_KV_DTYPE,
+    KVScales,
+    decode_kv_reference,
+    encode_kv_reference,
+    raw_kv,
+)
+from kvserve.kv_layout import (
+    FP8_KV_CACHE_DTYPES,
+    KV_CACHE_DTYPES,
+    check_kv_cache_dtype,
+    kv_bytes_per_token,
+    pages_for,
+)
 
-FP8_DTYPES = (torch.float8_e4m3fn,)
+FP8_DTYPES = (FP8_KV_DTYPE,)
 SUPPORTED_DTYPES = KV_CACHE_DTYPES  # --kv-cache-dtype names; config validation reads the same
 
 
@@ -48,7 +61,7 @@ class PageGeometry:
 def resolve_kv_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
     """The torch dtype the pool holds for a ``--kv-cache-dtype`` name."""
     check_kv_cache_dtype(name, str(model_dtype).removeprefix("torch."))
-    return model_dtype
+    return torch.float8_e4m3fn if name in FP8_KV_CACHE_DTYPES else model_dtype
 
 
 class KVPool:
@@ -60,6 +73,11 @@ class KVPool:
         self.dtype, self.device = layers[0].dtype, layers[0].device
         self.k_scales = torch.ones(len(layers), dtype=torch.float32, device=self.device)
         self.v_scales = torch.ones(len(layers), dtype=torch.float32, device=self.device)
+        # Views the kernels read the scales through (set_scales writes into them in place, so
+        # CUDA graphs captured earlier see new scales).
+        self._scale_views = [
+            (self.k_scales[i : i + 1], self.v_scales[i : i + 1]) for i in range(len(layers))
+        ]
 
     @classmethod
     def allocate(
@@ -80,6 +98,10 @@ class KVPool:
     # -- geometry ---------------------------------------------------------------------------
     def layer(self, idx: int) -> torch.Tensor:
         return self.layers[idx]
+
+    def scales(self, idx: int) -> KVScales | None:
+        """Layer ``idx``'s (k_scale, v_scale) for the kernels of an FP8 pool; None otherwise."""
+        return self._scale_views[idx] if self.is_fp8 else None
 
     @property
     def num_pages(self) -> int:
@@ -114,8 +136,8 @@ class KVPool:
         divided by the layer's scales and rounded to the pool's dtype."""
         heads = self.geometry.layer_shape[-2:]
         for i, x, scale in ((0, k, self.k_scales[idx]), (1, v, self.v_scales[idx])):
-            stored = self._encode(x, scale)
-            _raw(self.layers[idx][i]).view(-1, *heads).index_copy_(0, slots, _raw(stored))
+            stored = encode_kv_reference(x, scale, self.dtype)
+            raw_kv(self.layers[idx][i]).view(-1, *heads).index_copy_(0, slots, raw_kv(stored))
 
     def load(
         self, idx: int, page_ids: torch.Tensor, dtype: torch.dtype
@@ -125,15 +147,9 @@ class KVPool:
         cache, heads = self.layers[idx], self.geometry.layer_shape[-2:]
         out = []
         for i, scale in ((0, self.k_scales[idx]), (1, self.v_scales[idx])):
-            x = _raw(cache[i]).index_select(0, page_ids).view(self.dtype).reshape(-1, *heads)
-            out.append((x.float() * scale).to(dtype) if self.is_fp8 else x.to(dtype))
+            x = raw_kv(cache[i]).index_select(0, page_ids).view(self.dtype).reshape(-1, *heads)
+            out.append(decode_kv_reference(x, scale, dtype))
         return out[0], out[1]
-
-    def _encode(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        if not self.is_fp8:
-            return x.to(self.dtype)
-        limit = torch.finfo(self.dtype).max
-        return (x.float() / scale).clamp(-limit, limit).to(self.dtype)
 
     # -- page copies between device and host ------------------------------------------------
     def export_pages(self, page_ids: list[int] | torch.Tensor) -> torch.Tensor:
@@ -146,7 +162,7 @@ class KVPool:
         pin = self.device.type == "cuda"
         host = torch.empty(shape, dtype=self.dtype, pin_memory=pin)
         for i, cache in enumerate(self.layers):
-            _raw(host[i]).copy_(_raw(cache).index_select(1, ids))
+            raw_kv(host[i]).copy_(raw_kv(cache).index_select(1, ids))
         return host
 
     def import_pages(self, page_ids: list[int] | torch.Tensor, host: torch.Tensor) -> None:
@@ -160,10 +176,5 @@ class KVPool:
                 f"({expected} {self.dtype})"
             )
         for i, cache in enumerate(self.layers):
-            src = _raw(host[i]).to(self.device, non_blocking=True)
-            _raw(cache).index_copy_(1, ids, src)
-
-
-def _raw(t: torch.Tensor) -> torch.Tensor:
-    """Byte view of an FP8 tensor (several copy ops have no FP8 kernel on CPU), else itself."""
-    return t.view(torch.uint8) if t.dtype in FP8_DTYPES else t
+            src = raw_kv(host[i]).to(self.device, non_blocking=True)
+            raw_kv(cache).index_copy_(1, ids, src)

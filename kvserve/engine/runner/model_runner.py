@@ -77,16 +77,21 @@ class ModelRunner:
         self.model.eval()
         self.sampler = Sampler()
         geometry = PageGeometry.of(
-            self.kv_model_config, self._size_kv_cache(context_length), self.page_size
+            self.kv_model_config, self._size_kv_cache(context_length, kv_dtype), self.page_size
         )
         self.kv = KVPool.allocate(geometry, kv_dtype, device)
+        if self.kv.is_fp8:
+            for layer, (k_scale, v_scale) in self.model.kv_cache_scales.by_layer.items():
+                self.kv.set_scales(layer, k_scale, v_scale)
         self.num_pages = geometry.num_pages
         log.info(
-            "KV cache: %d pages x %d tokens = %d tokens (%.2f GB)",
+            "KV cache: %d pages x %d tokens = %d tokens (%.2f GB, %s, %d bytes/token)",
             self.num_pages,
             self.page_size,
             self.num_pages * self.page_size,
             self.kv.nbytes / 1e9,
+            str(kv_dtype).removeprefix("torch."),
+            self.kv.bytes_per_token,
         )
         self.max_pages_per_seq = geometry.pages_for(context_length)
         self.graphs: DecodeGraphs | None = None
@@ -103,21 +108,21 @@ class ModelRunner:
         if device.type == "cuda" and self.backend.name == "triton":
             warm_up_eager(self.model, self.kv, self.backend, device)
 
-    def _size_kv_cache(self, context_length: int) -> int:
+    def _size_kv_cache(self, context_length: int, kv_dtype: torch.dtype) -> int:
         """Pages this rank can hold; under tensor parallelism the fewest any rank can, so one
         page table serves every rank."""
-        pages = self._size_kv_cache_here(context_length)
+        pages = self._size_kv_cache_here(context_length, kv_dtype)
         return min_over_ranks(pages, self.tp, self.device)
 
-    def _size_kv_cache_here(self, context_length: int) -> int:
+    def _size_kv_cache_here(self, context_length: int, kv_dtype: torch.dtype) -> int:
         if self.device.type != "cuda":
             return num_pages_cpu(self.config.cache, context_length)
         peak = activation_peak_bytes(
             self.model, self.backend, self.kv_model_config, self.config.scheduler,
-            page_size=self.page_size, context_length=context_length, dtype=self.dtype,
+            page_size=self.page_size, context_length=context_length, kv_dtype=kv_dtype,
             device=self.device,
         )  # fmt: skip
-        return num_pages_gpu(self.config.cache, self.kv_model_config, self.dtype, self.device, peak)
+        return num_pages_gpu(self.config.cache, self.kv_model_config, kv_dtype, self.device, peak)
 
     @torch.inference_mode()
     def launch(self, plan: SchedulerOutput, in_flight: LaunchedStep | None) -> LaunchedStep:

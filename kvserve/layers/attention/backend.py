@@ -7,6 +7,7 @@ from typing import Protocol
 import torch
 
 from kvserve.errors import ConfigError
+from kvserve.kernels.store_kv_cache import KVScales
 from kvserve.layers.attention.metadata import AttentionMetadata
 
 
@@ -22,6 +23,7 @@ class AttentionBackend(Protocol):
         kv_cache: torch.Tensor,  # [2, num_pages, page_size, num_kv_heads, head_dim]
         meta: AttentionMetadata,
         scale: float,
+        kv_scales: KVScales | None = None,  # the layer's k/v scales; needed by an FP8 cache
     ) -> torch.Tensor:  # [T, num_heads, head_dim]
         """Write the new k/v at ``meta.slot_mapping``, then ``attend``."""
         ...
@@ -32,6 +34,7 @@ class AttentionBackend(Protocol):
         kv_cache: torch.Tensor,  # [2, num_pages, page_size, num_kv_heads, head_dim]
         meta: AttentionMetadata,
         scale: float,
+        kv_scales: KVScales | None = None,
     ) -> torch.Tensor:  # [T, num_heads, head_dim]
         """Attend causally over the cache, which already holds this step's k/v."""
         ...

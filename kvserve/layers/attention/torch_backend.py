@@ -7,20 +7,44 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kvserve.kernels.store_kv_cache import store_kv_cache_reference
+from kvserve.kernels.store_kv_cache import (
+    KVScales,
+    check_kv_scales,
+    decode_kv_reference,
+    gather_kv_rows,
+    store_kv_cache_reference,
+)
 from kvserve.kv_layout import pages_for
 from kvserve.layers.attention.metadata import AttentionMetadata
 
 
+def gather_pages(
+    kv_cache: torch.Tensor,
+    pages: torch.Tensor,
+    dtype: torch.dtype,
+    kv_scales: KVScales | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of ``pages``, [len(pages), page_size, Hkv, D] each, in ``dtype`` (an FP8
+    cache is scaled back)."""
+    check_kv_scales(kv_cache, kv_scales)
+    out = []
+    for i in (0, 1):
+        x = gather_kv_rows(kv_cache[i], pages)
+        out.append(decode_kv_reference(x, kv_scales[i], dtype) if kv_scales else x.to(dtype))
+    return out[0], out[1]
+
+
 def gather_sequence_kv(
-    kv_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_len: int,
+    dtype: torch.dtype,
+    kv_scales: KVScales | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values of one sequence, [seq_len, Hkv, D] each, read through its page table."""
-    page_size = kv_cache.shape[2]
-    pages = block_table[: pages_for(seq_len, page_size)]
-    k = kv_cache[0, pages].flatten(0, 1)[:seq_len]
-    v = kv_cache[1, pages].flatten(0, 1)[:seq_len]
-    return k, v
+    pages = block_table[: pages_for(seq_len, kv_cache.shape[2])]
+    k, v = gather_pages(kv_cache, pages, dtype, kv_scales)
+    return k.flatten(0, 1)[:seq_len], v.flatten(0, 1)[:seq_len]
 
 
 class TorchAttentionBackend:
@@ -35,9 +59,10 @@ class TorchAttentionBackend:
         kv_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        kv_scales: KVScales | None = None,
     ) -> torch.Tensor:
-        store_kv_cache_reference(k, v, kv_cache, meta.slot_mapping)
-        return self.attend(q, kv_cache, meta, scale)
+        store_kv_cache_reference(k, v, kv_cache, meta.slot_mapping, kv_scales)
+        return self.attend(q, kv_cache, meta, scale, kv_scales)
 
     def attend(
         self,
@@ -45,9 +70,11 @@ class TorchAttentionBackend:
         kv_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
+        kv_scales: KVScales | None = None,
     ) -> torch.Tensor:
         if meta.is_decode_only:
-            return self._decode(q, kv_cache, meta, list(range(meta.num_seqs)), scale)
+            seqs = list(range(meta.num_seqs))
+            return self._decode(q, kv_cache, meta, seqs, scale, kv_scales)
         out = torch.empty_like(q)
         starts = [0]
         for n in meta.query_lens_cpu:
@@ -55,11 +82,11 @@ class TorchAttentionBackend:
         decode_seqs = [i for i, n in enumerate(meta.query_lens_cpu) if n == 1]
         if decode_seqs:
             rows = [starts[i] for i in decode_seqs]
-            out[rows] = self._decode(q[rows], kv_cache, meta, decode_seqs, scale)
+            out[rows] = self._decode(q[rows], kv_cache, meta, decode_seqs, scale, kv_scales)
         for i, n in enumerate(meta.query_lens_cpu):
             if n > 1:
                 rows_i = slice(starts[i], starts[i] + n)
-                out[rows_i] = self._prefill_one(q[rows_i], kv_cache, meta, i, scale)
+                out[rows_i] = self._prefill_one(q[rows_i], kv_cache, meta, i, scale, kv_scales)
         return out
 
     def _decode(
@@ -69,6 +96,7 @@ class TorchAttentionBackend:
         meta: AttentionMetadata,
         seqs: list[int],
         scale: float,
+        kv_scales: KVScales | None,
     ) -> torch.Tensor:
         page_size = kv_cache.shape[2]
         seq_lens = [meta.seq_lens_cpu[i] for i in seqs]
@@ -77,8 +105,9 @@ class TorchAttentionBackend:
         tables = meta.block_tables[seqs, :num_pages].flatten()
         b, (hkv, d) = len(seqs), kv_cache.shape[-2:]
         # [b * pages, page_size, Hkv, D] -> [b, Hkv, L, D]
-        keys = kv_cache[0].index_select(0, tables).view(b, -1, hkv, d).transpose(1, 2)
-        values = kv_cache[1].index_select(0, tables).view(b, -1, hkv, d).transpose(1, 2)
+        keys, values = gather_pages(kv_cache, tables, q.dtype, kv_scales)
+        keys = keys.view(b, -1, hkv, d).transpose(1, 2)
+        values = values.view(b, -1, hkv, d).transpose(1, 2)
         lens = torch.tensor(seq_lens, device=q.device)
         valid = torch.arange(keys.shape[2], device=q.device)[None, :] < lens[:, None]
         out = F.scaled_dot_product_attention(
@@ -98,9 +127,10 @@ class TorchAttentionBackend:
         meta: AttentionMetadata,
         i: int,
         scale: float,
+        kv_scales: KVScales | None,
     ) -> torch.Tensor:
         seq_len, n = meta.seq_lens_cpu[i], q.shape[0]
-        k, v = gather_sequence_kv(kv_cache, meta.block_tables[i], seq_len)
+        k, v = gather_sequence_kv(kv_cache, meta.block_tables[i], seq_len, q.dtype, kv_scales)
         qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
         if seq_len == n:
             out = F.scaled_dot_product_attention(

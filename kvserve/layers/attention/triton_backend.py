@@ -13,7 +13,7 @@ import torch
 
 from kvserve.kernels.decode_attention import paged_decode_attention
 from kvserve.kernels.prefill_attention import paged_prefill_attention
-from kvserve.kernels.store_kv_cache import store_kv_cache
+from kvserve.kernels.store_kv_cache import KVScales, store_kv_cache
 from kvserve.layers.attention.metadata import AttentionMetadata
 
 
@@ -34,9 +34,10 @@ class TritonAttentionBackend:
         kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]
         meta: AttentionMetadata,
         scale: float,
+        kv_scales: KVScales | None = None,
     ) -> torch.Tensor:  # [T, Hq, D]
-        store_kv_cache(k, v, kv_cache, meta.slot_mapping, pdl=self.pdl)
-        return self.attend(q, kv_cache, meta, scale)
+        store_kv_cache(k, v, kv_cache, meta.slot_mapping, kv_scales, pdl=self.pdl)
+        return self.attend(q, kv_cache, meta, scale, kv_scales)
 
     def attend(
         self,
@@ -44,15 +45,17 @@ class TritonAttentionBackend:
         kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]; this step's k/v stored
         meta: AttentionMetadata,
         scale: float,
+        kv_scales: KVScales | None = None,
     ) -> torch.Tensor:  # [T, Hq, D]
         if meta.is_decode_only:
             # T == B: row i is sequence i's single new token.
             return paged_decode_attention(
-                q, kv_cache, meta.block_tables, meta.seq_lens, scale, pdl=self.pdl
-            )
+                q, kv_cache, meta.block_tables, meta.seq_lens, scale, None, kv_scales,
+                pdl=self.pdl,
+            )  # fmt: skip
         nd = meta.num_leading_decodes
         if nd == 0:
-            return self._prefill(q, kv_cache, meta.query_start_loc, meta, 0, scale)
+            return self._prefill(q, kv_cache, meta.query_start_loc, meta, 0, scale, kv_scales)
         # Mixed step: decode rows [0, nd) through the decode kernel (a prefill tile would spend
         # a whole block of query rows on each of them), the prefill chunks after them.
         out = torch.empty_like(q)
@@ -63,10 +66,11 @@ class TritonAttentionBackend:
             meta.seq_lens[:nd],
             scale,
             out=out[:nd],
+            kv_scales=kv_scales,
             pdl=self.pdl,
         )
         starts = meta.query_start_loc[nd:] - nd
-        out[nd:] = self._prefill(q[nd:], kv_cache, starts, meta, nd, scale)
+        out[nd:] = self._prefill(q[nd:], kv_cache, starts, meta, nd, scale, kv_scales)
         return out
 
     @staticmethod
@@ -77,6 +81,7 @@ class TritonAttentionBackend:
         meta: AttentionMetadata,
         first_seq: int,
         scale: float,
+        kv_scales: KVScales | None,
     ) -> torch.Tensor:
         return paged_prefill_attention(
             q,
@@ -86,4 +91,5 @@ class TritonAttentionBackend:
             meta.block_tables[first_seq:],
             meta.max_query_len,
             scale,
+            kv_scales,
         )

@@ -1,0 +1,191 @@
+"""FP8 (e4m3) KV cache in the Triton kernels: the store, rotary + store, decode and prefill
+kernels against the torch reference on the same FP8 cache, and FP8 attention against attention
+over the unquantized cache (the quantization error alone).
+
+``cd tests/gpu && KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 pytest --noconftest <this file>``
+runs them through Triton's interpreter on a CPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
+from test_attention_kernels import PagedBatch, make_batch  # noqa: E402
+
+from kvserve.kernels.decode_attention import paged_decode_attention  # noqa: E402
+from kvserve.kernels.prefill_attention import paged_prefill_attention  # noqa: E402
+from kvserve.kernels.rotary_store_kv import (  # noqa: E402
+    rotary_store_kv,
+    rotary_store_kv_reference,
+)
+from kvserve.kernels.store_kv_cache import (  # noqa: E402
+    FP8_KV_DTYPE,
+    encode_kv_reference,
+    raw_kv,
+    store_kv_cache,
+    store_kv_cache_reference,
+)
+from kvserve.layers.attention.torch_backend import TorchAttentionBackend  # noqa: E402
+from kvserve.layers.attention.triton_backend import TritonAttentionBackend  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+# Triton 3.6's interpreter rounds fp32 -> e4m3 wrongly where rounding carries into the exponent
+# (31.9 -> 16 instead of 32); the GPU's conversion is exact. Under the interpreter the kernels'
+# FP8 reads are tested on caches the reference stored, and their stores are not compared.
+EXACT_FP8_STORES = pytest.mark.skipif(INTERPRETED, reason="the interpreter's e4m3 rounding")
+
+K_SCALE, V_SCALE = 0.02, 0.01  # randn values stay well inside e4m3's range after division
+
+
+def scales(k: float = K_SCALE, v: float = V_SCALE) -> tuple[torch.Tensor, torch.Tensor]:
+    def one(x: float) -> torch.Tensor:
+        return torch.tensor([x], dtype=torch.float32, device=DEVICE)
+
+    return one(k), one(v)
+
+
+def fp8_batch(qlens: list[int], slens: list[int], dtype: torch.dtype, **shape: int) -> PagedBatch:
+    """A batch whose cache is FP8: the random prefix encoded with the test scales."""
+    b = make_batch(qlens, slens, dtype=dtype, **shape)
+    ks, vs = scales()
+    cache = torch.empty_like(b.kv_cache, dtype=FP8_KV_DTYPE)
+    raw_kv(cache)[0].copy_(raw_kv(encode_kv_reference(b.kv_cache[0], ks, FP8_KV_DTYPE)))
+    raw_kv(cache)[1].copy_(raw_kv(encode_kv_reference(b.kv_cache[1], vs, FP8_KV_DTYPE)))
+    b.kv_cache = cache
+    return b
+
+
+SHAPE = {"page_size": 16, "num_heads": 8, "num_kv_heads": 2, "head_dim": 64}
+DTYPES = [BF16_UNLESS_INTERPRETED, torch.float16, torch.float32]
+TOL = {torch.bfloat16: 2e-2, torch.float16: 1e-2, torch.float32: 2e-4}
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), ref.float(), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@EXACT_FP8_STORES
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_store_writes_the_reference_bytes_and_skips_padding(dtype: torch.dtype) -> None:
+    b = fp8_batch([5, 3], [9, 40], dtype, **SHAPE)
+    b.k.mul_(50.0)  # some values beyond e4m3's range at this scale: clamped, not NaN
+    slots = b.meta.slot_mapping.clone()
+    slots[2] = -1
+    keep = slots >= 0
+    expected = b.kv_cache.clone()
+    store_kv_cache_reference(b.k[keep], b.v[keep], expected, slots[keep], scales())
+    store_kv_cache(b.k, b.v, b.kv_cache, slots, scales())
+    assert torch.equal(raw_kv(b.kv_cache), raw_kv(expected))
+    assert torch.isfinite(b.kv_cache.float()).all()
+    assert b.kv_cache.float().abs().max() == 448.0
+
+
+@EXACT_FP8_STORES
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rotary_store_matches_reference(dtype: torch.dtype) -> None:
+    hq, hkv, d, t = 8, 2, 64, 7
+    b = fp8_batch([t], [t + 20], dtype, **SHAPE)
+    gen = torch.Generator().manual_seed(1)
+    qkv = torch.randn(t, (hq + 2 * hkv) * d, generator=gen).to(dtype).to(DEVICE)
+    positions = torch.arange(20, 20 + t, device=DEVICE)
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    freqs = torch.outer(torch.arange(64, dtype=torch.float32), inv)
+    cos_sin = torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(DEVICE)
+    ref_cache = b.kv_cache.clone()
+    args = (positions, cos_sin)
+    q_ref = rotary_store_kv_reference(
+        qkv, *args, ref_cache, b.meta.slot_mapping, hq, hkv, d, scales()
+    )
+    q = rotary_store_kv(qkv, *args, b.kv_cache, b.meta.slot_mapping, hq, hkv, d, None, scales())
+    assert_close(q, q_ref, dtype)
+    # rotary in fp32 in the kernel, in the input dtype in the reference: at most one e4m3 step
+    diff = (b.kv_cache.float() - ref_cache.float()).abs()
+    assert (diff <= ref_cache.float().abs() * 2**-3 + 2**-9).all()
+
+
+DECODE_LENS = [[1, 17, 300, 1000], [16], [999, 64, 7, 513]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lens_idx", range(len(DECODE_LENS)))
+def test_decode_on_fp8_cache_matches_reference(dtype: torch.dtype, lens_idx: int) -> None:
+    lens = DECODE_LENS[lens_idx]
+    b = fp8_batch([1] * len(lens), lens, dtype, seed=lens_idx, **SHAPE)
+    ref_cache = b.kv_cache.clone()
+    ref = TorchAttentionBackend().forward(
+        b.q.float(), b.k.float(), b.v.float(), ref_cache, b.meta, 64**-0.5, scales()
+    )
+    store_kv_cache_reference(b.k, b.v, b.kv_cache, b.meta.slot_mapping, scales())
+    out = torch.full_like(b.q, float("nan"))
+    m = b.meta
+    paged_decode_attention(b.q, b.kv_cache, m.block_tables, m.seq_lens, 64**-0.5, out, scales())
+    assert_close(out, ref, dtype)
+
+
+PREFILL_CASES = [
+    ([37], [37]),
+    ([100, 1, 1, 300], [133, 77, 1025, 1000]),
+    ([1, 1, 50], [400, 10, 81]),
+]
+
+
+@EXACT_FP8_STORES
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case_idx", range(len(PREFILL_CASES)))
+def test_backend_on_fp8_cache_matches_torch_backend(dtype: torch.dtype, case_idx: int) -> None:
+    """The Triton backend's store + decode/prefill kernels against the torch backend, both on an
+    FP8 cache: the same bytes stored, the same attention."""
+    qlens, slens = PREFILL_CASES[case_idx]
+    b = fp8_batch(qlens, slens, dtype, seed=case_idx, **SHAPE)
+    ref_cache = b.kv_cache.clone()
+    scale = 64**-0.5
+    ref = TorchAttentionBackend().forward(b.q, b.k, b.v, ref_cache, b.meta, scale, scales())
+    out = TritonAttentionBackend().forward(b.q, b.k, b.v, b.kv_cache, b.meta, scale, scales())
+    assert torch.equal(raw_kv(b.kv_cache), raw_kv(ref_cache))
+    assert_close(out, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case_idx", range(len(PREFILL_CASES)))
+def test_prefill_on_fp8_cache_matches_reference(dtype: torch.dtype, case_idx: int) -> None:
+    qlens, slens = PREFILL_CASES[case_idx]
+    b = fp8_batch(qlens, slens, dtype, seed=case_idx, **SHAPE)
+    scale = 64**-0.5
+    ref = TorchAttentionBackend().forward(
+        b.q.float(), b.k.float(), b.v.float(), b.kv_cache, b.meta, scale, scales()
+    )  # stores with the reference, then attends in fp32
+    m = b.meta
+    out = paged_prefill_attention(
+        b.q, b.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables, m.max_query_len, scale,
+        scales(),
+    )  # fmt: skip
+    assert_close(out, ref, dtype)
+
+
+def test_fp8_prefill_is_close_to_unquantized_attention() -> None:
+    """The error of FP8 KV alone: attention over the FP8 cache against the same keys and
+    values unquantized (e4m3 keeps 3 mantissa bits: a few percent per value, averaged down)."""
+    qlens, slens = [64, 1, 9], [64, 300, 40]
+    exact = make_batch(qlens, slens, dtype=torch.float32, seed=3, **SHAPE)
+    quant = fp8_batch(qlens, slens, torch.float32, seed=3, **SHAPE)
+    scale = 64**-0.5
+    ref = TorchAttentionBackend().forward(
+        exact.q, exact.k, exact.v, exact.kv_cache, exact.meta, scale
+    )
+    store_kv_cache_reference(quant.k, quant.v, quant.kv_cache, quant.meta.slot_mapping, scales())
+    m = quant.meta
+    out = paged_prefill_attention(
+        quant.q, quant.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables,
+        m.max_query_len, scale, scales(),
+    )  # fmt: skip
+    rel = (out - ref).norm() / ref.norm()
+    assert rel < 0.05, rel
+    assert math.isfinite(float(rel))
