@@ -18,6 +18,11 @@ out) per format (minutes each). Formats:
              (Triton block-scaled GEMM), as Qwen3-FP8 / DeepSeek ship
   nvfp4, mxfp4  --quantization nvfp4 / mxfp4 (weight-only, where registered)
 
+A ``+kv8`` suffix (``bf16+kv8``, ``fp8+kv8``) runs the format with an FP8 (e4m3) KV cache. Each
+format records its KV pool's capacity in tokens at the default memory fraction. ``--contexts``
+takes several context lengths (e.g. ``1024,32768`` with ``--batches 1,64,256,32``; a batch
+whose KV does not fit the pool is skipped and says so).
+
 Writes lowbit_decode_<tag>_<date>.json.
 """
 
@@ -34,6 +39,8 @@ from benchmarks.common import (
     LLAMA_8B,
     build_engine,
     gpu_ceilings,
+    kv_bytes_per_token,
+    kv_capacity_tokens,
     release_memory,
     weight_bytes,
     write_result,
@@ -70,19 +77,34 @@ def model_dir(base: str, quantization_config: dict[str, Any] | None, tmp: Path) 
     return str(out)
 
 
+KV8 = "+kv8"
+
+
+def known_format(name: str) -> bool:
+    return name.removesuffix(KV8) in FORMATS
+
+
 def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> dict[str, Any]:
-    flag, qc = FORMATS[name]
+    flag, qc = FORMATS[name.removesuffix(KV8)]
     settings: dict[str, Any] = {"max_running_requests": args.max_running}
     if flag is not None:
         settings["quantization"] = flag
+    if name.endswith(KV8):
+        settings["kv_cache_dtype"] = "fp8_e4m3"
     core = build_engine(model_dir(args.model, qc, tmp), **settings)
     wbytes = weight_bytes(core)
-    print(f"{name}: weights {wbytes / 1e9:.2f} GB", flush=True)
-    rows = run_decode(core, ceil, args.batches, [args.context])
+    kv_tokens = kv_capacity_tokens(core)
+    print(f"{name}: weights {wbytes / 1e9:.2f} GB, KV pool {kv_tokens} tokens", flush=True)
+    rows = run_decode(core, ceil, args.batches, args.contexts)
     for r in rows:
         if "tok_s" in r:
             r["ceiling_tok_s"] = r["batch"] * ceil["copy_GBps"] * 1e9 / r["bytes_per_step"]
-    out: dict[str, Any] = {"weight_bytes": wbytes, "decode": rows}
+    out: dict[str, Any] = {
+        "weight_bytes": wbytes,
+        "kv_capacity_tokens": kv_tokens,
+        "kv_bytes_per_token": kv_bytes_per_token(core),
+        "decode": rows,
+    }
     if args.offline:
         out["offline"] = run_offline(core, ceil, args.offline_requests, 1024, 1024)
     del core
@@ -95,7 +117,7 @@ def main() -> None:
     ap.add_argument("--model", default=LLAMA_8B)
     ap.add_argument("--formats", default="bf16,fp8,fp8-block")
     ap.add_argument("--batches", default="1,64,256")
-    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--contexts", default="1024", help="comma list of context lengths")
     ap.add_argument("--max-running", type=int, default=256)
     ap.add_argument("--offline", action="store_true", help="also 1000 x (1024 in, 1024 out)")
     ap.add_argument("--offline-requests", type=int, default=1000)
@@ -103,12 +125,13 @@ def main() -> None:
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
+    args.contexts = [int(c) for c in args.contexts.split(",")]
     formats = args.formats.split(",")
-    unknown = [f for f in formats if f not in FORMATS]
+    unknown = [f for f in formats if not known_format(f)]
     if unknown:
         raise SystemExit(f"unknown format(s) {unknown}; known: {', '.join(FORMATS)}")
     ceil = gpu_ceilings()
-    result: dict[str, Any] = {"model": args.model, "weights": "dummy", "context": args.context,
+    result: dict[str, Any] = {"model": args.model, "weights": "dummy", "contexts": args.contexts,
                               "ceilings": ceil, "formats": {}}  # fmt: skip
     print(f"ceilings: {ceil}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,91 @@
+"""Decode attention over an FP8 (e4m3) KV cache against the same kernel over bf16, one layer.
+
+    python -m benchmarks.fp8_kv_decode --out-dir benchmarks/results
+
+Llama-3-8B heads (32 q, 8 kv, head_dim 128, page 16), batch x context 32 x 32K, 8 x 128K and
+64 x 1K. Each shape is timed inside one CUDA graph of several calls on different random page
+sets (so the cache is not served from L2), bf16 and FP8 in the same run; bytes are the K/V read
+once plus q/out/page tables, against device-to-device copy bandwidth. The FP8 cache reads half
+the bytes, so at long context its time should approach half of bf16's.
+
+Writes fp8_kv_decode_<tag>_<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+
+from benchmarks.common import copy_bandwidth_gbs, graph_replay_ms, write_result
+from kvserve.kernels.decode_attention import paged_decode_attention
+
+HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
+SHAPES = ((32, 32768), (8, 131072), (64, 1024))
+CALLS_PER_GRAPH = 4
+
+
+def time_shape(batch: int, ctx: int, kv_dtype: torch.dtype, cache: torch.Tensor) -> float:
+    """ms per call: CALLS_PER_GRAPH calls on their own random page sets in one graph."""
+    pages = ctx // PAGE
+    scales = (torch.tensor([0.05], device="cuda"), torch.tensor([0.05], device="cuda"))
+    kv_scales = scales if kv_dtype == torch.float8_e4m3fn else None
+    calls = []
+    for _ in range(CALLS_PER_GRAPH):
+        perm = torch.randperm(cache.shape[1], device="cuda")[: batch * pages]
+        tables = perm.view(batch, pages).to(torch.int32)
+        lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
+        q = torch.randn(batch, HQ, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+        calls.append((q, tables, lens, torch.empty_like(q)))
+
+    def run() -> None:
+        for q, tables, lens, out in calls:
+            paged_decode_attention(q, cache, tables, lens, HEAD_DIM**-0.5, out, kv_scales)
+
+    run()  # compile
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return graph_replay_ms(graph, replays=20, warmup=5) / CALLS_PER_GRAPH
+
+
+def measure(kv_dtype: torch.dtype, copy_gbs: float) -> list[dict[str, Any]]:
+    max_tokens = max(b * c for b, c in SHAPES) * 2  # random page subsets from twice the need
+    shape = (2, max_tokens // PAGE, PAGE, HKV, HEAD_DIM)
+    cache = torch.randn(shape, dtype=torch.bfloat16, device="cuda").to(kv_dtype)
+    rows = []
+    for batch, ctx in SHAPES:
+        ms = time_shape(batch, ctx, kv_dtype, cache)
+        kv_bytes = 2 * batch * ctx * HKV * HEAD_DIM * kv_dtype.itemsize
+        total = kv_bytes + 2 * batch * HQ * HEAD_DIM * 2 + batch * (ctx // PAGE) * 4
+        gbs = total / ms / 1e6
+        rows.append({"batch": batch, "ctx": ctx, "us": ms * 1e3, "bytes": total, "GBps": gbs,
+                     "of_copy": gbs / copy_gbs})  # fmt: skip
+        print(f"{kv_dtype} B={batch} ctx={ctx}: {ms * 1e3:.0f} us, {gbs:.0f} GB/s "
+              f"({100 * gbs / copy_gbs:.0f}% of copy)", flush=True)  # fmt: skip
+    del cache
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--tag", default="h200")
+    args = ap.parse_args()
+    copy_gbs = copy_bandwidth_gbs()
+    bf16 = measure(torch.bfloat16, copy_gbs)
+    fp8 = measure(torch.float8_e4m3fn, copy_gbs)
+    speedup = [{"batch": a["batch"], "ctx": a["ctx"], "fp8_speedup": a["us"] / b["us"]}
+               for a, b in zip(bf16, fp8, strict=True)]  # fmt: skip
+    for s in speedup:
+        print(f"B={s['batch']} ctx={s['ctx']}: FP8 KV {s['fp8_speedup']:.2f}x bf16", flush=True)
+    result = {"heads": {"q": HQ, "kv": HKV, "head_dim": HEAD_DIM, "page": PAGE},
+              "copy_GBps": copy_gbs, "bf16": bf16, "fp8_e4m3": fp8, "speedup": speedup}  # fmt: skip
+    print(f"wrote {write_result(f'fp8_kv_decode_{args.tag}', result, args.out_dir)}")
+
+
+if __name__ == "__main__":
+    main()
