@@ -96,7 +96,8 @@ async def _send_one(http: httpx.AsyncClient, method: str, path: str, body: Any) 
         return "5xx"
     stream = isinstance(body, dict) and body.get("stream") is True and resp.status_code == 200
     try:
-        fake = httpx.Response(resp.status_code, content="\n".join(lines).encode())
+        body_bytes = "\n".join(lines).encode()
+        fake = httpx.Response(resp.status_code, content=body_bytes, request=resp.request)
         check_response(fake, [x for x in lines if x.startswith("data: ")] if stream else None)
     except (AssertionError, ValueError, KeyError):
         return "bad_shape"
