@@ -128,6 +128,8 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=1000, help="per latency run")
     p.add_argument("--token-delay", type=float, default=0.125, help="latency runs: s/token")
     p.add_argument("--seconds", type=float, default=10.0, help="per throughput run")
+    p.add_argument("--out-dir", default=None, help="default benchmarks/results")
+    p.add_argument("--tag", default="", help="appended to the file name (e.g. the machine)")
     args = p.parse_args()
     cores = sorted(os.sched_getaffinity(0))
     router_cores = [cores[-1]] if len(cores) > 1 else None
@@ -161,7 +163,8 @@ def main() -> None:
         "load_average_1m_at_end": os.getloadavg()[0],
         "targets": {"added_p50_ms_max": 1.0, "router_streamed_requests_per_s_min": 2000},
     }  # fmt: skip
-    path = write_result("router_overhead", result)
+    name = "router_overhead" + (f"_{args.tag}" if args.tag else "")
+    path = write_result(name, result, args.out_dir)
     print(json.dumps(result, indent=2))
     print(f"wrote {path}")
 
