@@ -28,7 +28,7 @@ from kvserve.layers.parallel_linear import (
 from kvserve.layers.rotary import RotaryEmbedding
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.kv_cache_scales import KVCacheScales
-from kvserve.quant.registry import UNQUANTIZED, QuantConfig, linear_method
+from kvserve.quant.registry import UNQUANTIZED, QuantConfig, expert_method, linear_method
 
 # checkpoint name fragment -> (merged module name, shard index)
 STACKED_PARAMS: dict[str, tuple[str, int]] = {
@@ -210,16 +210,12 @@ def _feed_forward(
         return MLP(cfg, dtype, kernels, prefix, quant, tp=tp)
     if tp.is_parallel:
         raise ConfigError("tensor parallelism is not implemented for mixture-of-experts layers yet")
-    if quant.scheme != "none":
-        raise ConfigError(
-            f"quantization {quant.scheme!r} is not supported for mixture-of-experts layers yet "
-            "(experts run in bf16/fp16/fp32)"
-        )
     shared = None
     if moe.shared_expert_intermediate_size:
         shared_prefix = f"{prefix}.shared_experts"
         shared = MLP(cfg, dtype, kernels, shared_prefix, quant, moe.shared_expert_intermediate_size)
-    return SparseMoE(cfg.hidden_size, moe, dtype, shared, kernels)
+    method = expert_method(quant, f"{prefix}.experts")
+    return SparseMoE(cfg.hidden_size, moe, dtype, shared, kernels, method, prefix)
 
 
 class DecoderLayer(nn.Module):
@@ -334,6 +330,7 @@ class DecoderForCausalLM(nn.Module):
         in_linears = {
             f"{m}.{p}" for m, layer in linears.items() for p, _ in layer.named_parameters()
         }
+        in_linears |= {f"{m}.{p}" for m, moe in moes.items() for p in moe.expert_params()}
         missing = sorted(set(params) - in_linears - loaded)
         missing += [n for layer in linears.values() for n in layer.missing()]
         missing += [f"{m}.{n}" for m, moe in moes.items() for n in moe.missing()]
@@ -341,6 +338,8 @@ class DecoderForCausalLM(nn.Module):
             raise ModelLoadError(f"checkpoint is missing weights: {', '.join(missing[:5])}")
         for layer in linears.values():
             layer.finish_loading()
+        for moe in moes.values():
+            moe.finish_loading()
 
     def init_dummy_weights(self, seed: int) -> None:
         """Random weights of the right shapes (``--load-format dummy``), drawn on the model's
@@ -349,8 +348,8 @@ class DecoderForCausalLM(nn.Module):
         device = next(self.parameters()).device
         gen = torch.Generator(device=device).manual_seed(seed)
         for module in self.modules():
-            if isinstance(module, Linear):
-                module.init_dummy(gen)
+            if isinstance(module, (Linear, SparseMoE)):
+                module.init_dummy(gen)  # its method draws its own (quantized) stacks
                 continue
             for name, param in module.named_parameters(recurse=False):
                 if isinstance(module, RMSNorm) or "norm" in name:
