@@ -159,6 +159,35 @@ class SchedulerConfig:
             object.__setattr__(self, "max_num_batched_tokens", self.max_running_requests)
 
 
+DISAGGREGATION_MODES = ("null", "prefill", "decode")
+TRANSFER_BACKENDS = ("auto", "mooncake", "nixl", "tcp")
+
+
+@dataclass(frozen=True)
+class DisaggConfig:
+    """Prefill/decode disaggregation (SGLang's flag names): a prefill engine computes prompts
+    and hands their KV pages out from its bootstrap port; a decode engine fetches them."""
+
+    disaggregation_mode: str = "null"  # null: a normal engine
+    disaggregation_bootstrap_host: str = "127.0.0.1"  # where decode engines reach this one
+    disaggregation_bootstrap_port: int = 8998
+    disaggregation_transfer_backend: str = "auto"  # auto: the first of TRANSFER_BACKENDS that runs
+    disaggregation_transfer_timeout: float = 60.0  # seconds a transfer (or held KV) may take
+
+    def __post_init__(self) -> None:
+        if self.disaggregation_mode not in DISAGGREGATION_MODES:
+            modes = ", ".join(DISAGGREGATION_MODES)
+            raise ConfigError(f"--disaggregation-mode must be one of {modes}")
+        if self.disaggregation_transfer_backend not in TRANSFER_BACKENDS:
+            raise ConfigError(
+                "--disaggregation-transfer-backend must be one of " + ", ".join(TRANSFER_BACKENDS)
+            )
+        if not 0 < self.disaggregation_bootstrap_port < 65536:
+            raise ConfigError("--disaggregation-bootstrap-port must be in 1..65535")
+        if self.disaggregation_transfer_timeout <= 0:
+            raise ConfigError("--disaggregation-transfer-timeout must be > 0")
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Everything the engine core needs. ``model`` None means the bundled SmolLM2 GGUF."""
@@ -186,6 +215,7 @@ class EngineConfig:
     enable_pdl: bool | None = None
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    disagg: DisaggConfig = field(default_factory=DisaggConfig)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

@@ -187,6 +187,36 @@ FLAGS: list[Flag] = [
     Flag(
         ("--cuda-graph-max-bs",), "largest batch captured in a CUDA graph", type=int, engine=True
     ),  # fmt: skip
+    # -- prefill/decode disaggregation (kvserve/disagg)
+    Flag(
+        ("--disaggregation-mode",),
+        "null (a normal server), prefill or decode: one side of a PD pair behind kvserve route",
+        engine=True,
+        choices=("null", "prefill", "decode"),
+    ),  # fmt: skip
+    Flag(
+        ("--disaggregation-bootstrap-port",),
+        "prefill: the port decode workers fetch KV pages from (default 8998)",
+        type=int,
+        engine=True,
+    ),  # fmt: skip
+    Flag(
+        ("--disaggregation-bootstrap-host",),
+        "prefill: the address decode workers reach that port at (default 127.0.0.1)",
+        engine=True,
+    ),  # fmt: skip
+    Flag(
+        ("--disaggregation-transfer-backend",),
+        "KV transfer library: auto (the first that runs here), mooncake, nixl or tcp",
+        engine=True,
+        choices=("auto", "mooncake", "nixl", "tcp"),
+    ),  # fmt: skip
+    Flag(
+        ("--disaggregation-transfer-timeout",),
+        "seconds a KV transfer may take, and a prefill worker holds KV nobody fetched (60)",
+        type=float,
+        engine=True,
+    ),  # fmt: skip
 ]
 
 

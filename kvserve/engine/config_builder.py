@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from kvserve.config import CacheConfig, EngineConfig, SchedulerConfig
+from kvserve.config import CacheConfig, DisaggConfig, EngineConfig, SchedulerConfig
 from kvserve.errors import ConfigError
 
-_SECTIONS = {"cache": CacheConfig, "scheduler": SchedulerConfig}
+_SECTIONS = {"cache": CacheConfig, "scheduler": SchedulerConfig, "disagg": DisaggConfig}
 # vLLM spellings the field uses -> ours
 ALIASES = {
     "tensor_parallel_size": "tp",
@@ -51,5 +51,6 @@ def build_engine_config(model: str | None = None, **settings: Any) -> EngineConf
         model=model,
         cache=CacheConfig(**sections["cache"]),
         scheduler=SchedulerConfig(**sections["scheduler"]),
+        disagg=DisaggConfig(**sections["disagg"]),
         **top,
     )

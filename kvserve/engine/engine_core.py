@@ -19,6 +19,8 @@ import time
 import torch
 
 from kvserve.config import EngineConfig, check_context_length
+from kvserve.disagg.engine_hook import make_engine_hook
+from kvserve.disagg.handle import RemotePrefill
 from kvserve.distributed.parallel_state import SINGLE
 from kvserve.distributed.rank0 import Rank0
 from kvserve.engine.core.kv_cache_manager import KVCacheManager
@@ -72,6 +74,7 @@ class EngineCore:
         overlap = config.overlap_schedule
         self.overlap = self.device.type == "cuda" if overlap is None else overlap
         self._in_flight: LaunchedStep | None = None
+        self.disagg = make_engine_hook(config, self)  # None unless --disaggregation-mode
         self.startup_s = time.perf_counter() - started  # weights, KV pool, warm-up, graphs
         log.info("engine ready in %.1f s (KV pool: %d tokens)", self.startup_s, kv_tokens)
 
@@ -82,7 +85,9 @@ class EngineCore:
         prompt_token_ids: list[int],
         params: SamplingParams,
         arrival_time: float | None = None,
+        remote: RemotePrefill | None = None,
     ) -> None:
+        """``remote``: the prompt's KV comes from that prefill worker (decode mode)."""
         if request_id in self.requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         max_tokens = self.validate_prompt(prompt_token_ids, params)
@@ -96,8 +101,16 @@ class EngineCore:
             max_tokens=max_tokens,
             eos_token_ids=tuple(self.eos_token_ids),
         )
+        if remote is None:
+            self.scheduler.add(request)
+        elif self.disagg is None:
+            raise InvalidRequestError("kv_transfer_params are only accepted by a decode worker")
+        else:
+            try:
+                self.disagg.add(request, remote)
+            except ValueError as exc:
+                raise InvalidRequestError(str(exc)) from None
         self.requests[request_id] = request
-        self.scheduler.add(request)
 
     def validate_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
         """Checks a prompt against the vocabulary and the context; returns the resolved
@@ -108,7 +121,7 @@ class EngineCore:
 
     def abort_request(self, request_id: str) -> None:
         request = self.requests.pop(request_id, None)
-        if request is not None:
+        if request is not None and not (self.disagg and self.disagg.abort(request_id)):
             self.scheduler.abort(request)
 
     def stop_request(self, request_id: str, stop: str) -> None:
@@ -118,7 +131,8 @@ class EngineCore:
             self.scheduler.finish_by_stop_string(request, stop)
 
     def has_unfinished(self) -> bool:
-        return self._in_flight is not None or self.scheduler.has_unfinished()
+        held = self.disagg is not None and self.disagg.num_pending > 0
+        return self._in_flight is not None or self.scheduler.has_unfinished() or held
 
     # -- the loop ---------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
@@ -146,9 +160,9 @@ class EngineCore:
             self.parallel = None
 
     def _step(self) -> list[EngineCoreOutput]:
-        outputs: list[EngineCoreOutput] = []
+        outputs = self.disagg.poll() if self.disagg is not None else []
         if self._in_flight is not None and not self._can_plan_ahead(self._in_flight):
-            outputs = self._complete(self._in_flight)
+            outputs += self._complete(self._in_flight)
             self._in_flight = None
         plan = self.scheduler.schedule()
         launched = None if plan.is_empty else self.runner.launch(plan, self._in_flight)
@@ -166,6 +180,8 @@ class EngineCore:
 
     def _complete(self, launched: LaunchedStep) -> list[EngineCoreOutput]:
         sampled, logprobs = launched.results()
+        if self.disagg is not None:
+            self.disagg.before_update(launched.plan, sampled, logprobs)
         changed = self.scheduler.update(launched.plan, sampled)
         outputs = []
         for req in changed:
@@ -193,7 +209,7 @@ class EngineCore:
         s = self.scheduler
         return EngineStats(
             num_running=len(s.running),
-            num_waiting=len(s.waiting),
+            num_waiting=len(s.waiting) + (self.disagg.num_pending if self.disagg else 0),
             kv_cache_usage=self.kv.usage,
             prefix_cache_queries=s.counters.prefix_cache_queries,
             prefix_cache_hits=s.counters.prefix_cache_hits,

@@ -78,8 +78,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         return error_response(400, "'stream' must be a boolean", "stream")
-    route = RouteRequest(prefix_key(body) if state.policy.needs_key else None)
-    return await state.forwarder.admit_and_forward(request, raw, route)
+    policy = state.pair_policy or state.policy
+    route = RouteRequest(prefix_key(body) if policy.needs_key else None)
+    return await state.generator.admit_and_forward(request, raw, route)
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
@@ -95,11 +96,13 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
 
 async def health(request: web.Request) -> web.Response:
     """200 while at least one worker can take requests, else 503 (for a load balancer)."""
-    registry = request.app[STATE].registry
-    n = len(registry.routable())
-    body = {"status": "ok" if n else "no healthy worker", "healthy_workers": n,
-            "workers": len(registry)}  # fmt: skip
-    return web.json_response(body, status=200 if n else 503)
+    state = request.app[STATE]
+    roles = ("prefill", "decode") if state.pair_policy is not None else ("regular",)
+    counts = [len(state.registry.routable(role)) for role in roles]
+    ok = min(counts) > 0  # a PD router needs a worker of each role
+    body = {"status": "ok" if ok else "no healthy worker", "healthy_workers": sum(counts),
+            "workers": len(state.registry)}  # fmt: skip
+    return web.json_response(body, status=200 if ok else 503)
 
 
 async def liveness(request: web.Request) -> web.Response:
@@ -108,7 +111,7 @@ async def liveness(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    text = state.metrics.render(state.registry, state.forwarder.admission)
+    text = state.metrics.render(state.registry, state.generator.admission)
     return web.Response(body=text, headers={"Content-Type": "text/plain; version=0.0.4"})
 
 

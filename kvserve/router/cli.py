@@ -41,6 +41,31 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--worker-file", default=None,
                    help="JSON/YAML/text list of workers, re-read when it changes")  # fmt: skip
     g.add_argument("--worker-file-poll-secs", type=float, default=2.0)
+    g = p.add_argument_group("prefill/decode disaggregation")
+    g.add_argument(
+        "--pd-disaggregation",
+        "--pd",
+        action="store_true",
+        help="route each request to a prefill worker, then a decode worker",
+    )
+    g.add_argument(
+        "--prefill",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a prefill worker (repeat the flag; a bootstrap port after the URL is "
+        "accepted and ignored: the worker names its own)",
+    )
+    g.add_argument(
+        "--decode",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a decode worker (repeat the flag)",
+    )
+    g.add_argument("--prefill-policy", choices=POLICIES, default="round_robin")
+    g.add_argument("--decode-policy", choices=POLICIES, default="round_robin")
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=30000)
@@ -101,6 +126,9 @@ def build_config(a: argparse.Namespace) -> RouterConfig:
                              a.eviction_interval_secs, a.max_tree_size)  # fmt: skip
     return RouterConfig(
         worker_urls=tuple(a.worker_urls), worker_api_key=a.worker_api_key,
+        pd_disaggregation=a.pd_disaggregation, prefill_urls=tuple(p[0] for p in a.prefill),
+        decode_urls=tuple(a.decode), prefill_policy=a.prefill_policy,
+        decode_policy=a.decode_policy,
         worker_file=a.worker_file, worker_file_poll_s=a.worker_file_poll_secs, host=a.host,
         port=a.port, policy=a.policy, api_key=a.api_key,
         request_timeout_s=a.request_timeout_secs, connect_timeout_s=a.connect_timeout_secs,

@@ -95,6 +95,12 @@ class CacheAwareConfig:
 @dataclass(frozen=True)
 class RouterConfig:
     worker_urls: tuple[str, ...] = ()
+    # Prefill/decode disaggregation (sglang-router: --pd-disaggregation --prefill --decode)
+    pd_disaggregation: bool = False
+    prefill_urls: tuple[str, ...] = ()
+    decode_urls: tuple[str, ...] = ()
+    prefill_policy: str = "round_robin"
+    decode_policy: str = "round_robin"
     worker_api_key: str | None = None  # sent to the workers given on the command line
     worker_file: str | None = None
     worker_file_poll_s: float = 2.0
@@ -113,8 +119,15 @@ class RouterConfig:
 
     def __post_init__(self) -> None:
         _check(self.policy in POLICIES, f"--policy must be one of {', '.join(POLICIES)}")
-        _check(bool(self.worker_urls) or self.worker_file is not None,
-               "give workers with --worker-urls or --worker-file")  # fmt: skip
+        workers = self.worker_urls or self.prefill_urls or self.decode_urls
+        _check(bool(workers) or self.worker_file is not None,
+               "give workers with --worker-urls or --worker-file (or --prefill, --decode)"
+               )  # fmt: skip
+        _check(self.pd_disaggregation or not (self.prefill_urls or self.decode_urls),
+               "--prefill and --decode need --pd-disaggregation")  # fmt: skip
+        for flag, name in (("--prefill-policy", self.prefill_policy),
+                           ("--decode-policy", self.decode_policy)):  # fmt: skip
+            _check(name in POLICIES, f"{flag} must be one of {', '.join(POLICIES)}")
         _check(self.request_timeout_s > 0, "--request-timeout-secs must be > 0")
         _check(self.connect_timeout_s > 0, "--connect-timeout-secs must be > 0")
         _check(self.worker_file_poll_s > 0, "--worker-file-poll-secs must be > 0")

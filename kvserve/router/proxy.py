@@ -34,6 +34,8 @@ class Forwarder:
         self.config, self.registry, self.policy, self.metrics = config, registry, policy, metrics
         self.admission = Admission(config.queue)
         self.pool = Pool(config.connect_timeout_s)
+        # the workers it picks from: "decode" for the non-generation routes of a PD router
+        self.role = "decode" if config.pd_disaggregation else "regular"
 
     async def admit_and_forward(self, request: web.Request, raw: bytes,
                                 route: RouteRequest) -> web.StreamResponse:  # fmt: skip
@@ -52,7 +54,7 @@ class Forwarder:
             self.admission.release()
 
     def pick(self, route: RouteRequest, tried: set[str]) -> Worker | None:
-        workers = self.registry.routable()
+        workers = self.registry.routable(self.role)
         if tried:
             workers = [w for w in workers if w.url not in tried] or workers
         return self.policy.select(workers, route) if workers else None

@@ -13,7 +13,8 @@ from aiohttp import web
 from kvserve.router.config import RouterConfig
 from kvserve.router.health import HealthChecker
 from kvserve.router.metrics import RouterMetrics
-from kvserve.router.policies.factory import make_policy
+from kvserve.router.pd_proxy import PDForwarder
+from kvserve.router.policies.factory import make_pair_policy, make_policy
 from kvserve.router.proxy import Forwarder
 from kvserve.router.registry import WorkerRegistry
 from kvserve.router.worker import make_spec
@@ -25,6 +26,9 @@ class RouterState:
         self.config = config
         self.registry = WorkerRegistry(config.breaker)
         self.policy = make_policy(config.policy, config.cache_aware)
+        self.pair_policy = (make_pair_policy(config.prefill_policy, config.decode_policy,
+                                             config.cache_aware)
+                            if config.pd_disaggregation else None)  # fmt: skip
         self.metrics = RouterMetrics()
         key = config.api_key
         self.expected_auth = f"Bearer {key}".encode() if key else None
@@ -35,6 +39,9 @@ class RouterState:
         # Bad workers (flags or file) raise ConfigError here, before any socket is opened.
         for url in config.worker_urls:
             self.registry.add(make_spec(url, config.worker_api_key), "cli")
+        for role, urls in (("prefill", config.prefill_urls), ("decode", config.decode_urls)):
+            for url in urls:
+                self.registry.add(make_spec(url, config.worker_api_key, role), "cli")
         if self.watcher is not None:
             self.watcher.load()
 
@@ -45,6 +52,11 @@ class RouterState:
             skip_auto_headers=("Accept-Encoding", "User-Agent"),
         )  # fmt: skip
         self.forwarder = Forwarder(self.config, self.registry, self.policy, self.metrics)
+        # generation requests: the plain forwarder, or prefill/decode pairs
+        self.generator = self.forwarder
+        if self.pair_policy is not None:
+            self.generator = PDForwarder(self.config, self.registry, self.policy,
+                                         self.pair_policy, self.metrics)  # fmt: skip
         self.health = HealthChecker(self.registry, self.session, self.config.health)
         self.registry.on_add = self.health.check_soon
         self.registry.on_remove = lambda worker: self.forwarder.pool.forget(worker.url)

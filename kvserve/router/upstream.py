@@ -178,6 +178,9 @@ class Pool:
                 if conn.reused:
                     continue
                 raise UpstreamError("disconnect", type(exc).__name__) from None
+            except asyncio.CancelledError:  # the client left: the worker must see it abort
+                conn.close()
+                raise
             return _parse_head(self, base_url, conn, raw)
         raise UpstreamError("disconnect", "the worker closed the connection")
 

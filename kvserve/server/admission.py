@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+from kvserve.disagg.handle import RemotePrefill
 from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.ipc.core_client import CoreClient
 from kvserve.server.context import ServerContext
@@ -24,11 +25,16 @@ class Ticket:
         client.reserve(num_requests)
 
     def send(
-        self, request_id: str, prompt: list[int], params: SamplingParams, queue: asyncio.Queue
+        self,
+        request_id: str,
+        prompt: list[int],
+        params: SamplingParams,
+        queue: asyncio.Queue,
+        remote: RemotePrefill | None = None,
     ) -> None:
         if self.closed or self.num_unsent < 1:
             raise RuntimeError("the ticket has no reservation left")
-        self.client.add(request_id, prompt, params, queue)
+        self.client.add(request_id, prompt, params, queue, remote)
         self.num_unsent -= 1
         self.sent.append(request_id)
 

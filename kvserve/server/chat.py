@@ -77,7 +77,8 @@ class ChatCall:
             req.max_completion_tokens or req.max_tokens,
             top if req.logprobs else None,
         )
-        self.gen = Generation(ctx, [ids], params, "chatcmpl", ticket)
+        self.gen = Generation(ctx, [ids], params, "chatcmpl", ticket, req.kv_transfer_params,
+                              req.stream)
         use_tools = bool(req.tools) and req.tool_choice != "none"
         self.tool_parser = ctx.tool_call_parser if use_tools else None
 
@@ -105,7 +106,7 @@ class ChatCall:
             choices.append({"index": c.index, "message": message, "logprobs": lps,
                             "finish_reason": finish, "stop_reason": st.stop_reason})  # fmt: skip
         return {**self._head(), "object": "chat.completion", "choices": choices,
-                "usage": self.gen.usage()}  # fmt: skip
+                "usage": self.gen.usage(), **self.gen.answer_fields()}  # fmt: skip
 
     async def stream_chunks(self) -> AsyncIterator[dict[str, Any]]:
         head = {**self._head(), "object": "chat.completion.chunk"}

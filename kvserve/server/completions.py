@@ -50,7 +50,7 @@ def prepare(
     """Tokenize and check (CPU-heavy: runs off the event loop)."""
     ids, texts = _prompts(ctx, req)
     params = build_params(req, ctx.ready, req.max_tokens, req.logprobs)
-    gen = Generation(ctx, ids, params, "cmpl", ticket)
+    gen = Generation(ctx, ids, params, "cmpl", ticket, req.kv_transfer_params, req.stream)
     if req.echo:
         texts = [t or ctx.tokenizer.decode(i) for t, i in zip(texts, ids)]
     return gen, texts
@@ -84,6 +84,7 @@ async def full_response(
         "model": ctx.served_model_name,
         "choices": choices,
         "usage": gen.usage(),
+        **gen.answer_fields(),
     }
 
 

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from kvserve.config import DisaggConfig
 from kvserve.engine.ipc.core_client import CoreClient
 from kvserve.engine.ipc.messages import Ready
 from kvserve.loader import Tokenizer
@@ -33,6 +34,7 @@ class ServerContext:
     created: int = field(default=0)
     limits: RequestLimits = field(default_factory=RequestLimits)
     engine_stall_timeout_s: float = 60.0  # /health fails after this long without a message
+    disagg: DisaggConfig = field(default_factory=DisaggConfig)  # this server's PD side
     # CPU-heavy work (tokenizing, chat templates, decoding) runs here, off the event loop; the
     # tokenizers library releases the GIL, and pure-Python work yields it every few ms.
     pool: ThreadPoolExecutor = field(

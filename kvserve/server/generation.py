@@ -19,6 +19,7 @@ from kvserve.engine.output_processor import OutputProcessor, StreamState
 from kvserve.server.admission import Ticket
 from kvserve.server.context import ServerContext
 from kvserve.server.errors import APIError
+from kvserve.server.pd_request import answer_fields, engine_params, remote_prefill
 from kvserve.server.validation import check_prompt
 
 
@@ -48,10 +49,15 @@ class Generation:
         params: SamplingParams,
         kind: str,
         ticket: Ticket,
+        kv_transfer_params: dict | None = None,
+        stream: bool = False,
     ) -> None:
         self.prompt_params = [_with_default_max_tokens(ctx, ids, params) for ids in prompts]
         for ids, p in zip(prompts, self.prompt_params):
             check_prompt(ids, p, ctx.ready)
+        choices = len(prompts) * params.n
+        self.remote = remote_prefill(ctx.disagg, kv_transfer_params, choices, stream)
+        self.prompt_params = [engine_params(ctx.disagg, p) for p in self.prompt_params]
         self.ctx, self.prompts, self.params, self.ticket = ctx, prompts, params, ticket
         self.id = f"{kind}-{uuid.uuid4().hex}"
         self.created = int(time.time())
@@ -79,7 +85,7 @@ class Generation:
             ids = self.prompts[c.prompt_index]
             self.processor.add(c.request_id, ids, params)
             c.state, c.started = self.processor.states[c.request_id], now
-            self.ticket.send(c.request_id, ids, params, self.queue)
+            self.ticket.send(c.request_id, ids, params, self.queue, self.remote)
 
     async def deltas(self) -> AsyncIterator[Delta]:
         """Start the children and yield their text as it comes; abort what is left if the
@@ -93,7 +99,7 @@ class Generation:
                 if isinstance(item, EngineDeadError):
                     raise APIError(503, f"the engine stopped: {item}")
                 if isinstance(item, RequestFailed):
-                    raise APIError(400, item.message, item.param)
+                    raise APIError(item.status, item.message, item.param)
                 delta = self._apply(by_id[item.request_id], item)
                 if delta is not None:
                     yield delta
@@ -133,6 +139,10 @@ class Generation:
     async def collect(self) -> None:
         async for _ in self.deltas():
             pass
+
+    def answer_fields(self) -> dict:
+        """Fields a prefill worker adds to its answer (``kv_transfer_params``)."""
+        return answer_fields(self.ctx.disagg, [c.request_id for c in self.choices])
 
     # -- usage ------------------------------------------------------------------------------
     def usage(self) -> dict:

@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -77,13 +78,15 @@ def launch_server(
     port: int | None = None,
     log_level: str = "warning",
     cwd: str | Path | None = None,
+    stderr: IO[str] | None = None,
 ) -> ServerProcess:
-    """``kvserve serve --port P <flags>`` in a subprocess, returned at once (not yet healthy)."""
+    """``kvserve serve --port P <flags>`` in a subprocess, returned at once (not yet healthy);
+    its log goes to ``stderr`` when given."""
     port = port or free_port()
     cmd = [sys.executable, "-m", "kvserve.cli", "serve", "--port", str(port),
            "--log-level", log_level, *flags]  # fmt: skip
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
-    return ServerProcess(subprocess.Popen(cmd, env=full_env, cwd=cwd), port)
+    return ServerProcess(subprocess.Popen(cmd, env=full_env, cwd=cwd, stderr=stderr), port)
 
 
 def start_server(*flags: str, timeout_s: float = 300.0, **launch_kwargs: object) -> ServerProcess:

@@ -71,6 +71,8 @@ class SamplingFields(_Base):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: Annotated[Text, Field(max_length=1024)] | None = None  # accepted, not used
+    # Prefill/decode disaggregation (vLLM's field): where a decode worker fetches the KV.
+    kv_transfer_params: JSONObject | None = None
 
     @field_validator("logit_bias")
     @classmethod

@@ -17,6 +17,7 @@ from types import FrameType
 
 import uvicorn
 
+from kvserve.disagg.transfer import resolve_transfer_backend
 from kvserve.engine.config_builder import build_engine_config
 from kvserve.engine.ipc.core_client import CoreClient
 from kvserve.errors import ConfigError
@@ -91,7 +92,7 @@ def request_limits(a: argparse.Namespace) -> RequestLimits:
 async def serve(a: argparse.Namespace) -> int:
     if a.tp != 1:
         raise ConfigError(f"--tp {a.tp}: only tensor-parallel size 1 is supported for now")
-    config = build_engine_config(a.model, **engine_settings(a))
+    config = resolve_transfer_backend(build_engine_config(a.model, **engine_settings(a)))
     request_limits(a)  # bad limits fail before the engine starts
     client = CoreClient(config, a.log_level)
     tokenizer = load_tokenizer(a.model)
@@ -105,7 +106,8 @@ async def serve(a: argparse.Namespace) -> int:
     ctx = ServerContext(client, ready, tokenizer, name, metrics, a.tool_call_parser,
                         a.reasoning_parser, config.scheduler.max_queued_requests,
                         created=int(time.time()), limits=request_limits(a),
-                        engine_stall_timeout_s=a.engine_stall_timeout)  # fmt: skip
+                        engine_stall_timeout_s=a.engine_stall_timeout,
+                        disagg=config.disagg)  # fmt: skip
     client.on_batch = metrics.on_batch
     api_key = a.api_key or os.environ.get("KVSERVE_API_KEY") or None
     app = create_app(ctx, api_key, a.max_request_bytes)

@@ -52,6 +52,17 @@ class Scheduler:
         if not request.is_finished:
             self._finish(request, FinishReason.ABORT)
 
+    def add_prefilled(self, request: Request) -> None:
+        """A request whose prompt KV was computed elsewhere (a disaggregated prefill worker):
+        its pages are in ``block_table``, its computed tokens cover the prompt and its first
+        output token is known. It joins the running batch, or finishes at once if that token
+        ends it."""
+        request.status = RequestStatus.RUNNING
+        self.running.append(request)
+        reason = self._stop_reason(request, request.output_token_ids[-1])
+        if reason is not None:
+            self._finish(request, reason)
+
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 

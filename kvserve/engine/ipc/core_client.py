@@ -23,6 +23,7 @@ import zmq
 import zmq.asyncio
 
 from kvserve.config import EngineConfig
+from kvserve.disagg.handle import RemotePrefill
 from kvserve.engine.core.outputs import EngineCoreOutput
 from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.core.stats import EngineStats
@@ -148,7 +149,12 @@ class CoreClient:
         assert self.num_reserved >= 0, "admission released more than it reserved"
 
     def add(
-        self, request_id: str, prompt: list[int], params: SamplingParams, queue: asyncio.Queue
+        self,
+        request_id: str,
+        prompt: list[int],
+        params: SamplingParams,
+        queue: asyncio.Queue,
+        remote: RemotePrefill | None = None,
     ) -> None:
         """Send a request, using one reservation; its outputs (or its failure) arrive on
         ``queue``, which several requests may share."""
@@ -158,7 +164,7 @@ class CoreClient:
         self.live.add(request_id)
         self.queues[request_id] = queue
         self.num_sent_adds += 1
-        self._send(AddRequest(request_id, prompt, params))
+        self._send(AddRequest(request_id, prompt, params, remote))
 
     def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:

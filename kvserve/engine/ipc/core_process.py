@@ -110,7 +110,8 @@ class CoreLoop:
         if isinstance(msg, AddRequest):
             self.num_added += 1
             try:
-                e.add_request(msg.request_id, msg.prompt_token_ids, msg.params)
+                e.add_request(msg.request_id, msg.prompt_token_ids, msg.params,
+                              remote=msg.remote)
             except KVServeError as exc:
                 param = getattr(exc, "param", None)
                 self.failed.append(RequestFailed(msg.request_id, str(exc), param))
@@ -131,6 +132,10 @@ class CoreLoop:
             req = self.unscheduled.pop(out.request_id, None)
             if req is not None and req.first_scheduled_time is not None:
                 queue_times[out.request_id] = req.first_scheduled_time - req.arrival_time
+        if self.engine.disagg is not None:
+            for rid, why in self.engine.disagg.take_failed():
+                self.unscheduled.pop(rid, None)
+                self.failed.append(RequestFailed(rid, why, "kv_transfer_params", 503))
         batch = OutputBatch(outputs, self.engine.stats(), self.num_added, queue_times,
                             self.failed, self.num_handled)  # fmt: skip
         self.failed = []

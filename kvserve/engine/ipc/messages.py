@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from kvserve.disagg.handle import RemotePrefill
 from kvserve.engine.core.outputs import EngineCoreOutput
 from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.core.stats import EngineStats
@@ -15,6 +16,7 @@ class AddRequest(msgspec.Struct, tag="add"):
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
+    remote: RemotePrefill | None = None  # decode mode: fetch the prompt's KV from there
 
 
 class AbortRequests(msgspec.Struct, tag="abort"):
@@ -63,6 +65,7 @@ class RequestFailed(msgspec.Struct, tag="failed"):
     request_id: str
     message: str
     param: str | None
+    status: int = 400  # the HTTP status it maps to (503: a KV transfer failed)
 
 
 class OutputBatch(msgspec.Struct, tag="outputs"):

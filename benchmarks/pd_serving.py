@@ -1,0 +1,178 @@
+"""Prefill/decode disaggregation against replicas, through `kvserve route`, with `kvserve bench`.
+
+Setups (each behind the router, Llama-3-8B shape with dummy weights, the 3.1 config for its
+128K rope so 32K prompts need no override):
+  pd        1 prefill worker (GPU 0) + 1 decode worker (GPU 1), `route --pd-disaggregation`
+  replicas  2 normal workers (GPU 0, GPU 1), `route --policy round_robin`
+  single    1 normal worker (GPU 0)
+Workload: `kvserve bench --profile random`, prompts of input_len x (1 +- range_ratio) tokens and
+outputs of output_len x (1 +- range_ratio) (defaults: 8K-32K in, 256-1K out). Reported: TTFT and
+TPOT percentiles, request and token throughput, failures, and for pd the KV transfer of each
+request (bytes, seconds, GB/s) read from the decode worker's log.
+
+    python -m benchmarks.pd_serving                       # 2 GPUs, the full run
+    python -m benchmarks.pd_serving --smoke               # 1 GPU: every worker on GPU 0, small
+Writes benchmarks/results/pd_serving_<date>.json (or under --out-dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import write_result
+from kvserve.router.launch import start_router
+from kvserve.server.launch import ServerProcess, free_port, launch_server
+
+LLAMA_31_8B = "benchmarks/configs/llama-3.1-8b"
+TRANSFER_LINE = re.compile(r"kv transfer \S+: (\d+) bytes in ([\d.]+) s")
+BENCH_KEYS = ("completed", "failed", "request_throughput", "output_throughput",
+              "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
+              "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
+              "mean_e2el_ms", "p99_e2el_ms")  # fmt: skip
+
+
+def model_dir(config_dir: str) -> str:
+    """The config plus the bundled model's tokenizer (its ids fit any larger vocabulary): a
+    dummy-weight model the server can tokenize for."""
+    from kvserve.loader import load_tokenizer
+
+    out = Path(tempfile.mkdtemp(prefix="pd-model-"))
+    (out / "config.json").write_text((Path(config_dir) / "config.json").read_text())
+    load_tokenizer(None).hf.save_pretrained(out)
+    return str(out)
+
+
+class Workers:
+    """The processes of one setup, stopped together."""
+
+    def __init__(self, args: argparse.Namespace, model: str, logs: Path) -> None:
+        self.args, self.model, self.logs = args, model, logs
+        self.servers: list[ServerProcess] = []
+        self.log_files: dict[str, Path] = {}
+
+    def start(self, name: str, gpu: int, *flags: str) -> ServerProcess:
+        a = self.args
+        mem = str(a.mem_fraction / (a.workers_per_gpu if a.smoke else 1))
+        log = self.logs / f"{name}.log"
+        self.log_files[name] = log
+        env = {"CUDA_VISIBLE_DEVICES": str(gpu)}
+        stream = log.open("w")
+        server = launch_server("--model", self.model, "--load-format", "dummy",
+                               "--context-length", str(a.context_length),
+                               "--mem-fraction-static", mem, *flags, env=env,
+                               log_level="info", stderr=stream)  # fmt: skip
+        self.servers.append(server)
+        return server
+
+    def wait(self) -> None:
+        for s in self.servers:
+            s.wait_healthy(1800)
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop(120)
+
+
+def bench(url: str, args: argparse.Namespace, tokenizer: str, out: Path) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "kvserve.cli", "bench", "--base-url", url, "--profile",
+           "random", "--input-len", str(args.input_len), "--output-len", str(args.output_len),
+           "--range-ratio", str(args.range_ratio), "--num-requests", str(args.num_requests),
+           "--max-concurrency", str(args.concurrency), "--endpoint", "completions",
+           "--tokenizer", tokenizer, "--seed", "1", "--out", str(out), "--quiet"]  # fmt: skip
+    subprocess.run(cmd, check=True)
+    result = json.loads((out / "result.json").read_text())
+    return {k: result.get(k) for k in BENCH_KEYS}
+
+
+def transfers(log: Path) -> dict[str, Any]:
+    rows = [(int(b), float(s)) for b, s in TRANSFER_LINE.findall(log.read_text())]
+    if not rows:
+        return {"count": 0}
+    rates = sorted(b / s / 1e9 for b, s in rows if s > 0)
+    secs = sorted(s for _, s in rows)
+    return {"count": len(rows), "mean_bytes": statistics.mean(b for b, _ in rows),
+            "median_seconds": statistics.median(secs), "max_seconds": secs[-1],
+            "median_gb_per_s": statistics.median(rates), "min_gb_per_s": rates[0],
+            "max_gb_per_s": rates[-1]}  # fmt: skip
+
+
+def run_setup(name: str, args: argparse.Namespace, model: str, work: Path) -> dict[str, Any]:
+    w = Workers(args, model, work)
+    second_gpu = 0 if args.smoke else 1
+    try:
+        if name == "pd":
+            port = free_port()
+            common = ("--disaggregation-transfer-backend", args.transfer_backend)
+            p = w.start("prefill", 0, "--disaggregation-mode", "prefill",
+                        "--disaggregation-bootstrap-port", str(port), *common)  # fmt: skip
+            d = w.start("decode", second_gpu, "--disaggregation-mode", "decode", *common)
+            flags = ["--pd-disaggregation", "--prefill", p.url, "--decode", d.url]
+        elif name == "replicas":
+            a, b = w.start("replica0", 0), w.start("replica1", second_gpu)
+            flags = ["--worker-urls", a.url, b.url, "--policy", "round_robin"]
+        else:
+            flags = ["--worker-urls", w.start("single", 0).url, "--policy", "round_robin"]
+        w.wait()
+        router = start_router(*flags, "--health-check-interval-secs", "2")
+        try:
+            router.wait_ready(300)
+            started = time.perf_counter()
+            result = bench(router.url, args, model, work / f"bench-{name}")
+            result["wall_s"] = time.perf_counter() - started
+        finally:
+            router.stop()
+        if name == "pd":
+            result["kv_transfer"] = transfers(w.log_files["decode"])
+        return result
+    finally:
+        w.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.pd_serving")
+    ap.add_argument("--smoke", action="store_true", help="1 GPU, small sizes")
+    ap.add_argument("--model-config", default=LLAMA_31_8B)
+    ap.add_argument("--setups", default="pd,replicas,single")
+    ap.add_argument("--input-len", type=int, default=20000)
+    ap.add_argument("--output-len", type=int, default=640)
+    ap.add_argument("--range-ratio", type=float, default=0.6)
+    ap.add_argument("--num-requests", type=int, default=32)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--context-length", type=int, default=34816)
+    ap.add_argument("--mem-fraction", type=float, default=0.85)
+    ap.add_argument("--transfer-backend", default="auto")
+    ap.add_argument("--out-dir", default=None)
+    args = ap.parse_args(argv)
+    args.workers_per_gpu = 2
+    if args.smoke:
+        args.input_len, args.output_len, args.num_requests = 2048, 64, 8
+        args.concurrency, args.context_length = 4, 4096
+    model = model_dir(args.model_config)
+    work = Path(tempfile.mkdtemp(prefix="pd-serving-"))
+    results = {}
+    for name in args.setups.split(","):
+        print(f"== {name}", flush=True)
+        results[name] = run_setup(name, args, model, work)
+        print(json.dumps(results[name], indent=1), flush=True)
+    payload = {"smoke": args.smoke, "model_config": args.model_config,
+               "workload": {k: getattr(args, k) for k in ("input_len", "output_len",
+                            "range_ratio", "num_requests", "concurrency")},
+               "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "all"), "setups": results,
+               "logs": str(work)}  # fmt: skip
+    path = write_result("pd_serving" + ("_smoke" if args.smoke else ""), payload, args.out_dir)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
