@@ -141,3 +141,22 @@ def test_greedy_tokens_match_the_dequantized_model(layout: str, dequantized_dirs
     alone = [LLM(model=str(FIXTURES / layout), **settings).generate([p], params)[0].token_ids
              for p in prompts]  # fmt: skip
     assert alone == quantized
+
+
+def test_qwen_fp8_layout_reads_the_same_experts(tmp_path) -> None:  # noqa: ANN001
+    """The block fixture rewritten as Qwen3-30B-A3B-FP8 ships it (``quant_method: fp8``,
+    ``weight_block_size``, ``weight_scale_inv`` per expert projection) gives the same logits."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(FIXTURES / "moe_fp8_block" / "model.safetensors"))
+    renamed = {n.replace(".weight_scale", ".weight_scale_inv"): t.float() if "scale" in n else t
+               for n, t in tensors.items()}  # fmt: skip
+    save_file(renamed, str(tmp_path / "model.safetensors"))
+    config = json.loads((FIXTURES / "moe_fp8_block" / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]
+    }  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    got = prefill_logits(cpu_engine(tmp_path), PROMPT)
+    want = prefill_logits(cpu_engine(FIXTURES / "moe_fp8_block"), PROMPT)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
