@@ -46,6 +46,8 @@ def init_tp_group(size: int, rank: int, init_addr: str, device: torch.device) ->
     if dist.is_initialized():
         raise ConfigError("a tensor-parallel group is already running in this process")
     cuda = device.type == "cuda"
+    if cuda:  # kernels (Triton's among them) launch on the current device
+        torch.cuda.set_device(device)
     timeout = timedelta(seconds=collective_timeout_s())
     dist.init_process_group(
         "nccl" if cuda else "gloo", init_method=f"tcp://{init_addr}", rank=rank,

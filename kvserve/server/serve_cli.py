@@ -90,9 +90,11 @@ def request_limits(a: argparse.Namespace) -> RequestLimits:
 
 
 async def serve(a: argparse.Namespace) -> int:
-    if a.tp != 1:
-        raise ConfigError(f"--tp {a.tp}: only tensor-parallel size 1 is supported for now")
     config = resolve_transfer_backend(build_engine_config(a.model, **engine_settings(a)))
+    if config.node_rank > 0:  # a host without the scheduler: only its tensor-parallel ranks
+        from kvserve.distributed.node import run_worker_node
+
+        return await asyncio.to_thread(run_worker_node, config)
     request_limits(a)  # bad limits fail before the engine starts
     client = CoreClient(config, a.log_level)
     tokenizer = load_tokenizer(a.model)

@@ -106,8 +106,11 @@ class CoreClient:
     async def shutdown(self, timeout_s: float = 10.0) -> None:
         self._stopping = True
         if self.proc.poll() is None:
-            with contextlib.suppress(zmq.ZMQError):
-                await self.to_engine.send(encode(Shutdown()))
+            # An engine that sent Fatal is exiting and reads nothing more: a send to it would
+            # wait forever once its socket is gone (a PUSH with no peer blocks).
+            with contextlib.suppress(zmq.ZMQError, TimeoutError):
+                if self.dead is None:
+                    await asyncio.wait_for(self.to_engine.send(encode(Shutdown())), 1.0)
             deadline = time.monotonic() + timeout_s
             while self.proc.poll() is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)

@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         loop = CoreLoop(EngineCore(config), inbox, outbox, parent)
         outbox.send(encode(loop.ready_message()))
         loop.run()
+        loop.engine.close()  # tensor-parallel workers leave with the engine
     except ParentGone:
         log.warning("the API process is gone; exiting")
         _remove_socket_dir(a.input)
