@@ -35,7 +35,8 @@ from kvserve.server.launch import ServerProcess, free_port, launch_server
 
 LLAMA_31_8B = "benchmarks/configs/llama-3.1-8b"
 TRANSFER_LINE = re.compile(r"kv transfer \S+: (\d+) bytes in ([\d.]+) s")
-BENCH_KEYS = ("completed", "failed", "request_throughput", "output_throughput",
+BENCH_KEYS = ("completed", "failed", "failures_by_kind", "total_input_tokens",
+              "total_output_tokens", "request_throughput", "output_throughput",
               "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
               "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
               "mean_e2el_ms", "p99_e2el_ms")  # fmt: skip
@@ -152,17 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem-fraction", type=float, default=0.85)
     ap.add_argument("--transfer-backend", default="auto")
     ap.add_argument("--out-dir", default=None)
+    argv = sys.argv[1:] if argv is None else argv
+    if "--smoke" in argv:  # small sizes unless given
+        ap.set_defaults(input_len=2048, output_len=64, num_requests=8, concurrency=4,
+                        context_length=4096)  # fmt: skip
     args = ap.parse_args(argv)
     args.workers_per_gpu = 2
-    if args.smoke:
-        args.input_len, args.output_len, args.num_requests = 2048, 64, 8
-        args.concurrency, args.context_length = 4, 4096
     model = model_dir(args.model_config)
     work = Path(tempfile.mkdtemp(prefix="pd-serving-"))
     results = {}
     for name in args.setups.split(","):
         print(f"== {name}", flush=True)
-        results[name] = run_setup(name, args, model, work)
+        try:
+            results[name] = run_setup(name, args, model, work)
+        except Exception as exc:  # keep the other setups' figures; the logs say more
+            results[name] = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(results[name], indent=1), flush=True)
     payload = {"smoke": args.smoke, "model_config": args.model_config,
                "workload": {k: getattr(args, k) for k in ("input_len", "output_len",

@@ -98,7 +98,7 @@ class DecodeSide(EngineHook):
             elif req.request_id not in self.pending:
                 continue  # failed
             elif time.monotonic() > deadline:
-                self._fail(req, "no free KV pages for the prompt within the transfer timeout")
+                self._fail(req, "no room in the batch for the prompt within the transfer timeout")
             else:
                 waiting.append((req, blob, deadline))
         self.ready = waiting
@@ -124,8 +124,10 @@ class DecodeSide(EngineHook):
         self.failed.append((req.request_id, why))
 
     def _admit(self, req: Request, blob: PrefilledKV) -> EngineCoreOutput | None:
-        """Pages, import, join the batch; None when the pool has no room yet."""
+        """Pages, import, join the batch; None when the batch or the pool has no room yet."""
         kv, pool = self.engine.kv, self.engine.runner.kv
+        if len(self.engine.scheduler.running) >= self.engine.config.scheduler.max_running_requests:
+            return None
         pages = kv.allocate(blob.header.shape[2])
         if pages is None:
             return None
