@@ -19,14 +19,26 @@ from typing import Any
 import torch
 
 from benchmarks.common import copy_bandwidth_gbs, graph_replay_ms, write_result
-from kvserve.kernels.decode_attention import paged_decode_attention
+from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention
+from kvserve.kernels.store_kv_cache import FP8_AS_BF16_BITS, FP8_AS_FP16, FP8_AS_QDTYPE
 
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
 SHAPES = ((32, 32768), (8, 131072), (64, 1024))
 CALLS_PER_GRAPH = 4
+# FP8 operand modes (kvserve.kernels.store_kv_cache.FP8_AS_*) and tiles tried; the default first
+FP8_CONFIGS = {
+    "default": DecodeConfig(),
+    "as_bf16_cvt": DecodeConfig(fp8_mode=FP8_AS_QDTYPE),
+    "as_fp16": DecodeConfig(fp8_mode=FP8_AS_FP16),
+    "as_bf16_bits": DecodeConfig(fp8_mode=FP8_AS_BF16_BITS),
+    "as_fp16_n128": DecodeConfig(block_n=128, num_warps=8, fp8_mode=FP8_AS_FP16),
+    "as_bf16_bits_n128": DecodeConfig(block_n=128, num_warps=8, fp8_mode=FP8_AS_BF16_BITS),
+}
 
 
-def time_shape(batch: int, ctx: int, kv_dtype: torch.dtype, cache: torch.Tensor) -> float:
+def time_shape(
+    batch: int, ctx: int, kv_dtype: torch.dtype, cache: torch.Tensor, cfg: DecodeConfig
+) -> float:
     """ms per call: CALLS_PER_GRAPH calls on their own random page sets in one graph."""
     pages = ctx // PAGE
     scales = (torch.tensor([0.05], device="cuda"), torch.tensor([0.05], device="cuda"))
@@ -41,7 +53,9 @@ def time_shape(batch: int, ctx: int, kv_dtype: torch.dtype, cache: torch.Tensor)
 
     def run() -> None:
         for q, tables, lens, out in calls:
-            paged_decode_attention(q, cache, tables, lens, HEAD_DIM**-0.5, out, kv_scales)
+            paged_decode_attention(
+                q, cache, tables, lens, HEAD_DIM**-0.5, out, kv_scales, config=cfg
+            )
 
     run()  # compile
     torch.cuda.synchronize()
@@ -51,19 +65,20 @@ def time_shape(batch: int, ctx: int, kv_dtype: torch.dtype, cache: torch.Tensor)
     return graph_replay_ms(graph, replays=20, warmup=5) / CALLS_PER_GRAPH
 
 
-def measure(kv_dtype: torch.dtype, copy_gbs: float) -> list[dict[str, Any]]:
+def measure(kv_dtype: torch.dtype, copy_gbs: float, name: str) -> list[dict[str, Any]]:
     max_tokens = max(b * c for b, c in SHAPES) * 2  # random page subsets from twice the need
     shape = (2, max_tokens // PAGE, PAGE, HKV, HEAD_DIM)
     cache = torch.randn(shape, dtype=torch.bfloat16, device="cuda").to(kv_dtype)
+    cfg = FP8_CONFIGS[name] if kv_dtype == torch.float8_e4m3fn else DecodeConfig()
     rows = []
     for batch, ctx in SHAPES:
-        ms = time_shape(batch, ctx, kv_dtype, cache)
+        ms = time_shape(batch, ctx, kv_dtype, cache, cfg)
         kv_bytes = 2 * batch * ctx * HKV * HEAD_DIM * kv_dtype.itemsize
         total = kv_bytes + 2 * batch * HQ * HEAD_DIM * 2 + batch * (ctx // PAGE) * 4
         gbs = total / ms / 1e6
         rows.append({"batch": batch, "ctx": ctx, "us": ms * 1e3, "bytes": total, "GBps": gbs,
                      "of_copy": gbs / copy_gbs})  # fmt: skip
-        print(f"{kv_dtype} B={batch} ctx={ctx}: {ms * 1e3:.0f} us, {gbs:.0f} GB/s "
+        print(f"{kv_dtype} {name} B={batch} ctx={ctx}: {ms * 1e3:.0f} us, {gbs:.0f} GB/s "
               f"({100 * gbs / copy_gbs:.0f}% of copy)", flush=True)  # fmt: skip
     del cache
     torch.cuda.empty_cache()
@@ -76,14 +91,20 @@ def main() -> None:
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
     copy_gbs = copy_bandwidth_gbs()
-    bf16 = measure(torch.bfloat16, copy_gbs)
-    fp8 = measure(torch.float8_e4m3fn, copy_gbs)
-    speedup = [{"batch": a["batch"], "ctx": a["ctx"], "fp8_speedup": a["us"] / b["us"]}
-               for a, b in zip(bf16, fp8, strict=True)]  # fmt: skip
-    for s in speedup:
-        print(f"B={s['batch']} ctx={s['ctx']}: FP8 KV {s['fp8_speedup']:.2f}x bf16", flush=True)
+    bf16 = measure(torch.bfloat16, copy_gbs, "bf16")
+    fp8 = {name: measure(torch.float8_e4m3fn, copy_gbs, name) for name in FP8_CONFIGS}
+    speedup = {
+        name: [{"batch": a["batch"], "ctx": a["ctx"], "fp8_speedup": a["us"] / b["us"]}
+               for a, b in zip(bf16, rows, strict=True)]
+        for name, rows in fp8.items()
+    }  # fmt: skip
+    for name, rows in speedup.items():
+        for s in rows:
+            print(f"{name} B={s['batch']} ctx={s['ctx']}: FP8 KV {s['fp8_speedup']:.2f}x bf16")
     result = {"heads": {"q": HQ, "kv": HKV, "head_dim": HEAD_DIM, "page": PAGE},
-              "copy_GBps": copy_gbs, "bf16": bf16, "fp8_e4m3": fp8, "speedup": speedup}  # fmt: skip
+              "copy_GBps": copy_gbs, "bf16": bf16, "fp8_e4m3": fp8,
+              "fp8_configs": {k: vars(v) for k, v in FP8_CONFIGS.items()},
+              "speedup": speedup}  # fmt: skip
     print(f"wrote {write_result(f'fp8_kv_decode_{args.tag}', result, args.out_dir)}")
 
 

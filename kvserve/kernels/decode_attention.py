@@ -30,7 +30,16 @@ from kvserve.kernels._triton import (
     sm_count,
     tl,
 )
-from kvserve.kernels.store_kv_cache import KVScales, is_fp8_kv, scale_args
+from kvserve.kernels.store_kv_cache import (
+    FP8_AS_BF16_BITS,
+    FP8_AS_FP16,
+    FP8_BITS_UNIT,
+    KVScales,
+    fp8_operand_mode,
+    is_fp8_kv,
+    scale_args,
+    widen_fp8,
+)
 
 # Split count, from sweeps on the H200 with the engine's graph-wide page tables
 # (benchmarks/decode_attention_sweep.py, benchmarks/long_context_sweep.py): about 4 programs
@@ -54,6 +63,7 @@ class DecodeConfig:
     # No split shorter than this (rounded up to whole tiles): a sequence shorter than
     # num_splits * min_split_tokens fills fewer splits, and the programs of the rest exit.
     min_split_tokens: int = 0
+    fp8_mode: int = FP8_AS_FP16  # how an FP8 cache is widened (store_kv_cache.FP8_AS_*)
 
 
 @jit(do_not_specialize=("stride_bt", "num_splits", "min_split"))
@@ -87,6 +97,8 @@ def _decode_split_kernel(
     DIRECT: tl.constexpr,  # num_splits == 1: write the output, skip the merge
     DOT_PRECISION: tl.constexpr,
     FP8: tl.constexpr,
+    FP8_MODE: tl.constexpr,
+    FP8_UNIT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pdl_wait(USE_PDL)
@@ -111,7 +123,9 @@ def _decode_split_kernel(
     q_off = b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + dims[None, :]
     q = tl.load(q_ptr + q_off, mask=row_mask[:, None], other=0.0)  # [BLOCK_H, D]
     if FP8:
-        scale_log2 = scale_log2 * tl.load(k_scale_ptr)
+        scale_log2 = scale_log2 * (tl.load(k_scale_ptr) * FP8_UNIT)
+        if FP8_MODE == 1:
+            q = q.to(tl.float16)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -127,7 +141,7 @@ def _decode_split_kernel(
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
         v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
         if FP8:
-            k, v = k.to(q.dtype), v.to(q.dtype)
+            k, v = widen_fp8(k, q.dtype, FP8_MODE), widen_fp8(v, q.dtype, FP8_MODE)
 
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_H, N], unscaled
         s = tl.where(tok_mask[None, :], s, float("-inf"))
@@ -142,7 +156,7 @@ def _decode_split_kernel(
     empty = l_i == 0.0  # seq_len 0 (a padding row): split 0 writes zeros
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
     if FP8:
-        o = o * tl.load(v_scale_ptr)
+        o = o * (tl.load(v_scale_ptr) * FP8_UNIT)
     if DIRECT:
         out_off = b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dims[None, :]
         tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
@@ -231,6 +245,7 @@ def paged_decode_attention(
         batch, num_kv_heads, block_tables.shape[1] * page_size, sm_count(q.device)
     )
     min_split = -(-cfg.min_split_tokens // cfg.block_n) * cfg.block_n
+    fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype)
     part_out = part_lse = out  # placeholders, unused when splits == 1
     if splits > 1:
         part_out = torch.empty(
@@ -267,6 +282,8 @@ def paged_decode_attention(
         DIRECT=splits == 1,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         FP8=is_fp8_kv(kv_cache),
+        FP8_MODE=fp8_mode,
+        FP8_UNIT=FP8_BITS_UNIT if fp8_mode == FP8_AS_BF16_BITS else 1.0,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch_options(pdl),

@@ -25,7 +25,16 @@ from dataclasses import dataclass
 import torch
 
 from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
-from kvserve.kernels.store_kv_cache import KVScales, is_fp8_kv, scale_args
+from kvserve.kernels.store_kv_cache import (
+    FP8_AS_BF16_BITS,
+    FP8_AS_FP16,
+    FP8_BITS_UNIT,
+    KVScales,
+    fp8_operand_mode,
+    is_fp8_kv,
+    scale_args,
+    widen_fp8,
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class PrefillConfig:
     # Rescale the accumulator only when some row's running max grows by more than 8 (log2
     # units): one compare per tile instead of a multiply over [BLOCK_M, D] and the exp2s.
     lazy_rescale: bool = False
+    fp8_mode: int = FP8_AS_FP16  # how an FP8 cache is widened (store_kv_cache.FP8_AS_*)
 
 
 def default_prefill_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
@@ -73,6 +83,7 @@ def _attend_tile(
     MASKED: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
+    FP8_MODE: tl.constexpr,
 ):
     toks = n0 + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
@@ -89,7 +100,7 @@ def _attend_tile(
     else:
         k = tl.load(k_cache_ptr + kv_ptrs)
         v = tl.load(v_cache_ptr + kv_ptrs)
-    k, v = k.to(q.dtype), v.to(q.dtype)  # no-ops unless the cache is FP8
+    k, v = widen_fp8(k, q.dtype, FP8_MODE), widen_fp8(v, q.dtype, FP8_MODE)  # no-ops unless FP8
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_M, N], unscaled
     if MASKED:
         visible = (toks[None, :] <= q_pos[:, None]) & tok_mask[None, :]
@@ -146,6 +157,8 @@ def _prefill_kernel(
     DOT_PRECISION: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
     FP8: tl.constexpr,
+    FP8_MODE: tl.constexpr,
+    FP8_UNIT: tl.constexpr,
 ):
     # Last row blocks (the most keys) first, so the long programs do not form the tail.
     m_block = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -167,7 +180,9 @@ def _prefill_kernel(
     q = tl.load(q_ptrs, mask=row_mask[:, None], other=0.0)  # [BLOCK_M, D]
     q_pos = ctx_len + rows
     if FP8:
-        scale_log2 = scale_log2 * tl.load(k_scale_ptr)
+        scale_log2 = scale_log2 * (tl.load(k_scale_ptr) * FP8_UNIT)
+        if FP8_MODE == 1:
+            q = q.to(tl.float16)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -180,18 +195,18 @@ def _prefill_kernel(
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
             page_size, stride_cache_page, stride_cache_tok, scale_log2,
-            BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE,
+            BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE, FP8_MODE,
         )  # fmt: skip
     for n0 in range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
             page_size, stride_cache_page, stride_cache_tok, scale_log2,
-            BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE,
+            BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE, FP8_MODE,
         )  # fmt: skip
 
     o = acc / l_i[:, None]
     if FP8:
-        o = o * tl.load(v_scale_ptr)
+        o = o * (tl.load(v_scale_ptr) * FP8_UNIT)
     out_ptrs = out_ptr + q_rows[:, None] * stride_ot + head * stride_oh + dims[None, :]
     tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
 
@@ -215,6 +230,7 @@ def paged_prefill_attention(
     assert head_dim == next_pow2(head_dim), "head_dim must be a power of two"
     assert q.stride(-1) == 1 and kv_cache.stride(-1) == 1
     cfg = config or default_prefill_config(head_dim, q.dtype)
+    fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype) if is_fp8_kv(kv_cache) else 0
     out = torch.empty_like(q)
     batch = seq_lens.shape[0]
     if num_tokens == 0 or batch == 0:
@@ -247,6 +263,8 @@ def paged_prefill_attention(
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         LAZY_RESCALE=cfg.lazy_rescale,
         FP8=is_fp8_kv(kv_cache),
+        FP8_MODE=fp8_mode,
+        FP8_UNIT=FP8_BITS_UNIT if fp8_mode == FP8_AS_BF16_BITS else 1.0,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

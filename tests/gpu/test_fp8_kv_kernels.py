@@ -8,6 +8,7 @@ runs them through Triton's interpreter on a CPU.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -18,8 +19,11 @@ pytest.importorskip("triton")
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
 from test_attention_kernels import PagedBatch, make_batch  # noqa: E402
 
-from kvserve.kernels.decode_attention import paged_decode_attention  # noqa: E402
-from kvserve.kernels.prefill_attention import paged_prefill_attention  # noqa: E402
+from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
+from kvserve.kernels.prefill_attention import (  # noqa: E402
+    default_prefill_config,
+    paged_prefill_attention,
+)
 from kvserve.kernels.rotary_store_kv import (  # noqa: E402
     rotary_store_kv,
     rotary_store_kv_reference,
@@ -114,9 +118,15 @@ def test_rotary_store_matches_reference(dtype: torch.dtype) -> None:
 DECODE_LENS = [[1, 17, 300, 1000], [16], [999, 64, 7, 513]]
 
 
+MODES = [0, 1, pytest.param(2, marks=EXACT_FP8_STORES)]  # FP8_AS_*; bits mode needs bf16
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lens_idx", range(len(DECODE_LENS)))
-def test_decode_on_fp8_cache_matches_reference(dtype: torch.dtype, lens_idx: int) -> None:
+def test_decode_on_fp8_cache_matches_reference(
+    dtype: torch.dtype, lens_idx: int, mode: int
+) -> None:
     lens = DECODE_LENS[lens_idx]
     b = fp8_batch([1] * len(lens), lens, dtype, seed=lens_idx, **SHAPE)
     ref_cache = b.kv_cache.clone()
@@ -126,7 +136,10 @@ def test_decode_on_fp8_cache_matches_reference(dtype: torch.dtype, lens_idx: int
     store_kv_cache_reference(b.k, b.v, b.kv_cache, b.meta.slot_mapping, scales())
     out = torch.full_like(b.q, float("nan"))
     m = b.meta
-    paged_decode_attention(b.q, b.kv_cache, m.block_tables, m.seq_lens, 64**-0.5, out, scales())
+    paged_decode_attention(
+        b.q, b.kv_cache, m.block_tables, m.seq_lens, 64**-0.5, out, scales(),
+        config=DecodeConfig(fp8_mode=mode),
+    )  # fmt: skip
     assert_close(out, ref, dtype)
 
 
@@ -153,9 +166,12 @@ def test_backend_on_fp8_cache_matches_torch_backend(dtype: torch.dtype, case_idx
     assert_close(out, ref, dtype)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case_idx", range(len(PREFILL_CASES)))
-def test_prefill_on_fp8_cache_matches_reference(dtype: torch.dtype, case_idx: int) -> None:
+def test_prefill_on_fp8_cache_matches_reference(
+    dtype: torch.dtype, case_idx: int, mode: int
+) -> None:
     qlens, slens = PREFILL_CASES[case_idx]
     b = fp8_batch(qlens, slens, dtype, seed=case_idx, **SHAPE)
     scale = 64**-0.5
@@ -163,9 +179,10 @@ def test_prefill_on_fp8_cache_matches_reference(dtype: torch.dtype, case_idx: in
         b.q.float(), b.k.float(), b.v.float(), b.kv_cache, b.meta, scale, scales()
     )  # stores with the reference, then attends in fp32
     m = b.meta
+    cfg = dataclasses.replace(default_prefill_config(64, dtype), fp8_mode=mode)
     out = paged_prefill_attention(
         b.q, b.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables, m.max_query_len, scale,
-        scales(),
+        scales(), config=cfg,
     )  # fmt: skip
     assert_close(out, ref, dtype)
 
