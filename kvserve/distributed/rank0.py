@@ -29,10 +29,11 @@ def check_splits(mc: ModelConfig, tp: int) -> None:
         raise ConfigError(
             f"--tp {tp}: the MLP's {mc.intermediate_size} intermediate features do not split"
         )
-    if mc.moe is not None:
-        raise ConfigError(
-            f"--tp {tp}: tensor parallelism is not implemented for mixture-of-experts models yet"
-        )
+    moe = mc.moe
+    if moe is not None and (
+        moe.expert_intermediate_size % tp or moe.shared_expert_intermediate_size % tp
+    ):
+        raise ConfigError(f"--tp {tp}: the experts' intermediate features do not split")
 
 
 class Rank0:

@@ -11,11 +11,16 @@ MXFP4), which also reads each checkpoint tensor ``experts.{e}.{proj}.{name}`` in
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from kvserve.config import MoEConfig
+from kvserve.distributed.collectives import all_reduce
+from kvserve.distributed.parallel_state import SINGLE, TPGroup
+from kvserve.distributed.sharding import column_shard, row_shard
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.layers.moe_router import select_experts
 from kvserve.quant.moe_method import EXPERT_SHARDS, ExpertMethod, load_rows, projection_rows
@@ -45,8 +50,15 @@ class SparseMoE(nn.Module):
         kernels: KernelOptions = TORCH_REFERENCE,
         method: ExpertMethod | None = None,
         prefix: str = "mlp",
+        tp: TPGroup = SINGLE,
     ) -> None:
         super().__init__()
+        # Tensor parallelism: every rank holds every expert's slice of the intermediate size
+        # (gate/up rows, down columns); the router is whole on each rank.
+        self.tp, self.full_intermediate = tp, cfg.expert_intermediate_size
+        if tp.is_parallel:
+            local = tp.split(cfg.expert_intermediate_size, f"{prefix} expert intermediate size")
+            cfg = dataclasses.replace(cfg, expert_intermediate_size=local)
         self.cfg, self.kernels, self.hidden_size, self.prefix = cfg, kernels, hidden_size, prefix
         self.gate = Router(hidden_size, cfg)
         self.method = method or UnquantizedExpertMethod()
@@ -74,9 +86,18 @@ class SparseMoE(nn.Module):
         if proj not in EXPERT_SHARDS or not 0 <= expert < self.cfg.num_experts or not reader:
             raise ValueError(f"no expert tensor experts.{expert}.{proj}.{name} in this layer")
         what = f"experts.{expert}.{proj}.{name}"
+        if self.tp.is_parallel:
+            loaded = self._rank_slice(loaded, proj, what)
         load_rows(self, expert, proj, reader(loaded, projection_rows(self, proj)), what)
         self._loaded.add((expert, proj, name))
         return EXPERT_SHARDS[proj][0]
+
+    def _rank_slice(self, loaded: torch.Tensor, proj: str, what: str) -> torch.Tensor:
+        full, rank, size = self.full_intermediate, self.tp.rank, self.tp.size
+        if proj == "down_proj":
+            return row_shard(loaded, full, rank, size, what)
+        local = self.cfg.expert_intermediate_size
+        return column_shard(loaded, full, rank * local, local, what)
 
     def expert_params(self) -> list[str]:
         """Names of this layer's own parameters (the stacks; not the router's)."""
@@ -94,6 +115,8 @@ class SparseMoE(nn.Module):
         bias = self.gate.e_score_correction_bias
         weights, ids = select_experts(logits, self.cfg, bias, self.kernels)
         out = self.method.apply(self, x, weights, ids, self.kernels.triton)
+        if self.tp.is_parallel:
+            out = all_reduce(out, self.tp)
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
         return out

@@ -11,7 +11,7 @@ from torch import nn
 
 from kvserve.config import ModelConfig
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
-from kvserve.errors import ConfigError, ModelLoadError
+from kvserve.errors import ModelLoadError
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rotary_store_kv import rotary_store_kv
 from kvserve.layers.activation import SiluAndMul
@@ -208,14 +208,14 @@ def _feed_forward(
     moe = cfg.moe
     if moe is None or not moe.is_sparse(idx):
         return MLP(cfg, dtype, kernels, prefix, quant, tp=tp)
-    if tp.is_parallel:
-        raise ConfigError("tensor parallelism is not implemented for mixture-of-experts layers yet")
     shared = None
     if moe.shared_expert_intermediate_size:
         shared_prefix = f"{prefix}.shared_experts"
-        shared = MLP(cfg, dtype, kernels, shared_prefix, quant, moe.shared_expert_intermediate_size)
+        shared = MLP(
+            cfg, dtype, kernels, shared_prefix, quant, moe.shared_expert_intermediate_size, tp
+        )
     method = expert_method(quant, f"{prefix}.experts")
-    return SparseMoE(cfg.hidden_size, moe, dtype, shared, kernels, method, prefix)
+    return SparseMoE(cfg.hidden_size, moe, dtype, shared, kernels, method, prefix, tp)
 
 
 class DecoderLayer(nn.Module):

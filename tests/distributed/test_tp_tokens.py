@@ -1,13 +1,15 @@
 """Tensor parallelism on CPU (gloo): TP=2 (3 for the bundled model, whose 9 heads do not split
 in two) gives TP=1's greedy tokens, near-ties tolerated and counted, through chunked prefill,
 prefix-cache hits, preemption and overlap scheduling (pending rows filled on every rank); also
-with weights quantized to FP8 at load (each rank quantizes its own slice)."""
+with weights quantized to FP8 at load (each rank quantizes its own slice), and for the
+mixture-of-experts families (experts split along their intermediate size)."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from model_factory import MOE_TINY
 
 from kvserve.errors import ConfigError
 from tests.distributed.tp_scenario import Run, compare, run_workload
@@ -17,6 +19,9 @@ TINY = {  # name: (architecture, config overrides, engine settings)
     "qwen2-tied": ("Qwen2ForCausalLM", {"tie_word_embeddings": True}, {}),  # qkv bias, tied head
     "qwen3-one-kv-head": ("Qwen3ForCausalLM", {"num_key_value_heads": 1}, {}),  # KV replicated
     "llama-online-fp8": ("LlamaForCausalLM", {}, {"quantization": "fp8"}),
+    # experts split along their intermediate size; GLM adds a shared expert and q/k/v biases
+    "qwen3-moe": ("Qwen3MoeForCausalLM", MOE_TINY["Qwen3MoeForCausalLM"], {}),
+    "glm4-moe": ("Glm4MoeForCausalLM", MOE_TINY["Glm4MoeForCausalLM"], {}),
 }
 
 
