@@ -14,13 +14,19 @@ Writes fp8_kv_decode_<tag>_<date>.json.
 from __future__ import annotations
 
 import argparse
+import itertools
 from typing import Any
 
 import torch
 
 from benchmarks.common import copy_bandwidth_gbs, graph_replay_ms, write_result
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention
-from kvserve.kernels.store_kv_cache import FP8_AS_BF16_BITS, FP8_AS_FP16, FP8_AS_QDTYPE
+from kvserve.kernels.store_kv_cache import (
+    FP8_AS_BF16_BITS,
+    FP8_AS_FP8_MMA,
+    FP8_AS_FP16,
+    FP8_AS_QDTYPE,
+)
 
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
 SHAPES = ((32, 32768), (8, 131072), (64, 1024))
@@ -33,7 +39,20 @@ FP8_CONFIGS = {
     "as_bf16_bits": DecodeConfig(fp8_mode=FP8_AS_BF16_BITS),
     "as_fp16_n128": DecodeConfig(block_n=128, num_warps=8, fp8_mode=FP8_AS_FP16),
     "as_bf16_bits_n128": DecodeConfig(block_n=128, num_warps=8, fp8_mode=FP8_AS_BF16_BITS),
+    "fp8_mma": DecodeConfig(fp8_mode=FP8_AS_FP8_MMA),
 }
+
+
+def sweep_configs() -> dict[str, DecodeConfig]:
+    """--sweep: tiles, warps, stages and split counts for the widening modes."""
+    out = {}
+    for mode in (FP8_AS_FP16, FP8_AS_FP8_MMA):
+        for block_n, warps, stages, splits in itertools.product(
+            (32, 64, 128), (4, 8), (2, 4), (None, 8)
+        ):
+            name = f"m{mode}_n{block_n}_w{warps}_s{stages}_sp{splits}"
+            out[name] = DecodeConfig(block_n, warps, stages, splits, fp8_mode=mode)
+    return out
 
 
 def time_shape(
@@ -65,14 +84,20 @@ def time_shape(
     return graph_replay_ms(graph, replays=20, warmup=5) / CALLS_PER_GRAPH
 
 
-def measure(kv_dtype: torch.dtype, copy_gbs: float, name: str) -> list[dict[str, Any]]:
+def measure(
+    kv_dtype: torch.dtype, copy_gbs: float, name: str, cfg: DecodeConfig, shapes=SHAPES
+) -> list[dict[str, Any]]:
     max_tokens = max(b * c for b, c in SHAPES) * 2  # random page subsets from twice the need
     shape = (2, max_tokens // PAGE, PAGE, HKV, HEAD_DIM)
     cache = torch.randn(shape, dtype=torch.bfloat16, device="cuda").to(kv_dtype)
-    cfg = FP8_CONFIGS[name] if kv_dtype == torch.float8_e4m3fn else DecodeConfig()
     rows = []
-    for batch, ctx in SHAPES:
-        ms = time_shape(batch, ctx, kv_dtype, cache, cfg)
+    for batch, ctx in shapes:
+        try:
+            ms = time_shape(batch, ctx, kv_dtype, cache, cfg)
+        except Exception as exc:  # a config that does not compile must not end the sweep
+            print(f"{name} B={batch} ctx={ctx}: failed: {exc!r}"[:300], flush=True)
+            rows.append({"batch": batch, "ctx": ctx, "error": repr(exc)[:300]})
+            continue
         kv_bytes = 2 * batch * ctx * HKV * HEAD_DIM * kv_dtype.itemsize
         total = kv_bytes + 2 * batch * HQ * HEAD_DIM * 2 + batch * (ctx // PAGE) * 4
         gbs = total / ms / 1e6
@@ -89,21 +114,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
+    ap.add_argument("--sweep", action="store_true", help="configs at 32 x 32K only")
     args = ap.parse_args()
     copy_gbs = copy_bandwidth_gbs()
-    bf16 = measure(torch.bfloat16, copy_gbs, "bf16")
-    fp8 = {name: measure(torch.float8_e4m3fn, copy_gbs, name) for name in FP8_CONFIGS}
+    shapes = SHAPES[:1] if args.sweep else SHAPES
+    configs = sweep_configs() if args.sweep else FP8_CONFIGS
+    bf16 = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig(), shapes)
+    fp8 = {n: measure(torch.float8_e4m3fn, copy_gbs, n, c, shapes) for n, c in configs.items()}
     speedup = {
         name: [{"batch": a["batch"], "ctx": a["ctx"], "fp8_speedup": a["us"] / b["us"]}
-               for a, b in zip(bf16, rows, strict=True)]
+               for a, b in zip(bf16, rows, strict=True) if "us" in b]
         for name, rows in fp8.items()
     }  # fmt: skip
-    for name, rows in speedup.items():
-        for s in rows:
-            print(f"{name} B={s['batch']} ctx={s['ctx']}: FP8 KV {s['fp8_speedup']:.2f}x bf16")
+    ranked = sorted(((r["fp8_speedup"], n, r) for n, rows in speedup.items() for r in rows),
+                    key=lambda t: -t[0])  # fmt: skip
+    for x, name, r in ranked[: 12 if args.sweep else len(ranked)]:
+        print(f"{name} B={r['batch']} ctx={r['ctx']}: FP8 KV {x:.2f}x bf16")
     result = {"heads": {"q": HQ, "kv": HKV, "head_dim": HEAD_DIM, "page": PAGE},
               "copy_GBps": copy_gbs, "bf16": bf16, "fp8_e4m3": fp8,
-              "fp8_configs": {k: vars(v) for k, v in FP8_CONFIGS.items()},
+              "fp8_configs": {k: vars(v) for k, v in configs.items()},
               "speedup": speedup}  # fmt: skip
     print(f"wrote {write_result(f'fp8_kv_decode_{args.tag}', result, args.out_dir)}")
 

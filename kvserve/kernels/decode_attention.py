@@ -126,6 +126,11 @@ def _decode_split_kernel(
         scale_log2 = scale_log2 * (tl.load(k_scale_ptr) * FP8_UNIT)
         if FP8_MODE == 1:
             q = q.to(tl.float16)
+    q_scale = tl.full([BLOCK_H], 1.0, tl.float32)
+    if FP8_MODE == 3:  # q in e4m3 with a scale per row (its largest value maps to 448)
+        q_amax = tl.max(tl.abs(q.to(tl.float32)), 1)
+        q_scale = tl.where(q_amax > 0.0, q_amax / 448.0, 1.0)
+        q = (q.to(tl.float32) / q_scale[:, None]).to(tl.float8e4nv)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -144,6 +149,8 @@ def _decode_split_kernel(
             k, v = widen_fp8(k, q.dtype, FP8_MODE), widen_fp8(v, q.dtype, FP8_MODE)
 
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_H, N], unscaled
+        if FP8_MODE == 3:
+            s = s * q_scale[:, None]
         s = tl.where(tok_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)  # finite: every tile has a token
         alpha = tl.exp2(m_i - m_new)

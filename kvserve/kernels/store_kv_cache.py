@@ -113,6 +113,9 @@ def copy_heads(
 FP8_AS_QDTYPE = 0  # Triton's conversion to q's dtype (the only choice for fp32 q)
 FP8_AS_FP16 = 1  # fp16 operands, q and p cast to fp16 (one cvt per two values on sm_89+)
 FP8_AS_BF16_BITS = 2  # bf16 assembled from the bits: 2**-120 times the value (scales fold 2**120)
+# decode only: FP8 tensor-core MMAs, q quantized per row and p to e4m3 (FlashAttention-3's FP8
+# trade: cheaper than widening, less exact)
+FP8_AS_FP8_MMA = 3
 FP8_BITS_UNIT = 2.0**120
 
 
@@ -130,6 +133,8 @@ def widen_fp8(x, DTYPE: tl.constexpr, MODE: tl.constexpr):
     if MODE == 2:
         b = x.to(tl.uint8, bitcast=True).to(tl.uint16)
         return (((b & 0x80) << 8) | ((b & 0x7F) << 4)).to(tl.bfloat16, bitcast=True)
+    if MODE == 3:
+        return x
     return x.to(DTYPE)
 
 
