@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,14 +43,18 @@ BENCH_KEYS = ("completed", "failed", "failures_by_kind", "total_input_tokens",
               "mean_e2el_ms", "p99_e2el_ms")  # fmt: skip
 
 
-def model_dir(config_dir: str) -> str:
-    """The config plus the bundled model's tokenizer (its ids fit any larger vocabulary): a
-    dummy-weight model the server can tokenize for."""
+def model_dir(config_dir: str, tokenizer_dir: str | None) -> str:
+    """The config plus the bundled model's tokenizer (its ids fit any larger vocabulary), or the
+    one saved in ``tokenizer_dir`` (a machine without the bundled model): a dummy-weight model
+    the server can tokenize for."""
     from kvserve.loader import load_tokenizer
 
     out = Path(tempfile.mkdtemp(prefix="pd-model-"))
     (out / "config.json").write_text((Path(config_dir) / "config.json").read_text())
-    load_tokenizer(None).hf.save_pretrained(out)
+    if tokenizer_dir is None:
+        load_tokenizer(None).hf.save_pretrained(out)
+    else:
+        shutil.copytree(tokenizer_dir, out, dirs_exist_ok=True)
     return str(out)
 
 
@@ -152,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context-length", type=int, default=34816)
     ap.add_argument("--mem-fraction", type=float, default=0.85)
     ap.add_argument("--transfer-backend", default="auto")
+    ap.add_argument("--tokenizer-dir", help="saved tokenizer files (default: the bundled one's)")
     ap.add_argument("--out-dir", default=None)
     argv = sys.argv[1:] if argv is None else argv
     if "--smoke" in argv:  # small sizes unless given
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                         context_length=4096)  # fmt: skip
     args = ap.parse_args(argv)
     args.workers_per_gpu = 2
-    model = model_dir(args.model_config)
+    model = model_dir(args.model_config, args.tokenizer_dir)
     work = Path(tempfile.mkdtemp(prefix="pd-serving-"))
     results = {}
     for name in args.setups.split(","):
