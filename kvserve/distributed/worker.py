@@ -66,5 +66,5 @@ def serve_steps(runner: ModelRunner, channel: PlanChannel) -> None:
     """Run each broadcast step; a step's sampled ids feed the next one's pending rows."""
     prev: torch.Tensor | None = None
     while (msg := channel.recv()) is not None:
-        out = run_host_step(runner, msg.host, msg.pending_src, prev, msg.rows)
+        out = run_host_step(runner, msg.host, msg.pending_src, prev, msg.rows.rows())
         prev = None if out is None else out.token_ids

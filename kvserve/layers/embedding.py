@@ -15,11 +15,23 @@ from kvserve.distributed.collectives import all_gather_last_dim, all_reduce
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 
 
-def load_vocab_rows(weight: nn.Parameter, loaded: torch.Tensor, first: int) -> None:
-    """This rank's vocabulary rows of the full [V, H] checkpoint tensor (padding rows zero)."""
-    part = loaded[first : first + weight.shape[0]]
-    weight.data.zero_()
-    weight.data[: part.shape[0]].copy_(part)
+def _vocab_slice(
+    vocab_size: int, hidden_size: int, dtype: torch.dtype, tp: TPGroup
+) -> tuple[int, int, nn.Parameter]:
+    """(first row, rows, weight) of this rank's vocabulary slice; under tensor parallelism the
+    weight carries a loader that takes its rows of the full [V, H] checkpoint tensor."""
+    rows = -(-vocab_size // tp.size)
+    first = tp.rank * rows
+    weight = nn.Parameter(torch.empty(rows, hidden_size, dtype=dtype), False)
+    if tp.is_parallel:
+
+        def load(loaded: torch.Tensor) -> None:
+            part = loaded[first : first + rows]
+            weight.data.zero_()  # padding rows past the vocabulary stay zero
+            weight.data[: part.shape[0]].copy_(part)
+
+        weight.weight_loader = load  # type: ignore[attr-defined]
+    return first, rows, weight
 
 
 class VocabEmbedding(nn.Module):
@@ -28,14 +40,7 @@ class VocabEmbedding(nn.Module):
     ) -> None:
         super().__init__()
         self.vocab_size, self.tp = vocab_size, tp
-        self.rows = -(-vocab_size // tp.size)
-        self.first = tp.rank * self.rows
-        self.weight = nn.Parameter(torch.empty(self.rows, hidden_size, dtype=dtype), False)
-        if tp.is_parallel:
-            self.weight.weight_loader = self.load_weight  # type: ignore[attr-defined]
-
-    def load_weight(self, loaded: torch.Tensor) -> None:
-        load_vocab_rows(self.weight, loaded, self.first)
+        self.first, self.rows, self.weight = _vocab_slice(vocab_size, hidden_size, dtype, tp)
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         if not self.tp.is_parallel:
@@ -56,14 +61,7 @@ class LMHead(nn.Module):
         super().__init__()
         self.tied, self.tp, self.vocab_size = tied, tp, vocab_size
         if tied is None:
-            self.rows = -(-vocab_size // tp.size)
-            self.first = tp.rank * self.rows
-            self.weight = nn.Parameter(torch.empty(self.rows, hidden_size, dtype=dtype), False)
-            if tp.is_parallel:
-                self.weight.weight_loader = self.load_weight  # type: ignore[attr-defined]
-
-    def load_weight(self, loaded: torch.Tensor) -> None:
-        load_vocab_rows(self.weight, loaded, self.first)
+            _, _, self.weight = _vocab_slice(vocab_size, hidden_size, dtype, tp)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.tied.weight if self.tied is not None else self.weight

@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from kvserve.engine.runner.model_runner import ModelRunner
 
 
+# What the sampler reads of a request's sampling parameters.
+_SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "logprobs",
+                    "repetition_penalty", "presence_penalty", "frequency_penalty")  # fmt: skip
+
+
 @dataclass
 class SampleRow:
     """What ``build_sampling_batch`` reads of a request, copied at launch."""
@@ -39,19 +44,58 @@ class SampleRow:
     output_token_ids: list[int] = field(default_factory=list)  # only with penalties
     prompt_token_ids: list[int] = field(default_factory=list)  # only with a repetition penalty
 
+
+@dataclass
+class SampleRows:
+    """The sampled rows as columns, each distinct sampling setting once (a batch has few):
+    cheap to pickle, where 256 parameter objects were not."""
+
+    settings: list[tuple]  # distinct values of _SAMPLING_FIELDS
+    setting: list[int]  # per row: index into settings
+    seeds: list[int]
+    num_output_tokens: list[int]
+    num_pending: list[int]
+    output_ids: dict[int, list[int]]  # row -> its output ids (rows with penalties only)
+    prompt_ids: dict[int, list[int]]  # row -> its prompt ids (a repetition penalty only)
+
     @classmethod
-    def of(cls, r: Request) -> SampleRow:
-        p = r.params
-        out = list(r.output_token_ids) if p.uses_penalties else []
-        prompt = list(r.prompt_token_ids) if p.repetition_penalty != 1.0 else []
-        return cls(p, r.seed, r.num_output_tokens, r.num_pending, out, prompt)
+    def of(cls, requests: list[Request]) -> SampleRows:
+        index: dict[tuple, int] = {}
+        rows = cls([], [], [], [], [], {}, {})
+        for i, r in enumerate(requests):
+            p = r.params
+            key = (p.temperature, p.top_k, p.top_p, p.min_p, p.logprobs,
+                   p.repetition_penalty, p.presence_penalty, p.frequency_penalty)  # fmt: skip
+            k = index.get(key)
+            if k is None:
+                k = index[key] = len(index)
+            rows.setting.append(k)
+            if key[5:] != (1.0, 0.0, 0.0) and p.uses_penalties:
+                rows.output_ids[i] = list(r.output_token_ids)
+                if p.repetition_penalty != 1.0:
+                    rows.prompt_ids[i] = list(r.prompt_token_ids)
+        rows.seeds = [r.seed for r in requests]
+        rows.num_output_tokens = [r.num_output_tokens for r in requests]
+        rows.num_pending = [r.num_pending for r in requests]
+        rows.settings = list(index)
+        return rows
+
+    def rows(self) -> list[SampleRow]:
+        params = [SamplingParams(**dict(zip(_SAMPLING_FIELDS, s))) for s in self.settings]
+        return [
+            SampleRow(params[k], seed, n, pending, self.output_ids.get(i, []),
+                      self.prompt_ids.get(i, []))
+            for i, (k, seed, n, pending) in enumerate(
+                zip(self.setting, self.seeds, self.num_output_tokens, self.num_pending)
+            )
+        ]  # fmt: skip
 
 
 @dataclass
 class StepMessage:
     host: HostInputs
     pending_src: list[int]  # for each pending row: its row in the previous step's sampled ids
-    rows: list[SampleRow]
+    rows: SampleRows
 
 
 def launch_parallel(
@@ -68,7 +112,7 @@ def launch_parallel(
         src, prev = [row_of[r.request_id] for r in pending_requests], in_flight.token_ids
     requests = [plan.chunks[i].request for i in host.sampled_chunks]
     assert runner.plans is not None
-    runner.plans.send(StepMessage(host, src, [SampleRow.of(r) for r in requests]))
+    runner.plans.send(StepMessage(host, src, SampleRows.of(requests)))
     out = run_host_step(runner, host, src, prev, requests)
     return LaunchedStep.empty(plan) if out is None else LaunchedStep.start(plan, requests, out)
 
