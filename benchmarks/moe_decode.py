@@ -184,7 +184,12 @@ def main() -> None:
     result: dict[str, Any] = {"model": args.model, "ceilings": ceil, "formats": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for name in formats:
-            result["formats"][name] = run_format(name, args, ceil, Path(tmp))
+            try:
+                result["formats"][name] = run_format(name, args, ceil, Path(tmp))
+            except Exception as exc:  # noqa: BLE001 - one failing format must not lose the others
+                print(f"{name}: failed: {exc!r}", flush=True)
+                result["formats"][name] = {"error": repr(exc)}
+                release_memory()
     if formats == ["bf16"]:  # the layout of earlier result files
         result.update(result.pop("formats")["bf16"])
     path = write_result(f"moe_decode_{args.tag}", result, args.out_dir)
