@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,7 @@ def main() -> None:
             try:
                 result["formats"][name] = run_format(name, args, ceil, Path(tmp))
             except Exception as exc:  # noqa: BLE001 - one failing format must not lose the others
+                traceback.print_exc()
                 print(f"{name}: failed: {exc!r}", flush=True)
                 result["formats"][name] = {"error": repr(exc)}
                 release_memory()
