@@ -31,9 +31,7 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.store_kv_cache import (
-    FP8_AS_BF16_BITS,
     FP8_AS_FP16,
-    FP8_BITS_UNIT,
     KVScales,
     fp8_operand_mode,
     is_fp8_kv,
@@ -64,6 +62,12 @@ class DecodeConfig:
     # num_splits * min_split_tokens fills fewer splits, and the programs of the rest exit.
     min_split_tokens: int = 0
     fp8_mode: int = FP8_AS_FP16  # how an FP8 cache is widened (store_kv_cache.FP8_AS_*)
+
+
+# An FP8 cache's tiles hold half the bytes: 128 tokens per tile led the H200 sweep at 32 x 32K
+# (benchmarks/fp8_kv_decode.py --sweep; 0.96x of bf16's time at equal batch: the kernel is not
+# bytes-bound there, see that benchmark's result).
+FP8_DECODE_CONFIG = DecodeConfig(block_n=128, num_warps=4, num_stages=4)
 
 
 @jit(do_not_specialize=("stride_bt", "num_splits", "min_split"))
@@ -98,7 +102,6 @@ def _decode_split_kernel(
     DOT_PRECISION: tl.constexpr,
     FP8: tl.constexpr,
     FP8_MODE: tl.constexpr,
-    FP8_UNIT: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pdl_wait(USE_PDL)
@@ -123,14 +126,9 @@ def _decode_split_kernel(
     q_off = b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + dims[None, :]
     q = tl.load(q_ptr + q_off, mask=row_mask[:, None], other=0.0)  # [BLOCK_H, D]
     if FP8:
-        scale_log2 = scale_log2 * (tl.load(k_scale_ptr) * FP8_UNIT)
+        scale_log2 = scale_log2 * tl.load(k_scale_ptr)
         if FP8_MODE == 1:
             q = q.to(tl.float16)
-    q_scale = tl.full([BLOCK_H], 1.0, tl.float32)
-    if FP8_MODE == 3:  # q in e4m3 with a scale per row (its largest value maps to 448)
-        q_amax = tl.max(tl.abs(q.to(tl.float32)), 1)
-        q_scale = tl.where(q_amax > 0.0, q_amax / 448.0, 1.0)
-        q = (q.to(tl.float32) / q_scale[:, None]).to(tl.float8e4nv)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -149,8 +147,6 @@ def _decode_split_kernel(
             k, v = widen_fp8(k, q.dtype, FP8_MODE), widen_fp8(v, q.dtype, FP8_MODE)
 
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_H, N], unscaled
-        if FP8_MODE == 3:
-            s = s * q_scale[:, None]
         s = tl.where(tok_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)  # finite: every tile has a token
         alpha = tl.exp2(m_i - m_new)
@@ -163,7 +159,7 @@ def _decode_split_kernel(
     empty = l_i == 0.0  # seq_len 0 (a padding row): split 0 writes zeros
     o = acc / tl.where(empty, 1.0, l_i)[:, None]
     if FP8:
-        o = o * (tl.load(v_scale_ptr) * FP8_UNIT)
+        o = o * tl.load(v_scale_ptr)
     if DIRECT:
         out_off = b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dims[None, :]
         tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
@@ -237,7 +233,7 @@ def paged_decode_attention(
     pdl: bool = False,
 ) -> torch.Tensor:
     require_triton()
-    cfg = config or DecodeConfig()
+    cfg = config or (FP8_DECODE_CONFIG if is_fp8_kv(kv_cache) else DecodeConfig())
     batch, num_heads, head_dim = q.shape
     page_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
     assert kv_cache.shape[4] == head_dim and num_heads % num_kv_heads == 0
@@ -290,7 +286,6 @@ def paged_decode_attention(
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         FP8=is_fp8_kv(kv_cache),
         FP8_MODE=fp8_mode,
-        FP8_UNIT=FP8_BITS_UNIT if fp8_mode == FP8_AS_BF16_BITS else 1.0,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch_options(pdl),

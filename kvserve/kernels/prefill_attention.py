@@ -26,9 +26,7 @@ import torch
 
 from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
 from kvserve.kernels.store_kv_cache import (
-    FP8_AS_BF16_BITS,
     FP8_AS_FP16,
-    FP8_BITS_UNIT,
     KVScales,
     fp8_operand_mode,
     is_fp8_kv,
@@ -158,7 +156,6 @@ def _prefill_kernel(
     LAZY_RESCALE: tl.constexpr,
     FP8: tl.constexpr,
     FP8_MODE: tl.constexpr,
-    FP8_UNIT: tl.constexpr,
 ):
     # Last row blocks (the most keys) first, so the long programs do not form the tail.
     m_block = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -180,7 +177,7 @@ def _prefill_kernel(
     q = tl.load(q_ptrs, mask=row_mask[:, None], other=0.0)  # [BLOCK_M, D]
     q_pos = ctx_len + rows
     if FP8:
-        scale_log2 = scale_log2 * (tl.load(k_scale_ptr) * FP8_UNIT)
+        scale_log2 = scale_log2 * tl.load(k_scale_ptr)
         if FP8_MODE == 1:
             q = q.to(tl.float16)
 
@@ -206,7 +203,7 @@ def _prefill_kernel(
 
     o = acc / l_i[:, None]
     if FP8:
-        o = o * (tl.load(v_scale_ptr) * FP8_UNIT)
+        o = o * tl.load(v_scale_ptr)
     out_ptrs = out_ptr + q_rows[:, None] * stride_ot + head * stride_oh + dims[None, :]
     tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
 
@@ -264,7 +261,6 @@ def paged_prefill_attention(
         LAZY_RESCALE=cfg.lazy_rescale,
         FP8=is_fp8_kv(kv_cache),
         FP8_MODE=fp8_mode,
-        FP8_UNIT=FP8_BITS_UNIT if fp8_mode == FP8_AS_BF16_BITS else 1.0,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

@@ -109,32 +109,23 @@ def copy_heads(
     tl.store(dst, encode_kv(x, inv_scale, FP8).to(dst_ptr.dtype.element_ty), mask=mask)
 
 
-# How the attention kernels widen FP8 cache values into MMA operands (``widen_fp8``):
+# How the attention kernels widen FP8 cache values into MMA operands (``widen_fp8``). On the
+# H200 (benchmarks/fp8_kv_decode.py, 32 x 32K) fp16 operands beat Triton's e4m3->bf16 conversion
+# by 1.16x; bf16 assembled from the bits and FP8 MMAs (q and p in e4m3) were measured and were no
+# faster, so neither is kept.
 FP8_AS_QDTYPE = 0  # Triton's conversion to q's dtype (the only choice for fp32 q)
 FP8_AS_FP16 = 1  # fp16 operands, q and p cast to fp16 (one cvt per two values on sm_89+)
-FP8_AS_BF16_BITS = 2  # bf16 assembled from the bits: 2**-120 times the value (scales fold 2**120)
-# decode only: FP8 tensor-core MMAs, q quantized per row and p to e4m3 (FlashAttention-3's FP8
-# trade: cheaper than widening, less exact)
-FP8_AS_FP8_MMA = 3
-FP8_BITS_UNIT = 2.0**120
 
 
 def fp8_operand_mode(mode: int, q_dtype: torch.dtype) -> int:
     """``mode`` where it applies to q's dtype, else FP8_AS_QDTYPE."""
-    if q_dtype == torch.float32 or (mode == FP8_AS_BF16_BITS and q_dtype != torch.bfloat16):
-        return FP8_AS_QDTYPE
-    return mode
+    return FP8_AS_QDTYPE if q_dtype == torch.float32 else mode
 
 
 @jit
 def widen_fp8(x, DTYPE: tl.constexpr, MODE: tl.constexpr):
     """FP8 cache values as MMA operands of ``DTYPE``, q's dtype (fp16 already for
     FP8_AS_FP16; see FP8_AS_*)."""
-    if MODE == 2:
-        b = x.to(tl.uint8, bitcast=True).to(tl.uint16)
-        return (((b & 0x80) << 8) | ((b & 0x7F) << 4)).to(tl.bfloat16, bitcast=True)
-    if MODE == 3:
-        return x
     return x.to(DTYPE)
 
 
