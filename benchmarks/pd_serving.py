@@ -68,14 +68,16 @@ class Workers:
 
     def start(self, name: str, gpu: int, *flags: str) -> ServerProcess:
         a = self.args
-        mem = str(a.mem_fraction / (a.workers_per_gpu if a.smoke else 1))
+        # Workers sharing a GPU (--smoke) get a fixed KV size: sized from free memory, the
+        # second one would count the first one's pool as its own use.
+        kv = ("--max-total-tokens", str(a.max_total_tokens)) if a.max_total_tokens else ()
         log = self.logs / f"{name}.log"
         self.log_files[name] = log
         env = {"CUDA_VISIBLE_DEVICES": str(gpu)}
         stream = log.open("w")
         server = launch_server("--model", self.model, "--load-format", "dummy",
                                "--context-length", str(a.context_length),
-                               "--mem-fraction-static", mem, *flags, env=env,
+                               "--mem-fraction-static", str(a.mem_fraction), *kv, *flags, env=env,
                                log_level="info", stderr=stream)  # fmt: skip
         self.servers.append(server)
         return server
@@ -156,15 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--context-length", type=int, default=34816)
     ap.add_argument("--mem-fraction", type=float, default=0.85)
+    ap.add_argument("--max-total-tokens", type=int, default=None, help="KV tokens per worker")
     ap.add_argument("--transfer-backend", default="auto")
     ap.add_argument("--tokenizer-dir", help="saved tokenizer files (default: the bundled one's)")
     ap.add_argument("--out-dir", default=None)
     argv = sys.argv[1:] if argv is None else argv
     if "--smoke" in argv:  # small sizes unless given
         ap.set_defaults(input_len=2048, output_len=64, num_requests=8, concurrency=4,
-                        context_length=4096)  # fmt: skip
+                        context_length=4096, max_total_tokens=131072)  # fmt: skip
     args = ap.parse_args(argv)
-    args.workers_per_gpu = 2
     model = model_dir(args.model_config, args.tokenizer_dir)
     work = Path(tempfile.mkdtemp(prefix="pd-serving-"))
     results = {}

@@ -32,9 +32,11 @@ from kvserve.router.worker import Worker
 FIELD = "kv_transfer_params"
 
 
-class PrefillFailed(Exception):
-    def __init__(self, response: web.Response, retryable: bool) -> None:
-        self.response, self.retryable = response, retryable
+class PairFailed(Exception):
+    """A worker of the pair failed before anything reached the client."""
+
+    def __init__(self, worker: Worker, response: web.Response, retryable: bool) -> None:
+        self.worker, self.response, self.retryable = worker, response, retryable
 
 
 class PDForwarder(Forwarder):
@@ -67,17 +69,17 @@ class PDForwarder(Forwarder):
                 params = await self._prefill(prefill, request, body, deadline)
                 to_decode = json.dumps({**body, FIELD: params}).encode()
                 return await self._decode(decode, request, to_decode, deadline, attempt < retries)
-            except PrefillFailed as failed:
+            except PairFailed as failed:
                 if not failed.retryable or attempt >= retries:
                     return failed.response
-                tried.update((prefill.url, decode.url))
+                tried.add(failed.worker.url)
                 self.metrics.retries += 1
                 await asyncio.sleep(backoff_s(self.config.retry, attempt))
                 attempt += 1
 
     async def _prefill(self, worker: Worker, request: web.Request, body: dict[str, Any],
                        deadline: float) -> dict[str, Any]:  # fmt: skip
-        """The prefill worker's ``kv_transfer_params``; PrefillFailed otherwise."""
+        """The prefill worker's ``kv_transfer_params``; PairFailed otherwise."""
         ask = {k: v for k, v in body.items() if k != "stream_options"}
         ask["stream"] = False
         worker.outstanding += 1
@@ -86,21 +88,22 @@ class PDForwarder(Forwarder):
             up, failure = await self._open(worker, request, json.dumps(ask).encode(), deadline)
             if up is None:
                 assert failure is not None
-                raise PrefillFailed(error_response(*failure), True)
+                raise PairFailed(worker, error_response(*failure), True)
             try:
                 async with asyncio.timeout_at(deadline):
                     data = await up.read()
             except (StreamBroken, TimeoutError) as exc:
                 worker.breaker.record_failure()
                 failed = error_response(502, f"prefill worker {worker.url} failed: {exc!r}")
-                raise PrefillFailed(failed, True) from None
+                raise PairFailed(worker, failed, True) from None
             finally:
                 up.close()
             self._note_status(worker, up.status)
             if up.status != 200:
                 passed = web.Response(status=up.status, body=data,
                                       headers={"Content-Type": "application/json"})  # fmt: skip
-                raise PrefillFailed(passed, up.status in RETRYABLE_STATUSES or up.status >= 500)
+                retryable = up.status in RETRYABLE_STATUSES or up.status >= 500
+                raise PairFailed(worker, passed, retryable)
             return _transfer_params(worker, data)
         finally:
             worker.outstanding -= 1
@@ -113,11 +116,11 @@ class PDForwarder(Forwarder):
             up, failure = await self._open(worker, request, raw, deadline)
             if up is None:
                 assert failure is not None
-                raise PrefillFailed(error_response(*failure), True)
+                raise PairFailed(worker, error_response(*failure), True)
             if may_retry and up.status in RETRYABLE_STATUSES:
                 self._note_status(worker, up.status)
                 up.close()
-                raise PrefillFailed(error_response(up.status, "decode worker busy"), True)
+                raise PairFailed(worker, error_response(up.status, "decode worker busy"), True)
             return await self._relay(request, worker, up, deadline)
         finally:
             worker.outstanding -= 1
@@ -131,5 +134,5 @@ def _transfer_params(worker: Worker, data: bytes) -> dict[str, Any]:
     if not isinstance(params, dict):
         failed = error_response(502, f"worker {worker.url} answered without {FIELD}: is it "
                                 "started with --disaggregation-mode prefill?")  # fmt: skip
-        raise PrefillFailed(failed, False)
+        raise PairFailed(worker, failed, False)
     return params

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from kvserve.server.launch import ServerProcess, free_port, launch_server
-from tests.router.conftest import router  # noqa: F401 (a fixture)
+from tests.router.conftest import router, sinks  # noqa: F401 (fixtures)
 from tests.server.conftest import assert_invariants
 
 TRANSFER_TIMEOUT_S = "8"  # bounded waits on both sides stay short in tests

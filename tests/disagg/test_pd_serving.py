@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 
 import httpx
 import pytest
 
 from tests.disagg.conftest import PDWorkers
+from tests.router.conftest import router_metrics
 from tests.router.test_router_http import sse_events
+from tests.server.conftest import wait_idle
 
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.usefixtures("kv_integrity")]
 PROMPT = "The capital of France is a city that"
@@ -106,11 +107,10 @@ def test_bad_kv_transfer_params_are_a_400(pd: PDWorkers) -> None:
 
 
 def test_decode_worker_gives_up_on_kv_that_never_comes(pd: PDWorkers) -> None:
-    """A bootstrap port that accepts and then says nothing: the decode worker answers 503
-    after its bounded wait (--disaggregation-transfer-timeout), holding no page."""
+    """A bootstrap port that accepts (its listen backlog does) and then says nothing: the
+    decode worker answers 503 after its bounded wait (--disaggregation-transfer-timeout),
+    holding no page."""
     silent = socket.create_server(("127.0.0.1", 0))
-    accepted: list[socket.socket] = []
-    threading.Thread(target=lambda: accepted.append(silent.accept()[0]), daemon=True).start()
     params = {"remote_host": "127.0.0.1", "remote_port": silent.getsockname()[1],
               "remote_room": "never", "remote_backend": "tcp"}  # fmt: skip
     try:
@@ -120,13 +120,34 @@ def test_decode_worker_gives_up_on_kv_that_never_comes(pd: PDWorkers) -> None:
             resp = httpx.post(pd.decode.url + "/v1/completions", json=body, timeout=120)
             text = resp.text if stream else resp.json()["error"]["message"]
             assert (resp.status_code == 200) == stream and "timed out" in text, text
-            threading.Thread(target=lambda: accepted.append(silent.accept()[0]),
-                             daemon=True).start()  # fmt: skip
     finally:
         silent.close()
-        for conn in accepted:
-            conn.close()
     dead_port = {**params, "remote_port": 9}  # nothing listens there: refused at once
     resp = httpx.post(pd.decode.url + "/v1/completions", json={"prompt": PROMPT,
                       "kv_transfer_params": dead_port}, timeout=60)  # fmt: skip
     assert resp.status_code == 503, resp.text
+
+
+def test_a_failing_prefill_worker_is_retried_on_another_pair(router, sinks, pd: PDWorkers) -> None:
+    """With retries on, a prefill worker answering 500 (a load sink) costs a retry on the
+    other prefill worker, never the request: nothing had reached the client yet."""
+    failing = sinks("--fail-every", "1")
+    r = router("--pd-disaggregation", "--prefill", failing, "--prefill", pd.prefill.url,
+               "--decode", pd.decode.url, "--health-check-endpoint", "/v1/models",
+               "--retry-max-retries", "2", "--retry-initial-backoff-ms", "1")  # fmt: skip
+    body = {"prompt": PROMPT, "max_tokens": 3, "temperature": 0}
+    for _ in range(2):  # round robin puts the failing worker first once
+        assert call(r.url, "/v1/completions", body)["usage"]["completion_tokens"] == 3
+    assert router_metrics(r.url)["kvserve_router:retries_total"] >= 1
+
+
+def test_client_hanging_up_aborts_the_decode_side(router, pd: PDWorkers) -> None:
+    r = pd_router(router, pd)
+    body = {"prompt": PROMPT, "max_tokens": 2000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", r.url + "/v1/completions", json=body, timeout=120) as resp:
+        assert resp.status_code == 200
+        first = next(line for line in resp.iter_lines() if line.startswith("data: "))
+        assert json.loads(first[6:])["choices"]
+    # closed after one chunk: the decode worker aborts (kv_integrity waits for it to go idle,
+    # long before 2000 tokens could be decoded)
+    assert wait_idle(pd.decode.url, timeout_s=60)["kvserve:kv_cache_usage_perc"] == 0
