@@ -11,6 +11,7 @@ from kvserve.evaluate.cache import OutputCache
 from kvserve.evaluate.completion import Completion
 from kvserve.evaluate.progress import ProgressBar
 from kvserve.evaluate.targets import Target
+from kvserve.evaluate.targets.engine import EngineTarget
 from kvserve.evaluate.tasks import Task
 
 
@@ -54,5 +55,7 @@ def collect_target(target: Target, tasks: list[Task], run: RunSettings
         target.run(pending, run.max_tokens, run.concurrency, sink)
     finally:
         stats["seconds"] = round(time.perf_counter() - start, 3)
+        if isinstance(target, EngineTarget):  # its seconds include building the engine
+            stats["load_seconds"] = target.load_seconds
         bar.close()
     return got, stats
