@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kvserve.quant.registry import QuantConfig, UnsupportedQuantization, supported_summary
+from kvserve.quant.schemes import QuantConfig, UnsupportedQuantization, supported_summary
 
 # compressed-tensors `format` -> scheme
 CT_FORMATS = {

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvserve.quant.registry import QuantConfig, UnsupportedQuantization
+from kvserve.quant.schemes import QuantConfig, UnsupportedQuantization
 
 WEIGHT_STRATEGIES = ("tensor", "channel", "block")
 # "static": a per-tensor input_scale from the checkpoint; "token"/"group": dynamic per token

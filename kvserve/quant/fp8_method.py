@@ -26,7 +26,7 @@ from kvserve.kernels.fp8_quant import FP8, dequantize_fp8_activation, quantize_f
 from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
 from kvserve.quant.fp8_weights import quantize_weight, requantize_to_max
 from kvserve.quant.method import copy_checked, shard_rows, unknown_param
-from kvserve.quant.registry import QuantConfig
+from kvserve.quant.schemes import QuantConfig
 
 if TYPE_CHECKING:
     from kvserve.layers.linear import Linear

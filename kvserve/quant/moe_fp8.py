@@ -29,7 +29,7 @@ from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
 from kvserve.quant.fp8_method import ZERO_POINTS
 from kvserve.quant.fp8_weights import quantize_weight
 from kvserve.quant.moe_method import ExpertReader, check_divides
-from kvserve.quant.registry import QuantConfig, UnsupportedQuantization
+from kvserve.quant.schemes import QuantConfig, UnsupportedQuantization
 
 if TYPE_CHECKING:
     from kvserve.layers.moe import SparseMoE
@@ -128,7 +128,7 @@ class Fp8ExpertMethod:
         def quant(t: torch.Tensor) -> torch.Tensor:
             return fake_quant_fp8(t, group)
 
-        out = fused_moe_reference(x.float(), w13, w2, topk_weights, topk_ids, quant)
+        out = fused_moe_reference(x.float(), w13, w2, topk_weights, topk_ids, quant, x.dtype)
         return out.to(x.dtype)
 
     def _dequantized(self, moe: SparseMoE) -> tuple[torch.Tensor, torch.Tensor]:
