@@ -18,6 +18,7 @@ import json
 import random
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -213,13 +214,18 @@ def main(argv: list[str] | None = None) -> int:
     MAX_TOKENS[0] = a.max_tokens
     server = start_server("--max-running-requests", str(RUNNING),
                           "--max-queued-requests", str(QUEUED))  # fmt: skip
-    url, result = server.url, {"parameters": vars(a)}
+    url, result = server.url, {"parameters": vars(a), "finished": False}
+
+    def save() -> Path:  # after every phase: a run stopped part-way keeps what it measured
+        return write_result("hardening_soak", result, a.out_dir)
+
     try:
         result["memory_start"] = memory_mb(server)
         schema = httpx.get(url + "/openapi.json", timeout=30).json()
         bodies = fuzz_bodies(schema, a.fuzz_cases, a.seed)
         result["fuzz"] = asyncio.run(run_fuzz(url, bodies, a.fuzz_concurrency))
         result["fuzz"]["settled"] = settle(url)
+        save()
         result["health_during_big_prompt"] = asyncio.run(
             health_during_big_prompt(url, a.big_prompt_bytes)
         )
@@ -230,13 +236,15 @@ def main(argv: list[str] | None = None) -> int:
         }
         result["overload"]["settled"] = settle(url)
         result["memory_before_soak"] = memory_mb(server)
+        save()
         soak = asyncio.run(run_load(url, a.soak_concurrency, a.soak_seconds, None,
                                     a.cancel_probability, a.seed))  # fmt: skip
         result["soak"] = {"seconds": a.soak_seconds, **soak, "settled": settle(url)}
         result["memory_end"] = memory_mb(server)
+        result["finished"] = True
     finally:
         result["server_exit_code"] = server.stop()
-    path = write_result("hardening_soak", result, a.out_dir)
+        path = save()
     print(json.dumps(result, indent=2))
     print(f"wrote {path}")
     return 0
