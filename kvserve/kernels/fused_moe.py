@@ -36,17 +36,25 @@ def fused_moe_reference(
     topk_weights: torch.Tensor,  # [T, k] float32
     topk_ids: torch.Tensor,  # [T, k] int
     act_quant: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    inter_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """``act_quant``: applied to each GEMM's input rows (FP8 experts: quantize-dequantize the
-    activations as the kernel quantizes them; the weights come in already dequantized)."""
+    activations as the kernel quantizes them; the weights come in already dequantized).
+    ``inter_dtype``: the dtype the kernels store the gate/up output and the SiLU-mul result in
+    (the model's activation dtype), when the reference computes in a wider one: before FP8
+    quantization, that rounding decides which way values round (several % at bf16)."""
     out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float32, device=x.device)
     inter = w2.shape[2]
     quant = act_quant or (lambda t: t)
+
+    def rounded(t: torch.Tensor) -> torch.Tensor:
+        return t if inter_dtype is None else t.to(inter_dtype).to(t.dtype)
+
     x_in = quant(x).to(w13.dtype)
     for expert in topk_ids.unique().tolist():
         token, choice = (topk_ids == expert).nonzero(as_tuple=True)
-        gate_up = x_in[token] @ w13[expert].t()
-        hidden = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+        gate_up = rounded(x_in[token] @ w13[expert].t())
+        hidden = rounded(F.silu(gate_up[:, :inter]) * gate_up[:, inter:])
         y = (quant(hidden).to(w2.dtype) @ w2[expert].t()).float()
         out.index_add_(0, token, y * topk_weights[token, choice, None])
     return out.to(x.dtype)

@@ -54,7 +54,8 @@ def fused_moe_fp8_reference(
     w13_f = dequantize_fp8_experts(w13, w13_scale, block)
     w2_f = dequantize_fp8_experts(w2, w2_scale, block)
     quant = partial(fake_quant_fp8, group=block[1] if block else None)
-    return fused_moe_reference(x.float(), w13_f, w2_f, topk_weights, topk_ids, quant).to(x.dtype)
+    out = fused_moe_reference(x.float(), w13_f, w2_f, topk_weights, topk_ids, quant, x.dtype)
+    return out.to(x.dtype)
 
 
 @jit

@@ -59,8 +59,11 @@ def test_fp8_experts_match_reference(tokens, load, block, shape) -> None:  # noq
     q13, s13 = quantize_fp8_experts(w13, block)
     q2, s2 = quantize_fp8_experts(w2, block)
     got = fused_moe_fp8(x, q13, s13, q2, s2, weights, ids, block)
-    want = fused_moe_fp8_reference(x.float(), q13, s13, q2, s2, weights, ids, block)
-    # same FP8 operands; the kernel's intermediate is rounded to x's dtype before quantizing
+    # The reference rounds the gate/up output and the SiLU-mul result to x's dtype as the
+    # kernels store them: before FP8 quantization that rounding decides which way values round
+    # (against an all-fp32 reference the H200 showed 3.5-4.5% at bf16, as a torch emulation of
+    # the kernel's numerics does; with it, the emulation is within 0.6%).
+    want = fused_moe_fp8_reference(x, q13, s13, q2, s2, weights, ids, block)
     _close(got, want, 1e-3 if torch.float32 == DTYPE else 3e-2)
 
 
