@@ -36,21 +36,23 @@ def test_bundled_model_with_fp8_kv_agrees_with_the_unquantized_cache(bundled_llm
     assert_engine_clean(llm.engine)
 
 
-def _with_kv_scales(model_dir, scales: dict[str, torch.Tensor]) -> None:
+def _with_kv_scales(src, model_dir, scales: dict[str, torch.Tensor]):  # noqa: ANN001, ANN202
+    """A copy of the tiny model ``src`` in ``model_dir`` whose checkpoint also holds
+    ``scales``."""
+    model_dir.mkdir()
+    for f in src.iterdir():
+        (model_dir / f.name).write_bytes(f.read_bytes())
     path = model_dir / "model.safetensors"
     tensors = load_file(path)
     tensors.update(scales)
     save_file(tensors, path, metadata={"format": "pt"})
+    return model_dir
 
 
 def test_kv_scales_load_from_the_checkpoint(tiny_model_dir, tmp_path) -> None:
-    src = tiny_model_dir("LlamaForCausalLM")
-    model_dir = tmp_path / "llama-kv-scales"
-    model_dir.mkdir()
-    for f in src.iterdir():
-        (model_dir / f.name).write_bytes(f.read_bytes())
-    _with_kv_scales(
-        model_dir,
+    model_dir = _with_kv_scales(
+        tiny_model_dir("LlamaForCausalLM"),
+        tmp_path / "llama-kv-scales",
         {
             "model.layers.0.self_attn.k_scale": torch.tensor(0.5),  # compressed-tensors names
             "model.layers.0.self_attn.v_scale": torch.tensor(0.25),
@@ -68,11 +70,10 @@ def test_kv_scales_load_from_the_checkpoint(tiny_model_dir, tmp_path) -> None:
 
 
 def test_a_per_head_kv_scale_is_refused_with_its_name(tiny_model_dir, tmp_path) -> None:
-    src = tiny_model_dir("LlamaForCausalLM")
-    model_dir = tmp_path / "llama-bad-scale"
-    model_dir.mkdir()
-    for f in src.iterdir():
-        (model_dir / f.name).write_bytes(f.read_bytes())
-    _with_kv_scales(model_dir, {"model.layers.0.self_attn.k_scale": torch.ones(2)})
+    model_dir = _with_kv_scales(
+        tiny_model_dir("LlamaForCausalLM"),
+        tmp_path / "llama-bad-scale",
+        {"model.layers.0.self_attn.k_scale": torch.ones(2)},
+    )
     with pytest.raises(ModelLoadError, match=r"self_attn\.k_scale.*per-head"):
         LLM(model=str(model_dir), device="cpu", kv_cache_dtype="fp8")
