@@ -31,7 +31,7 @@ def _check(model: str, tp: int, **settings: object) -> None:
     ties, diffs = compare(reference, parallel)
     print(f"tp {tp}: {ties} near-ties over {len(reference.tokens)} requests")
     assert diffs == []
-    assert ties < len(reference.tokens) // 2  # most requests are compared to their end
+    assert ties <= len(reference.tokens) // 2  # at least half are compared to their end
     assert parallel.preemptions > 0 and parallel.prefix_hits > 0
     assert len(parallel.tokens) == 5
 
