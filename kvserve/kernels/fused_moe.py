@@ -157,6 +157,47 @@ def sort_slots_by_expert_kernel(
 
 
 @jit
+def _block_slots(
+    slots_ptr,
+    pid_m,
+    num_slots,
+    TOP_K: tl.constexpr,
+    A_PER_TOKEN: tl.constexpr,
+    ONE_SLOT_PER_BLOCK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    """Row block ``pid_m``'s slots (``num_slots`` marks padding), which of them are real, and
+    the rows of A they read (tokens or slots; padding reads row 0, masked)."""
+    if ONE_SLOT_PER_BLOCK:  # block i is slot i alone (its expert: topk_ids[i]); rows 1.. pad
+        slots = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_slots)
+    else:
+        slots = tl.load(slots_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    row_ok = slots < num_slots
+    a_rows = slots // TOP_K if A_PER_TOKEN else slots
+    return slots, row_ok, tl.where(row_ok, a_rows, 0)
+
+
+@jit
+def _store_slots(
+    out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS: tl.constexpr
+):
+    """Each real slot's row of the fp32 tile, times its router weight when SCALE_ROWS."""
+    if SCALE_ROWS:
+        acc = acc * tl.load(weights_ptr + slots, mask=row_ok, other=0.0)[:, None]
+    out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_out + offs_n[None, :]
+    mask = row_ok[:, None] & (offs_n < N)[None, :]
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def block_tables(blocks: SortedSlots | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(expert of each row block, slot table, one slot per block) for the grouped GEMMs:
+    ``blocks`` is sorted slots, or the flat expert ids [num_slots] for one slot per block."""
+    if isinstance(blocks, torch.Tensor):
+        return blocks, blocks, True
+    return blocks.block_expert, blocks.slots, False
+
+
+@jit
 def _grouped_gemm_kernel(
     a_ptr,  # [rows of A, K]: tokens (A_PER_TOKEN) or slots
     w_ptr,  # [E, N, K]
@@ -184,12 +225,9 @@ def _grouped_gemm_kernel(
     expert = tl.load(block_expert_ptr + pid_m)
     if expert < 0:
         return
-    if ONE_SLOT_PER_BLOCK:  # block i is slot i alone (its expert: topk_ids[i]); rows 1.. pad
-        slots = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_slots)
-    else:
-        slots = tl.load(slots_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
-    row_ok = slots < num_slots
-    a_rows = slots // TOP_K if A_PER_TOKEN else slots
+    slots, row_ok, a_rows = _block_slots(
+        slots_ptr, pid_m, num_slots, TOP_K, A_PER_TOKEN, ONE_SLOT_PER_BLOCK, BLOCK_M
+    )
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + a_rows.to(tl.int64)[:, None] * stride_a + offs_k[None, :]
@@ -207,12 +245,7 @@ def _grouped_gemm_kernel(
         acc = tl.dot(a, w, acc)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    if SCALE_ROWS:
-        acc = acc * tl.load(weights_ptr + slots, mask=row_ok, other=0.0)[:, None]
-    out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_out + offs_n[None, :]
-    tl.store(
-        out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n < N)[None, :]
-    )
+    _store_slots(out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS)
 
 
 def _block_config(num_slots: int, num_experts: int) -> dict[str, int]:
@@ -240,9 +273,7 @@ def _grouped_gemm(
     n, k = w.shape[1], w.shape[2]
     out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
     tiles = {key: config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
-    one_slot = isinstance(blocks, torch.Tensor)
-    block_expert = blocks if one_slot else blocks.block_expert
-    slots = block_expert if one_slot else blocks.slots
+    block_expert, slots, one_slot = block_tables(blocks)
     grid = (block_expert.numel(), triton.cdiv(n, tiles["BLOCK_N"]))
     _grouped_gemm_kernel[grid](
         a, w, out, slots, block_expert, row_weights if row_weights is not None else out,

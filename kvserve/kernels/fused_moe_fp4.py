@@ -18,7 +18,14 @@ import torch
 from kvserve.kernels._triton import jit, tl, triton
 from kvserve.kernels.fp4_gemm import _dequant_tile
 from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
-from kvserve.kernels.fused_moe import SortedSlots, fused_moe_reference, fused_moe_with
+from kvserve.kernels.fused_moe import (
+    SortedSlots,
+    _block_slots,
+    _store_slots,
+    block_tables,
+    fused_moe_reference,
+    fused_moe_with,
+)
 
 Fp4Stack = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # packed, block, row scales
 
@@ -82,13 +89,9 @@ def _fp4_grouped_gemm_kernel(
     expert = tl.load(block_expert_ptr + pid_m)
     if expert < 0:
         return
-    if ONE_SLOT_PER_BLOCK:
-        slots = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_slots)
-    else:
-        slots = tl.load(slots_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
-    row_ok = slots < num_slots
-    a_rows = slots // TOP_K if A_PER_TOKEN else slots
-    a_rows = tl.where(row_ok, a_rows, 0)
+    slots, row_ok, a_rows = _block_slots(
+        slots_ptr, pid_m, num_slots, TOP_K, A_PER_TOKEN, ONE_SLOT_PER_BLOCK, BLOCK_M
+    )
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
     rows_w = (offs_n % N).to(tl.int64)[:, None]  # rows past N wrap; the store masks them
@@ -112,10 +115,7 @@ def _fp4_grouped_gemm_kernel(
         a_ptrs += BLOCK_K
     if HAS_ROW_SCALE:
         acc = acc * tl.load(rs_ptr + e64 * stride_rse + offs_n, mask=n_ok, other=0.0)[None, :]
-    if SCALE_ROWS:
-        acc = acc * tl.load(weights_ptr + slots, mask=row_ok, other=0.0)[:, None]
-    out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_out + offs_n[None, :]
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
+    _store_slots(out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS)
 
 
 def _fp4_grouped_gemm(
@@ -131,9 +131,7 @@ def _fp4_grouped_gemm(
     n, k = packed.shape[1], 2 * packed.shape[2]
     group = group_size_of(block_scale)
     out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
-    one_slot = isinstance(blocks, torch.Tensor)
-    block_expert = blocks if one_slot else blocks.block_expert
-    slots = block_expert if one_slot else blocks.slots
+    block_expert, slots, one_slot = block_tables(blocks)
     scales = block_scale.view(torch.uint8)
     grid = (block_expert.numel(), triton.cdiv(n, config["BLOCK_N"]))
     _fp4_grouped_gemm_kernel[grid](

@@ -21,7 +21,14 @@ import torch
 
 from kvserve.kernels._triton import jit, tl, triton
 from kvserve.kernels.fp8_quant import dequantize_fp8_activation, quantize_fp8
-from kvserve.kernels.fused_moe import SortedSlots, fused_moe_reference, fused_moe_with
+from kvserve.kernels.fused_moe import (
+    SortedSlots,
+    _block_slots,
+    _store_slots,
+    block_tables,
+    fused_moe_reference,
+    fused_moe_with,
+)
 
 
 def dequantize_fp8_experts(
@@ -94,13 +101,9 @@ def _fp8_grouped_gemm_kernel(
     expert = tl.load(block_expert_ptr + pid_m)
     if expert < 0:
         return
-    if ONE_SLOT_PER_BLOCK:
-        slots = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, num_slots)
-    else:
-        slots = tl.load(slots_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
-    row_ok = slots < num_slots
-    a_rows = slots // TOP_K if A_PER_TOKEN else slots
-    a_rows = tl.where(row_ok, a_rows, 0)
+    slots, row_ok, a_rows = _block_slots(
+        slots_ptr, pid_m, num_slots, TOP_K, A_PER_TOKEN, ONE_SLOT_PER_BLOCK, BLOCK_M
+    )
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
     offs_k = tl.arange(0, BLOCK_K)
@@ -129,10 +132,7 @@ def _fp8_grouped_gemm_kernel(
     if not BLOCKWISE:
         acc = acc * tl.load(as_rows, mask=row_ok, other=0.0)[:, None]
         acc = acc * tl.load(ws_cols, mask=n_ok, other=0.0)[None, :]
-    if SCALE_ROWS:
-        acc = acc * tl.load(weights_ptr + slots, mask=row_ok, other=0.0)[:, None]
-    out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_out + offs_n[None, :]
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
+    _store_slots(out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS)
 
 
 def _fp8_grouped_gemm(
@@ -153,9 +153,7 @@ def _fp8_grouped_gemm(
     out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
     block_k = block[1] if block else config["BLOCK_K"]
     block_n = min(config["BLOCK_N"], block[0]) if block else config["BLOCK_N"]
-    one_slot = isinstance(blocks, torch.Tensor)
-    block_expert = blocks if one_slot else blocks.block_expert
-    slots = block_expert if one_slot else blocks.slots
+    block_expert, slots, one_slot = block_tables(blocks)
     grid = (block_expert.numel(), triton.cdiv(n, block_n))
     _fp8_grouped_gemm_kernel[grid](
         aq, a_scale, w, ws, out, slots, block_expert,
