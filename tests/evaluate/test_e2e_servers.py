@@ -1,5 +1,5 @@
 """End to end on CPU: the bundled model behind two real ``kvserve serve`` processes, the
-baseline (float32) and a candidate with other engine settings, run through ``kvserve eval``
+baseline (float32) and a candidate quantized online to FP8, run through ``kvserve eval``
 as a user runs it; then a planted regression (a real proxy that corrupts one task type's
 answers) is flagged on exactly that type, the baseline comes from the cache, and the baseline
 against itself flags nothing."""
@@ -16,9 +16,8 @@ from cli_runner import run_kvserve
 from kvserve.server.launch import launch_server
 from tests.evaluate.corrupting_proxy import CorruptingProxy
 
-# The candidate's serve flags. Any `kvserve serve` flags work; once the low-bit formats land,
-# switch to e.g. ("--quantization", "nvfp4").
-CANDIDATE_FLAGS = ("--dtype", "bfloat16")
+# The candidate's serve flags: the bundled model quantized online (any `kvserve serve` flags work).
+CANDIDATE_FLAGS = ("--quantization", "fp8", "--api-key", "cand-key")  # a key: checked too
 PLANTED = "extraction"  # its prompts are the only ones that ask for JSON
 PER_TYPE = 2
 NUM_TYPES = 7
@@ -53,16 +52,16 @@ def _verdicts(result: dict, name: str) -> dict[str, str]:
     return {row["type"]: row["candidates"][name]["verdict"] for row in result["types"]}
 
 
-@pytest.mark.timeout(3000)  # two servers and four passes of 14 prompts: ~2 min on 2 idle cores
+@pytest.mark.timeout(7200)  # hang guards only: ~2 min on 2 idle cores, 23 at load 13
 def test_eval_end_to_end(servers: tuple[str, str], tmp_path: Path) -> None:
     base_url, cand_url = servers
     out = tmp_path / "run"
     n = PER_TYPE * NUM_TYPES
 
     # 1. baseline vs the other engine settings, and the baseline against itself
-    targets = ("--baseline", base_url, "--candidate", f"other={cand_url}")
+    targets = ("--baseline", base_url, "--candidate", f"other={cand_url},api_key=cand-key")
     run = run_kvserve("eval", *targets, "--candidate", f"self={base_url}", *ARGS,
-                      "--out", str(out), timeout=900)  # fmt: skip
+                      "--out", str(out), timeout=2400)  # fmt: skip
     assert run.returncode == 0, run.stderr
     result = _result(out)
     assert result["meta"]["targets"]["baseline"]["sent"] == n
@@ -74,12 +73,19 @@ def test_eval_end_to_end(servers: tuple[str, str], tmp_path: Path) -> None:
     assert len(rows) == n and {len(r["outputs"]) for r in rows} == {3}
     assert "candidate other" in run.stdout and "candidate self" in run.stdout
 
-    # 2. a new candidate, with answers on one type corrupted: only that type is flagged and
+    # 2. a wrong key is one line (a new name: "other"'s outputs are all in the cache)
+    run = run_kvserve("eval", "--baseline", base_url, "--candidate", f"keyed={cand_url}",
+                      *ARGS, "--api-key", "wrong", "--out", str(out), timeout=600)  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == f"kvserve eval: error: {cand_url} refused the request " \
+        "(HTTP 401): --api-key?", run.stderr  # fmt: skip
+
+    # 3. a new candidate, with answers on one type corrupted: only that type is flagged and
     # the baseline is not asked again
     with CorruptingProxy(base_url, _asks_for_json) as proxy:
         planted_spec = f"planted={proxy.url}"
         run = run_kvserve("eval", "--baseline", base_url, "--candidate", planted_spec, *ARGS,
-                          "--out", str(out), "--fail-on-regression", timeout=900)  # fmt: skip
+                          "--out", str(out), "--fail-on-regression", timeout=2400)  # fmt: skip
     assert run.returncode == 1, run.stderr  # --fail-on-regression
     result = _result(out)
     assert result["meta"]["targets"]["baseline"] == {**result["meta"]["targets"]["baseline"],
@@ -93,6 +99,6 @@ def test_eval_end_to_end(servers: tuple[str, str], tmp_path: Path) -> None:
     html = (out / "report.html").read_text()
     assert f"Worst examples: planted on {PLANTED}" in html and "data:image/png;base64," in html
 
-    # 3. `kvserve eval report` renders the run again
-    report = run_kvserve("eval", "report", str(out))
+    # 4. `kvserve eval report` renders the run again
+    report = run_kvserve("eval", "report", str(out), timeout=600)
     assert report.returncode == 0 and "planted: regressed on extraction" in report.stdout
