@@ -77,8 +77,9 @@ class ChatCall:
             req.max_completion_tokens or req.max_tokens,
             top if req.logprobs else None,
         )
-        self.gen = Generation(ctx, [ids], params, "chatcmpl", ticket, req.kv_transfer_params,
-                              req.stream)
+        self.gen = Generation(
+            ctx, [ids], params, "chatcmpl", ticket, req.kv_transfer_params, req.stream
+        )
         use_tools = bool(req.tools) and req.tool_choice != "none"
         self.tool_parser = ctx.tool_call_parser if use_tools else None
 

@@ -110,8 +110,7 @@ class CoreLoop:
         if isinstance(msg, AddRequest):
             self.num_added += 1
             try:
-                e.add_request(msg.request_id, msg.prompt_token_ids, msg.params,
-                              remote=msg.remote)
+                e.add_request(msg.request_id, msg.prompt_token_ids, msg.params, remote=msg.remote)
             except KVServeError as exc:
                 param = getattr(exc, "param", None)
                 self.failed.append(RequestFailed(msg.request_id, str(exc), param))
