@@ -38,7 +38,7 @@ def test_corrupt_gguf(tmp_path) -> None:
         ({"max_running_requests": 0}, "must be positive"),
         ({"no_such_setting": 1}, "unknown engine setting"),
         ({"attention_backend": "magic"}, "unknown attention backend"),
-        ({"kv_cache_dtype": "bfloat16", "device": "cpu"}, "not supported yet"),
+        ({"kv_cache_dtype": "bfloat16", "device": "cpu"}, "does not match the model dtype"),
     ],
 )
 def test_bad_settings(settings, message) -> None:
