@@ -31,7 +31,6 @@ from kvserve.kernels.store_kv_cache import (
     fp8_operand_mode,
     is_fp8_kv,
     scale_args,
-    widen_fp8,
 )
 
 
@@ -81,7 +80,6 @@ def _attend_tile(
     MASKED: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
-    FP8_MODE: tl.constexpr,
 ):
     toks = n0 + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
@@ -98,7 +96,7 @@ def _attend_tile(
     else:
         k = tl.load(k_cache_ptr + kv_ptrs)
         v = tl.load(v_cache_ptr + kv_ptrs)
-    k, v = widen_fp8(k, q.dtype, FP8_MODE), widen_fp8(v, q.dtype, FP8_MODE)  # no-ops unless FP8
+    k, v = k.to(q.dtype), v.to(q.dtype)  # no-ops unless the cache is FP8
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_M, N], unscaled
     if MASKED:
         visible = (toks[None, :] <= q_pos[:, None]) & tok_mask[None, :]
@@ -192,13 +190,13 @@ def _prefill_kernel(
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
             page_size, stride_cache_page, stride_cache_tok, scale_log2,
-            BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE, FP8_MODE,
+            BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE,
         )  # fmt: skip
     for n0 in range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
             page_size, stride_cache_page, stride_cache_tok, scale_log2,
-            BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE, FP8_MODE,
+            BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE,
         )  # fmt: skip
 
     o = acc / l_i[:, None]

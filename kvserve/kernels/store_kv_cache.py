@@ -109,7 +109,7 @@ def copy_heads(
     tl.store(dst, encode_kv(x, inv_scale, FP8).to(dst_ptr.dtype.element_ty), mask=mask)
 
 
-# How the attention kernels widen FP8 cache values into MMA operands (``widen_fp8``). On the
+# How the attention kernels widen FP8 cache tiles into MMA operands (``.to(q's dtype)``). On the
 # H200 (benchmarks/fp8_kv_decode.py, 32 x 32K) fp16 operands beat Triton's e4m3->bf16 conversion
 # by 1.16x; bf16 assembled from the bits and FP8 MMAs (q and p in e4m3) were measured and were no
 # faster, so neither is kept.
@@ -120,13 +120,6 @@ FP8_AS_FP16 = 1  # fp16 operands, q and p cast to fp16 (one cvt per two values o
 def fp8_operand_mode(mode: int, q_dtype: torch.dtype) -> int:
     """``mode`` where it applies to q's dtype, else FP8_AS_QDTYPE."""
     return FP8_AS_QDTYPE if q_dtype == torch.float32 else mode
-
-
-@jit
-def widen_fp8(x, DTYPE: tl.constexpr, MODE: tl.constexpr):
-    """FP8 cache values as MMA operands of ``DTYPE``, q's dtype (fp16 already for
-    FP8_AS_FP16; see FP8_AS_*)."""
-    return x.to(DTYPE)
 
 
 @jit

@@ -34,7 +34,6 @@ from kvserve.kv_layout import (
     pages_for,
 )
 
-FP8_DTYPES = (FP8_KV_DTYPE,)
 SUPPORTED_DTYPES = KV_CACHE_DTYPES  # --kv-cache-dtype names; config validation reads the same
 
 
@@ -116,7 +115,7 @@ class KVPool:
 
     @property
     def is_fp8(self) -> bool:
-        return self.dtype in FP8_DTYPES
+        return self.dtype == FP8_KV_DTYPE
 
     @property
     def bytes_per_token(self) -> int:
