@@ -59,5 +59,18 @@ def init_tp_group(size: int, rank: int, init_addr: str, device: torch.device) ->
 
 
 def destroy_tp_group(tp: TPGroup) -> None:
+    """Leave the group; with NCCL every rank must call this together."""
     if tp.is_parallel and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def abort_tp_group(tp: TPGroup) -> None:
+    """Leave a group whose peers are gone: NCCL's orderly teardown would wait for them forever,
+    so its communicators are aborted; gloo's teardown needs no peer."""
+    if not (tp.is_parallel and dist.is_initialized()):
+        return
+    abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+    if dist.get_backend() == "nccl" and abort is not None:
+        abort()
+    else:
         dist.destroy_process_group()

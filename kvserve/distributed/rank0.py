@@ -10,7 +10,12 @@ import torch
 
 from kvserve.config import EngineConfig, ModelConfig
 from kvserve.distributed.parallel_state import RankLayout, TPGroup
-from kvserve.distributed.process_group import destroy_tp_group, free_local_addr, init_tp_group
+from kvserve.distributed.process_group import (
+    abort_tp_group,
+    destroy_tp_group,
+    free_local_addr,
+    init_tp_group,
+)
 from kvserve.distributed.workers import TPWorkers
 from kvserve.errors import ConfigError
 
@@ -59,12 +64,19 @@ class Rank0:
         self.workers.check(cause, grace_s=1.0 if cause is not None else 0.0)
 
     def close(self, plans: Any) -> None:
-        """Tell the workers to stop (when they are all alive to hear it), then reap them."""
+        """Tell the workers to stop (when they are all alive to hear it), leave the group with
+        them, then reap them. NCCL's teardown waits for every rank, so rank 0 must leave while
+        the workers leave, not after they exit; with a rank already dead it only aborts."""
         alive = all(p.is_alive() for p in self.workers.procs.values())
         if plans is not None and alive:
             try:
                 plans.send(None)
             except RuntimeError as exc:
                 log.warning("stop message not delivered: %s", exc)
-        self.workers.stop(10.0 if alive else 0.0)
-        destroy_tp_group(self.tp)
+                alive = False
+        if alive:
+            destroy_tp_group(self.tp)
+            self.workers.stop(10.0)
+        else:
+            self.workers.stop(0.0)
+            abort_tp_group(self.tp)
