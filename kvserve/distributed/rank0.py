@@ -4,7 +4,7 @@ ranks, join the group; later watch the workers and stop them."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,6 +18,9 @@ from kvserve.distributed.process_group import (
 )
 from kvserve.distributed.workers import TPWorkers
 from kvserve.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kvserve.engine.runner.model_runner import ModelRunner
 
 log = logging.getLogger("kvserve.distributed")
 
@@ -63,14 +66,16 @@ class Rank0:
     def check(self, cause: BaseException | None = None) -> None:
         self.workers.check(cause, grace_s=1.0 if cause is not None else 0.0)
 
-    def close(self, plans: Any) -> None:
-        """Tell the workers to stop (when they are all alive to hear it), leave the group with
-        them, then reap them. NCCL's teardown waits for every rank, so rank 0 must leave while
-        the workers leave, not after they exit; with a rank already dead it only aborts."""
-        alive = all(p.is_alive() for p in self.workers.procs.values())
-        if plans is not None and alive:
+    def close(self, runner: ModelRunner | None) -> None:
+        """Tell the workers to stop, leave the group with them, then reap them. NCCL's teardown
+        waits for every rank and for every CUDA graph that captured the communicator, so the
+        graphs go first and rank 0 leaves while the workers leave, not after they exit. With a
+        rank dead (or no runner yet to send the stop message) the group is aborted instead."""
+        alive = runner is not None and all(p.is_alive() for p in self.workers.procs.values())
+        if runner is not None and alive:
+            runner.release_graphs()
             try:
-                plans.send(None)
+                runner.send_stop()
             except RuntimeError as exc:
                 log.warning("stop message not delivered: %s", exc)
                 alive = False

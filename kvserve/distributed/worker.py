@@ -58,6 +58,7 @@ def run_worker(config: EngineConfig, rank: int, init_addr: str) -> None:
     dtype = resolve_dtype(config.dtype, device)
     runner = ModelRunner(config, source.config, weights, device, dtype, max_len, tp)
     serve_steps(runner, PlanChannel(tp))
+    runner.release_graphs()
     destroy_tp_group(tp)
 
 

@@ -155,8 +155,7 @@ class EngineCore:
     def close(self) -> None:
         """Stop the tensor-parallel workers (nothing to do without them)."""
         if self.parallel is not None:
-            runner = getattr(self, "runner", None)
-            self.parallel.close(runner.plans if runner is not None else None)
+            self.parallel.close(getattr(self, "runner", None))
             self.parallel = None
 
     def _step(self) -> list[EngineCoreOutput]:

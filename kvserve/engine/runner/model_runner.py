@@ -4,6 +4,7 @@ runs the forward pass and samples. Everything tensor-shaped lives here."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 from collections.abc import Iterable, Sequence
 
@@ -99,14 +100,27 @@ class ModelRunner:
             # NCCL's communicator must have run once before a CUDA graph captures it.
             all_reduce(torch.zeros(1, device=device), tp)
             torch.cuda.synchronize(device)
-        if device.type == "cuda" and self.backend.name == "triton" and not config.enforce_eager:
-            max_bs = min(config.cuda_graph_max_bs, config.scheduler.max_running_requests)
+        max_bs = min(config.cuda_graph_max_bs, config.scheduler.max_running_requests)
+        graphs_wanted = max_bs > 0 and not config.enforce_eager
+        if device.type == "cuda" and self.backend.name == "triton" and graphs_wanted:
             self.graphs = DecodeGraphs(
                 self.model, self.kv, self.backend, max_bs, self.max_pages_per_seq,
                 model_config.hidden_size, dtype, device,
             )  # fmt: skip
         if device.type == "cuda" and self.backend.name == "triton":
             warm_up_eager(self.model, self.kv, self.backend, device)
+
+    def release_graphs(self) -> None:
+        """Free the captured decode graphs. NCCL will not tear down a communicator while a
+        graph that captured it is alive, so this comes before leaving the TP group."""
+        if self.graphs is not None:
+            self.graphs = None
+            gc.collect()
+
+    def send_stop(self) -> None:
+        """Tensor-parallel rank 0: tell the other ranks there are no more steps."""
+        assert self.plans is not None
+        self.plans.send(None)
 
     def _size_kv_cache(self, context_length: int, kv_dtype: torch.dtype) -> int:
         """Pages this rank can hold; under tensor parallelism the fewest any rank can, so one
