@@ -62,14 +62,13 @@ def _outputs(llm: LLM) -> list[list[int]]:
 @pytest.mark.parametrize(
     "settings",
     [
-        {"disable_prefix_cache": True},
-        {"chunked_prefill_size": 16, "max_num_batched_tokens": 40},
-        {"chunked_prefill_size": 7, "max_num_batched_tokens": 64},
+        # settings that touch different code paths share one engine (each costs a model load)
+        {"disable_prefix_cache": True, "chunked_prefill_size": 16, "max_num_batched_tokens": 40},
+        {"chunked_prefill_size": 7, "max_num_batched_tokens": 64, "overlap_schedule": True},
         {"max_total_tokens": 192, "page_size": 16},  # forces preemption
-        {"overlap_schedule": True},
         {"overlap_schedule": True, "max_total_tokens": 160, "page_size": 16},  # preempts
     ],
-    ids=["no-prefix-cache", "chunk-16", "chunk-7", "preemption", "overlap", "overlap-preemption"],
+    ids=["no-prefix-cache-chunk-16", "chunk-7-overlap", "preemption", "overlap-preemption"],
 )
 def test_engine_settings_do_not_change_outputs(settings, chat_results) -> None:
     llm = LLM(device="cpu", **settings)
