@@ -38,6 +38,9 @@ def _cache_rows(r: dict) -> list[str]:
         )
         for name, value in sorted(server.get("peak_gauges", {}).items()):
             rows.append(_row(f"Peak {name}:", value))
+        for name, value in sorted(server.get("mean_gauges", {}).items()):
+            if "usage" in name:  # the KV occupancy over the run
+                rows.append(_row(f"Mean {name}:", f"{value:.3f}"))
     for cls, c in r.get("per_class", {}).items():
         label = f"  {cls}: {c['completed']} req ({_pct(c['share'])}), hit/ideal:"
         rows.append(_row(label, f"{_pct(c['cache_hit_rate'])}/{_pct(c['ideal_cache_hit_rate'])}"))

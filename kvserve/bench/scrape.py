@@ -14,8 +14,11 @@ _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([^\s]+)")
 PREFIXES = ("kvserve:", "vllm:", "sglang:")
 COUNTERS = ("prefix_cache_queries_total", "prefix_cache_hits_total", "prompt_tokens_total",
             "generation_tokens_total", "request_success_total")  # fmt: skip
+# KV occupancy (0-1): kvserve's and vLLM's kv_cache_usage_perc, older vLLM's
+# gpu_cache_usage_perc, SGLang's token_usage
 GAUGES = ("num_requests_running", "num_requests_waiting", "num_queue_reqs", "num_running_reqs",
-          "cache_hit_rate")  # fmt: skip
+          "cache_hit_rate", "kv_cache_usage_perc", "gpu_cache_usage_perc",
+          "token_usage")  # fmt: skip
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -44,24 +47,32 @@ async def fetch(http: httpx.AsyncClient, base_url: str) -> dict[str, float] | No
 
 
 class Scraper:
-    """Before/after snapshots plus the max of each queue gauge sampled during the run."""
+    """Before/after snapshots plus the max and the mean of each gauge sampled during the run."""
 
     def __init__(self, http: httpx.AsyncClient, base_url: str) -> None:
         self.http, self.base_url = http, base_url
         self.before: dict[str, float] | None = None
         self.after: dict[str, float] | None = None
         self.peaks: dict[str, float] = {}
+        self.sums: dict[str, float] = {}
+        self.samples = 0
 
     async def sample_gauges(self, period_s: float = 1.0) -> None:
         while True:
-            snap = await fetch(self.http, self.base_url) or {}
-            for name in GAUGES:
-                if name in snap:
-                    self.peaks[name] = max(self.peaks.get(name, 0.0), snap[name])
+            snap = await fetch(self.http, self.base_url)
+            if snap is not None:
+                self.samples += 1
+                for name in GAUGES:
+                    if name in snap:
+                        self.peaks[name] = max(self.peaks.get(name, 0.0), snap[name])
+                        self.sums[name] = self.sums.get(name, 0.0) + snap[name]
             await asyncio.sleep(period_s)
 
     def summary(self) -> dict:
-        return server_summary(self.before, self.after, self.peaks)
+        out = server_summary(self.before, self.after, self.peaks)
+        if out["available"] and self.samples:
+            out["mean_gauges"] = {n: v / self.samples for n, v in self.sums.items()}
+        return out
 
 
 def server_summary(before: dict | None, after: dict | None, peaks: dict[str, float]) -> dict:

@@ -101,6 +101,8 @@ def test_counts_equal_server_usage_and_metrics(run_on: Path, bundled_tok: tokens
     assert deltas["prompt_tokens_total"] == sum(r.prompt_tokens for r in recs)
     assert deltas["generation_tokens_total"] == result["total_output_tokens"] == 8 * N_ON
     assert deltas["prefix_cache_queries_total"] == result["total_input_tokens"]
+    peak, mean = srv["peak_gauges"], srv["mean_gauges"]  # KV occupancy sampled each second
+    assert 0.0 <= mean["kv_cache_usage_perc"] <= peak["kv_cache_usage_perc"] <= 1.0
 
 
 def test_hit_rate_matches_prometheus_and_is_near_ideal(run_on: Path) -> None:
