@@ -37,6 +37,12 @@ SHAPES = {
     "gate_up": (28672, 4096),
     "down": (4096, 14336),
     "lm_head": (128256, 4096),
+    # one rank's shards at TP2 (column-parallel halves N, row-parallel halves K)
+    "qkv_tp2": (3072, 4096),
+    "o_tp2": (4096, 2048),
+    "gate_up_tp2": (14336, 4096),
+    "down_tp2": (4096, 7168),
+    "lm_head_tp2": (64128, 4096),
 }
 ROWS = [1, 8, 16, 32, 64, 128]
 SPAN_BYTES = 256 << 20  # weights per graph: over 4x the H200's L2
@@ -136,7 +142,8 @@ def describe(row: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out-dir", default=None)
-    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated names")
+    ap.add_argument("--shapes", default="qkv,o,gate_up,down,lm_head",
+                    help="comma-separated names (the *_tp2 ones: a TP2 rank's shards)")  # fmt: skip
     ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated M values")
     ap.add_argument("--max-configs", type=int, default=0, help="Triton configs per row; 0: all")
     ap.add_argument("--replays", type=int, default=10, help="timed graph replays per op")
