@@ -8,9 +8,15 @@ that answers at once), directly and through the router.
   a few hundred requests/s a core) keeps C streams in flight for some seconds; streamed
   requests/s directly and through the router. The router runs pinned to its own core when the
   machine has more than one; the generator and the sink share the others.
+- low: the added latency at low concurrency (--low-concurrency, default 1, 4 and 16 streams),
+  measured by the raw-socket client (far cheaper than the bench client, so it is the router's
+  share that shows, even on 2 busy cores): rounds alternate direct and routed, the sink paces its
+  chunks (--low-token-delay); median TTFT (request written to first body chunk) and E2E per side,
+  and the router's CPU time per routed request. The 1-minute load average is kept per figure.
 Writes benchmarks/results/router_overhead_<date>.json.
 
     .venv/bin/python -m benchmarks.router_overhead
+    .venv/bin/python -m benchmarks.router_overhead --parts low --tag cpu   # a busy 2-core box
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -114,6 +121,66 @@ def routed_rate(url: str, pid: int, args: argparse.Namespace) -> dict[str, float
             "one_core_capacity_requests_per_s": n / cpu if cpu else float("inf")}  # fmt: skip
 
 
+async def _timed_stream(port: int, payload: bytes, n: int, out: list[tuple[float, float]]) -> None:
+    """n requests in a row on one connection: (TTFT, E2E) in seconds each."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for _ in range(n):
+        start, first = time.perf_counter(), 0.0
+        writer.write(payload)
+        await reader.readuntil(b"\r\n\r\n")
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            await reader.readexactly(size + 2)
+            first = first or time.perf_counter()
+            if size == 0:
+                break
+        out.append((first - start, time.perf_counter() - start))
+    writer.close()
+
+
+def _timed_round(port: int, streams: int, n: int, output_len: int) -> tuple[float, float]:
+    """Median TTFT and E2E (ms) of `streams` connections doing n requests each."""
+    import uvloop
+
+    out: list[tuple[float, float]] = []
+    payload = _request(port, output_len)
+
+    async def run() -> None:
+        await asyncio.gather(*(_timed_stream(port, payload, n, out) for _ in range(streams)))
+
+    uvloop.run(run())
+    return (statistics.median(t for t, _ in out) * 1e3, statistics.median(e for _, e in out) * 1e3)
+
+
+def low_concurrency(sink: str, router, args: argparse.Namespace) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Added TTFT / E2E at a few streams, rounds alternating direct and routed."""
+    ports = [int(u.rsplit(":", 1)[1]) for u in (sink, router.url)]
+    rows = []
+    for streams in args.low_concurrency:
+        n = max(1, args.low_requests // streams)
+        sides: dict[str, list[tuple[float, float]]] = {"direct": [], "router": []}
+        cpu = 0.0
+        _timed_round(ports[1], streams, n, args.output_len)  # warm-up: connections, caches
+        for _ in range(args.low_rounds):
+            sides["direct"].append(_timed_round(ports[0], streams, n, args.output_len))
+            cpu0 = cpu_seconds(router.proc.pid)
+            sides["router"].append(_timed_round(ports[1], streams, n, args.output_len))
+            cpu += cpu_seconds(router.proc.pid) - cpu0
+        med = {side: [statistics.median(r[i] for r in runs) for i in (0, 1)]
+               for side, runs in sides.items()}  # fmt: skip
+        rows.append({
+            "streams": streams, "requests_per_round": n * streams, "rounds": args.low_rounds,
+            "direct_p50_ttft_ms": med["direct"][0], "router_p50_ttft_ms": med["router"][0],
+            "added_p50_ttft_ms": med["router"][0] - med["direct"][0],
+            "direct_p50_e2el_ms": med["direct"][1], "router_p50_e2el_ms": med["router"][1],
+            "added_p50_e2el_ms": med["router"][1] - med["direct"][1],
+            "router_cpu_us_per_request": cpu / (n * streams * args.low_rounds) * 1e6,
+            "load_average_1m": os.getloadavg()[0],
+        })  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def _router(sink_url: str, cores: list[int] | None):  # type: ignore[no-untyped-def]
     router = start_router("--worker-urls", sink_url, "--policy", "round_robin", *_HEALTH,
                           cpus=cores)  # fmt: skip
@@ -121,48 +188,68 @@ def _router(sink_url: str, cores: list[int] | None):  # type: ignore[no-untyped-
     return router
 
 
-def main() -> None:
+def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--parts", default="latency,throughput", help="of latency,throughput,low")
     p.add_argument("--concurrency", type=int, default=100)
     p.add_argument("--output-len", type=int, default=16)
     p.add_argument("--requests", type=int, default=1000, help="per latency run")
     p.add_argument("--token-delay", type=float, default=0.125, help="latency runs: s/token")
     p.add_argument("--seconds", type=float, default=10.0, help="per throughput run")
+    p.add_argument("--low-concurrency", type=lambda v: [int(x) for x in v.split(",")],
+                   default=[1, 4, 16], help="low: stream counts")  # fmt: skip
+    p.add_argument("--low-requests", type=int, default=160, help="low: requests per round")
+    p.add_argument("--low-rounds", type=int, default=5)
+    p.add_argument("--low-token-delay", type=float, default=0.001, help="low: s/token")
     p.add_argument("--out-dir", default=None, help="default benchmarks/results")
     p.add_argument("--tag", default="", help="appended to the file name (e.g. the machine)")
-    args = p.parse_args()
+    return p.parse_args(argv)
+
+
+def main() -> None:
+    args = _parse()
+    parts = set(args.parts.split(","))
     cores = sorted(os.sched_getaffinity(0))
     router_cores = [cores[-1]] if len(cores) > 1 else None
     if router_cores:  # this process (the raw generator) and the sink keep off the router's core
         os.sched_setaffinity(0, set(cores[:-1]))
-    with running_sink("--token-delay", str(args.token_delay)) as sink:
-        router = _router(sink, router_cores)
-        try:
-            direct, routed = bench_p50(sink, args), bench_p50(router.url, args)
-        finally:
-            router.stop()
-    with running_sink() as sink:
-        router = _router(sink, router_cores)
-        try:
-            raw_direct, raw_routed = (
-                raw_rate(sink, args),
-                routed_rate(router.url, router.proc.pid, args),
-            )
-        finally:
-            router.stop()
-    result = {
+    result: dict = {
         "device": (f"{os.cpu_count()} CPUs; router pinned to core {router_cores}, bench/load "
                    "generator and sink share the rest" if router_cores else
-                   "1 CPU shared by the load generator, the router and the sink"),  # fmt: skip
+                   "1 CPU shared by the load generator, the router and the sink"),
         "command": "python -m benchmarks.router_overhead " + " ".join(sys.argv[1:]),
-        "settings": vars(args),
-        "latency": {"direct": direct, "router": routed,
-                    "added_p50_ttft_ms": routed["median_ttft_ms"] - direct["median_ttft_ms"],
-                    "added_p50_e2el_ms": routed["median_e2el_ms"] - direct["median_e2el_ms"]},
-        "throughput": {"direct_streamed_requests_per_s": raw_direct, "router": raw_routed},
-        "load_average_1m_at_end": os.getloadavg()[0],
-        "targets": {"added_p50_ms_max": 1.0, "router_streamed_requests_per_s_min": 2000},
+        "settings": vars(args), "load_average_1m_at_start": os.getloadavg()[0],
     }  # fmt: skip
+    if "latency" in parts:
+        with running_sink("--token-delay", str(args.token_delay)) as sink:
+            router = _router(sink, router_cores)
+            try:
+                direct, routed = bench_p50(sink, args), bench_p50(router.url, args)
+            finally:
+                router.stop()
+        result["latency"] = {
+            "direct": direct, "router": routed,
+            "added_p50_ttft_ms": routed["median_ttft_ms"] - direct["median_ttft_ms"],
+            "added_p50_e2el_ms": routed["median_e2el_ms"] - direct["median_e2el_ms"],
+        }  # fmt: skip
+    if "throughput" in parts:
+        with running_sink() as sink:
+            router = _router(sink, router_cores)
+            try:
+                raw_direct = raw_rate(sink, args)
+                raw_routed = routed_rate(router.url, router.proc.pid, args)
+            finally:
+                router.stop()
+        result["throughput"] = {"direct_streamed_requests_per_s": raw_direct, "router": raw_routed}
+    if "low" in parts:
+        with running_sink("--token-delay", str(args.low_token_delay)) as sink:
+            router = _router(sink, router_cores)
+            try:
+                result["low_concurrency"] = low_concurrency(sink, router, args)
+            finally:
+                router.stop()
+    result["load_average_1m_at_end"] = os.getloadavg()[0]
+    result["targets"] = {"added_p50_ms_max": 1.0, "router_streamed_requests_per_s_min": 2000}
     name = "router_overhead" + (f"_{args.tag}" if args.tag else "")
     path = write_result(name, result, args.out_dir)
     print(json.dumps(result, indent=2))

@@ -49,16 +49,20 @@ class Response:
         length = headers.get("content-length")
         self.length = int(length) if length is not None and length.isdigit() else None
         self.keep_alive = headers.get("connection", "").lower() != "close"
-        self.done = False
+        self.done = self.last = False
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives: each piece is everything complete that one socket read
         brought (several SSE events when the worker sent them together), so the client gets
-        each event as soon as the router has it, in as few writes as possible."""
+        each event as soon as the router has it, in as few writes as possible. `last` is true
+        while the piece handed out is the body's end (the caller can end its answer in the
+        same write)."""
         try:
             if self.chunked:
-                async for piece in _dechunk(self.conn.reader):
-                    yield piece
+                async for piece, last in _dechunk(self.conn.reader):
+                    self.last = last
+                    if piece:
+                        yield piece
             elif self.length is not None:
                 left = self.length
                 while left:
@@ -66,6 +70,7 @@ class Response:
                     if not data:
                         raise asyncio.IncompleteReadError(b"", left)
                     left -= len(data)
+                    self.last = not left
                     yield data
             else:  # body until the worker closes the connection
                 while data := await self.conn.reader.read(1 << 16):
@@ -89,9 +94,10 @@ class Response:
             self.conn.close()
 
 
-async def _dechunk(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
-    """Transfer-Encoding: chunked -> payload pieces, one per socket read that completed at
-    least one chunk. Ends after the last (empty) chunk; no trailers (OpenAI servers send none)."""
+async def _dechunk(reader: asyncio.StreamReader) -> AsyncIterator[tuple[bytes, bool]]:
+    """Transfer-Encoding: chunked -> (payload, finished) pieces, one per socket read that
+    completed at least one chunk or the body; `finished` once the last (empty) chunk was read,
+    with the payload that came in the same read. No trailers (OpenAI servers send none)."""
     buf = bytearray()
     while True:
         out, finished = [], False
@@ -105,8 +111,8 @@ async def _dechunk(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
                 break
             out.append(bytes(buf[eol + 2 : end - 2]))
             del buf[:end]
-        if out:
-            yield b"".join(out)
+        if out or finished:
+            yield b"".join(out), finished
         if finished:
             return
         data = await reader.read(1 << 16)

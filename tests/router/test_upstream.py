@@ -20,7 +20,9 @@ def run(pieces: list[bytes], eof: bool = False) -> bytes:
             reader.feed_data(p)
         if eof:
             reader.feed_eof()
-        return b"".join([piece async for piece in _dechunk(reader)])
+        got = [piece async for piece in _dechunk(reader)]
+        assert [last for _, last in got] == [False] * (len(got) - 1) + [True]
+        return b"".join(piece for piece, _ in got)
 
     return asyncio.run(go())
 
