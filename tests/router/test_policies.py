@@ -85,6 +85,12 @@ def test_common_prefix_len() -> None:
     assert common_prefix_len("abc", "abc") == 3
     assert common_prefix_len("", "abc") == 0
     assert common_prefix_len((1, 2), (1, 2, 3)) == 2
+    # from an offset into the key (the tree walks the key without slicing it)
+    assert common_prefix_len("abq", "xxabd", 2) == 2
+    assert common_prefix_len("abcd", "xxab", 2) == 2
+    assert common_prefix_len((5, 6, 7), (0, 5, 6, 9), 1) == 2
+    long = "s" * 5000 + "a" * 3000
+    assert common_prefix_len(long, "p" + "s" * 5000 + "a" * 2999 + "b", 1) == 7999
 
 
 def test_prefix_key_from_prompts_tokens_and_messages() -> None:

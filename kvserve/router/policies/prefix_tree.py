@@ -11,14 +11,25 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def common_prefix_len(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """Binary search on slice equality: each compare runs in C, so long prompts stay cheap."""
-    lo, hi = 0, min(len(a), len(b))
-    if a[:hi] == b[:hi]:
+def common_prefix_len(a: Sequence[Any], b: Sequence[Any], start: int = 0) -> int:
+    """Length of the common prefix of `a` and `b[start:]`, without copying `b`: the whole of
+    `a` is checked first (the usual case on a long shared prefix), then a binary search that
+    compares only the untested part each step, so a long prompt costs O(n) bytes compared in C,
+    not O(n log n) copied."""
+    hi = min(len(a), len(b) - start)
+    if isinstance(b, str):
+        same = b.startswith  # str: compares in place, from an offset
+    else:
+
+        def same(part: Sequence[Any], at: int) -> bool:
+            return part == b[at : at + len(part)]
+
+    if same(a if hi == len(a) else a[:hi], start):
         return hi
+    lo = 0  # a[:lo] is known to match
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
+        if same(a[lo:mid], start + lo):
             lo = mid
         else:
             hi = mid - 1
@@ -47,7 +58,7 @@ class PrefixTree:
             child = node.children.get(key[i])
             if child is None:
                 break
-            n = common_prefix_len(child.edge, key[i:])
+            n = common_prefix_len(child.edge, key, i)
             child.last_access = now
             i += n
             if n < len(child.edge):
@@ -63,7 +74,7 @@ class PrefixTree:
                 node.children[key[i]] = _Node(key[i:], node, now)
                 self.size += len(key) - i
                 return
-            n = common_prefix_len(child.edge, key[i:])
+            n = common_prefix_len(child.edge, key, i)
             child.last_access = now
             if n < len(child.edge):
                 child = self._split(child, n)
