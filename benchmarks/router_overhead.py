@@ -59,18 +59,26 @@ def _request(port: int, output_len: int) -> bytes:
     return head.encode() + body
 
 
+async def _read_answer(reader: asyncio.StreamReader) -> float:
+    """One streamed 200 answer (chunked body to its last chunk); returns when its first body
+    chunk arrived (perf_counter)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"bad answer: {head[:80]!r}")
+    first = 0.0
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+        await reader.readexactly(size + 2)
+        first = first or time.perf_counter()
+        if size == 0:
+            return first
+
+
 async def _stream_loop(port: int, payload: bytes, stop_at: float, done: list[int]) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     while time.perf_counter() < stop_at:
         writer.write(payload)
-        head = await reader.readuntil(b"\r\n\r\n")
-        if not head.startswith(b"HTTP/1.1 200"):
-            raise RuntimeError(f"bad answer: {head[:80]!r}")
-        while True:  # chunked body until the last chunk
-            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
-            await reader.readexactly(size + 2)
-            if size == 0:
-                break
+        await _read_answer(reader)
         done[0] += 1
     writer.close()
 
@@ -125,15 +133,9 @@ async def _timed_stream(port: int, payload: bytes, n: int, out: list[tuple[float
     """n requests in a row on one connection: (TTFT, E2E) in seconds each."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     for _ in range(n):
-        start, first = time.perf_counter(), 0.0
+        start = time.perf_counter()
         writer.write(payload)
-        await reader.readuntil(b"\r\n\r\n")
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
-            await reader.readexactly(size + 2)
-            first = first or time.perf_counter()
-            if size == 0:
-                break
+        first = await _read_answer(reader)
         out.append((first - start, time.perf_counter() - start))
     writer.close()
 
