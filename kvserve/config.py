@@ -173,6 +173,7 @@ class DisaggConfig:
     disaggregation_bootstrap_port: int = 8998
     disaggregation_transfer_backend: str = "auto"  # auto: the first of TRANSFER_BACKENDS that runs
     disaggregation_transfer_timeout: float = 60.0  # seconds a transfer (or held KV) may take
+    disaggregation_staging_gb: float = 8.0  # reused (pinned on CUDA) host buffers per worker
 
     def __post_init__(self) -> None:
         if self.disaggregation_mode not in DISAGGREGATION_MODES:
@@ -186,6 +187,8 @@ class DisaggConfig:
             raise ConfigError("--disaggregation-bootstrap-port must be in 1..65535")
         if self.disaggregation_transfer_timeout <= 0:
             raise ConfigError("--disaggregation-transfer-timeout must be > 0")
+        if self.disaggregation_staging_gb < 0:
+            raise ConfigError("--disaggregation-staging-gb must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,12 @@ FLAGS: list[Flag] = [
         type=float,
         engine=True,
     ),  # fmt: skip
+    Flag(
+        ("--disaggregation-staging-gb",),
+        "host memory kept for KV transfers, reused and pinned on CUDA (8; 0: a fresh buffer each)",
+        type=float,
+        engine=True,
+    ),  # fmt: skip
 ]
 
 

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import torch
 
+from kvserve.disagg.staging import Staged
 from kvserve.engine.core.outputs import TokenLogprobs
 
 
@@ -28,10 +30,23 @@ class KVHeader(msgspec.Struct):
 class PrefilledKV:
     header: KVHeader
     pages: torch.Tensor  # host memory, contiguous
+    staged: Staged | None = None  # the staging buffer ``pages`` views, given back by release()
+    ready: Any = None  # a CUDA event: the copies into ``pages`` are done once it is
+    seconds: dict[str, float] = field(default_factory=dict)  # where the time went, for logs
 
     def raw(self) -> torch.Tensor:
         """The pages as a flat byte tensor (what goes over the wire)."""
         return self.pages.reshape(-1).view(torch.uint8)
+
+    def wait_ready(self) -> None:
+        if self.ready is not None:
+            self.ready.synchronize()
+
+    def release(self, event: Any = None) -> None:
+        """Done with the pages (``event``: after the last GPU copy that reads them)."""
+        if self.staged is not None:
+            self.staged.give_back(event)
+            self.staged = None
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -44,6 +59,11 @@ def torch_dtype(name: str) -> torch.dtype:
 def empty_pages(header: KVHeader) -> torch.Tensor:
     """A host buffer for the header's pages, as flat bytes."""
     return torch.empty(header.nbytes, dtype=torch.uint8)
+
+
+def page_shape(pool_geometry: Any, num_pages: int) -> tuple[int, ...]:
+    g = pool_geometry
+    return (g.num_layers, 2, num_pages, g.page_size, g.num_kv_heads, g.head_dim)
 
 
 def pages_from_raw(header: KVHeader, raw: torch.Tensor) -> torch.Tensor:

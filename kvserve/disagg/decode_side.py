@@ -14,12 +14,15 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+import torch
+
 from kvserve.config import DisaggConfig
 from kvserve.disagg.blob import PrefilledKV
 from kvserve.disagg.bootstrap import fetch
 from kvserve.disagg.framing import TransferError
 from kvserve.disagg.handle import RemotePrefill
 from kvserve.disagg.hooks import EngineHook
+from kvserve.disagg.staging import HostStaging
 from kvserve.disagg.transfer import make_transport
 from kvserve.engine.core.outputs import EngineCoreOutput
 from kvserve.engine.core.request import Request
@@ -38,7 +41,9 @@ class DecodeSide(EngineHook):
     def __init__(self, config: DisaggConfig, engine: EngineCore) -> None:
         self.engine = engine
         self.timeout_s = config.disaggregation_transfer_timeout
-        self.transport = make_transport(config.disaggregation_transfer_backend)
+        pin = engine.runner.kv.device.type == "cuda"
+        self.staging = HostStaging(int(config.disaggregation_staging_gb * 2**30), pin=pin)
+        self.transport = make_transport(config.disaggregation_transfer_backend, self.staging)
         self.pending: dict[str, Request] = {}  # fetching, or fetched and waiting for pages
         self.fetched: queue.Queue[tuple[Request, PrefilledKV | Exception]] = queue.Queue()
         self.ready: list[tuple[Request, PrefilledKV, float]] = []  # with a deadline for pages
@@ -58,20 +63,18 @@ class DecodeSide(EngineHook):
 
     def _fetch(self, request: Request, remote: RemotePrefill) -> None:
         started = time.perf_counter()
+        result: PrefilledKV | Exception
         try:
-            result: PrefilledKV | Exception = fetch(
-                remote.host, remote.port, remote.room, self.transport, self.timeout_s
-            )
-            seconds = time.perf_counter() - started
-            size = result.header.nbytes
-            # benchmarks/pd_serving.py reads these lines for the per-request transfer rate
-            log.info("kv transfer %s: %d bytes in %.6f s (%.3f GB/s, %s)", remote.room, size,
-                     seconds, size / max(seconds, 1e-9) / 1e9, self.transport.name)  # fmt: skip
+            blob = fetch(remote.host, remote.port, remote.room, self.transport, self.timeout_s)
+            blob.seconds["fetched_at"] = time.monotonic()
+            _log_fetched(remote, blob, time.perf_counter() - started, self.transport.name)
+            result = blob
         except Exception as exc:  # any failure must reach the engine thread, not kill this one
             result = exc
         self.fetched.put((request, result))
 
     def abort(self, request_id: str) -> bool:
+        """The fetched pages of an aborted request are given back when poll() meets them."""
         return self.pending.pop(request_id, None) is not None
 
     def take_failed(self) -> list[tuple[str, str]]:
@@ -91,29 +94,35 @@ class DecodeSide(EngineHook):
         outputs, waiting = [], []
         for req, blob, deadline in self.ready:
             if req.request_id not in self.pending:
-                continue  # aborted while it waited for pages
+                blob.release()  # aborted while it waited for pages
+                continue
             out = self._admit(req, blob)
             if out is not None:
                 outputs.append(out)
             elif req.request_id not in self.pending:
-                continue  # failed
+                blob.release()  # failed
+                continue
             elif time.monotonic() > deadline:
                 self._fail(req, "no room in the batch for the prompt within the transfer timeout")
+                blob.release()
             else:
                 waiting.append((req, blob, deadline))
         self.ready = waiting
         return outputs
 
     def _arrived(self, req: Request, result: PrefilledKV | Exception) -> None:
-        if req.request_id not in self.pending:
-            return  # aborted while fetching: the host copy is simply dropped
         if isinstance(result, Exception):
-            why = str(result) if isinstance(result, TransferError) else repr(result)
-            self._fail(req, f"KV transfer failed: {why}")
+            if req.request_id in self.pending:
+                why = str(result) if isinstance(result, TransferError) else repr(result)
+                self._fail(req, f"KV transfer failed: {why}")
+            return
+        if req.request_id not in self.pending:
+            result.release()  # aborted while fetching
             return
         problem = _mismatch(req, result, self.engine.runner.kv)
         if problem:
             self._fail(req, problem)
+            result.release()
             return
         self.ready.append((req, result, time.monotonic() + self.timeout_s))
 
@@ -131,12 +140,15 @@ class DecodeSide(EngineHook):
         pages = kv.allocate(blob.header.shape[2])
         if pages is None:
             return None
+        started = time.perf_counter()
         try:
             pool.import_pages(pages, blob.pages)
         except ValueError as exc:
             kv.release(pages)
             self._fail(req, f"the prefill worker's KV does not fit this pool: {exc}")
             return None
+        blob.release(_copies_done(pool))
+        _log_imported(req.request_id, blob, time.perf_counter() - started)
         del self.pending[req.request_id]
         h = blob.header
         req.output_token_ids.append(h.first_token_id)
@@ -150,6 +162,30 @@ class DecodeSide(EngineHook):
         lps = [h.first_logprob] if req.params.logprobs is not None and h.first_logprob else None
         return EngineCoreOutput(req.request_id, [h.first_token_id], lps, finish, req.stop_reason,
                                 req.num_prompt_tokens, h.num_cached_tokens)  # fmt: skip
+
+
+def _copies_done(pool: KVPool) -> object | None:
+    """A CUDA event after the import's host-to-device copies (they run without a wait)."""
+    if pool.device.type != "cuda":
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
+# benchmarks/pd_serving.py reads these two lines: the decode side's time per request
+def _log_fetched(remote: RemotePrefill, blob: PrefilledKV, seconds: float, backend: str) -> None:
+    size, s = blob.header.nbytes, blob.seconds
+    log.info("kv transfer %s: %d bytes in %.6f s (%.3f GB/s, %s; header %.6f s, wire %.6f s)",
+             remote.room, size, seconds, size / max(seconds, 1e-9) / 1e9, backend,
+             s.get("header", 0.0), s.get("wire", 0.0))  # fmt: skip
+
+
+def _log_imported(request_id: str, blob: PrefilledKV, seconds: float) -> None:
+    waited = time.monotonic() - blob.seconds.get("fetched_at", time.monotonic()) - seconds
+    log.info("kv import %s: %d bytes, waited %.6f s for the engine and pages, import %.6f s "
+             "(engine thread)", blob.header.room, blob.header.nbytes, max(waited, 0.0),
+             seconds)  # fmt: skip
 
 
 def _mismatch(req: Request, blob: PrefilledKV, pool: KVPool) -> str:

@@ -5,11 +5,16 @@ scheduler finishes the request (max_tokens 1) and its pages return to the radix 
 from __future__ import annotations
 
 import logging
+import math
+import time
+
+import torch
 
 from kvserve.config import DisaggConfig
-from kvserve.disagg.blob import KVHeader, PrefilledKV
+from kvserve.disagg.blob import KVHeader, PrefilledKV, page_shape
 from kvserve.disagg.bootstrap import BootstrapServer
 from kvserve.disagg.hooks import EngineHook
+from kvserve.disagg.staging import HostStaging
 from kvserve.disagg.store import HeldKV
 from kvserve.disagg.transfer import make_transport
 from kvserve.engine.core.outputs import TokenLogprobs
@@ -25,6 +30,8 @@ class PrefillSide(EngineHook):
 
     def __init__(self, config: DisaggConfig, pool: KVPool) -> None:
         self.pool = pool
+        self.staging = HostStaging(int(config.disaggregation_staging_gb * 2**30),
+                                   pin=pool.device.type == "cuda")  # fmt: skip
         self.held = HeldKV(config.disaggregation_transfer_timeout)
         self.transport = make_transport(config.disaggregation_transfer_backend)
         self.server = BootstrapServer(
@@ -41,16 +48,30 @@ class PrefillSide(EngineHook):
                 self.server.put(self.capture(req, sampled[rid], logprobs.get(rid)))
 
     def capture(self, req: Request, first: int, logprob: TokenLogprobs | None) -> PrefilledKV:
+        """Queue the copy of the prompt's pages into a staging buffer. On CUDA the engine thread
+        does not wait for it: later kernels that reuse the pages run after it on the same
+        stream, and the bootstrap thread waits for the event before it sends."""
+        started = time.perf_counter()
         n = self.pool.pages_for(req.num_prompt_tokens)
-        pages = self.pool.export_pages(req.block_table[:n])
+        shape = page_shape(self.pool.geometry, n)
+        nbytes = self.pool.dtype.itemsize * math.prod(shape)
+        staged = self.staging.take(nbytes)
+        out = staged.data.view(self.pool.dtype).view(shape)
+        pages = self.pool.export_pages(req.block_table[:n], out=out)
+        ready = None
+        if self.pool.device.type == "cuda":
+            ready = torch.cuda.Event()
+            ready.record()
         header = KVHeader(
             room=req.request_id, prompt_token_ids=req.prompt_token_ids, first_token_id=first,
             first_logprob=logprob, num_cached_tokens=req.num_cached_tokens,
             dtype=str(pages.dtype).removeprefix("torch."), shape=list(pages.shape),
             k_scales=self.pool.k_scales.tolist(), v_scales=self.pool.v_scales.tolist(),
-            nbytes=pages.numel() * pages.element_size(),
+            nbytes=nbytes,
         )  # fmt: skip
-        return PrefilledKV(header, pages)
+        blob = PrefilledKV(header, pages, staged, ready)
+        blob.seconds["capture"] = time.perf_counter() - started
+        return blob
 
     def close(self) -> None:
         self.server.close()

@@ -23,14 +23,19 @@ class HeldKV:
     def take(self, room: str) -> PrefilledKV | None:
         with self._lock:
             item = self._items.pop(room, None)
-        return item[1] if item is not None else None
+        if item is None:
+            return None
+        deadline, blob = item
+        blob.seconds["held"] = time.monotonic() - (deadline - self.ttl_s)
+        return blob
 
     def expire(self) -> int:
         now = time.monotonic()
         with self._lock:
             old = [room for room, (deadline, _) in self._items.items() if deadline < now]
-            for room in old:
-                del self._items[room]
+            dropped = [self._items.pop(room)[1] for room in old]
+        for blob in dropped:
+            blob.release(blob.ready)
         self.num_expired += len(old)
         return len(old)
 

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from kvserve.config import EngineConfig
 from kvserve.disagg.blob import PrefilledKV
+from kvserve.disagg.staging import HostStaging
 from kvserve.errors import ConfigError
 
 log = logging.getLogger("kvserve.disagg")
@@ -65,7 +66,8 @@ def resolve_backend(name: str) -> str:
     raise AssertionError("tcp always runs")
 
 
-def make_transport(name: str) -> Transport:
+def make_transport(name: str, staging: HostStaging | None = None) -> Transport:
+    """``staging``: where received pages land (TCP; NIXL registers its own buffers)."""
     name = resolve_backend(name)
     if name == "nixl":
         from kvserve.disagg.transfer_nixl import NixlTransport
@@ -73,7 +75,7 @@ def make_transport(name: str) -> Transport:
         return NixlTransport()
     from kvserve.disagg.transfer_tcp import TcpTransport
 
-    return TcpTransport()
+    return TcpTransport(staging)
 
 
 def resolve_transfer_backend(config: EngineConfig) -> EngineConfig:

@@ -34,6 +34,7 @@ class NixlTransport:
         self.peers: set[str] = set()
 
     def send_pages(self, conn: socket.socket, blob: PrefilledKV) -> None:
+        blob.wait_ready()
         raw = blob.raw()
         with self.lock:
             reg = self.agent.register_memory(raw)

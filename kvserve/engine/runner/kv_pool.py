@@ -151,17 +151,24 @@ class KVPool:
         return out[0], out[1]
 
     # -- page copies between device and host ------------------------------------------------
-    def export_pages(self, page_ids: list[int] | torch.Tensor) -> torch.Tensor:
+    def export_pages(
+        self, page_ids: list[int] | torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Pages ``page_ids`` of every layer, copied to host memory (pinned on CUDA), as stored
         (FP8 stays FP8; the scales stay with the pool): ``[num_layers, 2, n, page_size, Hkv,
-        D]``."""
+        D]``. Into ``out`` when given; a pinned ``out`` gets the copies queued without a wait
+        (the caller syncs on the stream before it reads them)."""
         ids = torch.as_tensor(page_ids, dtype=torch.int64, device=self.device)
         g = self.geometry
         shape = (g.num_layers, 2, len(ids), g.page_size, g.num_kv_heads, g.head_dim)
         pin = self.device.type == "cuda"
-        host = torch.empty(shape, dtype=self.dtype, pin_memory=pin)
+        host = out if out is not None else torch.empty(shape, dtype=self.dtype, pin_memory=pin)
+        if tuple(host.shape) != shape or host.dtype != self.dtype:
+            raise ValueError(f"an export buffer of {tuple(host.shape)} {host.dtype} for "
+                             f"{shape} {self.dtype}")  # fmt: skip
+        queued = out is not None and pin and host.is_pinned()
         for i, cache in enumerate(self.layers):
-            raw_kv(host[i]).copy_(raw_kv(cache).index_select(1, ids))
+            raw_kv(host[i]).copy_(raw_kv(cache).index_select(1, ids), non_blocking=queued)
         return host
 
     def import_pages(self, page_ids: list[int] | torch.Tensor, host: torch.Tensor) -> None:
