@@ -35,7 +35,19 @@ from kvserve.router.launch import start_router
 from kvserve.server.launch import ServerProcess, free_port, launch_server
 
 LLAMA_31_8B = "benchmarks/configs/llama-3.1-8b"
-TRANSFER_LINE = re.compile(r"kv transfer \S+: (\d+) bytes in ([\d.]+) s")
+# the decode and prefill workers' per-request lines (kvserve/disagg/decode_side.py, bootstrap.py)
+TRANSFER_LINE = re.compile(
+    r"kv transfer \S+: (\d+) bytes in ([\d.]+) s"
+    r"(?: \([^;]*; header ([\d.]+) s, wire ([\d.]+) s\))?"
+)
+IMPORT_LINE = re.compile(
+    r"kv import \S+: \d+ bytes, waited ([\d.]+) s for the engine and "
+    r"pages, import ([\d.]+) s"
+)
+SEND_LINE = re.compile(
+    r"kv send \S+: \d+ bytes, capture ([\d.]+) s \(engine thread\), held "
+    r"([\d.]+) s, copy wait ([\d.]+) s, wire ([\d.]+) s"
+)
 BENCH_KEYS = ("completed", "failed", "failures_by_kind", "total_input_tokens",
               "total_output_tokens", "request_throughput", "output_throughput",
               "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
@@ -43,19 +55,28 @@ BENCH_KEYS = ("completed", "failed", "failures_by_kind", "total_input_tokens",
               "mean_e2el_ms", "p99_e2el_ms")  # fmt: skip
 
 
-def model_dir(config_dir: str, tokenizer_dir: str | None) -> str:
-    """The config plus the bundled model's tokenizer (its ids fit any larger vocabulary), or the
-    one saved in ``tokenizer_dir`` (a machine without the bundled model): a dummy-weight model
-    the server can tokenize for."""
+def model_dir(config_dir: str, tokenizer_dir: str | None, keep_vocab: bool) -> tuple[str, dict]:
+    """The config plus the bundled model's tokenizer, or the one saved in ``tokenizer_dir`` (a
+    machine without the bundled model): a dummy-weight model the server can tokenize for.
+
+    Its vocabulary is cut to the tokenizer's (unless ``keep_vocab``): dummy weights sample ids
+    all over Llama's 128,256, the tokenizer decodes the 62% above its 49,152 to no text, and
+    greedy streams of only such ids carry none (6 of 16 requests failed as no_output in the
+    first two-GPU run). The cost: a 49,152-row LM head (0.2 of 8.0 B parameters, was 0.5)."""
     from kvserve.loader import load_tokenizer
 
     out = Path(tempfile.mkdtemp(prefix="pd-model-"))
-    (out / "config.json").write_text((Path(config_dir) / "config.json").read_text())
     if tokenizer_dir is None:
         load_tokenizer(None).hf.save_pretrained(out)
     else:
         shutil.copytree(tokenizer_dir, out, dirs_exist_ok=True)
-    return str(out)
+    config = json.loads((Path(config_dir) / "config.json").read_text())
+    vocab = {"config": config["vocab_size"], "tokenizer": load_tokenizer(str(out)).vocab_size}
+    if not keep_vocab and vocab["tokenizer"] < config["vocab_size"]:
+        config["vocab_size"] = vocab["tokenizer"]
+    vocab["model"] = config["vocab_size"]
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    return str(out), vocab
 
 
 class Workers:
@@ -102,16 +123,34 @@ def bench(url: str, args: argparse.Namespace, tokenizer: str, out: Path) -> dict
     return {k: result.get(k) for k in BENCH_KEYS}
 
 
-def transfers(log: Path) -> dict[str, Any]:
-    rows = [(int(b), float(s)) for b, s in TRANSFER_LINE.findall(log.read_text())]
+def transfers(decode_log: Path, prefill_log: Path) -> dict[str, Any]:
+    """Per-request KV transfer figures: the decode side's fetch (header wait, then the wire),
+    its import on the engine thread, and the prefill side's capture, hold and send."""
+    text = decode_log.read_text()
+    rows = [(int(b), float(s)) for b, s, _, _ in TRANSFER_LINE.findall(text)]
     if not rows:
         return {"count": 0}
     rates = sorted(b / s / 1e9 for b, s in rows if s > 0)
     secs = sorted(s for _, s in rows)
-    return {"count": len(rows), "mean_bytes": statistics.mean(b for b, _ in rows),
-            "median_seconds": statistics.median(secs), "max_seconds": secs[-1],
-            "median_gb_per_s": statistics.median(rates), "min_gb_per_s": rates[0],
-            "max_gb_per_s": rates[-1]}  # fmt: skip
+    out: dict[str, Any] = {
+        "count": len(rows), "mean_bytes": statistics.mean(b for b, _ in rows),
+        "median_seconds": statistics.median(secs), "max_seconds": secs[-1],
+        "median_gb_per_s": statistics.median(rates), "min_gb_per_s": rates[0],
+        "max_gb_per_s": rates[-1],
+    }  # fmt: skip
+    split = {
+        "decode_header_s": [float(h) for _, _, h, _ in TRANSFER_LINE.findall(text) if h],
+        "decode_wire_s": [float(w) for _, _, _, w in TRANSFER_LINE.findall(text) if w],
+        "decode_wait_s": [float(w) for w, _ in IMPORT_LINE.findall(text)],
+        "decode_import_s": [float(i) for _, i in IMPORT_LINE.findall(text)],
+    }
+    sent = SEND_LINE.findall(prefill_log.read_text())
+    for i, key in enumerate(("prefill_capture_s", "prefill_held_s", "prefill_copy_wait_s",
+                             "prefill_wire_s")):  # fmt: skip
+        split[key] = [float(row[i]) for row in sent]
+    out["split_median_s"] = {k: statistics.median(v) for k, v in split.items() if v}
+    out["split_max_s"] = {k: max(v) for k, v in split.items() if v}
+    return out
 
 
 def run_setup(name: str, args: argparse.Namespace, model: str, work: Path) -> dict[str, Any]:
@@ -120,7 +159,8 @@ def run_setup(name: str, args: argparse.Namespace, model: str, work: Path) -> di
     try:
         if name == "pd":
             port = free_port()
-            common = ("--disaggregation-transfer-backend", args.transfer_backend)
+            common = ("--disaggregation-transfer-backend", args.transfer_backend,
+                      "--disaggregation-staging-gb", str(args.staging_gb))  # fmt: skip
             p = w.start("prefill", 0, "--disaggregation-mode", "prefill",
                         "--disaggregation-bootstrap-port", str(port), *common)  # fmt: skip
             d = w.start("decode", second_gpu, "--disaggregation-mode", "decode", *common)
@@ -140,7 +180,7 @@ def run_setup(name: str, args: argparse.Namespace, model: str, work: Path) -> di
         finally:
             router.stop()
         if name == "pd":
-            result["kv_transfer"] = transfers(w.log_files["decode"])
+            result["kv_transfer"] = transfers(w.log_files["decode"], w.log_files["prefill"])
         return result
     finally:
         w.stop()
@@ -160,14 +200,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem-fraction", type=float, default=0.85)
     ap.add_argument("--max-total-tokens", type=int, default=None, help="KV tokens per worker")
     ap.add_argument("--transfer-backend", default="auto")
+    ap.add_argument("--staging-gb", type=float, default=16.0, help="per PD worker")
     ap.add_argument("--tokenizer-dir", help="saved tokenizer files (default: the bundled one's)")
+    ap.add_argument("--keep-vocab", action="store_true",
+                    help="keep the config's vocabulary even past the tokenizer's")  # fmt: skip
     ap.add_argument("--out-dir", default=None)
     argv = sys.argv[1:] if argv is None else argv
     if "--smoke" in argv:  # small sizes unless given
         ap.set_defaults(input_len=2048, output_len=64, num_requests=8, concurrency=4,
                         context_length=4096, max_total_tokens=131072)  # fmt: skip
     args = ap.parse_args(argv)
-    model = model_dir(args.model_config, args.tokenizer_dir)
+    model, vocab = model_dir(args.model_config, args.tokenizer_dir, args.keep_vocab)
     work = Path(tempfile.mkdtemp(prefix="pd-serving-"))
     results = {}
     for name in args.setups.split(","):
@@ -177,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # keep the other setups' figures; the logs say more
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(results[name], indent=1), flush=True)
-    payload = {"smoke": args.smoke, "model_config": args.model_config,
+    payload = {"smoke": args.smoke, "model_config": args.model_config, "vocab_size": vocab,
                "workload": {k: getattr(args, k) for k in ("input_len", "output_len",
                             "range_ratio", "num_requests", "concurrency")},
                "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "all"), "setups": results,

@@ -34,7 +34,9 @@ class NixlTransport:
         self.peers: set[str] = set()
 
     def send_pages(self, conn: socket.socket, blob: PrefilledKV) -> None:
+        started = time.perf_counter()
         blob.wait_ready()
+        ready = time.perf_counter()
         raw = blob.raw()
         with self.lock:
             reg = self.agent.register_memory(raw)
@@ -48,10 +50,14 @@ class NixlTransport:
         finally:
             with self.lock:
                 self.agent.deregister_memory(reg)
+        # the wire: descriptors out until the decode side's READ is confirmed
+        blob.seconds.update(copy_wait=ready - started, wire=time.perf_counter() - ready)
 
     def recv_pages(self, conn: socket.socket, deadline: float) -> PrefilledKV:
+        started = time.perf_counter()
         reply = recv_msg(conn)
         header = accept_reply(reply)
+        got_header = time.perf_counter()
         raw = empty_pages(header)
         with self.lock:
             reg = self.agent.register_memory(raw)
@@ -73,7 +79,9 @@ class NixlTransport:
                 self.agent.release_xfer_handle(xfer)
                 self.agent.deregister_memory(reg)
         send_msg(conn, {"done": True})
-        return PrefilledKV(header, pages_from_raw(header, raw))
+        blob = PrefilledKV(header, pages_from_raw(header, raw))
+        blob.seconds.update(header=got_header - started, wire=time.perf_counter() - got_header)
+        return blob
 
     def _peer(self, metadata: bytes) -> str:
         name = self.agent.add_remote_agent(metadata)
