@@ -128,7 +128,11 @@ async def send(
     except RuntimeError as exc:
         return _fail(rec, "server_error", f"error event: {exc}")
     if not rec.chunk_times:
-        return _fail(rec, "no_output", "the stream carried no generated text")
+        why = "the stream carried no generated text"
+        if rec.completion_tokens:
+            why += (f" (usage counts {rec.completion_tokens} completion tokens: ids the "
+                    "tokenizer decodes to nothing?)")  # fmt: skip
+        return _fail(rec, "no_output", why)
     return text
 
 

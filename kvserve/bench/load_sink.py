@@ -65,10 +65,9 @@ def _events(sink: Sink, body: dict, chat: bool) -> Iterator[bytes]:
     sink.counts["generation_tokens_total"] += n_out
     sink.counts["request_success_total"] += 1
     obj = "chat.completion.chunk" if chat else "text_completion"
+    text = "" if sink.args.no_text else " tok"
     for i in range(n_out):
-        choice = (
-            {"index": 0, "delta": {"content": " tok"}} if chat else {"index": 0, "text": " tok"}
-        )
+        choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
         choice["finish_reason"] = "length" if i == n_out - 1 else None
         yield json.dumps({"id": "sink", "object": obj, "choices": [choice]}).encode()
     if (body.get("stream_options") or {}).get("include_usage"):
@@ -154,6 +153,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fail-every", type=int, default=0, help="every Nth request: HTTP 500")
     p.add_argument("--break-after", type=int, default=0, help="drop the stream after N events")
     p.add_argument("--garbage", action="store_true", help="answer HTML instead of OpenAI JSON")
+    p.add_argument("--no-text", action="store_true",
+                   help="tokens without text (ids the tokenizer decodes to nothing)")  # fmt: skip
     p.add_argument("--api-key", default=None)
     p.add_argument("--log", default=None, help="JSONL of chunk send times per request")
     return p.parse_args(argv)

@@ -102,6 +102,10 @@ async def serve(a: argparse.Namespace) -> int:
     log.info("engine ready: pid %d, %s/%s, context %d, %d KV pages (%d tokens, %s)", ready.pid,
              ready.device, ready.dtype, ready.context_length, ready.num_pages,
              ready.num_pages * ready.page_size, ready.kv_cache_dtype)  # fmt: skip
+    if config.load_format == "dummy" and ready.vocab_size > tokenizer.vocab_size:
+        log.warning("dummy weights over a %d-id vocabulary with a %d-id tokenizer: sampled ids "
+                    "from %d up decode to no text (a stream of only those carries none)",
+                    ready.vocab_size, tokenizer.vocab_size, tokenizer.vocab_size)  # fmt: skip
     name = a.served_model_name or default_model_name(a.model)
     metrics = ServerMetrics(name)
     metrics.set_cache_config(ready)

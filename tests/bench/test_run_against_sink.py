@@ -65,7 +65,7 @@ def test_open_loop_rate(sink_url: str) -> None:
 @pytest.mark.parametrize(
     ("flags", "kind"),
     [(("--fail-every", "3"), "http_500"), (("--break-after", "4"), "stream"),
-     (("--garbage",), "bad_response")],
+     (("--garbage",), "bad_response"), (("--no-text",), "no_output")],
 )  # fmt: skip
 def test_failures_are_counted_and_run_completes(flags: tuple[str, ...], kind: str) -> None:
     with running_sink(*flags) as url:
@@ -73,6 +73,8 @@ def test_failures_are_counted_and_run_completes(flags: tuple[str, ...], kind: st
     assert len(recs) == 12
     failed = [r for r in recs if not r.ok]
     assert failed and all(r.error_kind == kind and r.error for r in failed)
+    if kind == "no_output":  # the tokens were made: the message says how many
+        assert all("usage counts" in r.error and "completion tokens" in r.error for r in failed)
 
 
 def test_api_key_and_unreachable_server() -> None:
