@@ -98,6 +98,7 @@ def test_prefix_key_from_prompts_tokens_and_messages() -> None:
     assert prefix_key({"prompt": ["a", "b"]}) == "a"
     assert prefix_key({"prompt": [1, 2, 3]}) == (1, 2, 3)
     assert prefix_key({"prompt": [[4, 5]]}) == (4, 5)
+    assert prefix_key({"prompt": [1, "x", 2.5, 2**70, 3]}) == (1, 2**70, 3)
     chat = prefix_key({"messages": [{"role": "system", "content": "S"},
                                     {"role": "user", "content": "U"}]})  # fmt: skip
     assert chat == "system: S\nuser: U\n"

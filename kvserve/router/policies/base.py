@@ -7,6 +7,7 @@ or its token ids when the client sent ids. It is built only when the policy asks
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -36,6 +37,16 @@ class PairPolicy(Protocol):
                     request: RouteRequest) -> tuple[Worker, Worker]: ...  # fmt: skip
 
 
+def _token_key(ids: list[Any]) -> tuple[int, ...]:
+    """The ids as a tuple, non-ints left out. The all-int check runs in C (array): a 500K-id
+    prompt took 44 ms in a Python loop, on the router's event loop."""
+    try:
+        array("q", ids)
+        return tuple(ids)
+    except (TypeError, OverflowError):
+        return tuple(p for p in ids if isinstance(p, int))
+
+
 def prefix_key(body: dict[str, Any]) -> PrefixKey | None:
     """The text (or token ids) a worker's prefix cache would match: the completion prompt, or
     the chat messages rendered as `role: content` lines. None when there is nothing usable."""
@@ -43,10 +54,10 @@ def prefix_key(body: dict[str, Any]) -> PrefixKey | None:
     if isinstance(prompt, list) and prompt:
         first = prompt[0]
         if isinstance(first, int):
-            return tuple(p for p in prompt if isinstance(p, int))
+            return _token_key(prompt)
         prompt = first
         if isinstance(prompt, list):
-            return tuple(p for p in prompt if isinstance(p, int))
+            return _token_key(prompt)
     if isinstance(prompt, str):
         return prompt or None
     messages = body.get("messages")
