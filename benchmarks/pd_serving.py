@@ -8,7 +8,9 @@ Setups (each behind the router, Llama-3-8B shape with dummy weights, the 3.1 con
 Workload: `kvserve bench --profile random`, prompts of input_len x (1 +- range_ratio) tokens and
 outputs of output_len x (1 +- range_ratio) (defaults: 8K-32K in, 256-1K out). Reported: TTFT and
 TPOT percentiles, request and token throughput, failures, and for pd the KV transfer of each
-request (bytes, seconds, GB/s) read from the decode worker's log.
+request (bytes, seconds, GB/s) read from the decode worker's log, with the per-request time split
+of both workers (split_median_s / split_max_s). The dummy model's vocabulary is cut to the
+tokenizer's (the JSON's vocab_size; --keep-vocab keeps the config's: see model_dir).
 
     python -m benchmarks.pd_serving                       # 2 GPUs, the full run
     python -m benchmarks.pd_serving --smoke               # 1 GPU: every worker on GPU 0, small
