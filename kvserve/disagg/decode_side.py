@@ -22,7 +22,7 @@ from kvserve.disagg.bootstrap import fetch
 from kvserve.disagg.framing import TransferError
 from kvserve.disagg.handle import RemotePrefill
 from kvserve.disagg.hooks import EngineHook
-from kvserve.disagg.staging import HostStaging
+from kvserve.disagg.staging import HostStaging, reserve_for_context
 from kvserve.disagg.transfer import make_transport
 from kvserve.engine.core.outputs import EngineCoreOutput
 from kvserve.engine.core.request import Request
@@ -43,6 +43,7 @@ class DecodeSide(EngineHook):
         self.timeout_s = config.disaggregation_transfer_timeout
         pin = engine.runner.kv.device.type == "cuda"
         self.staging = HostStaging(int(config.disaggregation_staging_gb * 2**30), pin=pin)
+        reserve_for_context(self.staging, engine.runner.kv, engine.context_length)
         self.transport = make_transport(config.disaggregation_transfer_backend, self.staging)
         self.pending: dict[str, Request] = {}  # fetching, or fetched and waiting for pages
         self.fetched: queue.Queue[tuple[Request, PrefilledKV | Exception]] = queue.Queue()

@@ -16,7 +16,7 @@ def make_engine_hook(config: EngineConfig, engine: EngineCore) -> EngineHook | N
     if mode == "prefill":
         from kvserve.disagg.prefill_side import PrefillSide
 
-        return PrefillSide(config.disagg, engine.runner.kv)
+        return PrefillSide(config.disagg, engine.runner.kv, engine.context_length)
     if mode == "decode":
         from kvserve.disagg.decode_side import DecodeSide
 

@@ -64,6 +64,20 @@ class HostStaging:
             return Staged(torch.empty(nbytes, dtype=torch.uint8), None)
         return Staged(block[:nbytes], block, self)
 
+    def reserve(self, nbytes: int, count: int) -> int:
+        """Make up to ``count`` blocks of ``nbytes`` now, within the bound (at startup: page-locking
+        GBs takes a while, better not on the engine thread during a request). How many made."""
+        made, capacity = 0, capacity_for(nbytes)
+        for _ in range(count):
+            with self._lock:  # no idle block is dropped for these: the bound just stops them
+                fits = self._pooled_bytes + capacity <= self.limit_bytes
+                reserved = self._reserve(capacity) if fits else 0
+            if not reserved:
+                break
+            self.give_back(self._make(reserved))
+            made += 1
+        return made
+
     def give_back(self, block: torch.Tensor, event: Any = None) -> None:
         with self._lock:
             self._free.append((block, event))
@@ -126,3 +140,27 @@ def _unlock(ptr: int) -> None:
     # at exit CUDA may be torn down first: nothing is left to unpin then
     with contextlib.suppress(AssertionError, RuntimeError):
         unpin_memory(ptr)
+
+
+def prompt_kv_bytes(pool: Any, tokens: int) -> int:
+    """Host bytes of one request's pages for a ``tokens``-token prompt (``KVPool.export_pages``)."""
+    g = pool.geometry
+    return (
+        g.num_layers
+        * 2
+        * pool.pages_for(tokens)
+        * g.page_size
+        * g.num_kv_heads
+        * g.head_dim
+        * (pool.dtype.itemsize)
+    )
+
+
+def reserve_for_context(staging: HostStaging, pool: Any, context_length: int) -> None:
+    """On CUDA, two blocks that fit the longest prompt, made at startup (within the bound)."""
+    if not staging.pin:
+        return  # host memory: made on first use (the CPU tests' workers stay small)
+    nbytes = prompt_kv_bytes(pool, context_length)
+    made = staging.reserve(nbytes, 2)
+    log.info("KV staging: %d pinned block(s) of %.2f GB made (bound %.1f GB)", made,
+             capacity_for(nbytes) / 1e9, staging.limit_bytes / 1e9)  # fmt: skip

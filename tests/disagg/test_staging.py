@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from kvserve.disagg.framing import TransferError, recv_bulk, send_bulk
-from kvserve.disagg.staging import HostStaging, capacity_for
+from kvserve.disagg.staging import HostStaging, capacity_for, prompt_kv_bytes
+from kvserve.engine.runner.kv_pool import KVPool, PageGeometry
 
 MB = 1 << 20
 
@@ -65,3 +66,18 @@ def test_bulk_transfer_intact_and_a_closed_peer_is_reported() -> None:
             a.sendall(b"y" * 10)
         with pytest.raises(TransferError, match="closed the connection"):
             recv_bulk(b, memoryview(got.numpy()), time.monotonic() + 5)
+
+
+def test_reserve_makes_blocks_up_front_within_the_bound() -> None:
+    pool = HostStaging(3 * MB, pin=False)
+    assert pool.reserve(MB, 5) == 3 and pool.pooled_bytes == 3 * MB
+    s = pool.take(MB - 10)  # one of the reserved blocks
+    assert pool.pooled_bytes == 3 * MB and pool.num_one_off == 0
+    s.give_back()
+
+
+def test_prompt_kv_bytes_is_what_an_export_takes() -> None:
+    geometry = PageGeometry(num_layers=3, num_pages=8, page_size=4, num_kv_heads=2, head_dim=8)
+    kv = KVPool.allocate(geometry, torch.float32, torch.device("cpu"))
+    host = kv.export_pages(list(range(kv.pages_for(10))))
+    assert prompt_kv_bytes(kv, 10) == host.numel() * host.element_size()
