@@ -37,13 +37,16 @@ EXTRA_KEYS = ("median_itl_ms", "p99_itl_ms", "total_token_throughput", "duration
 SMOKE = {"input_len": 192, "output_len": 8, "num_requests": 4, "concurrency": 4}
 
 
-def start(args: argparse.Namespace, log: Path) -> tuple[ServerProcess, float]:
+def start(args: argparse.Namespace, log: Path) -> tuple[ServerProcess, float, dict]:
+    """The server, its seconds from launch to healthy, and the vocabulary sizes in play (the
+    dummy model's is cut to the tokenizer's, as in pd_serving, so every sampled id has text)."""
     flags = ["--disable-prefix-cache", "--context-length", str(args.context_length)]
+    vocab: dict = {}
     if args.smoke:
         flags += ["--device", "cpu"]
     else:
-        flags += ["--model", model_dir(args.model_config, args.tokenizer_dir),
-                  "--load-format", "dummy"]  # fmt: skip
+        model, vocab = model_dir(args.model_config, args.tokenizer_dir, keep_vocab=False)
+        flags += ["--model", model, "--load-format", "dummy"]
     if args.kv_cache_dtype:
         flags += ["--kv-cache-dtype", args.kv_cache_dtype]
     started = time.perf_counter()
@@ -53,7 +56,7 @@ def start(args: argparse.Namespace, log: Path) -> tuple[ServerProcess, float]:
     except BaseException:
         server.stop()
         raise
-    return server, time.perf_counter() - started
+    return server, time.perf_counter() - started, vocab
 
 
 def pool(url: str) -> dict[str, float]:
@@ -104,7 +107,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="field-profile-"))
-    server, start_s = start(args, work / "server.log")
+    server, start_s, vocab = start(args, work / "server.log")
     try:
         capacity = pool(server.url)
         row = bench(server.url, args, work / "bench")
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                      ("input_len", "output_len", "num_requests", "concurrency")},
         "kv_cache_dtype": args.kv_cache_dtype or "model dtype",
         "server_flags": args.server_flag, "server_start_s": start_s, **capacity,
-        "requests_the_pool_holds": held, "bench": row, "logs": str(work),
+        "requests_the_pool_holds": held, "vocab_size": vocab, "bench": row, "logs": str(work),
     }  # fmt: skip
     tag = args.tag or ("smoke" if args.smoke else f"{args.input_len // 1024}k")
     print(json.dumps(result, indent=1))
