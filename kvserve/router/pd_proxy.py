@@ -16,6 +16,7 @@ import asyncio
 import json
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from kvserve.router.config import RouterConfig
@@ -55,7 +56,7 @@ class PDForwarder(Forwarder):
     async def forward(self, request: web.Request, raw: bytes | None,
                       route: RouteRequest) -> web.StreamResponse:  # fmt: skip
         """Generation requests only (the app sends the rest to a plain ``Forwarder``)."""
-        body = json.loads(raw or b"{}")
+        body = msgspec.json.decode(raw or b"{}")  # valid: the app parsed it already
         deadline = asyncio.get_running_loop().time() + self.config.request_timeout_s
         tried: set[str] = set()
         attempt, retries = 0, self.config.retry.max_retries
@@ -67,7 +68,7 @@ class PDForwarder(Forwarder):
             prefill, decode = pair
             try:
                 params = await self._prefill(prefill, request, body, deadline)
-                to_decode = json.dumps({**body, FIELD: params}).encode()
+                to_decode = msgspec.json.encode({**body, FIELD: params})
                 return await self._decode(decode, request, to_decode, deadline, attempt < retries)
             except PairFailed as failed:
                 if not failed.retryable or attempt >= retries:
