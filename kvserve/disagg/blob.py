@@ -61,11 +61,6 @@ def empty_pages(header: KVHeader) -> torch.Tensor:
     return torch.empty(header.nbytes, dtype=torch.uint8)
 
 
-def page_shape(pool_geometry: Any, num_pages: int) -> tuple[int, ...]:
-    g = pool_geometry
-    return (g.num_layers, 2, num_pages, g.page_size, g.num_kv_heads, g.head_dim)
-
-
 def pages_from_raw(header: KVHeader, raw: torch.Tensor) -> torch.Tensor:
     return raw.view(torch_dtype(header.dtype)).view(header.shape)
 

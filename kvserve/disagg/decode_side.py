@@ -14,15 +14,13 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-import torch
-
 from kvserve.config import DisaggConfig
 from kvserve.disagg.blob import PrefilledKV
 from kvserve.disagg.bootstrap import fetch
 from kvserve.disagg.framing import TransferError
 from kvserve.disagg.handle import RemotePrefill
 from kvserve.disagg.hooks import EngineHook
-from kvserve.disagg.staging import HostStaging, reserve_for_context
+from kvserve.disagg.staging import HostStaging, copies_done_event, reserve_for_context
 from kvserve.disagg.transfer import make_transport
 from kvserve.engine.core.outputs import EngineCoreOutput
 from kvserve.engine.core.request import Request
@@ -148,7 +146,7 @@ class DecodeSide(EngineHook):
             kv.release(pages)
             self._fail(req, f"the prefill worker's KV does not fit this pool: {exc}")
             return None
-        blob.release(_copies_done(pool))
+        blob.release(copies_done_event(pool.device))
         _log_imported(req.request_id, blob, time.perf_counter() - started)
         del self.pending[req.request_id]
         h = blob.header
@@ -163,15 +161,6 @@ class DecodeSide(EngineHook):
         lps = [h.first_logprob] if req.params.logprobs is not None and h.first_logprob else None
         return EngineCoreOutput(req.request_id, [h.first_token_id], lps, finish, req.stop_reason,
                                 req.num_prompt_tokens, h.num_cached_tokens)  # fmt: skip
-
-
-def _copies_done(pool: KVPool) -> object | None:
-    """A CUDA event after the import's host-to-device copies (they run without a wait)."""
-    if pool.device.type != "cuda":
-        return None
-    event = torch.cuda.Event()
-    event.record()
-    return event
 
 
 # benchmarks/pd_serving.py reads these two lines: the decode side's time per request

@@ -5,16 +5,13 @@ scheduler finishes the request (max_tokens 1) and its pages return to the radix 
 from __future__ import annotations
 
 import logging
-import math
 import time
 
-import torch
-
 from kvserve.config import DisaggConfig
-from kvserve.disagg.blob import KVHeader, PrefilledKV, page_shape
+from kvserve.disagg.blob import KVHeader, PrefilledKV
 from kvserve.disagg.bootstrap import BootstrapServer
 from kvserve.disagg.hooks import EngineHook
-from kvserve.disagg.staging import HostStaging, reserve_for_context
+from kvserve.disagg.staging import HostStaging, copies_done_event, reserve_for_context
 from kvserve.disagg.store import HeldKV
 from kvserve.disagg.transfer import make_transport
 from kvserve.engine.core.outputs import TokenLogprobs
@@ -54,15 +51,11 @@ class PrefillSide(EngineHook):
         stream, and the bootstrap thread waits for the event before it sends."""
         started = time.perf_counter()
         n = self.pool.pages_for(req.num_prompt_tokens)
-        shape = page_shape(self.pool.geometry, n)
-        nbytes = self.pool.dtype.itemsize * math.prod(shape)
+        nbytes = self.pool.export_nbytes(n)
         staged = self.staging.take(nbytes)
-        out = staged.data.view(self.pool.dtype).view(shape)
+        out = staged.data.view(self.pool.dtype).view(self.pool.export_shape(n))
         pages = self.pool.export_pages(req.block_table[:n], out=out)
-        ready = None
-        if self.pool.device.type == "cuda":
-            ready = torch.cuda.Event()
-            ready.record()
+        ready = copies_done_event(self.pool.device)
         header = KVHeader(
             room=req.request_id, prompt_token_ids=req.prompt_token_ids, first_token_id=first,
             first_logprob=logprob, num_cached_tokens=req.num_cached_tokens,

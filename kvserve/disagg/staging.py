@@ -142,25 +142,21 @@ def _unlock(ptr: int) -> None:
         unpin_memory(ptr)
 
 
-def prompt_kv_bytes(pool: Any, tokens: int) -> int:
-    """Host bytes of one request's pages for a ``tokens``-token prompt (``KVPool.export_pages``)."""
-    g = pool.geometry
-    return (
-        g.num_layers
-        * 2
-        * pool.pages_for(tokens)
-        * g.page_size
-        * g.num_kv_heads
-        * g.head_dim
-        * (pool.dtype.itemsize)
-    )
+def copies_done_event(device: torch.device) -> Any:
+    """On CUDA, an event after the copies queued so far on the current stream (the staged
+    pages' device<->host copies run without a wait); None elsewhere (copies are done)."""
+    if device.type != "cuda":
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
 
 
 def reserve_for_context(staging: HostStaging, pool: Any, context_length: int) -> None:
     """On CUDA, two blocks that fit the longest prompt, made at startup (within the bound)."""
     if not staging.pin:
         return  # host memory: made on first use (the CPU tests' workers stay small)
-    nbytes = prompt_kv_bytes(pool, context_length)
+    nbytes = pool.export_nbytes(pool.pages_for(context_length))
     made = staging.reserve(nbytes, 2)
     log.info("KV staging: %d pinned block(s) of %.2f GB made (bound %.1f GB)", made,
              capacity_for(nbytes) / 1e9, staging.limit_bytes / 1e9)  # fmt: skip

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kvserve.disagg.framing import TransferError, recv_bulk, send_bulk
-from kvserve.disagg.staging import HostStaging, capacity_for, prompt_kv_bytes
+from kvserve.disagg.staging import HostStaging, capacity_for
 from kvserve.engine.runner.kv_pool import KVPool, PageGeometry
 
 MB = 1 << 20
@@ -76,8 +76,8 @@ def test_reserve_makes_blocks_up_front_within_the_bound() -> None:
     s.give_back()
 
 
-def test_prompt_kv_bytes_is_what_an_export_takes() -> None:
+def test_export_nbytes_is_what_an_export_takes() -> None:
     geometry = PageGeometry(num_layers=3, num_pages=8, page_size=4, num_kv_heads=2, head_dim=8)
     kv = KVPool.allocate(geometry, torch.float32, torch.device("cpu"))
     host = kv.export_pages(list(range(kv.pages_for(10))))
-    assert prompt_kv_bytes(kv, 10) == host.numel() * host.element_size()
+    assert kv.export_nbytes(kv.pages_for(10)) == host.numel() * host.element_size()

@@ -14,6 +14,7 @@ the device and host memory (the host tier and KV transfer move pages this way).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -151,6 +152,14 @@ class KVPool:
         return out[0], out[1]
 
     # -- page copies between device and host ------------------------------------------------
+    def export_shape(self, num_pages: int) -> tuple[int, ...]:
+        """``[num_layers, 2, num_pages, page_size, Hkv, D]``: what ``export_pages`` returns."""
+        g = self.geometry
+        return (g.num_layers, 2, num_pages, g.page_size, g.num_kv_heads, g.head_dim)
+
+    def export_nbytes(self, num_pages: int) -> int:
+        return math.prod(self.export_shape(num_pages)) * self.dtype.itemsize
+
     def export_pages(
         self, page_ids: list[int] | torch.Tensor, out: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -159,8 +168,7 @@ class KVPool:
         D]``. Into ``out`` when given; a pinned ``out`` gets the copies queued without a wait
         (the caller syncs on the stream before it reads them)."""
         ids = torch.as_tensor(page_ids, dtype=torch.int64, device=self.device)
-        g = self.geometry
-        shape = (g.num_layers, 2, len(ids), g.page_size, g.num_kv_heads, g.head_dim)
+        shape = self.export_shape(len(ids))
         pin = self.device.type == "cuda"
         host = out if out is not None else torch.empty(shape, dtype=self.dtype, pin_memory=pin)
         if tuple(host.shape) != shape or host.dtype != self.dtype:
