@@ -81,7 +81,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if stream is not None and not isinstance(stream, bool):
         return error_response(400, "'stream' must be a boolean", "stream")
     policy = state.pair_policy or state.policy
-    route = RouteRequest(prefix_key(body) if policy.needs_key else None)
+    route = RouteRequest(prefix_key(body) if policy.needs_key else None, body)
     return await state.generator.admit_and_forward(request, raw, route)
 
 

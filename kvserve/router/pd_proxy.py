@@ -56,7 +56,7 @@ class PDForwarder(Forwarder):
     async def forward(self, request: web.Request, raw: bytes | None,
                       route: RouteRequest) -> web.StreamResponse:  # fmt: skip
         """Generation requests only (the app sends the rest to a plain ``Forwarder``)."""
-        body = msgspec.json.decode(raw or b"{}")  # valid: the app parsed it already
+        body = route.body or {}
         deadline = asyncio.get_running_loop().time() + self.config.request_timeout_s
         tried: set[str] = set()
         attempt, retries = 0, self.config.retry.max_retries

@@ -20,6 +20,7 @@ PrefixKey = str | tuple[int, ...]
 @dataclass
 class RouteRequest:
     key: PrefixKey | None = None
+    body: dict[str, Any] | None = None  # the generation request as parsed (PD rewrites it)
 
 
 class Policy(Protocol):
