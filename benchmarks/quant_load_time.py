@@ -17,7 +17,6 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,10 @@ import torch
 from safetensors.torch import save_file
 
 from benchmarks.code_ab import TINY_LLAMA
-from benchmarks.common import write_result
+from benchmarks.common import LLAMA_8B, write_result
+from benchmarks.random_checkpoint import llama_shards, random_tensor
+from kvserve.quant.fp8_weights import quantize_weight
 
-LLAMA_8B = "benchmarks/configs/llama-3-8b"
-FP8_MAX = 448.0
 _ACTIVATIONS = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": True,
                 "strategy": "token"}  # fmt: skip
 _WEIGHTS = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False,
@@ -48,39 +47,12 @@ print(json.dumps({"load_s": time.perf_counter() - t}))
 """
 
 
-def layer_shapes(cfg: dict[str, Any], n: int) -> dict[str, tuple[int, ...]]:
-    h, i = cfg["hidden_size"], cfg["intermediate_size"]
-    d = cfg.get("head_dim") or h // cfg["num_attention_heads"]
-    q, kv = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
-    p = f"model.layers.{n}."
-    return {p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
-            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
-            p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h),
-            p + "mlp.down_proj.weight": (h, i), p + "input_layernorm.weight": (h,),
-            p + "post_attention_layernorm.weight": (h,)}  # fmt: skip
-
-
-def shards(cfg: dict[str, Any]) -> Iterator[dict[str, tuple[int, ...]]]:
-    h, v = cfg["hidden_size"], cfg["vocab_size"]
-    yield {"model.embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "model.norm.weight": (h,)}
-    for n in range(cfg["num_hidden_layers"]):
-        yield layer_shapes(cfg, n)
-
-
-def random_tensor(shape: tuple[int, ...], device: str, gen: torch.Generator) -> torch.Tensor:
-    if len(shape) == 1:
-        return torch.ones(shape, dtype=torch.bfloat16)
-    t = torch.empty(shape, device=device).normal_(0, 0.02, generator=gen)
-    return t.to(torch.bfloat16).cpu()
-
-
 def to_fp8(name: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
     """compressed-tensors' channel-wise FP8: ``weight`` in e4m3 and ``weight_scale`` [N, 1]."""
     if t.dim() != 2 or not name.startswith("model.layers."):
         return {name: t}
-    scale = (t.float().abs().amax(dim=1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
-    q = (t.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-    return {name: q, name + "_scale": scale.to(torch.bfloat16)}
+    q, scale = quantize_weight(t, "channel")
+    return {name: q, name + "_scale": scale[:, None].to(torch.bfloat16)}
 
 
 def write_checkpoints(cfg: dict[str, Any], root: Path, device: str, tok: str | None) -> list[Path]:
@@ -93,7 +65,7 @@ def write_checkpoints(cfg: dict[str, Any], root: Path, device: str, tok: str | N
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
         load_tokenizer(tok).hf.save_pretrained(d)
-    for k, shapes in enumerate(shards(cfg)):
+    for k, shapes in enumerate(llama_shards(cfg)):
         file = f"model-{k:05d}.safetensors"
         bf16 = {name: random_tensor(shape, device, gen) for name, shape in shapes.items()}
         fp8 = {n: t for name, w in bf16.items() for n, t in to_fp8(name, w).items()}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.random_checkpoint import llama_shards, random_tensor
 from tests.distributed.tp_scenario import compare, run_workload
 
 pytestmark = [
@@ -35,33 +36,9 @@ def write_random_checkpoint(path: Path, config: dict, num_layers: int, seed: int
     path.mkdir(parents=True, exist_ok=True)
     cfg = {**config, "num_hidden_layers": num_layers}
     (path / "config.json").write_text(json.dumps(cfg))
-    h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    q, kv = (
-        cfg["num_attention_heads"] * cfg["head_dim"],
-        cfg["num_key_value_heads"] * cfg["head_dim"],
-    )
-    shapes = {
-        "model.embed_tokens.weight": (v, h),
-        "lm_head.weight": (v, h),
-        "model.norm.weight": (h,),
-    }
-    for n in range(num_layers):
-        p = f"model.layers.{n}."
-        shapes |= {
-            p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
-            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
-            p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h),
-            p + "mlp.down_proj.weight": (h, i), p + "input_layernorm.weight": (h,),
-            p + "post_attention_layernorm.weight": (h,),
-        }  # fmt: skip
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    tensors = {}
-    for name, shape in shapes.items():
-        if len(shape) == 1:
-            tensors[name] = torch.ones(shape, dtype=torch.bfloat16)
-        else:
-            t = torch.empty(shape, device="cuda").normal_(0, 0.02, generator=gen)
-            tensors[name] = t.to(torch.bfloat16).cpu()
+    tensors = {name: random_tensor(shape, "cuda", gen)
+               for shard in llama_shards(cfg) for name, shape in shard.items()}  # fmt: skip
     save_file(tensors, str(path / "model.safetensors"))
     return str(path)
 
