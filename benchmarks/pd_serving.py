@@ -129,7 +129,8 @@ def transfers(decode_log: Path, prefill_log: Path) -> dict[str, Any]:
     """Per-request KV transfer figures: the decode side's fetch (header wait, then the wire),
     its import on the engine thread, and the prefill side's capture, hold and send."""
     text = decode_log.read_text()
-    rows = [(int(b), float(s)) for b, s, _, _ in TRANSFER_LINE.findall(text)]
+    fetched = TRANSFER_LINE.findall(text)
+    rows = [(int(b), float(s)) for b, s, _, _ in fetched]
     if not rows:
         return {"count": 0}
     rates = sorted(b / s / 1e9 for b, s in rows if s > 0)
@@ -140,11 +141,12 @@ def transfers(decode_log: Path, prefill_log: Path) -> dict[str, Any]:
         "median_gb_per_s": statistics.median(rates), "min_gb_per_s": rates[0],
         "max_gb_per_s": rates[-1],
     }  # fmt: skip
+    imported = IMPORT_LINE.findall(text)
     split = {
-        "decode_header_s": [float(h) for _, _, h, _ in TRANSFER_LINE.findall(text) if h],
-        "decode_wire_s": [float(w) for _, _, _, w in TRANSFER_LINE.findall(text) if w],
-        "decode_wait_s": [float(w) for w, _ in IMPORT_LINE.findall(text)],
-        "decode_import_s": [float(i) for _, i in IMPORT_LINE.findall(text)],
+        "decode_header_s": [float(h) for _, _, h, _ in fetched if h],
+        "decode_wire_s": [float(w) for _, _, _, w in fetched if w],
+        "decode_wait_s": [float(w) for w, _ in imported],
+        "decode_import_s": [float(i) for _, i in imported],
     }
     sent = SEND_LINE.findall(prefill_log.read_text())
     for i, key in enumerate(("prefill_capture_s", "prefill_held_s", "prefill_copy_wait_s",
