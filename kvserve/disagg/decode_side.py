@@ -20,7 +20,7 @@ from kvserve.disagg.bootstrap import fetch
 from kvserve.disagg.framing import TransferError
 from kvserve.disagg.handle import RemotePrefill
 from kvserve.disagg.hooks import EngineHook
-from kvserve.disagg.staging import HostStaging, copies_done_event, reserve_for_context
+from kvserve.disagg.staging import copies_done_event, staging_for_pool
 from kvserve.disagg.transfer import make_transport
 from kvserve.engine.core.outputs import EngineCoreOutput
 from kvserve.engine.core.request import Request
@@ -39,9 +39,9 @@ class DecodeSide(EngineHook):
     def __init__(self, config: DisaggConfig, engine: EngineCore) -> None:
         self.engine = engine
         self.timeout_s = config.disaggregation_transfer_timeout
-        pin = engine.runner.kv.device.type == "cuda"
-        self.staging = HostStaging(int(config.disaggregation_staging_gb * 2**30), pin=pin)
-        reserve_for_context(self.staging, engine.runner.kv, engine.context_length)
+        self.staging = staging_for_pool(
+            config.disaggregation_staging_gb, engine.runner.kv, engine.context_length
+        )
         self.transport = make_transport(config.disaggregation_transfer_backend, self.staging)
         self.pending: dict[str, Request] = {}  # fetching, or fetched and waiting for pages
         self.fetched: queue.Queue[tuple[Request, PrefilledKV | Exception]] = queue.Queue()

@@ -11,7 +11,7 @@ from kvserve.config import DisaggConfig
 from kvserve.disagg.blob import KVHeader, PrefilledKV
 from kvserve.disagg.bootstrap import BootstrapServer
 from kvserve.disagg.hooks import EngineHook
-from kvserve.disagg.staging import HostStaging, copies_done_event, reserve_for_context
+from kvserve.disagg.staging import copies_done_event, staging_for_pool
 from kvserve.disagg.store import HeldKV
 from kvserve.disagg.transfer import make_transport
 from kvserve.engine.core.outputs import TokenLogprobs
@@ -27,9 +27,7 @@ class PrefillSide(EngineHook):
 
     def __init__(self, config: DisaggConfig, pool: KVPool, context_length: int) -> None:
         self.pool = pool
-        self.staging = HostStaging(int(config.disaggregation_staging_gb * 2**30),
-                                   pin=pool.device.type == "cuda")  # fmt: skip
-        reserve_for_context(self.staging, pool, context_length)
+        self.staging = staging_for_pool(config.disaggregation_staging_gb, pool, context_length)
         self.held = HeldKV(config.disaggregation_transfer_timeout)
         self.transport = make_transport(config.disaggregation_transfer_backend)
         self.server = BootstrapServer(

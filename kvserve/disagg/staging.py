@@ -45,9 +45,9 @@ def capacity_for(nbytes: int) -> int:
 
 
 class HostStaging:
-    def __init__(self, limit_bytes: int, pin: bool | None = None) -> None:
+    def __init__(self, limit_bytes: int, pin: bool = False) -> None:
         self.limit_bytes = limit_bytes
-        self.pin = torch.cuda.is_available() if pin is None else pin
+        self.pin = pin
         self._free: list[tuple[torch.Tensor, Any]] = []  # (block, event or None)
         self._pooled_bytes = 0  # blocks made and kept, lent or free
         self._lock = threading.Lock()
@@ -152,11 +152,14 @@ def copies_done_event(device: torch.device) -> Any:
     return event
 
 
-def reserve_for_context(staging: HostStaging, pool: Any, context_length: int) -> None:
-    """On CUDA, two blocks that fit the longest prompt, made at startup (within the bound)."""
-    if not staging.pin:
-        return  # host memory: made on first use (the CPU tests' workers stay small)
-    nbytes = pool.export_nbytes(pool.pages_for(context_length))
-    made = staging.reserve(nbytes, 2)
-    log.info("KV staging: %d pinned block(s) of %.2f GB made (bound %.1f GB)", made,
-             capacity_for(nbytes) / 1e9, staging.limit_bytes / 1e9)  # fmt: skip
+def staging_for_pool(limit_gb: float, pool: Any, context_length: int) -> HostStaging:
+    """A worker's staging buffers: pinned on CUDA, where two blocks that fit the longest prompt
+    are made at startup (within the bound); on the host made on first use (the CPU tests'
+    workers stay small)."""
+    staging = HostStaging(int(limit_gb * 2**30), pin=pool.device.type == "cuda")
+    if staging.pin:
+        nbytes = pool.export_nbytes(pool.pages_for(context_length))
+        made = staging.reserve(nbytes, 2)
+        log.info("KV staging: %d pinned block(s) of %.2f GB made (bound %.1f GB)", made,
+                 capacity_for(nbytes) / 1e9, staging.limit_bytes / 1e9)  # fmt: skip
+    return staging
