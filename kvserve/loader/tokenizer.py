@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvserve.errors import ModelLoadError
+from kvserve.loader import gguf_tokenizer_cache
 from kvserve.loader.bundled import bundled_model_path
 from kvserve.loader.chat_template import render_chat_template
 from kvserve.loader.files import one_line
@@ -93,6 +94,16 @@ def _load_hf_dir(path: str) -> Tokenizer:
 
 
 def _load_gguf(path: str) -> Tokenizer:
+    entry = gguf_tokenizer_cache.entry_dir(path)
+    cached = gguf_tokenizer_cache.read_entry(entry)
+    if cached is not None:
+        return Tokenizer(*cached, path)
+    hf, template, eos = _convert_gguf(path)
+    gguf_tokenizer_cache.write_entry(entry, hf, template, eos)
+    return Tokenizer(hf, template, eos, path)
+
+
+def _convert_gguf(path: str) -> tuple[Any, str | None, list[int]]:
     from transformers import AutoTokenizer
 
     reader = open_gguf(path)
@@ -101,9 +112,8 @@ def _load_gguf(path: str) -> Tokenizer:
         hf = AutoTokenizer.from_pretrained(directory, gguf_file=filename, local_files_only=True)
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot load the tokenizer: {one_line(exc)}") from exc
-    eos = gguf_eos_token_ids(reader)
-    template = gguf_field(reader, "tokenizer.chat_template", hf.chat_template)
-    return Tokenizer(hf, template, eos, path)
+    eos = list(gguf_eos_token_ids(reader))
+    return hf, gguf_field(reader, "tokenizer.chat_template", hf.chat_template), eos
 
 
 def _hf_chat_template(hf: Any, directory: Path) -> str | None:
