@@ -11,7 +11,6 @@ from model_factory import (
     MOE_TINY,
     bundled_gguf_path,
     llama_cpp_permute,
-    load_reference_model,
     make_tiny_gguf,
 )
 from safetensors.torch import load_file
@@ -38,8 +37,8 @@ def test_bundled_config() -> None:
     assert src.generation_defaults.temperature is None
 
 
-def test_bundled_weights_equal_transformers() -> None:
-    reference = load_reference_model(bundled_gguf_path()).state_dict()
+def test_bundled_weights_equal_transformers(bundled_reference) -> None:  # noqa: ANN001
+    reference = bundled_reference.state_dict()
     ours = dict(open_model_source(None).weights())
     assert set(ours) == set(reference) - {"lm_head.weight"}  # tied: lm_head is the embedding
     for name, tensor in ours.items():
