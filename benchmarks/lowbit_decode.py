@@ -18,7 +18,9 @@ out) per format (minutes each). Formats:
              (Triton block-scaled GEMM), as Qwen3-FP8 / DeepSeek ship
   nvfp4, mxfp4  --quantization nvfp4 / mxfp4 (weight-only, where registered)
 
-A ``+kv8`` suffix (``bf16+kv8``, ``fp8+kv8``) runs the format with an FP8 (e4m3) KV cache. Each
+A ``+kv8`` suffix (``bf16+kv8``, ``fp8+kv8``) runs the format with an FP8 (e4m3) KV cache; a
+``+w8a16`` suffix (``fp8+w8a16``) runs FP8 weights weight-only on the skinny GEMM for steps of
+up to ``--w8a16-rows`` tokens (``KVSERVE_FP8_W8A16_ROWS``), so ``fp8,fp8+w8a16`` is an A/B. Each
 format records its KV pool's capacity in tokens at the default memory fraction. ``--contexts``
 takes several context lengths (e.g. ``1024,32768`` with ``--batches 1,64,256,32``; a batch
 whose KV does not fit the pool is skipped and says so).
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -46,6 +49,7 @@ from benchmarks.common import (
     write_result,
 )
 from benchmarks.roofline import run_decode, run_offline
+from kvserve.quant.fp8_method import W8A16_ROWS_ENV, w8a16_max_rows
 
 # format -> (--quantization, quantization_config written into a copy of config.json)
 FORMATS: dict[str, tuple[str | None, dict[str, Any] | None]] = {
@@ -77,20 +81,24 @@ def model_dir(base: str, quantization_config: dict[str, Any] | None, tmp: Path) 
     return str(out)
 
 
-KV8 = "+kv8"
+SUFFIXES = ("kv8", "w8a16")
 
 
 def known_format(name: str) -> bool:
-    return name.removesuffix(KV8) in FORMATS
+    base, *suffixes = name.split("+")
+    return base in FORMATS and all(s in SUFFIXES for s in suffixes)
 
 
 def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> dict[str, Any]:
-    flag, qc = FORMATS[name.removesuffix(KV8)]
+    base, *suffixes = name.split("+")
+    flag, qc = FORMATS[base]
     settings: dict[str, Any] = {"max_running_requests": args.max_running}
     if flag is not None:
         settings["quantization"] = flag
-    if name.endswith(KV8):
+    if "kv8" in suffixes:
         settings["kv_cache_dtype"] = "fp8_e4m3"
+    os.environ[W8A16_ROWS_ENV] = str(args.w8a16_rows if "w8a16" in suffixes else 0)
+    w8a16_max_rows.cache_clear()
     core = build_engine(model_dir(args.model, qc, tmp), **settings)
     wbytes = weight_bytes(core)
     kv_tokens = kv_capacity_tokens(core)
@@ -122,6 +130,7 @@ def main() -> None:
     ap.add_argument("--offline", action="store_true", help="also 1000 x (1024 in, 1024 out)")
     ap.add_argument("--offline-requests", type=int, default=1000)
     ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--w8a16-rows", type=int, default=16, help="the +w8a16 suffix's row limit")
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
@@ -132,7 +141,8 @@ def main() -> None:
         raise SystemExit(f"unknown format(s) {unknown}; known: {', '.join(FORMATS)}")
     ceil = gpu_ceilings()
     result: dict[str, Any] = {"model": args.model, "weights": "dummy", "contexts": args.contexts,
-                              "ceilings": ceil, "formats": {}}  # fmt: skip
+                              "w8a16_rows": args.w8a16_rows, "ceilings": ceil,
+                              "formats": {}}  # fmt: skip
     print(f"ceilings: {ceil}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name in formats:

@@ -9,13 +9,15 @@ activations: one per shard while loading, then their max).
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kvserve.errors import ModelLoadError
+from kvserve.errors import ConfigError, ModelLoadError
 from kvserve.kernels.fp8_gemm import (
     dequantize_fp8_weight,
     fp8_block_gemm,
@@ -23,6 +25,7 @@ from kvserve.kernels.fp8_gemm import (
     scaled_mm,
 )
 from kvserve.kernels.fp8_quant import FP8, dequantize_fp8_activation, quantize_fp8
+from kvserve.kernels.skinny_gemm import skinny_linear_fp8
 from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
 from kvserve.quant.fp8_weights import quantize_weight, requantize_to_max
 from kvserve.quant.method import copy_checked, shard_rows, unknown_param
@@ -35,7 +38,22 @@ ZERO_POINTS = ("weight_zero_point", "input_zero_point")
 DUMMY_INPUT_SCALE = 0.02  # static activations up to ~9 in a random model
 
 
+W8A16_ROWS_ENV = "KVSERVE_FP8_W8A16_ROWS"
+
+
+@functools.cache
+def w8a16_max_rows() -> int:
+    """Steps of at most this many tokens run FP8 weights weight-only on the skinny GEMM
+    (``KVSERVE_FP8_W8A16_ROWS``; 0, the default, keeps every step on the W8A8 tensor-core
+    path until the H200 A/B says which is faster at which batch)."""
+    value = os.environ.get(W8A16_ROWS_ENV, "0")
+    if not value.isdigit() or int(value) > 64:
+        raise ConfigError(f"{W8A16_ROWS_ENV}={value!r}: expected a row count from 0 to 64")
+    return int(value)
+
+
 def make_method(config: QuantConfig) -> Fp8LinearMethod:
+    w8a16_max_rows()  # a bad KVSERVE_FP8_W8A16_ROWS fails the load, not the first step
     return Fp8LinearMethod(fp8_spec(config))
 
 
@@ -153,6 +171,8 @@ class Fp8LinearMethod:
         spec, w, ws = self.spec, layer.weight, layer.weight_scale
         if spec.activation == "none":
             return F.linear(x, dequantize_fp8_weight(w, ws, spec.block).to(x.dtype))
+        if _weight_only_here(spec, x):
+            return skinny_linear_fp8(x, w, ws)
         static = layer.input_scale if spec.activation == "static" else None
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)
@@ -174,6 +194,13 @@ def _dequantized(layer: Linear, spec: Fp8Spec) -> torch.Tensor:
         cached = dequantize_fp8_weight(layer.weight, layer.weight_scale, spec.block)
         layer.__dict__["_fp8_dequantized"] = cached
     return cached
+
+
+def _weight_only_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
+    return (
+        spec.weight != "block" and x.device.type == "cuda" and x.shape[0] <= w8a16_max_rows()
+        and x.dtype in (torch.bfloat16, torch.float16)
+    )  # fmt: skip
 
 
 def _tensor_core_shapes(layer: Linear) -> bool:
