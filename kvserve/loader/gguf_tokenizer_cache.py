@@ -4,9 +4,9 @@ Building a transformers tokenizer from a GGUF's vocabulary parses the whole file
 reader, then transformers' converter) and costs 10-20 s of CPU in every process that serves,
 generates or benchmarks; the converted files, with the chat template and EOS ids kvserve reads
 from the GGUF, load in well under a second. An entry is keyed by the GGUF's path, size and
-mtime and by the transformers version that converted it, and appears whole or not at all (it is
-written to a temporary folder, then renamed). ``KVSERVE_CACHE_DIR`` moves the cache (default
-``$XDG_CACHE_HOME/kvserve``, else ``~/.cache/kvserve``); an empty value turns it off."""
+mtime and by the transformers and tokenizers versions that converted it, and appears whole or
+not at all (it is written to a temporary folder, then renamed). ``KVSERVE_CACHE_DIR`` moves the
+cache (default ``$XDG_CACHE_HOME/kvserve``, else ``~/.cache/kvserve``); empty turns it off."""
 
 from __future__ import annotations
 
@@ -37,10 +37,12 @@ def entry_dir(gguf_path: str) -> Path | None:
     root = cache_root()
     if root is None:
         return None
+    import tokenizers
     import transformers
 
     st = os.stat(gguf_path)
-    key = f"{gguf_path}\0{st.st_size}\0{st.st_mtime_ns}\0{transformers.__version__}\0{_FORMAT}"
+    versions = f"{transformers.__version__}\0{tokenizers.__version__}\0{_FORMAT}"
+    key = f"{gguf_path}\0{st.st_size}\0{st.st_mtime_ns}\0{versions}"
     return root / "gguf-tokenizers" / hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
