@@ -19,10 +19,11 @@ x's dtype in registers, its per-row or per-tensor scale applied to the fp32 tile
 store. The FP8 linear method takes it for steps of up to ``KVSERVE_FP8_W8A16_ROWS`` tokens (0,
 off, by default: not yet timed on the H200).
 
-The bf16 kernel is not on the engine's path. On the H200 it ties cuBLAS on Llama-3-8B's projections and leads it by
-3-8% on a 128K-vocabulary weight in isolation, but the LM head on it was no faster in the engine
-(benchmarks/results/lm_head_ab_h200_2026-11-29.json). It is the base for what could beat cuBLAS:
-the RMSNorm fused into the prologue and SiLU-and-multiply into the down projection's.
+The bf16 kernel is not on the engine's path. On the H200 it ties cuBLAS on Llama-3-8B's
+projections and leads it by 3-8% on a 128K-vocabulary weight in isolation, but the LM head on
+it was no faster in the engine (benchmarks/results/lm_head_ab_h200_2026-11-29.json). It is the
+base for what could beat cuBLAS: the RMSNorm fused into the prologue and SiLU-and-multiply into
+the down projection's.
 """
 
 from __future__ import annotations
