@@ -16,6 +16,7 @@ from kvserve.loader.files import one_line
 from kvserve.loader.generation_defaults import read_generation_defaults
 from kvserve.loader.gguf_config import gguf_eos_token_ids
 from kvserve.loader.gguf_reader import gguf_field, open_gguf
+from kvserve.loader.token_bound import max_bytes_per_token
 
 
 class Tokenizer:
@@ -30,6 +31,11 @@ class Tokenizer:
         self.bos_token_id: int | None = hf.bos_token_id
         self.vocab_size: int = len(hf)
         self.path = path
+
+    @functools.cached_property
+    def max_bytes_per_token(self) -> int | None:
+        """The most bytes of text one token covers (None: no such bound for this tokenizer)."""
+        return max_bytes_per_token(self.hf)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return list(self.hf.encode(text, add_special_tokens=add_special_tokens))

@@ -15,6 +15,7 @@ from kvserve.server.limits import check_chat
 from kvserve.server.logprobs import chat_logprobs
 from kvserve.server.protocol import ChatCompletionRequest, ChatMessage
 from kvserve.server.sampling import build_params
+from kvserve.server.validation import refuse_text_that_cannot_fit
 
 
 def message_dict(m: ChatMessage) -> dict[str, Any]:
@@ -69,6 +70,7 @@ class ChatCall:
         """Template and tokenize (CPU-heavy: runs off the event loop)."""
         self.ctx, self.req = ctx, req
         self.prompt_text = render_prompt(ctx, req)
+        refuse_text_that_cannot_fit(ctx.tokenizer, self.prompt_text, ctx.ready, "messages")
         ids = ctx.tokenizer.encode(self.prompt_text, add_special_tokens=False)
         top = req.top_logprobs if req.top_logprobs is not None else 0
         params = build_params(

@@ -13,6 +13,7 @@ from kvserve.server.limits import check_completion, prompt_list
 from kvserve.server.logprobs import completion_logprobs
 from kvserve.server.protocol import CompletionRequest
 from kvserve.server.sampling import build_params
+from kvserve.server.validation import refuse_text_that_cannot_fit
 
 
 def _prompts(ctx: ServerContext, req: CompletionRequest) -> tuple[list[list[int]], list[str]]:
@@ -26,6 +27,7 @@ def _prompts(ctx: ServerContext, req: CompletionRequest) -> tuple[list[list[int]
         if isinstance(item, str):
             if not item:
                 raise APIError(400, "the prompt is empty", "prompt")
+            refuse_text_that_cannot_fit(tok, item, ctx.ready, "prompt")
             ids.append(tok.encode(item, add_special_tokens=True))
             texts.append(item)
         else:

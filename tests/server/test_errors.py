@@ -60,6 +60,25 @@ def test_context_length_error_says_both_numbers(server: Server) -> None:
     assert err["param"] == "max_tokens"
 
 
+def test_a_prompt_too_long_by_its_bytes_is_refused_untokenized(server: Server) -> None:
+    """Over context x (the most bytes a token covers) bytes, the prompt cannot fit: refused with
+    the numbers before the API process spends ~0.5 GB tokenizing megabytes."""
+    from kvserve.loader import load_tokenizer
+
+    ctx = httpx.get(server.url + "/v1/models").json()["data"][0]["max_model_len"]
+    longest = load_tokenizer(None).max_bytes_per_token
+    text = "hello " * (ctx * longest // 6 + 100)
+    err = _error(httpx.post(server.url + "/v1/completions", json={"prompt": text}, timeout=60), 400)
+    assert err["param"] == "prompt" and "at least" in err["message"] and str(ctx) in err["message"]
+    body = {"messages": [{"role": "user", "content": text}]}
+    err = _error(httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60), 400)
+    assert err["param"] == "messages" and "at least" in err["message"]
+    short = "hi " * (ctx + 10)  # over the context once tokenized, far under the byte bound
+    err = _error(httpx.post(server.url + "/v1/completions", json={"prompt": short}), 400)
+    assert "at least" not in err["message"] and str(ctx) in err["message"]
+    assert_invariants(server.url)
+
+
 def test_unknown_model_route_and_method(server: Server) -> None:
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0)
     with pytest.raises(openai.NotFoundError):
