@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from kvserve.config import ModelConfig
@@ -92,8 +93,8 @@ class KVPool:
         same tensor (a throw-away pool for measuring a step's activation memory)."""
         shape, n = geometry.layer_shape, geometry.num_layers
         if one_tensor_for_all_layers:
-            return cls([torch.zeros(shape, dtype=dtype, device=device)] * n)
-        return cls([torch.zeros(shape, dtype=dtype, device=device) for _ in range(n)])
+            return cls([_zeroed(shape, dtype, device)] * n)
+        return cls([_zeroed(shape, dtype, device) for _ in range(n)])
 
     # -- geometry ---------------------------------------------------------------------------
     def layer(self, idx: int) -> torch.Tensor:
@@ -192,3 +193,13 @@ class KVPool:
         for i, cache in enumerate(self.layers):
             src = raw_kv(host[i]).to(self.device, non_blocking=True)
             raw_kv(cache).index_copy_(1, ids, src)
+
+
+def _zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if device.type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    # calloc'd: the OS hands out zero pages as they are first touched, so a CPU pool costs no
+    # memset at start (4.8 s for the bundled model's 1.5 GB on 2 cores) and no resident memory
+    # for pages never used
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).view(shape)
