@@ -76,7 +76,7 @@ def write_entry(entry: Path | None, hf: Any, chat_template: str | None, eos: lis
         Path(tmp, _META).write_text(json.dumps(meta))
         os.rename(tmp, entry)  # fails when another process stored the same entry first
         tmp = None
-    except OSError as exc:
+    except Exception as exc:  # a disk problem or a save_pretrained failure: never a failed load
         log.debug("tokenizer cache entry %s not written: %s", entry, exc)
     finally:
         if tmp is not None:
