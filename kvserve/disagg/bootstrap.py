@@ -59,7 +59,12 @@ class BootstrapServer:
                                 "prefilled here, already fetched, or expired)"})  # fmt: skip
                 return
             try:
+                started = time.perf_counter()
+                blob.wait_ready()  # the capture's device-to-host copies
+                ready = time.perf_counter()
                 self.transport.send_pages(conn, blob)
+                # the wire: from the header out until the backend is done with the pages
+                blob.seconds.update(copy_wait=ready - started, wire=time.perf_counter() - ready)
             finally:
                 blob.release(blob.ready)
             _log_sent(blob)

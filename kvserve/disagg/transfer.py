@@ -25,7 +25,8 @@ BACKENDS = ("mooncake", "nixl", "tcp")
 class Transport(Protocol):
     name: str
 
-    def send_pages(self, conn: socket.socket, blob: PrefilledKV) -> None: ...
+    def send_pages(self, conn: socket.socket, blob: PrefilledKV) -> None:
+        """``blob``'s pages are in host memory (the bootstrap server waited for their copies)."""
 
     def recv_pages(self, conn: socket.socket, deadline: float) -> PrefilledKV: ...
 

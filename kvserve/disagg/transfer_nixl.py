@@ -34,9 +34,6 @@ class NixlTransport:
         self.peers: set[str] = set()
 
     def send_pages(self, conn: socket.socket, blob: PrefilledKV) -> None:
-        started = time.perf_counter()
-        blob.wait_ready()
-        ready = time.perf_counter()
         raw = blob.raw()
         with self.lock:
             reg = self.agent.register_memory(raw)
@@ -50,8 +47,6 @@ class NixlTransport:
         finally:
             with self.lock:
                 self.agent.deregister_memory(reg)
-        # the wire: descriptors out until the decode side's READ is confirmed
-        blob.seconds.update(copy_wait=ready - started, wire=time.perf_counter() - ready)
 
     def recv_pages(self, conn: socket.socket, deadline: float) -> PrefilledKV:
         started = time.perf_counter()

@@ -21,11 +21,7 @@ class TcpTransport:
     def send_pages(self, conn: socket.socket, blob: PrefilledKV) -> None:
         deadline = time.monotonic() + (conn.gettimeout() or 3600.0)
         send_msg(conn, {"ok": True, "header": encode_header(blob.header)})
-        started = time.perf_counter()
-        blob.wait_ready()  # the capture's device-to-host copies
-        ready = time.perf_counter()
         send_bulk(conn, memoryview(blob.raw().numpy()), deadline)
-        blob.seconds.update(copy_wait=ready - started, wire=time.perf_counter() - ready)
 
     def recv_pages(self, conn: socket.socket, deadline: float) -> PrefilledKV:
         started = time.perf_counter()
