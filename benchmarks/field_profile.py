@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +26,7 @@ from typing import Any
 import httpx
 
 from benchmarks.common import write_result
-from benchmarks.pd_serving import BENCH_KEYS, LLAMA_31_8B, model_dir
+from benchmarks.pd_serving import BENCH_KEYS, LLAMA_31_8B, model_dir, run_bench
 from kvserve.bench.scrape import parse_metrics
 from kvserve.server.launch import ServerProcess, launch_server
 
@@ -66,14 +64,7 @@ def pool(url: str) -> dict[str, float]:
 
 
 def bench(url: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "kvserve.cli", "bench", "--base-url", url, "--profile",
-           "random", "--input-len", str(args.input_len), "--output-len", str(args.output_len),
-           "--range-ratio", "0", "--num-requests", str(args.num_requests),
-           "--max-concurrency", str(args.concurrency), "--endpoint", "completions",
-           "--scrape-metrics", "--seed", "1", "--tokenizer", args.tokenizer_dir or "bundled",
-           "--out", str(out), "--quiet"]  # fmt: skip
-    subprocess.run(cmd, check=True)
-    result = json.loads((out / "result.json").read_text())
+    result = run_bench(url, args, args.tokenizer_dir or "bundled", out, 0.0, "--scrape-metrics")
     row = {k: result.get(k) for k in (*BENCH_KEYS, *EXTRA_KEYS) if k in result}
     server = result.get("server_metrics") or {}
     row["kv_usage_peak"] = server.get("peak_gauges", {}).get("kv_cache_usage_perc")

@@ -114,14 +114,21 @@ class Workers:
             s.stop(120)
 
 
-def bench(url: str, args: argparse.Namespace, tokenizer: str, out: Path) -> dict[str, Any]:
+def run_bench(url: str, args: argparse.Namespace, tokenizer: str, out: Path,
+              range_ratio: float, *extra: str) -> dict[str, Any]:  # fmt: skip
+    """`kvserve bench`'s random profile at ``args``' lengths and concurrency; its result.json."""
     cmd = [sys.executable, "-m", "kvserve.cli", "bench", "--base-url", url, "--profile",
            "random", "--input-len", str(args.input_len), "--output-len", str(args.output_len),
-           "--range-ratio", str(args.range_ratio), "--num-requests", str(args.num_requests),
+           "--range-ratio", str(range_ratio), "--num-requests", str(args.num_requests),
            "--max-concurrency", str(args.concurrency), "--endpoint", "completions",
-           "--tokenizer", tokenizer, "--seed", "1", "--out", str(out), "--quiet"]  # fmt: skip
+           "--tokenizer", tokenizer, "--seed", "1", "--out", str(out), "--quiet",
+           *extra]  # fmt: skip
     subprocess.run(cmd, check=True)
-    result = json.loads((out / "result.json").read_text())
+    return json.loads((out / "result.json").read_text())
+
+
+def bench(url: str, args: argparse.Namespace, tokenizer: str, out: Path) -> dict[str, Any]:
+    result = run_bench(url, args, tokenizer, out, args.range_ratio)
     return {k: result.get(k) for k in BENCH_KEYS}
 
 
