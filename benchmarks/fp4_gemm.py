@@ -7,7 +7,8 @@ for bf16. Timing as in ``benchmarks/skinny_gemm.py``: one CUDA graph runs the op
 weights (>= 256 MB of them, over 4x the L2), time per op = replay time / L, median over
 replays; each config is checked against the torch reference before and after. Shapes:
 Llama-3-8B's fused projections at M = 1, 16, 64, 256; the default config and up to
---max-configs candidates per row (at M <= 4 these include the CUDA-core GEMV, Fp4GemvConfig).
+--max-configs candidates per row (at M <= 4 the default is the CUDA-core GEMV, GemvConfig;
+the MMA kernel's tiles follow).
 About four minutes on an H200, mostly Triton compiles.
 
     python -m benchmarks.fp4_gemm --out-dir $OUT
@@ -27,8 +28,9 @@ import torch.nn.functional as F
 
 from benchmarks.common import copy_bandwidth_gbs, write_result
 from benchmarks.skinny_gemm import graph_us, rel_err
-from kvserve.kernels.fp4_gemm import Fp4GemmConfig, Fp4GemvConfig, candidate_configs, fp4_linear
+from kvserve.kernels.fp4_gemm import Fp4GemmConfig, candidate_configs, fp4_linear
 from kvserve.kernels.fp4_reference import fp4_linear_reference
+from kvserve.kernels.word_gemv import GemvConfig
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 ROWS = [1, 16, 64, 256]
@@ -54,7 +56,7 @@ def fp4_bytes(weight: Fp4Weight) -> int:
 
 
 def time_config(
-    cfg: Fp4GemmConfig | Fp4GemvConfig, xs: list[torch.Tensor], weights: list[Fp4Weight],
+    cfg: Fp4GemmConfig | GemvConfig, xs: list[torch.Tensor], weights: list[Fp4Weight],
     ref: torch.Tensor, replays: int,
 ) -> dict[str, Any]:  # fmt: skip
     def op(x: torch.Tensor, w: Fp4Weight) -> torch.Tensor:

@@ -19,8 +19,9 @@ out) per format (minutes each). Formats:
   nvfp4, mxfp4  --quantization nvfp4 / mxfp4 (weight-only, where registered)
 
 A ``+kv8`` suffix (``bf16+kv8``, ``fp8+kv8``) runs the format with an FP8 (e4m3) KV cache; a
-``+w8a16`` suffix (``fp8+w8a16``) runs FP8 weights weight-only on the skinny GEMM for steps of
-up to ``--w8a16-rows`` tokens (``KVSERVE_FP8_W8A16_ROWS``), so ``fp8,fp8+w8a16`` is an A/B. Each
+``+w8a16`` suffix (``fp8+w8a16``) runs FP8 weights weight-only on the CUDA-core GEMV for steps
+of up to ``--w8a16-rows`` tokens (``KVSERVE_FP8_W8A16_ROWS``, at most 4), so
+``fp8,fp8+w8a16`` is an A/B. Each
 format records its KV pool's capacity in tokens at the default memory fraction. ``--contexts``
 takes several context lengths (e.g. ``1024,32768`` with ``--batches 1,64,256,32``; a batch
 whose KV does not fit the pool is skipped and says so).
@@ -130,7 +131,7 @@ def main() -> None:
     ap.add_argument("--offline", action="store_true", help="also 1000 x (1024 in, 1024 out)")
     ap.add_argument("--offline-requests", type=int, default=1000)
     ap.add_argument("--out-dir", default=None)
-    ap.add_argument("--w8a16-rows", type=int, default=16, help="the +w8a16 suffix's row limit")
+    ap.add_argument("--w8a16-rows", type=int, default=4, help="the +w8a16 suffix's row limit")
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]

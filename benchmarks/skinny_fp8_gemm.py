@@ -1,11 +1,12 @@
-"""Decode-shaped FP8 GEMMs: the FP8 method's W8A8 path as the engine runs it today (per-token
-activation quantization, then ``torch._scaled_mm``) against the weight-only skinny kernel
-(``skinny_linear_fp8``, every candidate config), both against the FP8 weight bytes floor of
-the same run. Per-channel e4m3 weights of Llama-3-8B's projections; timed as
+"""Decode-shaped FP8 GEMMs: the FP8 method's W8A8 path as the engine runs it by default
+(per-token activation quantization, then ``torch._scaled_mm``) against the weight-only kernels:
+the CUDA-core GEMV (``fp8_gemv``, at most 4 rows, its default config) and the skinny MMA kernel
+(``skinny_linear_fp8``, every candidate config), all against the FP8 weight bytes floor of the
+same run. Per-channel e4m3 weights of Llama-3-8B's projections; timed as
 ``benchmarks/skinny_gemm.py`` times (one CUDA graph over L distinct weights, >= 256 MB, so
 nothing comes from L2). Each config is checked against the dequantized weight's product first.
 
-    python -m benchmarks.skinny_fp8_gemm --rows 1,8,16 --out-dir $OUT
+    python -m benchmarks.skinny_fp8_gemm --rows 1,4,16 --out-dir $OUT
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from benchmarks.common import copy_bandwidth_gbs, write_result
 from benchmarks.skinny_gemm import MIN_LAYERS, REL_TOL, SHAPES, SPAN_BYTES, graph_us, rel_err
 from kvserve.kernels.skinny_gemm import candidate_configs, skinny_linear_fp8
+from kvserve.kernels.word_gemv import GEMV_ROWS, fp8_gemv
 from kvserve.quant.fp8_config import Fp8Spec
 from kvserve.quant.fp8_method import Fp8LinearMethod, w8a16_max_rows
 from kvserve.quant.fp8_weights import quantize_weight
@@ -66,6 +68,10 @@ def time_row(name: str, layers: list, m: int, copy_gbs: float, args: argparse.Na
     row: dict[str, Any] = {"shape": name, "N": n, "K": k, "M": m, "layers": len(layers)}
     row |= {"floor_us": floor_us, "w8a8_us": w8a8_us, "w8a8_share": floor_us / w8a8_us}
     row["w8a8_err"] = rel_err(out, ref)
+    if m <= GEMV_ROWS:
+        gemv = lambda x, layer: fp8_gemv(x, layer.weight, layer.weight_scale)  # noqa: E731
+        row["gemv_us"], out = graph_us(gemv, xs, layers, args.replays)  # type: ignore[arg-type]
+        row |= {"gemv_share": floor_us / row["gemv_us"], "gemv_err": rel_err(out, ref)}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     configs = candidate_configs(m, n, k, num_sms=sms)[: args.max_configs or None]
     results = [{"config": asdict(c), **time_config(c, xs, layers, ref, args.replays)}
@@ -83,7 +89,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--shapes", default="qkv,o,gate_up,down")
-    ap.add_argument("--rows", default="1,8,16")
+    ap.add_argument("--rows", default="1,4,16")
     ap.add_argument("--max-configs", type=int, default=0, help="Triton configs per row; 0: all")
     ap.add_argument("--replays", type=int, default=10)
     args = ap.parse_args()
@@ -102,9 +108,15 @@ def main() -> None:
                 if "w8a16_us" in row
                 else "none ran"
             )
+            gemv = (
+                f" | GEMV {row['gemv_us']:6.1f} us ({100 * row['gemv_share']:3.0f}%)"
+                if "gemv_us" in row
+                else ""
+            )
             print(f"[{time.perf_counter() - t0:4.0f} s] {name:8s} M={m:3d}: floor "
                   f"{row['floor_us']:5.1f} us | W8A8 {row['w8a8_us']:6.1f} us "
-                  f"({100 * row['w8a8_share']:3.0f}%) | W8A16 {best}", flush=True)  # fmt: skip
+                  f"({100 * row['w8a8_share']:3.0f}%) | MMA W8A16 {best}{gemv}",
+                  flush=True)  # fmt: skip
         del layers
         torch.cuda.empty_cache()
     print(write_result("skinny_fp8_gemm", {"copy_GBps": copy_gbs, "rows": rows}, args.out_dir))

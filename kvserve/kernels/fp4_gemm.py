@@ -31,7 +31,6 @@ import torch
 
 from kvserve.kernels._triton import jit, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.fp4_reference import fp4_linear_reference, group_size_of
-from kvserve.kernels.fp4_tiles import GEMV_ROWS, Fp4GemvConfig, _epilogue
 
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
 # as is: the reduction does not depend on how the tiles were computed.
@@ -40,13 +39,21 @@ from kvserve.kernels.skinny_gemm import (
     _jit,
     _sum_splits,
 )
+from kvserve.kernels.word_gemv import (
+    FP4_PER_WORD,
+    GEMV_ROWS,
+    GemvConfig,
+    _epilogue,
+    gemv_config,
+    launch_word_gemv,
+)
 
 _SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 _MIN_K_TILES_PER_SPLIT = 2
 MAX_BLOCK_M = 128
-# Rows up to which the default is the CUDA-core GEMV (fp4_gemv.py). 0 until it is measured
-# against the MMA kernel on the H200 (benchmarks/fp4_gemm.py times both at M = 1).
-GEMV_MAX_ROWS = 0
+# Rows up to which the default is the CUDA-core GEMV (word_gemv.py): benchmarks/fp4_gemm.py
+# times both kernels at M <= 4.
+GEMV_MAX_ROWS = GEMV_ROWS
 _SMEM_MAX = 220 * 1024
 
 
@@ -197,11 +204,11 @@ def fp4_linear(
     block_scale: torch.Tensor,
     row_scale: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
-    config: Fp4GemmConfig | Fp4GemvConfig | None = None,
+    config: Fp4GemmConfig | GemvConfig | None = None,
 ) -> torch.Tensor:
     """``x`` [..., K] @ W.T (+ bias) -> [..., N] in x's dtype; W in the layout of
-    ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. An
-    ``Fp4GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``fp4_gemv.py``."""
+    ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. A
+    ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``."""
     group = _check(x, packed, block_scale, row_scale)
     if x.device.type == "cpu" and not _interpreting():
         return fp4_linear_reference(x, packed, block_scale, row_scale, bias)
@@ -217,10 +224,8 @@ def fp4_linear(
         cfg = config or default_config(m, n, k, num_sms=sm_count(x.device))
         if isinstance(cfg, Fp4GemmConfig):
             _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
-        else:  # an Fp4GemvConfig (imported here: that module imports this one)
-            from kvserve.kernels.fp4_gemv import launch_fp4_gemv
-
-            launch_fp4_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group)
+        else:
+            launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group)
     return out.view(*lead, n)
 
 
@@ -308,19 +313,12 @@ def stages_that_fit(block_n: int, block_k: int, block_m: int, want: int) -> int:
     return next((s for s in range(want, 1, -1) if s * stage <= room), 0)
 
 
-def gemv_config(n: int, k: int, *, num_sms: int = 132, block_n: int = 128, groups: int = 4):
-    """The CUDA-core kernel's config: split K until the row tiles fill the SMs."""
-    tiles = -(-n // block_n)
-    splits = split_options(tiles, -(-k // (groups * 16)), num_sms)[0]
-    return Fp4GemvConfig(block_n, groups, splits, 4, 4)
-
-
-def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig | Fp4GemvConfig:
+def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig | GemvConfig:
     """Up to GEMV_MAX_ROWS rows: the CUDA-core kernel. Else 64 rows of W by 128 of K per
     program (256 for up to 16 rows: the weight tile is half-byte data), split K until the
     programs fill the SMs."""
     if m <= GEMV_MAX_ROWS:
-        return gemv_config(n, k, num_sms=num_sms)
+        return gemv_config(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms)
     block_m = block_m_for(m)
     block_k = 256 if block_m == 16 else 128
     warps = 8 if block_m >= 128 else 4
@@ -329,13 +327,15 @@ def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConf
     return Fp4GemmConfig(64, block_k, block_m, splits, warps, 4 if block_m <= 64 else 3)
 
 
+# (block_n, block_w) of the GEMV to sweep in benchmarks/fp4_gemm.py, at M <= 4
+GEMV_SWEEP = ((128, 32), (64, 32), (256, 16), (128, 16), (64, 64), (256, 32))
 # (block_n, block_k, num_warps) to sweep in benchmarks/fp4_gemm.py
 SWEEP_TILES = ((64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8), (32, 256, 4))
 
 
 def candidate_configs(
     m: int, n: int, k: int, *, num_sms: int = 132
-) -> list[Fp4GemmConfig | Fp4GemvConfig]:
+) -> list[Fp4GemmConfig | GemvConfig]:
     """Configs worth timing for one shape, the default first, then every tile shape with its
     best-filling split before any tile's second choice (so a short list still spans tiles)."""
     block_m = block_m_for(m)
@@ -349,10 +349,11 @@ def candidate_configs(
         per_tile.append(
             [Fp4GemmConfig(block_n, block_k, block_m, s, warps, stages) for s in splits]
         )
-    configs: list[Fp4GemmConfig | Fp4GemvConfig] = [default_config(m, n, k, num_sms=num_sms)]
+    configs: list[Fp4GemmConfig | GemvConfig] = [default_config(m, n, k, num_sms=num_sms)]
     if m <= GEMV_ROWS:
-        for block_n, groups in ((128, 4), (64, 4), (256, 2), (128, 2)):
-            gemv = gemv_config(n, k, num_sms=num_sms, block_n=block_n, groups=groups)
+        words = k // FP4_PER_WORD
+        for block_n, block_w in GEMV_SWEEP:
+            gemv = gemv_config(n, words, rows=m, num_sms=num_sms, block_n=block_n, block_w=block_w)
             if gemv not in configs:
                 configs.append(gemv)
     for rank in range(3):

@@ -16,8 +16,9 @@ slower per call on the H200: benchmarks/results/skinny_gemm_h200_2026-11-29.json
 
 ``skinny_linear_fp8`` runs FP8 (e4m3) weights weight-only on the same kernel: W widened to
 x's dtype in registers, its per-row or per-tensor scale applied to the fp32 tile before the
-store. The FP8 linear method takes it for steps of up to ``KVSERVE_FP8_W8A16_ROWS`` tokens (0,
-off, by default: not yet timed on the H200).
+store. It is not on the engine's path: on the H200 the engine decoded 8% slower with it at 1, 8
+and 16 rows than with the W8A8 path (lowbit_decode_h200_w8a16_ab_2026-12-01.json); for 1-4
+rows the FP8 method has the CUDA-core GEMV of ``word_gemv.py``.
 
 The bf16 kernel is not on the engine's path. On the H200 it ties cuBLAS on Llama-3-8B's
 projections and leads it by 3-8% on a 128K-vocabulary weight in isolation, but the LM head on

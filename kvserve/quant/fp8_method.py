@@ -25,7 +25,7 @@ from kvserve.kernels.fp8_gemm import (
     scaled_mm,
 )
 from kvserve.kernels.fp8_quant import FP8, dequantize_fp8_activation, quantize_fp8
-from kvserve.kernels.skinny_gemm import skinny_linear_fp8
+from kvserve.kernels.word_gemv import GEMV_ROWS, fp8_gemv
 from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
 from kvserve.quant.fp8_weights import quantize_weight, requantize_to_max
 from kvserve.quant.method import copy_checked, shard_rows, unknown_param
@@ -43,12 +43,12 @@ W8A16_ROWS_ENV = "KVSERVE_FP8_W8A16_ROWS"
 
 @functools.cache
 def w8a16_max_rows() -> int:
-    """Steps of at most this many tokens run FP8 weights weight-only on the skinny GEMM
-    (``KVSERVE_FP8_W8A16_ROWS``; 0, the default, keeps every step on the W8A8 tensor-core
-    path until the H200 A/B says which is faster at which batch)."""
+    """Steps of at most this many tokens (0-4) run FP8 weights weight-only on the CUDA-core
+    GEMV, ``kernels/word_gemv.py`` (``KVSERVE_FP8_W8A16_ROWS``; 0, the default, keeps every
+    step on the W8A8 tensor-core path until the H200 A/B says which is faster)."""
     value = os.environ.get(W8A16_ROWS_ENV, "0")
-    if not value.isdigit() or int(value) > 64:
-        raise ConfigError(f"{W8A16_ROWS_ENV}={value!r}: expected a row count from 0 to 64")
+    if not value.isdigit() or int(value) > GEMV_ROWS:
+        raise ConfigError(f"{W8A16_ROWS_ENV}={value!r}: expected a row count from 0 to {GEMV_ROWS}")
     return int(value)
 
 
@@ -172,7 +172,7 @@ class Fp8LinearMethod:
         if spec.activation == "none":
             return F.linear(x, dequantize_fp8_weight(w, ws, spec.block).to(x.dtype))
         if _weight_only_here(spec, x):
-            return skinny_linear_fp8(x, w, ws)
+            return fp8_gemv(x, w, ws)
         static = layer.input_scale if spec.activation == "static" else None
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)
@@ -198,11 +198,12 @@ def _dequantized(layer: Linear, spec: Fp8Spec) -> torch.Tensor:
 
 def _weight_only_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
     return (
-        spec.weight != "block" and x.device.type == "cuda" and x.shape[0] <= w8a16_max_rows()
+        spec.weight != "block" and x.device.type == "cuda" and 0 < x.shape[0] <= w8a16_max_rows()
         and x.dtype in (torch.bfloat16, torch.float16)
     )  # fmt: skip
 
 
 def _tensor_core_shapes(layer: Linear) -> bool:
     """cuBLASLt FP8 needs K and N multiples of 16."""
-    return layer.in_features % 16 == 0 and layer.out_features % 16 == 0
+    n, k = layer.weight.shape
+    return k % 16 == 0 and n % 16 == 0

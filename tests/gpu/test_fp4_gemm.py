@@ -17,13 +17,13 @@ from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # n
 from kvserve.kernels import skinny_gemm  # noqa: E402
 from kvserve.kernels.fp4_gemm import (  # noqa: E402
     Fp4GemmConfig,
-    Fp4GemvConfig,
     block_m_for,
     candidate_configs,
     default_config,
     fp4_linear,
 )
 from kvserve.kernels.fp4_reference import dequantize_fp4  # noqa: E402
+from kvserve.kernels.word_gemv import GemvConfig  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -93,10 +93,11 @@ def test_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, dtype
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_gemv_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, dtype) -> None:
-    """The CUDA-core kernel for 1-4 rows; K steps of 2 groups leave K tails (96, 160)."""
+    """The CUDA-core kernel for 1-4 rows; K steps of 8 words (64 values) leave K tails (96,
+    160)."""
     weight = fp4_weight(fmt, n, k)
     x = activations(m, k, dtype)
-    check(fp4_linear(x, *weight, config=Fp4GemvConfig(64, 2, split_k)), x, weight)
+    check(fp4_linear(x, *weight, config=GemvConfig(64, 8, split_k)), x, weight)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -152,7 +153,7 @@ def test_candidate_configs_are_valid(m: int, n: int, k: int) -> None:
     assert configs[0] == default_config(m, n, k, num_sms=132)
     assert len(set(configs)) == len(configs) >= 4
     for cfg in configs:
-        if isinstance(cfg, Fp4GemvConfig):
+        if isinstance(cfg, GemvConfig):
             assert m <= 4 and -(-n // cfg.block_n) * cfg.split_k <= 4 * 132
             continue
         assert cfg.block_m == block_m_for(m) and cfg.block_k % 32 == 0
@@ -178,7 +179,7 @@ def test_replays_in_cuda_graph(fmt: str) -> None:
     x = activations(16, 4096, torch.bfloat16)
     cfg = Fp4GemmConfig(64, 128, 16, 4, 4, 4)
     check_graph_replay(x, weight, cfg)
-    check_graph_replay(x[:2], weight, Fp4GemvConfig(128, 4, 4))
+    check_graph_replay(x[:2], weight, GemvConfig(128, 32, 4))
 
 
 def check_graph_replay(x: torch.Tensor, weight: tuple, cfg) -> None:  # noqa: ANN001

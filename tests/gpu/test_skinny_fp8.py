@@ -91,8 +91,9 @@ def test_split_k_replays_in_cuda_graph() -> None:
 def test_fp8_method_runs_small_steps_weight_only(
     spec: Fp8Spec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With KVSERVE_FP8_W8A16_ROWS=16, steps of up to 16 rows skip the activation quantization
-    (exact to the dequantized weight); the W8A8 path stays within its activation rounding."""
+    """With KVSERVE_FP8_W8A16_ROWS=4, steps of up to 4 rows run on the GEMV and skip the
+    activation quantization (exact to the dequantized weight); the W8A8 path stays within its
+    activation rounding."""
     x, q, scale = inputs(4, 512, 1024, spec.weight == "channel")
     layer = SimpleNamespace(weight=q, weight_scale=scale,
                             input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
@@ -100,7 +101,7 @@ def test_fp8_method_runs_small_steps_weight_only(
     monkeypatch.setenv(W8A16_ROWS_ENV, "0")
     w8a16_max_rows.cache_clear()
     w8a8 = method._matmul(layer, x)  # type: ignore[arg-type]
-    monkeypatch.setenv(W8A16_ROWS_ENV, "16")
+    monkeypatch.setenv(W8A16_ROWS_ENV, "4")
     w8a16_max_rows.cache_clear()
     try:
         out = method._matmul(layer, x)  # type: ignore[arg-type]

@@ -1,0 +1,421 @@
+"""Weight-only GEMV for 1-4 rows of x on CUDA cores, W read as 32-bit words: FP4 (E2M1, eight
+codes a word, NVFP4 or MXFP4 block scales) or FP8 e4m3 (four values a word).
+
+References: ``fp4_linear_reference`` (``fp4_reference.py``) and ``F.linear`` on the dequantized
+FP8 weight. Entry points: ``fp4_linear`` (``fp4_gemm.py``) with a ``GemvConfig``, and
+``fp8_gemv`` here.
+
+Why not the tensor cores: with one to four rows of x there is no math for them to do, and
+handing a dequantized tile to them in their operand layout costs more than the math (the MMA
+kernels spent 14 instructions a weight at M = 1). Here every thread owns whole 16-byte runs of
+W's rows and decodes them in registers, so the bill per weight is about four instructions:
+
+- FP4 -> e4m3 bytes, four codes per 32-bit operation: a code ``s e1 e0 m`` with its magnitude
+  moved under an e4m3 byte's exponent/mantissa boundary is an e4m3 number worth exactly
+  ``value * 2**-6`` (the zero-exponent codes land on e4m3's subnormals, which are exact); the
+  2**6 is folded into the block scale. Even codes (low nibbles) make one word of four bytes,
+  odd codes another.
+- e4m3 -> fp32: ``cvt.rn.f16x2.e4m3x2`` widens two bytes at once, then f16 -> f32 (exact).
+- one fp32 FMA per weight and row of x; per scale group the partial sum is multiplied by its
+  block scale once.
+
+A program owns BLOCK_N rows of W and walks K in steps of BLOCK_W words. Split K and the
+epilogue (row scale, bias, transposed store) are the FP4 MMA kernel's, including its
+deterministic last-arrival reduction, so launches can be captured in CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from kvserve.kernels._triton import jit, require_triton, sm_count, tl
+from kvserve.kernels.skinny_gemm import _arrival_counters, _jit, _store_out_tile, _sum_splits
+
+GEMV_ROWS = 4  # the most rows the GEMV takes
+FP8_PER_WORD = 4
+FP4_PER_WORD = 8
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    block_n: int = 128  # rows of W per program
+    block_w: int = 32  # 32-bit words of each row per K step (a multiple of a scale group's)
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __post_init__(self) -> None:
+        for b in (self.block_n, self.block_w):
+            if b < 1 or b & (b - 1):
+                raise ValueError(f"block_n and block_w must be powers of two: {self}")
+        if self.split_k < 1:
+            raise ValueError(f"split_k must be >= 1: {self}")
+
+
+@jit
+def _epilogue(
+    acc,
+    rs_ptr,
+    bias_ptr,
+    out_ptr,
+    rn,
+    rm,
+    M,
+    N,
+    stride_om,
+    HAS_ROW_SCALE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """Row scale and bias on the fp32 tile [BLOCK_N, BLOCK_M], then the transposed store."""
+    if HAS_ROW_SCALE:
+        acc = acc * tl.load(rs_ptr + rn, mask=rn < N, other=0.0)[:, None]
+    if HAS_BIAS:
+        acc = acc + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
+    _store_out_tile(out_ptr, acc, rn, rm, M, N, stride_om)
+
+
+@jit
+def _e4m3_bytes_of_fp4(q):
+    """Eight E2M1 codes a word -> (e4m3 bytes of codes 0, 2, 4, 6; of codes 1, 3, 5, 7)."""
+    even = ((q & 0x07070707) << 2) | ((q & 0x08080808) << 4)
+    odd = ((q >> 2) & 0x1C1C1C1C) | (q & -2139062144)  # 0x80808080 as an int32
+    return even, odd
+
+
+@jit
+def _e4m3x4_to_f32(word, USE_ASM: tl.constexpr):
+    """The four e4m3 bytes of a word, lowest first, as fp32."""
+    if USE_ASM:
+        return tl.inline_asm_elementwise(
+            asm="""{ .reg .b16 lo, hi, l0, l1, h0, h1; .reg .b32 lf, hf;
+            mov.b32 {lo, hi}, $4;
+            cvt.rn.f16x2.e4m3x2 lf, lo;
+            cvt.rn.f16x2.e4m3x2 hf, hi;
+            mov.b32 {l0, l1}, lf;
+            mov.b32 {h0, h1}, hf;
+            cvt.f32.f16 $0, l0; cvt.f32.f16 $1, l1; cvt.f32.f16 $2, h0; cvt.f32.f16 $3, h1; }""",
+            constraints="=f,=f,=f,=f,r",
+            args=[word],
+            dtype=(tl.float32, tl.float32, tl.float32, tl.float32),
+            is_pure=True,
+            pack=1,
+        )
+    # Triton's interpreter runs no PTX: the same conversion, a byte at a time
+    return (
+        _byte_to_f32(word, 0),
+        _byte_to_f32(word, 1),
+        _byte_to_f32(word, 2),
+        _byte_to_f32(word, 3),
+    )
+
+
+@jit
+def _byte_to_f32(word, B: tl.constexpr):
+    return (word >> (8 * B)).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+
+
+@jit
+def _x_at(x_ptr, row, stride_xm, M, k_index, mask):
+    """x[row, k_index] in fp32, [1, BLOCK_W]; rows past M read row 0 (never stored)."""
+    r = tl.where(row < M, row, 0).to(tl.int64)
+    return tl.load(x_ptr + r * stride_xm + k_index, mask=mask, other=0.0).to(tl.float32)[None, :]
+
+
+@jit
+def _fp4_row_part(x_ptr, row, stride_xm, M, k8, mask, e0, e1, e2, e3, o0, o1, o2, o3):
+    """sum over the 8 codes of each word of w * x[row]: [BLOCK_N, BLOCK_W]. Code j of word w
+    is k = 8w + j; e_i holds code 2i, o_i code 2i + 1."""
+    part = e0 * _x_at(x_ptr, row, stride_xm, M, k8, mask)
+    part += o0 * _x_at(x_ptr, row, stride_xm, M, k8 + 1, mask)
+    part += e1 * _x_at(x_ptr, row, stride_xm, M, k8 + 2, mask)
+    part += o1 * _x_at(x_ptr, row, stride_xm, M, k8 + 3, mask)
+    part += e2 * _x_at(x_ptr, row, stride_xm, M, k8 + 4, mask)
+    part += o2 * _x_at(x_ptr, row, stride_xm, M, k8 + 5, mask)
+    part += e3 * _x_at(x_ptr, row, stride_xm, M, k8 + 6, mask)
+    part += o3 * _x_at(x_ptr, row, stride_xm, M, k8 + 7, mask)
+    return part
+
+
+@jit
+def _fp8_row_part(x_ptr, row, stride_xm, M, k4, mask, w0, w1, w2, w3):
+    """sum over the 4 values of each word of w * x[row]: [BLOCK_N, BLOCK_W]."""
+    part = w0 * _x_at(x_ptr, row, stride_xm, M, k4, mask)
+    part += w1 * _x_at(x_ptr, row, stride_xm, M, k4 + 1, mask)
+    part += w2 * _x_at(x_ptr, row, stride_xm, M, k4 + 2, mask)
+    part += w3 * _x_at(x_ptr, row, stride_xm, M, k4 + 3, mask)
+    return part
+
+
+@jit
+def _row_step(
+    acc,
+    x_ptr,
+    row,
+    stride_xm,
+    M,
+    k_first,
+    mask,
+    e0,
+    e1,
+    e2,
+    e3,
+    o0,
+    o1,
+    o2,
+    o3,
+    scale,
+    FP4: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    WORDS_PER_GROUP: tl.constexpr,
+):
+    """One K step of one row of x added into its accumulator."""
+    if FP4:
+        part = _fp4_row_part(
+            x_ptr, row, stride_xm, M, k_first, mask, e0, e1, e2, e3, o0, o1, o2, o3
+        )
+        groups = tl.reshape(part, (BLOCK_N, BLOCK_W // WORDS_PER_GROUP, WORDS_PER_GROUP))
+        acc += tl.sum(groups, axis=2) * scale
+    else:
+        acc += _fp8_row_part(x_ptr, row, stride_xm, M, k_first, mask, e0, e1, e2, e3)
+    return acc
+
+
+@_jit
+def _word_gemv_kernel(
+    x_ptr,
+    w_ptr,  # int32 [N, words]: the packed weight's bytes, four to a word
+    s_ptr,  # uint8 [N, K/GROUP] (FP4: E8M0 exponents or e4m3 bytes); unused for FP8
+    rs_ptr,  # fp32 [N] or [1] (SCALAR_ROW_SCALE); unused without HAS_ROW_SCALE
+    bias_ptr,
+    out_ptr,
+    ws_ptr,  # fp32 [tiles, num_splits, BLOCK_N, 16]; unused when DIRECT
+    counter_ptr,
+    M,
+    N,
+    words,  # per row of W
+    stride_xm,
+    stride_wn,  # in words
+    stride_sn,
+    stride_om,
+    words_per_split,  # a multiple of BLOCK_W
+    num_splits,
+    BLOCK_N: tl.constexpr,
+    BLOCK_W: tl.constexpr,
+    FP4: tl.constexpr,
+    GROUP: tl.constexpr,  # FP4 scale group (16 or 32 values); 8 for FP8 (unused)
+    ROWS: tl.constexpr,  # 1, 2 or 4 accumulators, >= M
+    SCALE_E8M0: tl.constexpr,
+    HAS_ROW_SCALE: tl.constexpr,
+    SCALAR_ROW_SCALE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    DIRECT: tl.constexpr,
+    USE_ASM: tl.constexpr,
+):
+    WORDS_PER_GROUP: tl.constexpr = GROUP // 8
+    PER_WORD: tl.constexpr = 8 if FP4 else 4
+    BLOCK_G: tl.constexpr = BLOCK_W // WORDS_PER_GROUP if FP4 else BLOCK_W
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rw = tl.arange(0, BLOCK_W)
+    w_start = pid_k * words_per_split
+    w_end = tl.minimum(w_start + words_per_split, words)
+    rows = (rn % N).to(tl.int64)[:, None]
+    w_ptrs = w_ptr + rows * stride_wn + (w_start + rw)[None, :]
+    rg = tl.arange(0, BLOCK_G)
+    s_ptrs = s_ptr + rows * stride_sn + (w_start // WORDS_PER_GROUP + rg)[None, :]
+    acc0 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
+    acc1 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
+    acc3 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
+    for w0 in range(w_start, w_end, BLOCK_W):
+        in_k = w0 + rw < w_end
+        q = tl.load(w_ptrs, mask=in_k[None, :], other=0)
+        if FP4:
+            in_g = w0 // WORDS_PER_GROUP + rg < w_end // WORDS_PER_GROUP
+            s = tl.load(s_ptrs, mask=in_g[None, :], other=0)
+            if SCALE_E8M0:  # 2**(e - 127) * 2**6 as fp32 bits (exact for e <= 249)
+                scale = ((s.to(tl.int32) + 6) << 23).to(tl.float32, bitcast=True)
+            else:
+                scale = s.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 64.0
+            even, odd = _e4m3_bytes_of_fp4(q)
+            e0, e1, e2, e3 = _e4m3x4_to_f32(even, USE_ASM)
+            o0, o1, o2, o3 = _e4m3x4_to_f32(odd, USE_ASM)
+        else:
+            scale = 1.0
+            e0, e1, e2, e3 = _e4m3x4_to_f32(q, USE_ASM)
+            o0, o1, o2, o3 = e0, e1, e2, e3  # unused
+        k_first = (w0 + rw) * PER_WORD
+        # fmt: off
+        acc0 = _row_step(acc0, x_ptr, 0, stride_xm, M, k_first, in_k, e0, e1, e2, e3,
+                         o0, o1, o2, o3, scale, FP4, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+        if ROWS > 1:
+            acc1 = _row_step(acc1, x_ptr, 1, stride_xm, M, k_first, in_k, e0, e1, e2, e3,
+                             o0, o1, o2, o3, scale, FP4, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+        if ROWS > 2:
+            acc2 = _row_step(acc2, x_ptr, 2, stride_xm, M, k_first, in_k, e0, e1, e2, e3,
+                             o0, o1, o2, o3, scale, FP4, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+            acc3 = _row_step(acc3, x_ptr, 3, stride_xm, M, k_first, in_k, e0, e1, e2, e3,
+                             o0, o1, o2, o3, scale, FP4, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+        # fmt: on
+        w_ptrs += BLOCK_W
+        s_ptrs += BLOCK_G
+
+    # One [BLOCK_N, 16] tile, column m = row m of x, as the MMA kernels' epilogue takes it.
+    cols = tl.arange(0, 16)[None, :]
+    tile = tl.where(cols == 0, tl.sum(acc0, axis=1)[:, None], 0.0)
+    tile += tl.where(cols == 1, tl.sum(acc1, axis=1)[:, None], 0.0)
+    tile += tl.where(cols == 2, tl.sum(acc2, axis=1)[:, None], 0.0)
+    tile += tl.where(cols == 3, tl.sum(acc3, axis=1)[:, None], 0.0)
+    if SCALAR_ROW_SCALE:
+        tile = tile * tl.load(rs_ptr)
+    _finish(
+        tile, rs_ptr, bias_ptr, out_ptr, ws_ptr, counter_ptr, rn, M, N, stride_om, pid_n, pid_k,
+        num_splits, BLOCK_N, HAS_ROW_SCALE and not SCALAR_ROW_SCALE, HAS_BIAS, DIRECT,
+    )  # fmt: skip
+
+
+@jit
+def _finish(
+    tile,
+    rs_ptr,
+    bias_ptr,
+    out_ptr,
+    ws_ptr,
+    counter_ptr,
+    rn,
+    M,
+    N,
+    stride_om,
+    pid_n,
+    pid_k,
+    num_splits,
+    BLOCK_N: tl.constexpr,
+    HAS_ROW_SCALE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    DIRECT: tl.constexpr,
+):
+    rm = tl.arange(0, 16)
+    if DIRECT:
+        _epilogue(tile, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS)
+    else:
+        tile_ws = ws_ptr + pid_n.to(tl.int64) * num_splits * BLOCK_N * 16
+        offs = tl.arange(0, BLOCK_N)[:, None] * 16 + rm[None, :]
+        tl.store(tile_ws + pid_k * BLOCK_N * 16 + offs, tile)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counter_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        if arrived == num_splits - 1:
+            total = _sum_splits(tile_ws, num_splits, BLOCK_N, 16)
+            _epilogue(
+                total, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS
+            )
+            tl.store(counter_ptr + pid_n, 0)
+
+
+def launch_word_gemv(
+    x: torch.Tensor,
+    weight_bytes: torch.Tensor,
+    block_scale: torch.Tensor | None,
+    row_scale: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    cfg: GemvConfig,
+    group: int,
+) -> None:
+    """``weight_bytes`` uint8 [N, K/2] (FP4 codes; ``block_scale`` [N, K/group]) or float8
+    e4m3 [N, K] (FP8; ``block_scale`` None, ``row_scale`` [N] or [1])."""
+    m, k = x.shape
+    n, row_bytes = weight_bytes.shape
+    fp4 = block_scale is not None
+    if m > GEMV_ROWS:
+        raise ValueError(f"the GEMV takes at most {GEMV_ROWS} rows, got {m}")
+    if row_bytes % 4 or weight_bytes.stride(0) % 4 or weight_bytes.data_ptr() % 4:
+        raise ValueError("the GEMV reads W as 32-bit words: its rows must be 4-byte multiples")
+    words = row_bytes // 4
+    wpg = group // 8 if fp4 else 1
+    if cfg.block_w % wpg:
+        raise ValueError(f"block_w {cfg.block_w} words is not a multiple of a group ({wpg})")
+    n_tiles, k_steps = -(-n // cfg.block_n), -(-words // cfg.block_w)
+    steps_per_split = -(-k_steps // max(1, min(cfg.split_k, k_steps)))
+    splits = -(-k_steps // steps_per_split)
+    direct = splits == 1
+    ws = counters = out
+    if not direct:
+        ws = torch.empty(n_tiles * splits * cfg.block_n * 16, dtype=torch.float32, device=x.device)
+        counters = _arrival_counters(x.device, n_tiles)
+    scales = block_scale.view(torch.uint8) if fp4 else weight_bytes
+    _word_gemv_kernel[(n_tiles, splits)](
+        x, weight_bytes.view(torch.int32), scales,
+        row_scale if row_scale is not None else out, bias if bias is not None else out,
+        out, ws, counters, m, n, words, x.stride(0), weight_bytes.stride(0) // 4,
+        scales.stride(0), out.stride(0), steps_per_split * cfg.block_w, splits,
+        BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w, FP4=fp4, GROUP=group if fp4 else 8,
+        ROWS=min(4, 1 << (m - 1).bit_length()),
+        SCALE_E8M0=fp4 and block_scale.dtype == torch.uint8,
+        HAS_ROW_SCALE=row_scale is not None,
+        SCALAR_ROW_SCALE=row_scale is not None and row_scale.numel() == 1 and n > 1,
+        HAS_BIAS=bias is not None, DIRECT=direct, USE_ASM=not _interpreting(),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def fp8_gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    config: GemvConfig | None = None,
+) -> torch.Tensor:
+    """Weight-only FP8 for 1-4 rows: ``x`` [M, K] (bf16/fp16/fp32) @ (``weight`` [N, K] e4m3
+    * ``scale`` fp32 [N] or [1]).T (+ bias) -> [M, N] in x's dtype."""
+    n, k = weight.shape
+    ok = (
+        x.dim() == 2 and x.shape[1] == k and 0 < x.shape[0] <= GEMV_ROWS
+        and weight.dtype == torch.float8_e4m3fn and weight.stride(1) == 1
+        and scale.numel() in (1, n) and x.device == weight.device == scale.device
+    )  # fmt: skip
+    if not ok:
+        got = f"x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} {weight.dtype}"
+        raise ValueError(f"fp8_gemv: {got}, scale {tuple(scale.shape)}")
+    require_triton()
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    out = torch.empty(x.shape[0], n, dtype=x.dtype, device=x.device)
+    words = k // FP8_PER_WORD
+    cfg = config or gemv_config(n, words, rows=x.shape[0], num_sms=sm_count(x.device))
+    scale = scale.reshape(-1).float()
+    launch_word_gemv(x, weight.view(torch.uint8), None, scale, bias, out, cfg, 8)
+    return out
+
+
+_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+def gemv_config(
+    n: int,
+    words: int,
+    *,
+    rows: int = 1,
+    num_sms: int = 132,
+    block_n: int | None = None,
+    block_w: int = 32,
+) -> GemvConfig:
+    """128 rows of W per program (64 for 3-4 rows of x, whose accumulators would spill), K
+    split until the programs fill the SMs about twice over with >= 2 K steps each."""
+    block_n = block_n or (128 if rows <= 2 else 64)
+    tiles = -(-n // block_n)
+    k_steps = -(-words // block_w)
+    split = 1
+    for s in _SPLITS:
+        if tiles * s > 2 * num_sms or (s > 1 and k_steps // s < 2):
+            break
+        split = s
+    return GemvConfig(block_n, block_w, split, 4, 3)

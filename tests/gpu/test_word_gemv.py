@@ -1,0 +1,88 @@
+"""The CUDA-core GEMV for FP8 weights (``fp8_gemv``) against ``x.float() @ (w.float() *
+scale).T``: 1-4 rows, per-row and per-tensor scales, N and K tails, split K, bias, CUDA graph
+replay. (Its FP4 mode is tested through ``fp4_linear`` in ``test_fp4_gemm.py``.)
+
+``KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 pytest --noconftest tests/gpu/test_word_gemv.py``
+runs them through Triton's interpreter on a CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kernel_test_device import DEVICE, INTERPRETED  # noqa: E402
+
+from kvserve.kernels import skinny_gemm  # noqa: E402
+from kvserve.kernels.word_gemv import GemvConfig, fp8_gemv, gemv_config  # noqa: E402
+from kvserve.quant.fp8_weights import quantize_weight  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+ON_GPU_ONLY = pytest.mark.skipif(INTERPRETED, reason="too slow in Triton's interpreter")
+X_DTYPES = [torch.float32] if INTERPRETED else [torch.bfloat16, torch.float16, torch.float32]
+# K a multiple of the 32-word step (512 = 128 words) or not (300 = 75 words); N tails
+SHAPES = [(256, 512), (200, 300), pytest.param(6144, 4096, marks=ON_GPU_ONLY)]
+TOL = {torch.bfloat16: 2e-2, torch.float16: 4e-3, torch.float32: 1e-4}
+
+
+def inputs(m: int, n: int, k: int, per_row: bool, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(m * 7919 + n + k)
+    x = torch.randn(m, k, generator=gen).to(dtype)
+    w = torch.randn(n, k, generator=gen) / k**0.5
+    q, scale = quantize_weight(w, "channel" if per_row else "tensor")
+    return x.to(DEVICE), q.to(DEVICE), scale.to(DEVICE)
+
+
+def check(out: torch.Tensor, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
+          bias: torch.Tensor | None = None) -> None:  # fmt: skip
+    ref = x.float() @ (q.float() * scale.reshape(-1, 1).float()).T
+    if bias is not None:
+        ref = ref + bias.float()
+    assert out.dtype == x.dtype and out.shape == ref.shape
+    err = (out.float() - ref).abs().max() / ref.abs().max()
+    assert err < TOL[x.dtype], f"relative error {err:.3g}"
+
+
+@pytest.mark.parametrize("dtype", X_DTYPES)
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("per_row", [True, False])
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_matches_reference(m: int, n: int, k: int, per_row: bool, split_k: int, dtype) -> None:  # noqa: ANN001
+    x, q, scale = inputs(m, n, k, per_row, dtype)
+    check(fp8_gemv(x, q, scale, config=GemvConfig(64, 16, split_k)), x, q, scale)
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_default_config_and_bias(m: int) -> None:
+    x, q, scale = inputs(m, 320, 1024, True, torch.float32)
+    bias = torch.linspace(-1, 1, 320, device=DEVICE)
+    check(fp8_gemv(x, q, scale, bias), x, q, scale, bias)
+    assert gemv_config(320, 256, rows=m).block_n == (128 if m <= 2 else 64)
+
+
+def test_bad_operands_are_refused() -> None:
+    x, q, scale = inputs(2, 64, 128, True, torch.float32)
+    with pytest.raises(ValueError, match="fp8_gemv"):
+        fp8_gemv(torch.cat([x, x, x]), q, scale)  # 6 rows
+    with pytest.raises(ValueError, match="fp8_gemv"):
+        fp8_gemv(x[:, :64], q, scale)
+    with pytest.raises(ValueError, match="fp8_gemv"):
+        fp8_gemv(x, q.float(), scale)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+def test_split_k_replays_in_cuda_graph() -> None:
+    x, q, scale = inputs(2, 4096, 4096, True, torch.bfloat16)
+    cfg = GemvConfig(128, 32, 4)
+    expected = fp8_gemv(x, q, scale, config=cfg)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8_gemv(x, q, scale, config=cfg)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, expected)
+    assert int(skinny_gemm._COUNTERS[x.device].abs().sum()) == 0
