@@ -1,6 +1,7 @@
 """Where a decode step's GPU time goes, kernel by kernel (torch profiler, CUPTI).
 
-    python -m benchmarks.decode_profile --model benchmarks/configs/llama-3-8b --batches 1,64,256
+    python -m benchmarks.decode_profile --model benchmarks/configs/llama-3-8b --batches 1,64,256 \
+        [--quantization nvfp4]
 
 For each batch size: ``batch`` requests of ``--context`` random tokens are prefilled, then
 ``--steps`` decode steps run under the profiler exactly as the engine runs them (CUDA graphs
@@ -75,14 +76,17 @@ def main() -> None:
     ap.add_argument("--enforce-eager", action="store_true")
     ap.add_argument("--disable-overlap-schedule", action="store_true")
     ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--quantization", default=None, help="fp8, nvfp4 or mxfp4 (online)")
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
     core = build_engine(
         args.model, max_running_requests=256, enforce_eager=args.enforce_eager,
         disable_overlap_schedule=args.disable_overlap_schedule,
+        quantization=args.quantization,
     )  # fmt: skip
     rows = [profile_batch(core, int(b), args.context, args.steps) for b in args.batches.split(",")]
-    result = {"model": args.model, "enforce_eager": args.enforce_eager, "rows": rows}
+    result = {"model": args.model, "quantization": args.quantization,
+              "enforce_eager": args.enforce_eager, "rows": rows}  # fmt: skip
     print(f"wrote {write_result(f'decode_profile_{args.tag}', result, args.out_dir)}")
 
 
