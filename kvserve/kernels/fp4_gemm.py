@@ -44,6 +44,7 @@ from kvserve.kernels.word_gemv import (
     GEMV_ROWS,
     GemvConfig,
     _epilogue,
+    gemv_candidates,
     gemv_config,
     launch_word_gemv,
 )
@@ -51,9 +52,10 @@ from kvserve.kernels.word_gemv import (
 _SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 _MIN_K_TILES_PER_SPLIT = 2
 MAX_BLOCK_M = 128
-# Rows up to which the default is the CUDA-core GEMV (word_gemv.py): benchmarks/fp4_gemm.py
-# times both kernels at M <= 4.
-GEMV_MAX_ROWS = GEMV_ROWS
+# Rows up to which the default is the CUDA-core GEMV (word_gemv.py). benchmarks/fp4_gemm.py
+# times both kernels at M <= 4: at M = 4 the MMA kernel led on every Llama-3-8B projection but
+# one (fp4_gemm_2026-12-01.json, 5429ed2).
+GEMV_MAX_ROWS = 1
 _SMEM_MAX = 220 * 1024
 
 
@@ -327,8 +329,6 @@ def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConf
     return Fp4GemmConfig(64, block_k, block_m, splits, warps, 4 if block_m <= 64 else 3)
 
 
-# (block_n, block_w) of the GEMV to sweep in benchmarks/fp4_gemm.py, at M <= 4
-GEMV_SWEEP = ((128, 32), (64, 32), (256, 16), (128, 16), (64, 64), (256, 32))
 # (block_n, block_k, num_warps) to sweep in benchmarks/fp4_gemm.py
 SWEEP_TILES = ((64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8), (32, 256, 4))
 
@@ -351,11 +351,8 @@ def candidate_configs(
         )
     configs: list[Fp4GemmConfig | GemvConfig] = [default_config(m, n, k, num_sms=num_sms)]
     if m <= GEMV_ROWS:
-        words = k // FP4_PER_WORD
-        for block_n, block_w in GEMV_SWEEP:
-            gemv = gemv_config(n, words, rows=m, num_sms=num_sms, block_n=block_n, block_w=block_w)
-            if gemv not in configs:
-                configs.append(gemv)
+        gemvs = gemv_candidates(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms)
+        configs += [c for c in gemvs if c not in configs]
     for rank in range(3):
         for options in per_tile:
             if rank < len(options) and options[rank] not in configs:

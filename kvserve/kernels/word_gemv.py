@@ -118,6 +118,12 @@ def _byte_to_f32(word, B: tl.constexpr):
 
 
 @jit
+def _groups_in(w_first, rg, w_end, WORDS_PER_GROUP: tl.constexpr):
+    """[1, BLOCK_G] mask: the scale groups of a K step that start before w_end."""
+    return (w_first // WORDS_PER_GROUP + rg < w_end // WORDS_PER_GROUP)[None, :]
+
+
+@jit
 def _x_at(x_ptr, row, stride_xm, M, k_index, mask):
     """x[row, k_index] in fp32, [1, BLOCK_W]; rows past M read row 0 (never stored)."""
     r = tl.where(row < M, row, 0).to(tl.int64)
@@ -192,7 +198,7 @@ def _word_gemv_kernel(
     rs_ptr,  # fp32 [N] or [1] (SCALAR_ROW_SCALE); unused without HAS_ROW_SCALE
     bias_ptr,
     out_ptr,
-    ws_ptr,  # fp32 [tiles, num_splits, BLOCK_N, 16]; unused when DIRECT
+    ws_ptr,  # fp32 [tiles, num_splits, BLOCK_N, ROWS]; unused when DIRECT
     counter_ptr,
     M,
     N,
@@ -232,12 +238,19 @@ def _word_gemv_kernel(
     acc1 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
     acc3 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
+    # Software pipelining by one step: the loads of step i + 1 are issued before step i's
+    # math, so a warp has them in flight while it computes (Triton pipelines only loads that
+    # feed a dot).
+    in_k = w_start + rw < w_end
+    q = tl.load(w_ptrs, mask=in_k[None, :], other=0)
+    if FP4:
+        s = tl.load(s_ptrs, mask=_groups_in(w_start, rg, w_end, WORDS_PER_GROUP), other=0)
     for w0 in range(w_start, w_end, BLOCK_W):
-        in_k = w0 + rw < w_end
-        q = tl.load(w_ptrs, mask=in_k[None, :], other=0)
+        in_k_next = w0 + BLOCK_W + rw < w_end
+        q_next = tl.load(w_ptrs + BLOCK_W, mask=in_k_next[None, :], other=0)
         if FP4:
-            in_g = w0 // WORDS_PER_GROUP + rg < w_end // WORDS_PER_GROUP
-            s = tl.load(s_ptrs, mask=in_g[None, :], other=0)
+            in_g_next = _groups_in(w0 + BLOCK_W, rg, w_end, WORDS_PER_GROUP)
+            s_next = tl.load(s_ptrs + BLOCK_G, mask=in_g_next, other=0)
             if SCALE_E8M0:  # 2**(e - 127) * 2**6 as fp32 bits (exact for e <= 249)
                 scale = ((s.to(tl.int32) + 6) << 23).to(tl.float32, bitcast=True)
             else:
@@ -262,20 +275,26 @@ def _word_gemv_kernel(
             acc3 = _row_step(acc3, x_ptr, 3, stride_xm, M, k_first, in_k, e0, e1, e2, e3,
                              o0, o1, o2, o3, scale, FP4, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
         # fmt: on
+        q = q_next
+        in_k = in_k_next
+        if FP4:
+            s = s_next
         w_ptrs += BLOCK_W
         s_ptrs += BLOCK_G
 
-    # One [BLOCK_N, 16] tile, column m = row m of x, as the MMA kernels' epilogue takes it.
-    cols = tl.arange(0, 16)[None, :]
+    # One [BLOCK_N, ROWS] tile, column m = row m of x, as the MMA kernels' epilogue takes it.
+    cols = tl.arange(0, ROWS)[None, :]
     tile = tl.where(cols == 0, tl.sum(acc0, axis=1)[:, None], 0.0)
-    tile += tl.where(cols == 1, tl.sum(acc1, axis=1)[:, None], 0.0)
-    tile += tl.where(cols == 2, tl.sum(acc2, axis=1)[:, None], 0.0)
-    tile += tl.where(cols == 3, tl.sum(acc3, axis=1)[:, None], 0.0)
+    if ROWS > 1:
+        tile += tl.where(cols == 1, tl.sum(acc1, axis=1)[:, None], 0.0)
+    if ROWS > 2:
+        tile += tl.where(cols == 2, tl.sum(acc2, axis=1)[:, None], 0.0)
+        tile += tl.where(cols == 3, tl.sum(acc3, axis=1)[:, None], 0.0)
     if SCALAR_ROW_SCALE:
         tile = tile * tl.load(rs_ptr)
     _finish(
         tile, rs_ptr, bias_ptr, out_ptr, ws_ptr, counter_ptr, rn, M, N, stride_om, pid_n, pid_k,
-        num_splits, BLOCK_N, HAS_ROW_SCALE and not SCALAR_ROW_SCALE, HAS_BIAS, DIRECT,
+        num_splits, BLOCK_N, ROWS, HAS_ROW_SCALE and not SCALAR_ROW_SCALE, HAS_BIAS, DIRECT,
     )  # fmt: skip
 
 
@@ -295,21 +314,22 @@ def _finish(
     pid_k,
     num_splits,
     BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
     HAS_ROW_SCALE: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     DIRECT: tl.constexpr,
 ):
-    rm = tl.arange(0, 16)
+    rm = tl.arange(0, ROWS)
     if DIRECT:
         _epilogue(tile, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS)
     else:
-        tile_ws = ws_ptr + pid_n.to(tl.int64) * num_splits * BLOCK_N * 16
-        offs = tl.arange(0, BLOCK_N)[:, None] * 16 + rm[None, :]
-        tl.store(tile_ws + pid_k * BLOCK_N * 16 + offs, tile)
+        tile_ws = ws_ptr + pid_n.to(tl.int64) * num_splits * BLOCK_N * ROWS
+        offs = tl.arange(0, BLOCK_N)[:, None] * ROWS + rm[None, :]
+        tl.store(tile_ws + pid_k * BLOCK_N * ROWS + offs, tile)
         tl.debug_barrier()
         arrived = tl.atomic_add(counter_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
         if arrived == num_splits - 1:
-            total = _sum_splits(tile_ws, num_splits, BLOCK_N, 16)
+            total = _sum_splits(tile_ws, num_splits, BLOCK_N, ROWS)
             _epilogue(
                 total, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS
             )
@@ -344,8 +364,10 @@ def launch_word_gemv(
     splits = -(-k_steps // steps_per_split)
     direct = splits == 1
     ws = counters = out
+    rows = min(GEMV_ROWS, 1 << (m - 1).bit_length())
     if not direct:
-        ws = torch.empty(n_tiles * splits * cfg.block_n * 16, dtype=torch.float32, device=x.device)
+        ws_size = n_tiles * splits * cfg.block_n * rows
+        ws = torch.empty(ws_size, dtype=torch.float32, device=x.device)
         counters = _arrival_counters(x.device, n_tiles)
     scales = block_scale.view(torch.uint8) if fp4 else weight_bytes
     _word_gemv_kernel[(n_tiles, splits)](
@@ -354,7 +376,7 @@ def launch_word_gemv(
         out, ws, counters, m, n, words, x.stride(0), weight_bytes.stride(0) // 4,
         scales.stride(0), out.stride(0), steps_per_split * cfg.block_w, splits,
         BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w, FP4=fp4, GROUP=group if fp4 else 8,
-        ROWS=min(4, 1 << (m - 1).bit_length()),
+        ROWS=rows,
         SCALE_E8M0=fp4 and block_scale.dtype == torch.uint8,
         HAS_ROW_SCALE=row_scale is not None,
         SCALAR_ROW_SCALE=row_scale is not None and row_scale.numel() == 1 and n > 1,
@@ -397,6 +419,9 @@ def fp8_gemv(
 
 
 _SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+# (block_n, block_w, num_warps) tried by the benchmarks (benchmarks/fp4_gemm.py,
+# benchmarks/skinny_fp8_gemm.py), the default first
+GEMV_TILES = ((128, 32, 4), (128, 32, 8), (64, 32, 4), (256, 32, 8), (64, 64, 4), (128, 16, 4))
 
 
 def gemv_config(
@@ -407,15 +432,30 @@ def gemv_config(
     num_sms: int = 132,
     block_n: int | None = None,
     block_w: int = 32,
+    num_warps: int = 4,
+    programs_per_sm: int = 4,
 ) -> GemvConfig:
     """128 rows of W per program (64 for 3-4 rows of x, whose accumulators would spill), K
-    split until the programs fill the SMs about twice over with >= 2 K steps each."""
+    split until there are about ``programs_per_sm`` programs per SM, with >= 2 K steps each
+    (a program keeps one step's loads in flight while it computes the one before)."""
     block_n = block_n or (128 if rows <= 2 else 64)
     tiles = -(-n // block_n)
     k_steps = -(-words // block_w)
     split = 1
     for s in _SPLITS:
-        if tiles * s > 2 * num_sms or (s > 1 and k_steps // s < 2):
+        if s > 1 and (tiles * s > programs_per_sm * num_sms or k_steps // s < 2):
             break
         split = s
-    return GemvConfig(block_n, block_w, split, 4, 3)
+    return GemvConfig(block_n, block_w, split, num_warps, 3)
+
+
+def gemv_candidates(n: int, words: int, *, rows: int = 1, num_sms: int = 132) -> list[GemvConfig]:
+    """The default config, then every tile of GEMV_TILES at 4, 8 and 2 programs per SM."""
+    configs = [gemv_config(n, words, rows=rows, num_sms=num_sms)]
+    for per_sm in (4, 8, 2):
+        for block_n, block_w, warps in GEMV_TILES:
+            cfg = gemv_config(n, words, rows=rows, num_sms=num_sms, block_n=block_n,
+                              block_w=block_w, num_warps=warps, programs_per_sm=per_sm)  # fmt: skip
+            if cfg not in configs:
+                configs.append(cfg)
+    return configs
