@@ -8,16 +8,21 @@ FP8 weight. Entry points: ``fp4_linear`` (``fp4_gemm.py``) with a ``GemvConfig``
 Why not the tensor cores: with one to four rows of x there is no math for them to do, and
 handing a dequantized tile to them in their operand layout costs more than the math (the MMA
 kernels spent 14 instructions a weight at M = 1). Here every thread owns whole 16-byte runs of
-W's rows and decodes them in registers, so the bill per weight is about four instructions:
+W's rows and decodes them in registers (instructions a weight in the loop, from the sm_90 SASS:
+FP4 3.3-3.6, FP8 3.4-3.8):
 
 - FP4 -> e4m3 bytes, four codes per 32-bit operation: a code ``s e1 e0 m`` with its magnitude
   moved under an e4m3 byte's exponent/mantissa boundary is an e4m3 number worth exactly
   ``value * 2**-6`` (the zero-exponent codes land on e4m3's subnormals, which are exact); the
   2**6 is folded into the block scale. Even codes (low nibbles) make one word of four bytes,
   odd codes another.
-- e4m3 -> fp32: ``cvt.rn.f16x2.e4m3x2`` widens two bytes at once, then f16 -> f32 (exact).
-- one fp32 FMA per weight and row of x; per scale group the partial sum is multiplied by its
-  block scale once.
+- e4m3 -> f16: ``cvt.rn.f16x2.e4m3x2`` widens two bytes at once (exact).
+- FP4 with bf16/fp16 x ("packed"): x * 2**-4 in f16, paired as the weights are, and a word's
+  eight products summed in f16x2 (four HFMA2), then its two lanes in fp32. f16 products of an
+  exact weight and x rounded to 11 bits err by ~1e-3 of a word's sum, under the bf16 output's
+  own rounding; the 2**-4 keeps activations up to 2**20 in f16's range.
+- Otherwise (FP8; fp32 x; Triton's interpreter) f16 -> f32 and one fp32 FMA per weight.
+- Per scale group the partial sum is multiplied by its block scale once.
 
 A program owns BLOCK_N rows of W and walks K in steps of BLOCK_W words. Split K and the
 epilogue (row scale, bias, transposed store) are the FP4 MMA kernel's, including its
@@ -118,6 +123,14 @@ def _byte_to_f32(word, B: tl.constexpr):
 
 
 @jit
+def _block_scale(s, SCALE_E8M0: tl.constexpr, LOG2_UNIT: tl.constexpr):
+    """Block scale bytes -> fp32 times 2**LOG2_UNIT (the units the partial sums are in)."""
+    if SCALE_E8M0:  # 2**(e - 127 + LOG2_UNIT) as fp32 bits (exact for e <= 254 - LOG2_UNIT)
+        return ((s.to(tl.int32) + LOG2_UNIT) << 23).to(tl.float32, bitcast=True)
+    return s.to(tl.float8e4nv, bitcast=True).to(tl.float32) * (1 << LOG2_UNIT)
+
+
+@jit
 def _groups_in(w_first, rg, w_end, WORDS_PER_GROUP: tl.constexpr):
     """[1, BLOCK_G] mask: the scale groups of a K step that start before w_end."""
     return (w_first // WORDS_PER_GROUP + rg < w_end // WORDS_PER_GROUP)[None, :]
@@ -156,6 +169,66 @@ def _fp8_row_part(x_ptr, row, stride_xm, M, k4, mask, w0, w1, w2, w3):
 
 
 @jit
+def _x_pair(x_ptr, row, stride_xm, M, k_lo, k_hi, mask):
+    """x[row, k_lo] and x[row, k_hi], times 2**-4, as the halves of one f16x2 word [1, BLOCK_W]
+    (2**-4: activations up to 2**20 stay inside f16 after the product sums)."""
+    lo = (_x_at(x_ptr, row, stride_xm, M, k_lo, mask) * 0.0625).to(tl.float16)
+    hi = (_x_at(x_ptr, row, stride_xm, M, k_hi, mask) * 0.0625).to(tl.float16)
+    return tl.inline_asm_elementwise(
+        "mov.b32 $0, {$1, $2};", "=r,h,h", [lo, hi], dtype=tl.int32, is_pure=True, pack=1
+    )
+
+
+@jit
+def _fp4_word_dots(q, x02, x46, x13, x57):
+    """sum_j w_j * x_j over the 8 codes of each word, fp32 [BLOCK_N, BLOCK_W], in units of
+    2**-6 (the e4m3 trick) * 2**-4 (the x pairs'): the codes widen to f16x2 pairs (even codes
+    0/2 and 4/6, odd 1/3 and 5/7, as ``cvt.rn.f16x2.e4m3x2`` pairs a word's bytes), the products
+    sum in f16x2 (one HFMA2 for two weights), and the two lanes in fp32."""
+    return tl.inline_asm_elementwise(
+        asm="""{ .reg .b32 ev, od, t0, t1, w0, w1, w2, w3, acc;
+        .reg .b16 e_lo, e_hi, o_lo, o_hi, a_lo, a_hi; .reg .f32 f_lo, f_hi;
+        and.b32 t0, $1, 0x07070707; shl.b32 t0, t0, 2;
+        and.b32 t1, $1, 0x08080808; shl.b32 t1, t1, 4;
+        or.b32 ev, t0, t1;
+        shr.b32 t0, $1, 2; and.b32 t0, t0, 0x1C1C1C1C;
+        and.b32 t1, $1, 0x80808080;
+        or.b32 od, t0, t1;
+        mov.b32 {e_lo, e_hi}, ev;
+        mov.b32 {o_lo, o_hi}, od;
+        cvt.rn.f16x2.e4m3x2 w0, e_lo;
+        cvt.rn.f16x2.e4m3x2 w1, e_hi;
+        cvt.rn.f16x2.e4m3x2 w2, o_lo;
+        cvt.rn.f16x2.e4m3x2 w3, o_hi;
+        mul.rn.f16x2 acc, w0, $2;
+        fma.rn.f16x2 acc, w1, $3, acc;
+        fma.rn.f16x2 acc, w2, $4, acc;
+        fma.rn.f16x2 acc, w3, $5, acc;
+        mov.b32 {a_lo, a_hi}, acc;
+        cvt.f32.f16 f_lo, a_lo;
+        cvt.f32.f16 f_hi, a_hi;
+        add.f32 $0, f_lo, f_hi; }""",
+        constraints="=f,r,r,r,r,r",
+        args=[q, x02, x46, x13, x57],
+        dtype=tl.float32,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@jit
+def _fp4_packed_part(
+    x_ptr, row, stride_xm, M, k8, mask, q, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr
+):
+    shape: tl.constexpr = (BLOCK_N, BLOCK_W)
+    x02 = tl.broadcast_to(_x_pair(x_ptr, row, stride_xm, M, k8, k8 + 2, mask), shape)
+    x46 = tl.broadcast_to(_x_pair(x_ptr, row, stride_xm, M, k8 + 4, k8 + 6, mask), shape)
+    x13 = tl.broadcast_to(_x_pair(x_ptr, row, stride_xm, M, k8 + 1, k8 + 3, mask), shape)
+    x57 = tl.broadcast_to(_x_pair(x_ptr, row, stride_xm, M, k8 + 5, k8 + 7, mask), shape)
+    return _fp4_word_dots(q, x02, x46, x13, x57)
+
+
+@jit
 def _row_step(
     acc,
     x_ptr,
@@ -164,29 +237,31 @@ def _row_step(
     M,
     k_first,
     mask,
-    e0,
-    e1,
-    e2,
-    e3,
-    o0,
-    o1,
-    o2,
-    o3,
+    q,
     scale,
     FP4: tl.constexpr,
+    PACKED: tl.constexpr,
+    USE_ASM: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_W: tl.constexpr,
     WORDS_PER_GROUP: tl.constexpr,
 ):
     """One K step of one row of x added into its accumulator."""
     if FP4:
-        part = _fp4_row_part(
-            x_ptr, row, stride_xm, M, k_first, mask, e0, e1, e2, e3, o0, o1, o2, o3
-        )
+        if PACKED:
+            part = _fp4_packed_part(x_ptr, row, stride_xm, M, k_first, mask, q, BLOCK_N, BLOCK_W)
+        else:
+            even, odd = _e4m3_bytes_of_fp4(q)
+            e0, e1, e2, e3 = _e4m3x4_to_f32(even, USE_ASM)
+            o0, o1, o2, o3 = _e4m3x4_to_f32(odd, USE_ASM)
+            part = _fp4_row_part(
+                x_ptr, row, stride_xm, M, k_first, mask, e0, e1, e2, e3, o0, o1, o2, o3
+            )
         groups = tl.reshape(part, (BLOCK_N, BLOCK_W // WORDS_PER_GROUP, WORDS_PER_GROUP))
         acc += tl.sum(groups, axis=2) * scale
     else:
-        acc += _fp8_row_part(x_ptr, row, stride_xm, M, k_first, mask, e0, e1, e2, e3)
+        w0, w1, w2, w3 = _e4m3x4_to_f32(q, USE_ASM)
+        acc += _fp8_row_part(x_ptr, row, stride_xm, M, k_first, mask, w0, w1, w2, w3)
     return acc
 
 
@@ -220,6 +295,7 @@ def _word_gemv_kernel(
     HAS_BIAS: tl.constexpr,
     DIRECT: tl.constexpr,
     USE_ASM: tl.constexpr,
+    PACKED: tl.constexpr,  # FP4 with 16-bit x on the GPU: products summed in f16x2
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
     PER_WORD: tl.constexpr = 8 if FP4 else 4
@@ -248,32 +324,23 @@ def _word_gemv_kernel(
     for w0 in range(w_start, w_end, BLOCK_W):
         in_k_next = w0 + BLOCK_W + rw < w_end
         q_next = tl.load(w_ptrs + BLOCK_W, mask=in_k_next[None, :], other=0)
+        scale = 1.0
         if FP4:
             in_g_next = _groups_in(w0 + BLOCK_W, rg, w_end, WORDS_PER_GROUP)
             s_next = tl.load(s_ptrs + BLOCK_G, mask=in_g_next, other=0)
-            if SCALE_E8M0:  # 2**(e - 127) * 2**6 as fp32 bits (exact for e <= 249)
-                scale = ((s.to(tl.int32) + 6) << 23).to(tl.float32, bitcast=True)
-            else:
-                scale = s.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 64.0
-            even, odd = _e4m3_bytes_of_fp4(q)
-            e0, e1, e2, e3 = _e4m3x4_to_f32(even, USE_ASM)
-            o0, o1, o2, o3 = _e4m3x4_to_f32(odd, USE_ASM)
-        else:
-            scale = 1.0
-            e0, e1, e2, e3 = _e4m3x4_to_f32(q, USE_ASM)
-            o0, o1, o2, o3 = e0, e1, e2, e3  # unused
+            scale = _block_scale(s, SCALE_E8M0, 10 if PACKED else 6)
         k_first = (w0 + rw) * PER_WORD
         # fmt: off
-        acc0 = _row_step(acc0, x_ptr, 0, stride_xm, M, k_first, in_k, e0, e1, e2, e3,
-                         o0, o1, o2, o3, scale, FP4, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+        acc0 = _row_step(acc0, x_ptr, 0, stride_xm, M, k_first, in_k, q, scale, FP4, PACKED,
+                         USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
         if ROWS > 1:
-            acc1 = _row_step(acc1, x_ptr, 1, stride_xm, M, k_first, in_k, e0, e1, e2, e3,
-                             o0, o1, o2, o3, scale, FP4, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+            acc1 = _row_step(acc1, x_ptr, 1, stride_xm, M, k_first, in_k, q, scale, FP4, PACKED,
+                             USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
         if ROWS > 2:
-            acc2 = _row_step(acc2, x_ptr, 2, stride_xm, M, k_first, in_k, e0, e1, e2, e3,
-                             o0, o1, o2, o3, scale, FP4, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
-            acc3 = _row_step(acc3, x_ptr, 3, stride_xm, M, k_first, in_k, e0, e1, e2, e3,
-                             o0, o1, o2, o3, scale, FP4, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+            acc2 = _row_step(acc2, x_ptr, 2, stride_xm, M, k_first, in_k, q, scale, FP4, PACKED,
+                             USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+            acc3 = _row_step(acc3, x_ptr, 3, stride_xm, M, k_first, in_k, q, scale, FP4, PACKED,
+                             USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
         # fmt: on
         q = q_next
         in_k = in_k_next
@@ -381,6 +448,7 @@ def launch_word_gemv(
         HAS_ROW_SCALE=row_scale is not None,
         SCALAR_ROW_SCALE=row_scale is not None and row_scale.numel() == 1 and n > 1,
         HAS_BIAS=bias is not None, DIRECT=direct, USE_ASM=not _interpreting(),
+        PACKED=fp4 and x.dtype != torch.float32 and not _interpreting(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 
