@@ -14,11 +14,9 @@ then zeroes the counter for the next launch: one launch, and deterministic, sinc
 the sum does not depend on which split arrives last. (A second reduction kernel was 0.3-1 us
 slower per call on the H200: benchmarks/results/skinny_gemm_h200_2026-11-29.json.)
 
-``skinny_linear_fp8`` runs FP8 (e4m3) weights weight-only on the same kernel: W widened to
-x's dtype in registers, its per-row or per-tensor scale applied to the fp32 tile before the
-store. It is not on the engine's path: on the H200 the engine decoded 8% slower with it at 1, 8
-and 16 rows than with the W8A8 path (lowbit_decode_h200_w8a16_ab_2026-12-01.json); for 1-4
-rows the FP8 method has the CUDA-core GEMV of ``word_gemv.py``.
+An FP8 weight-only mode of this kernel (e4m3 W widened in registers) decoded 8% slower in the
+engine than the W8A8 path at 1, 8 and 16 rows (lowbit_decode_h200_w8a16_ab_2026-12-01.json)
+and was removed; FP8 steps of one token take the CUDA-core GEMV of ``word_gemv.py``.
 
 The bf16 kernel is not on the engine's path. On the H200 it ties cuBLAS on Llama-3-8B's
 projections and leads it by 3-8% on a 128K-vocabulary weight in isolation, but the LM head on
@@ -85,22 +83,10 @@ def _sum_splits(tile_ws, num_splits, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexp
     return total
 
 
-@jit
-def _dequantized(acc, scale_ptr, rn, N, W_FP8: tl.constexpr, SCALE_PER_ROW: tl.constexpr):
-    """The fp32 tile [BLOCK_N, BLOCK_M] times W's scale (per row of W, or one for all)."""
-    if W_FP8:
-        if SCALE_PER_ROW:
-            acc = acc * tl.load(scale_ptr + rn % N)[:, None]
-        else:
-            acc = acc * tl.load(scale_ptr)
-    return acc
-
-
 @_jit
 def _skinny_gemm_kernel(
     x_ptr,
     w_ptr,
-    scale_ptr,  # fp32 [N] (SCALE_PER_ROW) or [1]: W's dequantization scale; unused unless W_FP8
     out_ptr,
     ws_ptr,  # fp32 [tiles, num_splits, BLOCK_N, BLOCK_M]; unused when DIRECT
     counter_ptr,  # int32 [tiles], zero between launches; unused when DIRECT
@@ -118,8 +104,6 @@ def _skinny_gemm_kernel(
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask
     DIRECT: tl.constexpr,  # num_splits == 1: write the output
     DOT_PRECISION: tl.constexpr,
-    W_FP8: tl.constexpr = False,  # W is float8 e4m3: widened to x's dtype in registers
-    SCALE_PER_ROW: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -141,14 +125,11 @@ def _skinny_gemm_kernel(
             k_mask = (k0 + rk < K)[None, :]
             w = tl.load(w_ptrs, mask=k_mask, other=0.0)
             x = tl.load(x_ptrs, mask=k_mask, other=0.0)
-        if W_FP8:
-            w = w.to(x.dtype)
         acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
 
     if DIRECT:
-        acc = _dequantized(acc, scale_ptr, rn, N, W_FP8, SCALE_PER_ROW)
         _store_out_tile(out_ptr, acc, rn, rm, M, N, stride_om)
     else:
         tile = pid_n * tl.num_programs(0) + pid_m
@@ -160,7 +141,6 @@ def _skinny_gemm_kernel(
         arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if arrived == num_splits - 1:
             total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
-            total = _dequantized(total, scale_ptr, rn, N, W_FP8, SCALE_PER_ROW)
             _store_out_tile(out_ptr, total, rn, rm, M, N, stride_om)
             tl.store(counter_ptr + tile, 0)
 
@@ -201,37 +181,10 @@ def skinny_linear(
     config, more than ``MAX_ROWS`` rows (or an unsupported layout or dtype) go to F.linear."""
     if not _supported(x, weight) or (config is None and x.shape[0] > MAX_ROWS):
         return F.linear(x, weight)
-    return _skinny(x, weight, config, None)
+    return _skinny(x, weight, config)
 
 
-def skinny_linear_fp8(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    scale: torch.Tensor,
-    config: SkinnyGemmConfig | None = None,
-) -> torch.Tensor:
-    """Weight-only FP8: ``x`` [M, K] (bf16 or fp16) @ (``weight`` [N, K] float8 e4m3 *
-    ``scale`` fp32 [N] or [1]).T -> [M, N] in x's dtype. W is widened in registers and the
-    scale applied once per output, so a decode step reads W's one byte per value once and
-    needs no activation quantization (the W8A8 tensor-core path does)."""
-    n, k = weight.shape
-    ok = (
-        x.dim() == 2 and x.shape[1] == k and x.dtype in (torch.bfloat16, torch.float16)
-        and weight.dtype == torch.float8_e4m3fn and weight.stride(1) == 1
-        and scale.numel() in (1, n) and x.device == weight.device == scale.device
-    )  # fmt: skip
-    if not ok:
-        got = f"x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} {weight.dtype}"
-        raise ValueError(f"skinny_linear_fp8: {got}, scale {tuple(scale.shape)}")
-    return _skinny(x, weight, config, scale.reshape(-1).float().contiguous())
-
-
-def _skinny(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    config: SkinnyGemmConfig | None,
-    scale: torch.Tensor | None,
-) -> torch.Tensor:
+def _skinny(x: torch.Tensor, weight: torch.Tensor, config: SkinnyGemmConfig | None) -> torch.Tensor:
     require_triton()
     m, k = x.shape
     n = weight.shape[0]
@@ -243,7 +196,7 @@ def _skinny(
     if x.stride(1) != 1:
         x = x.contiguous()
     cfg = config or default_config(m, n, k, num_sms=sm_count(x.device), elem_bytes=x.element_size())
-    _launch(x, weight, out, cfg, scale)
+    _launch(x, weight, out, cfg)
     return out
 
 
@@ -252,9 +205,7 @@ def _launch(
     weight: torch.Tensor,
     out: torch.Tensor,
     cfg: SkinnyGemmConfig,
-    scale: torch.Tensor | None = None,
 ) -> None:
-    """``scale``: fp32 [N] or [1] when ``weight`` is float8 e4m3 (``W ~= weight * scale``)."""
     m, k = x.shape
     n = weight.shape[0]
     m_tiles, n_tiles = -(-m // cfg.block_m), -(-n // cfg.block_n)
@@ -270,7 +221,6 @@ def _launch(
     _skinny_gemm_kernel[(m_tiles, n_tiles, splits)](
         x,
         weight,
-        out if scale is None else scale,  # a placeholder pointer when W is not FP8
         out,
         ws,
         counters,
@@ -288,8 +238,6 @@ def _launch(
         EVEN_K=k % cfg.block_k == 0,
         DIRECT=direct,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        W_FP8=scale is not None,
-        SCALE_PER_ROW=scale is not None and scale.numel() > 1,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

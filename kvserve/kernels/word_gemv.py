@@ -488,7 +488,7 @@ def fp8_gemv(
 
 _SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 # (block_n, block_w, num_warps) tried by the benchmarks (benchmarks/fp4_gemm.py,
-# benchmarks/skinny_fp8_gemm.py), the default first
+# benchmarks/fp8_gemv.py), the default first
 GEMV_TILES = ((128, 32, 4), (128, 32, 8), (64, 32, 4), (256, 32, 8), (64, 64, 4), (128, 16, 4))
 
 

@@ -1,12 +1,15 @@
 """The CUDA-core GEMV for FP8 weights (``fp8_gemv``) against ``x.float() @ (w.float() *
 scale).T``: 1-4 rows, per-row and per-tensor scales, N and K tails, split K, bias, CUDA graph
-replay. (Its FP4 mode is tested through ``fp4_linear`` in ``test_fp4_gemm.py``.)
+replay; and the FP8 linear method's weight-only path on it. (Its FP4 mode is tested through
+``fp4_linear`` in ``test_fp4_gemm.py``.)
 
 ``KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 pytest --noconftest tests/gpu/test_word_gemv.py``
 runs them through Triton's interpreter on a CPU.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,8 +18,11 @@ pytest.importorskip("triton")
 
 from kernel_test_device import DEVICE, INTERPRETED  # noqa: E402
 
+from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
 from kvserve.kernels.word_gemv import GemvConfig, fp8_gemv, gemv_config  # noqa: E402
+from kvserve.quant.fp8_config import Fp8Spec  # noqa: E402
+from kvserve.quant.fp8_method import W8A16_ROWS_ENV, Fp8LinearMethod, w8a16_max_rows  # noqa: E402
 from kvserve.quant.fp8_weights import quantize_weight  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -86,3 +92,41 @@ def test_split_k_replays_in_cuda_graph() -> None:
         torch.cuda.synchronize()
         assert torch.equal(out, expected)
     assert int(skinny_gemm._COUNTERS[x.device].abs().sum()) == 0
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the method takes this path on CUDA only")
+@pytest.mark.parametrize("spec", [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static")])
+def test_fp8_method_runs_small_steps_weight_only(
+    spec: Fp8Spec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With KVSERVE_FP8_W8A16_ROWS=4, steps of up to 4 rows run on the GEMV and skip the
+    activation quantization (exact to the dequantized weight); the W8A8 path stays within its
+    activation rounding."""
+    x, q, scale = inputs(4, 512, 1024, spec.weight == "channel", torch.bfloat16)
+    layer = SimpleNamespace(weight=q, weight_scale=scale,
+                            input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
+    method = Fp8LinearMethod(spec)
+    monkeypatch.setenv(W8A16_ROWS_ENV, "0")
+    w8a16_max_rows.cache_clear()
+    w8a8 = method._matmul(layer, x)  # type: ignore[arg-type]
+    monkeypatch.setenv(W8A16_ROWS_ENV, "4")
+    w8a16_max_rows.cache_clear()
+    try:
+        out = method._matmul(layer, x)  # type: ignore[arg-type]
+    finally:
+        monkeypatch.delenv(W8A16_ROWS_ENV)
+        w8a16_max_rows.cache_clear()
+    check(out, x, q, scale)
+    torch.testing.assert_close(out.float(), w8a8.float(), atol=0.1, rtol=0.1)
+
+
+def test_weight_only_rows_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(W8A16_ROWS_ENV, "5")
+    w8a16_max_rows.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="from 0 to 4"):
+            w8a16_max_rows()
+    finally:
+        monkeypatch.delenv(W8A16_ROWS_ENV)
+        w8a16_max_rows.cache_clear()
+    assert w8a16_max_rows() == 1
