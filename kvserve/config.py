@@ -149,11 +149,20 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 8192  # token budget of one step (prefill chunks + decodes)
     chunked_prefill_size: int = 2048  # most prompt tokens one request may prefill in a step
     max_queued_requests: int | None = None  # waiting-queue bound (None = unbounded)
+    # While other requests decode, a prefill chunk ending at context c gets at most
+    # chunk_attention_budget / c tokens (never fewer than MIN_CAPPED_CHUNK): attention work per
+    # step grows with chunk x context, and every decoding request waits for the step. The
+    # default keeps 2048-token chunks up to 16K context and cuts them to 256 at 128K. 0: off.
+    chunk_attention_budget: int = 2048 * 16384
 
     def __post_init__(self) -> None:
         for name in ("max_running_requests", "max_num_batched_tokens", "chunked_prefill_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.chunk_attention_budget < 0:
+            raise ConfigError(
+                f"chunk_attention_budget must be >= 0, got {self.chunk_attention_budget}"
+            )
         if self.max_num_batched_tokens < self.max_running_requests:
             # Every running request must be able to decode one token in the same step.
             object.__setattr__(self, "max_num_batched_tokens", self.max_running_requests)

@@ -137,6 +137,13 @@ FLAGS: list[Flag] = [
         engine=True,
     ),  # fmt: skip
     Flag(
+        ("--chunk-attention-budget",),
+        "while others decode, a prefill chunk at context c takes at most this / c tokens "
+        "(default 2048 x 16384; 0: off)",
+        type=int,
+        engine=True,
+    ),  # fmt: skip
+    Flag(
         ("--max-queued-requests",), "waiting requests beyond this get 429", type=int, engine=True
     ),  # fmt: skip
     Flag(

@@ -232,3 +232,34 @@ def test_overlap_gives_the_same_tokens_under_preemption() -> None:
         outputs[overlap] = [r.output_token_ids for r in reqs]
     assert outputs[True] == outputs[False]
     assert all(len(o) == 9 for o in outputs[True])
+
+
+def test_long_context_chunks_shrink_while_others_decode() -> None:
+    """chunk_attention_budget: beside a decoding request, a chunk ending at context c takes at
+    most budget / c tokens (never under 256); with nothing decoding, full chunks."""
+    cfg = {"chunked_prefill_size": 1024, "max_num_batched_tokens": 4096}
+    sched, kv = make_scheduler(2048, chunk_attention_budget=1024 * 2048, **cfg)
+    long = make_request("long", list(range(1, 6001)), max_tokens=2)
+    sched.add(long)
+    sizes = [run_step(sched, kv).chunks[0].num_new_tokens for _ in range(3)]
+    assert sizes == [1024, 1024, 1024]  # alone: no cap
+    short = make_request("short", [1, 2, 3], max_tokens=50)
+    sched.add(short)
+    run_step(sched, kv)  # short prefills beside the long prompt
+    plan = run_step(sched, kv)
+    chunks = {c.request.request_id: c for c in plan.chunks}
+    assert chunks["short"].num_new_tokens == 1
+    start = chunks["long"].start  # 4096 + the chunk before
+    assert chunks["long"].num_new_tokens == max(256, 1024 * 2048 // (start + 1024))
+    assert chunks["long"].num_new_tokens < 1024
+
+
+def test_chunk_attention_budget_zero_keeps_full_chunks() -> None:
+    sched, kv = make_scheduler(2048, chunked_prefill_size=1024, chunk_attention_budget=0)
+    short = make_request("short", [1, 2, 3], max_tokens=50)
+    sched.add(short)
+    run_step(sched, kv)
+    sched.add(make_request("long", list(range(1, 6001)), max_tokens=2))
+    for _ in range(4):
+        plan = run_step(sched, kv)
+        assert max(c.num_new_tokens for c in plan.chunks) == 1024

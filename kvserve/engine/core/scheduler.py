@@ -25,6 +25,8 @@ from kvserve.engine.core.request import FinishReason, Request, RequestStatus
 from kvserve.engine.core.scheduler_output import ScheduledChunk, SchedulerOutput
 from kvserve.kv_layout import pages_for
 
+MIN_CAPPED_CHUNK = 256  # a capped chunk still amortizes the step's weight reads
+
 
 @dataclass
 class SchedulerCounters:
@@ -43,6 +45,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.counters = SchedulerCounters()
+        self._decoding = False  # this step has a request in decode (set by schedule)
 
     # -- queue management -------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -73,6 +76,8 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
+        self._decoding = any(r.num_tokens_with_pending - r.num_computed_tokens <= 1
+                             for r in self.running)  # fmt: skip
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
@@ -81,7 +86,7 @@ class Scheduler:
                 continue
             n = min(
                 req.num_tokens_with_pending - req.num_computed_tokens,
-                self.config.chunked_prefill_size,
+                self._chunk_limit(req.num_computed_tokens),
                 budget,
             )
             if self._reserve(req, req.num_computed_tokens + n):
@@ -99,6 +104,14 @@ class Scheduler:
         for chunk in out.chunks:
             self._advance(chunk)
         return out
+
+    def _chunk_limit(self, start: int) -> int:
+        """Most tokens a chunk starting at ``start`` may take (``chunk_attention_budget``)."""
+        limit = self.config.chunked_prefill_size
+        work = self.config.chunk_attention_budget
+        if work and self._decoding:
+            limit = min(limit, max(MIN_CAPPED_CHUNK, work // (start + limit)))
+        return limit
 
     def _chunk(self, req: Request, n: int) -> ScheduledChunk:
         start = req.num_computed_tokens
@@ -134,7 +147,7 @@ class Scheduler:
             # Leave at least one token to compute, so the step yields logits to sample from.
             cached_pages = self.kv.match_prefix(req.token_ids(0, req.num_tokens - 1))
             num_cached = len(cached_pages) * self.page_size
-            n = min(req.num_tokens - num_cached, self.config.chunked_prefill_size, budget)
+            n = min(req.num_tokens - num_cached, self._chunk_limit(num_cached), budget)
             self.kv.acquire(cached_pages)
             new_pages = None
             owed = self._pages_owed() if owed < 0 else owed
