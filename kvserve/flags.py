@@ -139,7 +139,7 @@ FLAGS: list[Flag] = [
     Flag(
         ("--chunk-attention-budget",),
         "while others decode, a prefill chunk at context c takes at most this / c tokens "
-        "(default 2048 x 16384; 0: off)",
+        "(0, the default: off; 33554432 = 2048 x 16K)",
         type=int,
         engine=True,
     ),  # fmt: skip

@@ -254,8 +254,8 @@ def test_long_context_chunks_shrink_while_others_decode() -> None:
     assert chunks["long"].num_new_tokens < 1024
 
 
-def test_chunk_attention_budget_zero_keeps_full_chunks() -> None:
-    sched, kv = make_scheduler(2048, chunked_prefill_size=1024, chunk_attention_budget=0)
+def test_chunk_attention_budget_is_off_by_default() -> None:
+    sched, kv = make_scheduler(2048, chunked_prefill_size=1024)
     short = make_request("short", [1, 2, 3], max_tokens=50)
     sched.add(short)
     run_step(sched, kv)
