@@ -32,7 +32,7 @@ deterministic last-arrival reduction, so launches can be captured in CUDA graphs
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -51,6 +51,11 @@ class GemvConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 3
+    # FP4 block scales read by inline-asm loads, which Triton cannot re-layout: a plain load
+    # takes the coalescer's layout and the scaled sums are moved to it through shared memory,
+    # with barriers, every K step (sm_90 SASS: 8 per step for NVFP4, 4 for MXFP4). Not yet
+    # timed on the H200: off until benchmarks/fp4_gemm.py says it wins.
+    asm_scale_loads: bool = False
 
     def __post_init__(self) -> None:
         for b in (self.block_n, self.block_w):
@@ -128,6 +133,17 @@ def _block_scale(s, SCALE_E8M0: tl.constexpr, LOG2_UNIT: tl.constexpr):
     if SCALE_E8M0:  # 2**(e - 127 + LOG2_UNIT) as fp32 bits (exact for e <= 254 - LOG2_UNIT)
         return ((s.to(tl.int32) + LOG2_UNIT) << 23).to(tl.float32, bitcast=True)
     return s.to(tl.float8e4nv, bitcast=True).to(tl.float32) * (1 << LOG2_UNIT)
+
+
+@jit
+def _scale_bytes(ptrs, mask, fallback, ASM_LOADS: tl.constexpr):
+    """The block scale bytes at ``ptrs`` (``GemvConfig.asm_scale_loads``)."""
+    if ASM_LOADS:
+        safe = tl.where(mask, ptrs, fallback)  # masked lanes read a valid byte, never used
+        return tl.inline_asm_elementwise(
+            "ld.global.nc.u8 $0, [$1];", "=r,l", [safe], dtype=tl.int32, is_pure=True, pack=1
+        ).to(tl.uint8)
+    return tl.load(ptrs, mask=mask, other=0)
 
 
 @jit
@@ -296,6 +312,7 @@ def _word_gemv_kernel(
     DIRECT: tl.constexpr,
     USE_ASM: tl.constexpr,
     PACKED: tl.constexpr,  # FP4 with 16-bit x on the GPU: products summed in f16x2
+    ASM_SCALE_LOADS: tl.constexpr,
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
     PER_WORD: tl.constexpr = 8 if FP4 else 4
@@ -320,14 +337,15 @@ def _word_gemv_kernel(
     in_k = w_start + rw < w_end
     q = tl.load(w_ptrs, mask=in_k[None, :], other=0)
     if FP4:
-        s = tl.load(s_ptrs, mask=_groups_in(w_start, rg, w_end, WORDS_PER_GROUP), other=0)
+        in_g = _groups_in(w_start, rg, w_end, WORDS_PER_GROUP)
+        s = _scale_bytes(s_ptrs, in_g, s_ptr, ASM_SCALE_LOADS)
     for w0 in range(w_start, w_end, BLOCK_W):
         in_k_next = w0 + BLOCK_W + rw < w_end
         q_next = tl.load(w_ptrs + BLOCK_W, mask=in_k_next[None, :], other=0)
         scale = 1.0
         if FP4:
             in_g_next = _groups_in(w0 + BLOCK_W, rg, w_end, WORDS_PER_GROUP)
-            s_next = tl.load(s_ptrs + BLOCK_G, mask=in_g_next, other=0)
+            s_next = _scale_bytes(s_ptrs + BLOCK_G, in_g_next, s_ptr, ASM_SCALE_LOADS)
             scale = _block_scale(s, SCALE_E8M0, 10 if PACKED else 6)
         k_first = (w0 + rw) * PER_WORD
         # fmt: off
@@ -449,6 +467,7 @@ def launch_word_gemv(
         SCALAR_ROW_SCALE=row_scale is not None and row_scale.numel() == 1 and n > 1,
         HAS_BIAS=bias is not None, DIRECT=direct, USE_ASM=not _interpreting(),
         PACKED=fp4 and x.dtype != torch.float32 and not _interpreting(),
+        ASM_SCALE_LOADS=cfg.asm_scale_loads and not _interpreting(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 
@@ -518,8 +537,10 @@ def gemv_config(
 
 
 def gemv_candidates(n: int, words: int, *, rows: int = 1, num_sms: int = 132) -> list[GemvConfig]:
-    """The default config, then every tile of GEMV_TILES at 4, 8 and 2 programs per SM."""
-    configs = [gemv_config(n, words, rows=rows, num_sms=num_sms)]
+    """The default config and it with ``asm_scale_loads``, then every tile of GEMV_TILES at 4, 8
+    and 2 programs per SM."""
+    default = gemv_config(n, words, rows=rows, num_sms=num_sms)
+    configs = [default, replace(default, asm_scale_loads=True)]
     for per_sm in (4, 8, 2):
         for block_n, block_w, warps in GEMV_TILES:
             cfg = gemv_config(n, words, rows=rows, num_sms=num_sms, block_n=block_n,

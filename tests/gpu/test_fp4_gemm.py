@@ -100,6 +100,17 @@ def test_gemv_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, 
     check(fp4_linear(x, *weight, config=GemvConfig(64, 8, split_k)), x, weight)
 
 
+@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize(("n", "k"), SMALL_SHAPES)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gemv_asm_scale_loads_match_reference(fmt: str, n: int, k: int, m: int) -> None:
+    """Block scales read by inline-asm loads (masked lanes read a valid byte, unused)."""
+    weight = fp4_weight(fmt, n, k)
+    x = activations(m, k, torch.float32 if INTERPRETED else torch.bfloat16)
+    cfg = GemvConfig(64, 8, 3, asm_scale_loads=True)
+    check(fp4_linear(x, *weight, config=cfg), x, weight)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("n", "k"), [*SMALL_SHAPES, *LLAMA_SHAPES])
 @pytest.mark.parametrize("m", [1, 16, 64, 256])
