@@ -34,16 +34,11 @@ from kvserve.kernels.fp4_reference import fp4_linear_reference, group_size_of
 
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
 # as is: the reduction does not depend on how the tiles were computed.
-from kvserve.kernels.skinny_gemm import (
-    _arrival_counters,
-    _jit,
-    _sum_splits,
-)
+from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
 from kvserve.kernels.word_gemv import (
     FP4_PER_WORD,
     GEMV_ROWS,
     GemvConfig,
-    _epilogue,
     gemv_candidates,
     gemv_config,
     launch_word_gemv,
@@ -164,22 +159,11 @@ def _fp4_gemm_kernel(
         s_ptrs += BLOCK_K // GROUP
         x_ptrs += BLOCK_K
 
-    if DIRECT:
-        _epilogue(acc, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS)
-    else:
-        tile = pid_n * tl.num_programs(0) + pid_m
-        tile_ws = ws_ptr + tile.to(tl.int64) * num_splits * BLOCK_N * BLOCK_M
-        offs = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
-        tl.store(tile_ws + pid_k * BLOCK_N * BLOCK_M + offs, acc)
-        # Every thread's stores precede the (one-thread) release of the arrival count.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == num_splits - 1:
-            total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
-            _epilogue(
-                total, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS
-            )
-            tl.store(counter_ptr + tile, 0)
+    _finish_tile(
+        acc, pid_n * tl.num_programs(0) + pid_m, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr,
+        bias_ptr, out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M, HAS_ROW_SCALE, HAS_BIAS,
+        DIRECT,
+    )  # fmt: skip
 
 
 def _check(

@@ -83,6 +83,69 @@ def _sum_splits(tile_ws, num_splits, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexp
     return total
 
 
+@jit
+def _epilogue(
+    acc,
+    rs_ptr,
+    bias_ptr,
+    out_ptr,
+    rn,
+    rm,
+    M,
+    N,
+    stride_om,
+    HAS_ROW_SCALE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """Row scale and bias on the fp32 tile [BLOCK_N, BLOCK_M], then the transposed store."""
+    if HAS_ROW_SCALE:
+        acc = acc * tl.load(rs_ptr + rn, mask=rn < N, other=0.0)[:, None]
+    if HAS_BIAS:
+        acc = acc + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
+    _store_out_tile(out_ptr, acc, rn, rm, M, N, stride_om)
+
+
+@jit
+def _finish_tile(
+    acc,
+    tile,  # this output tile's index among the launch's tiles
+    pid_k,
+    num_splits,
+    ws_ptr,  # fp32 [tiles, num_splits, BLOCK_N, BLOCK_M]; unused when DIRECT
+    counter_ptr,  # int32 [tiles], zero between launches; unused when DIRECT
+    rs_ptr,
+    bias_ptr,
+    out_ptr,
+    rn,
+    rm,
+    M,
+    N,
+    stride_om,
+    BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_ROW_SCALE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    DIRECT: tl.constexpr,  # one split: write the output
+):
+    """The end of a program's tile [BLOCK_N, BLOCK_M]: the output, or this split's partial and,
+    for the split that arrives last, the in-order sum and the output."""
+    if DIRECT:
+        _epilogue(acc, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS)
+    else:
+        tile_ws = ws_ptr + tile.to(tl.int64) * num_splits * BLOCK_N * BLOCK_M
+        offs = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        tl.store(tile_ws + pid_k * BLOCK_N * BLOCK_M + offs, acc)
+        # Every thread's stores precede the (one-thread) release of the arrival count.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == num_splits - 1:
+            total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
+            _epilogue(
+                total, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS
+            )
+            tl.store(counter_ptr + tile, 0)
+
+
 @_jit
 def _skinny_gemm_kernel(
     x_ptr,
@@ -129,20 +192,10 @@ def _skinny_gemm_kernel(
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
 
-    if DIRECT:
-        _store_out_tile(out_ptr, acc, rn, rm, M, N, stride_om)
-    else:
-        tile = pid_n * tl.num_programs(0) + pid_m
-        tile_ws = ws_ptr + tile.to(tl.int64) * num_splits * BLOCK_N * BLOCK_M
-        offs = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
-        tl.store(tile_ws + pid_k * BLOCK_N * BLOCK_M + offs, acc)
-        # Every thread's stores precede the (one-thread) release of the arrival count.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == num_splits - 1:
-            total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
-            _store_out_tile(out_ptr, total, rn, rm, M, N, stride_om)
-            tl.store(counter_ptr + tile, 0)
+    _finish_tile(
+        acc, pid_n * tl.num_programs(0) + pid_m, pid_k, num_splits, ws_ptr, counter_ptr, out_ptr,
+        out_ptr, out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M, False, False, DIRECT,
+    )  # fmt: skip
 
 
 # Arrival counters per device, zero between launches. A grown buffer keeps the old one alive, as

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from kvserve.kernels._triton import jit, require_triton, sm_count, tl
-from kvserve.kernels.skinny_gemm import _arrival_counters, _jit, _store_out_tile, _sum_splits
+from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
 
 GEMV_ROWS = 4  # the most rows the GEMV takes
 FP8_PER_WORD = 4
@@ -63,28 +63,6 @@ class GemvConfig:
                 raise ValueError(f"block_n and block_w must be powers of two: {self}")
         if self.split_k < 1:
             raise ValueError(f"split_k must be >= 1: {self}")
-
-
-@jit
-def _epilogue(
-    acc,
-    rs_ptr,
-    bias_ptr,
-    out_ptr,
-    rn,
-    rm,
-    M,
-    N,
-    stride_om,
-    HAS_ROW_SCALE: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-):
-    """Row scale and bias on the fp32 tile [BLOCK_N, BLOCK_M], then the transposed store."""
-    if HAS_ROW_SCALE:
-        acc = acc * tl.load(rs_ptr + rn, mask=rn < N, other=0.0)[:, None]
-    if HAS_BIAS:
-        acc = acc + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
-    _store_out_tile(out_ptr, acc, rn, rm, M, N, stride_om)
 
 
 @jit
@@ -377,48 +355,11 @@ def _word_gemv_kernel(
         tile += tl.where(cols == 3, tl.sum(acc3, axis=1)[:, None], 0.0)
     if SCALAR_ROW_SCALE:
         tile = tile * tl.load(rs_ptr)
-    _finish(
-        tile, rs_ptr, bias_ptr, out_ptr, ws_ptr, counter_ptr, rn, M, N, stride_om, pid_n, pid_k,
-        num_splits, BLOCK_N, ROWS, HAS_ROW_SCALE and not SCALAR_ROW_SCALE, HAS_BIAS, DIRECT,
+    _finish_tile(
+        tile, pid_n, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr, bias_ptr, out_ptr, rn,
+        tl.arange(0, ROWS), M, N, stride_om, BLOCK_N, ROWS,
+        HAS_ROW_SCALE and not SCALAR_ROW_SCALE, HAS_BIAS, DIRECT,
     )  # fmt: skip
-
-
-@jit
-def _finish(
-    tile,
-    rs_ptr,
-    bias_ptr,
-    out_ptr,
-    ws_ptr,
-    counter_ptr,
-    rn,
-    M,
-    N,
-    stride_om,
-    pid_n,
-    pid_k,
-    num_splits,
-    BLOCK_N: tl.constexpr,
-    ROWS: tl.constexpr,
-    HAS_ROW_SCALE: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    DIRECT: tl.constexpr,
-):
-    rm = tl.arange(0, ROWS)
-    if DIRECT:
-        _epilogue(tile, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS)
-    else:
-        tile_ws = ws_ptr + pid_n.to(tl.int64) * num_splits * BLOCK_N * ROWS
-        offs = tl.arange(0, BLOCK_N)[:, None] * ROWS + rm[None, :]
-        tl.store(tile_ws + pid_k * BLOCK_N * ROWS + offs, tile)
-        tl.debug_barrier()
-        arrived = tl.atomic_add(counter_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-        if arrived == num_splits - 1:
-            total = _sum_splits(tile_ws, num_splits, BLOCK_N, ROWS)
-            _epilogue(
-                total, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS
-            )
-            tl.store(counter_ptr + pid_n, 0)
 
 
 def launch_word_gemv(
