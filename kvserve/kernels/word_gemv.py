@@ -278,6 +278,12 @@ def _word_gemv_kernel(
     stride_om,
     words_per_split,  # a multiple of BLOCK_W
     num_splits,
+    slot_expert_ptr,  # MOE: int32 [slots], the expert of each slot (one per program row z)
+    router_w_ptr,  # MOE and SCALE_ROWS: fp32 [slots]
+    top_k,
+    stride_we,  # MOE: per expert, in words; likewise the next two
+    stride_se,
+    stride_rse,
     BLOCK_N: tl.constexpr,
     BLOCK_W: tl.constexpr,
     FP4: tl.constexpr,
@@ -291,12 +297,23 @@ def _word_gemv_kernel(
     USE_ASM: tl.constexpr,
     PACKED: tl.constexpr,  # FP4 with 16-bit x on the GPU: products summed in f16x2
     ASM_SCALE_LOADS: tl.constexpr,
+    MOE: tl.constexpr,  # grid z = slots: W, scales and the x row chosen per slot
+    A_PER_TOKEN: tl.constexpr,  # MOE: slot s reads x row s // top_k (else row s)
+    SCALE_ROWS: tl.constexpr,  # MOE: outputs times the slot's router weight
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
     PER_WORD: tl.constexpr = 8 if FP4 else 4
     BLOCK_G: tl.constexpr = BLOCK_W // WORDS_PER_GROUP if FP4 else BLOCK_W
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    if MOE:
+        expert = tl.load(slot_expert_ptr + pid_s).to(tl.int64)
+        x_ptr += (pid_s // top_k if A_PER_TOKEN else pid_s).to(tl.int64) * stride_xm
+        w_ptr += expert * stride_we
+        s_ptr += expert * stride_se
+        rs_ptr += expert * stride_rse
+        out_ptr += pid_s.to(tl.int64) * stride_om
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rw = tl.arange(0, BLOCK_W)
     w_start = pid_k * words_per_split
@@ -355,11 +372,24 @@ def _word_gemv_kernel(
         tile += tl.where(cols == 3, tl.sum(acc3, axis=1)[:, None], 0.0)
     if SCALAR_ROW_SCALE:
         tile = tile * tl.load(rs_ptr)
+    if SCALE_ROWS:
+        tile = tile * tl.load(router_w_ptr + pid_s)
     _finish_tile(
-        tile, pid_n, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr, bias_ptr, out_ptr, rn,
-        tl.arange(0, ROWS), M, N, stride_om, BLOCK_N, ROWS,
+        tile, pid_s * tl.num_programs(0) + pid_n, pid_k, num_splits, ws_ptr, counter_ptr,
+        rs_ptr, bias_ptr, out_ptr, rn, tl.arange(0, ROWS), M, N, stride_om, BLOCK_N, ROWS,
         HAS_ROW_SCALE and not SCALAR_ROW_SCALE, HAS_BIAS, DIRECT,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MoeSlots:
+    """A mixture-of-experts step for the GEMV: slot s multiplies x row ``s // top_k``
+    (``a_per_token``, the gate/up GEMM) or row s (the down GEMM) by expert ``experts[s]``."""
+
+    experts: torch.Tensor  # int32 [slots]
+    top_k: int
+    a_per_token: bool
+    router_weights: torch.Tensor | None = None  # fp32 [slots]: scales each slot's output
 
 
 def launch_word_gemv(
@@ -371,15 +401,18 @@ def launch_word_gemv(
     out: torch.Tensor,
     cfg: GemvConfig,
     group: int,
+    moe: MoeSlots | None = None,
 ) -> None:
     """``weight_bytes`` uint8 [N, K/2] (FP4 codes; ``block_scale`` [N, K/group]) or float8
-    e4m3 [N, K] (FP8; ``block_scale`` None, ``row_scale`` [N] or [1])."""
+    e4m3 [N, K] (FP8; ``block_scale`` None, ``row_scale`` [N] or [1]). With ``moe``, each of
+    them has a leading expert dimension and ``out`` is [slots, N]."""
     m, k = x.shape
-    n, row_bytes = weight_bytes.shape
+    n, row_bytes = weight_bytes.shape[-2:]
     fp4 = block_scale is not None
-    if m > GEMV_ROWS:
+    slots = 1 if moe is None else moe.experts.numel()
+    if m > GEMV_ROWS and moe is None:
         raise ValueError(f"the GEMV takes at most {GEMV_ROWS} rows, got {m}")
-    if row_bytes % 4 or weight_bytes.stride(0) % 4 or weight_bytes.data_ptr() % 4:
+    if row_bytes % 4 or weight_bytes.stride(-2) % 4 or weight_bytes.data_ptr() % 4:
         raise ValueError("the GEMV reads W as 32-bit words: its rows must be 4-byte multiples")
     words = row_bytes // 4
     wpg = group // 8 if fp4 else 1
@@ -390,25 +423,35 @@ def launch_word_gemv(
     splits = -(-k_steps // steps_per_split)
     direct = splits == 1
     ws = counters = out
-    rows = min(GEMV_ROWS, 1 << (m - 1).bit_length())
+    rows = 1 if moe is not None else min(GEMV_ROWS, 1 << (m - 1).bit_length())
     if not direct:
-        ws_size = n_tiles * splits * cfg.block_n * rows
+        ws_size = slots * n_tiles * splits * cfg.block_n * rows
         ws = torch.empty(ws_size, dtype=torch.float32, device=x.device)
-        counters = _arrival_counters(x.device, n_tiles)
+        counters = _arrival_counters(x.device, slots * n_tiles)
     scales = block_scale.view(torch.uint8) if fp4 else weight_bytes
-    _word_gemv_kernel[(n_tiles, splits)](
-        x, weight_bytes.view(torch.int32), scales,
+    w_words = weight_bytes.view(torch.int32)
+    expert_strides = (0, 0, 0)
+    if moe is not None:
+        rs_stride = row_scale.stride(0) if row_scale is not None else 0
+        expert_strides = (w_words.stride(0), scales.stride(0), rs_stride)
+    _word_gemv_kernel[(n_tiles, splits, slots)](
+        x, w_words, scales,
         row_scale if row_scale is not None else out, bias if bias is not None else out,
-        out, ws, counters, m, n, words, x.stride(0), weight_bytes.stride(0) // 4,
-        scales.stride(0), out.stride(0), steps_per_split * cfg.block_w, splits,
+        out, ws, counters, 1 if moe is not None else m, n, words, x.stride(0),
+        w_words.stride(-2), scales.stride(-2), out.stride(0), steps_per_split * cfg.block_w,
+        splits, moe.experts if moe is not None else out,
+        moe.router_weights if moe is not None and moe.router_weights is not None else out,
+        moe.top_k if moe is not None else 1, *expert_strides,
         BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w, FP4=fp4, GROUP=group if fp4 else 8,
         ROWS=rows,
         SCALE_E8M0=fp4 and block_scale.dtype == torch.uint8,
         HAS_ROW_SCALE=row_scale is not None,
-        SCALAR_ROW_SCALE=row_scale is not None and row_scale.numel() == 1 and n > 1,
+        SCALAR_ROW_SCALE=row_scale is not None and row_scale.shape[-1] == 1 and n > 1,
         HAS_BIAS=bias is not None, DIRECT=direct, USE_ASM=not _interpreting(),
         PACKED=fp4 and x.dtype != torch.float32 and not _interpreting(),
         ASM_SCALE_LOADS=cfg.asm_scale_loads and not _interpreting(),
+        MOE=moe is not None, A_PER_TOKEN=moe is not None and moe.a_per_token,
+        SCALE_ROWS=moe is not None and moe.router_weights is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 

@@ -17,7 +17,12 @@ pytest.importorskip("triton")
 
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
 
-from kvserve.kernels.fused_moe_fp4 import fused_moe_fp4, fused_moe_fp4_reference  # noqa: E402
+from kvserve.kernels.fused_moe_fp4 import (  # noqa: E402
+    MOE_GEMV_ENV,
+    fused_moe_fp4,
+    fused_moe_fp4_reference,
+    moe_gemv_enabled,
+)
 from kvserve.kernels.fused_moe_fp8 import fused_moe_fp8, fused_moe_fp8_reference  # noqa: E402
 from kvserve.quant.moe_fp4 import quantize_fp4_experts  # noqa: E402
 from kvserve.quant.moe_fp8 import quantize_fp8_experts  # noqa: E402
@@ -119,3 +124,43 @@ def test_replays_from_a_cuda_graph(fmt: str) -> None:
     x.copy_(x2), weights.copy_(weights2), ids.copy_(ids2)
     graph.replay()
     torch.testing.assert_close(out, run(), atol=0, rtol=0)
+
+
+@pytest.fixture
+def moe_gemv(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """KVSERVE_FP4_MOE_GEMV=1 for one test."""
+    monkeypatch.setenv(MOE_GEMV_ENV, "1")
+    moe_gemv_enabled.cache_clear()
+    yield
+    monkeypatch.delenv(MOE_GEMV_ENV)
+    moe_gemv_enabled.cache_clear()
+
+
+@pytest.mark.parametrize("tokens", [1] if INTERPRETED else [1, 3])
+@pytest.mark.parametrize("load", LOADS)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fp4_decode_on_the_gemv_matches_reference(tokens, load, fmt, shape, moe_gemv) -> None:  # noqa: ANN001
+    """Decode steps (slots * 4 <= experts) on the word GEMV, split K included."""
+    assert moe_gemv_enabled()
+    x, w13, w2, weights, ids = _case(tokens, *shape, load)
+    if tokens * shape[3] * 4 > shape[0]:
+        pytest.skip("not a decode-sized step for this many experts")
+    s13, s2 = quantize_fp4_experts(w13, fmt), quantize_fp4_experts(w2, fmt)
+    got = fused_moe_fp4(x, s13, s2, weights, ids)
+    want = fused_moe_fp4_reference(x.float(), s13, s2, weights, ids)
+    _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+def test_fp4_decode_on_the_gemv_replays_from_a_cuda_graph(moe_gemv) -> None:  # noqa: ANN001
+    x, w13, w2, weights, ids = _case(2, 64, 256, 128, 4, "random")
+    f13, f2 = quantize_fp4_experts(w13, "nvfp4"), quantize_fp4_experts(w2, "nvfp4")
+    fused_moe_fp4(x, f13, f2, weights, ids)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fused_moe_fp4(x, f13, f2, weights, ids)
+    x2, _, _, weights2, ids2 = _case(2, 64, 256, 128, 4, "one_expert")
+    x.copy_(x2), weights.copy_(weights2), ids.copy_(ids2)
+    graph.replay()
+    torch.testing.assert_close(out, fused_moe_fp4(x, f13, f2, weights, ids), atol=0, rtol=0)
