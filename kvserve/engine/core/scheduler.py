@@ -45,7 +45,8 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.counters = SchedulerCounters()
-        self._decoding = False  # this step has a request in decode (set by schedule)
+        # this step has a request in decode (set by schedule, only for chunk_attention_budget)
+        self._decoding = False
 
     # -- queue management -------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -76,8 +77,9 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
-        self._decoding = any(r.num_tokens_with_pending - r.num_computed_tokens <= 1
-                             for r in self.running)  # fmt: skip
+        self._decoding = bool(self.config.chunk_attention_budget) and any(
+            r.num_tokens_with_pending - r.num_computed_tokens <= 1 for r in self.running
+        )
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
