@@ -25,7 +25,13 @@ import torch
 
 from benchmarks.common import copy_bandwidth_gbs, write_result
 from benchmarks.skinny_gemm import MIN_LAYERS, REL_TOL, SHAPES, SPAN_BYTES, graph_us, rel_err
-from kvserve.kernels.word_gemv import FP8_PER_WORD, GEMV_ROWS, fp8_gemv, gemv_candidates
+from kvserve.kernels.word_gemv import (
+    FP8_PER_WORD,
+    GEMV_ROWS,
+    fp8_gemv,
+    fp8_gemv_config,
+    gemv_candidates,
+)
 from kvserve.quant.fp8_config import Fp8Spec
 from kvserve.quant.fp8_method import W8A16_ROWS_ENV, Fp8LinearMethod, w8a16_max_rows
 from kvserve.quant.fp8_weights import quantize_weight
@@ -48,7 +54,10 @@ def time_gemvs(
     """The GEMV's default config (first) and up to --gemv-configs candidates."""
     n, k = layers[0].weight.shape
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    configs = gemv_candidates(n, k // FP8_PER_WORD, rows=xs[0].shape[0], num_sms=sms)
+    rows, words = xs[0].shape[0], k // FP8_PER_WORD
+    default = fp8_gemv_config(n, words, rows, sms)
+    others = gemv_candidates(n, words, rows=rows, num_sms=sms)
+    configs = [default, *(c for c in others if c != default)]
     results = []
     for cfg in configs[: args.gemv_configs]:
 

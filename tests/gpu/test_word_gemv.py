@@ -20,7 +20,12 @@ from kernel_test_device import DEVICE, INTERPRETED  # noqa: E402
 
 from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
-from kvserve.kernels.word_gemv import GemvConfig, fp8_gemv, gemv_config  # noqa: E402
+from kvserve.kernels.word_gemv import (  # noqa: E402
+    GemvConfig,
+    fp8_gemv,
+    fp8_gemv_config,
+    gemv_config,
+)
 from kvserve.quant.fp8_config import Fp8Spec  # noqa: E402
 from kvserve.quant.fp8_method import W8A16_ROWS_ENV, Fp8LinearMethod, w8a16_max_rows  # noqa: E402
 from kvserve.quant.fp8_weights import quantize_weight  # noqa: E402
@@ -67,6 +72,7 @@ def test_default_config_and_bias(m: int) -> None:
     bias = torch.linspace(-1, 1, 320, device=DEVICE)
     check(fp8_gemv(x, q, scale, bias), x, q, scale, bias)
     assert gemv_config(320, 256, rows=m).block_n == (128 if m <= 2 else 64)
+    assert fp8_gemv_config(320, 256, m, 132).block_w == (64 if m <= 2 else 32)
 
 
 def test_bad_operands_are_refused() -> None:
