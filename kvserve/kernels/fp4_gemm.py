@@ -49,7 +49,7 @@ _MIN_K_TILES_PER_SPLIT = 2
 MAX_BLOCK_M = 128
 # Rows up to which the default is the CUDA-core GEMV (word_gemv.py). benchmarks/fp4_gemm.py
 # times both kernels at M <= 4: at M = 4 the MMA kernel led on every Llama-3-8B projection but
-# one (fp4_gemm_2026-12-01.json, 5429ed2).
+# one (benchmarks/results/fp4_gemm_h200_gemv1_2026-12-01.json).
 GEMV_MAX_ROWS = 1
 _SMEM_MAX = 220 * 1024
 

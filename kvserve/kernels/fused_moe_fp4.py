@@ -8,7 +8,8 @@ Per stack (``w13`` for gate/up, ``w2`` for down): ``packed`` uint8 [E, N, K/2],
 NVFP4, ``row_scale`` fp32 [E, N] (each shard's per-tensor scale, applied to the accumulator).
 
 ``fused_moe_fp4_reference`` dequantizes the experts and runs ``fused_moe_reference``: it runs
-anywhere and is what the CPU path computes. No host syncs: capturable in CUDA graphs.
+anywhere and is what the CPU path computes. No host syncs: capturable in CUDA graphs. With
+``KVSERVE_FP4_MOE_GEMV=1``, decode steps take the word GEMV of ``word_gemv.py`` instead.
 """
 
 from __future__ import annotations
