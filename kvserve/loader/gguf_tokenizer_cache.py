@@ -5,12 +5,10 @@ reader, then transformers' converter) and costs 10-20 s of CPU in every process 
 generates or benchmarks; the converted files, with the chat template and EOS ids kvserve reads
 from the GGUF, load in well under a second. An entry is keyed by the GGUF's path, size and
 mtime and by the transformers and tokenizers versions that converted it, and appears whole or
-not at all (it is written to a temporary folder, then renamed). ``KVSERVE_CACHE_DIR`` moves the
-cache (default ``$XDG_CACHE_HOME/kvserve``, else ``~/.cache/kvserve``); empty turns it off."""
+not at all (it is written to a temporary folder, then renamed). Where: ``file_cache.py``."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -19,31 +17,20 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kvserve.loader.file_cache import entry_path
+
 log = logging.getLogger("kvserve.loader")
 _META = "kvserve_gguf_tokenizer.json"
 _FORMAT = 1  # bump when what an entry holds changes
 
 
-def cache_root() -> Path | None:
-    value = os.environ.get("KVSERVE_CACHE_DIR")
-    if value is not None:
-        return Path(value) if value else None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "kvserve"
-
-
 def entry_dir(gguf_path: str) -> Path | None:
     """Where the converted tokenizer of this file version lives; None when caching is off."""
-    root = cache_root()
-    if root is None:
-        return None
     import tokenizers
     import transformers
 
-    st = os.stat(gguf_path)
     versions = f"{transformers.__version__}\0{tokenizers.__version__}\0{_FORMAT}"
-    key = f"{gguf_path}\0{st.st_size}\0{st.st_mtime_ns}\0{versions}"
-    return root / "gguf-tokenizers" / hashlib.sha256(key.encode()).hexdigest()[:32]
+    return entry_path("gguf-tokenizers", gguf_path, versions)
 
 
 def read_entry(entry: Path | None) -> tuple[Any, str | None, list[int]] | None:

@@ -15,7 +15,7 @@ from kvserve.errors import ModelLoadError
 from kvserve.loader.bundled import bundled_model_path
 from kvserve.loader.generation_defaults import GenerationDefaults, read_generation_defaults
 from kvserve.loader.gguf_config import gguf_eos_token_ids, read_gguf_config
-from kvserve.loader.gguf_reader import open_gguf
+from kvserve.loader.gguf_index import open_gguf_index
 from kvserve.loader.gguf_weights import iter_gguf_weights
 from kvserve.loader.hf_config import read_hf_config
 from kvserve.loader.safetensors_weights import (
@@ -50,7 +50,7 @@ class ModelSource:
 
     def weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         if self.format == "gguf":
-            return iter_gguf_weights(open_gguf(self.path), self.config, self.path)
+            return iter_gguf_weights(open_gguf_index(self.path), self.config, self.path)
         return iter_safetensors_weights(safetensors_files(Path(self.path)))
 
     def __repr__(self) -> str:
@@ -81,7 +81,7 @@ def _open_hf_dir(directory: Path, need_weights: bool = True) -> ModelSource:
 
 
 def _open_gguf(path: Path) -> ModelSource:
-    reader = open_gguf(str(path))
+    reader = open_gguf_index(str(path))
     config = read_gguf_config(reader, str(path))
     defaults = GenerationDefaults(eos_token_ids=gguf_eos_token_ids(reader))
     return ModelSource(str(path), "gguf", config, defaults)
