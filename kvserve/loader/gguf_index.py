@@ -86,7 +86,10 @@ def open_gguf_index(path: str) -> Any:  # noqa: ANN401 - a GGUFIndex, or a GGUFR
         return open_gguf(path)
     cached = _read(entry)
     if cached is not None:
-        return GGUFIndex(path, *cached)
+        try:
+            return GGUFIndex(path, *cached)
+        except (ValueError, KeyError, TypeError) as exc:  # an entry that does not fit the file
+            log.warning("GGUF index %s does not fit %s (%s); parsing it again", entry, path, exc)
     reader = open_gguf(path)
     fields = {key: _field_entry(field) for key, field in reader.fields.items()}
     tensors = [[t.name, int(t.tensor_type), [int(d) for d in t.shape], int(t.data_offset)]

@@ -4,6 +4,7 @@ an empty KVSERVE_CACHE_DIR turns it off."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gguf
@@ -136,3 +137,15 @@ def test_long_arrays_keep_only_their_length(cache: Path, bundled_path: str) -> N
     assert len(tokens.data) == 49152 > gguf_index.MAX_ARRAY
     with pytest.raises(KeyError, match="only its length"):
         tokens.contents()
+
+
+def test_an_entry_that_does_not_fit_the_file_is_parsed_again(
+    cache: Path, bundled_path: str
+) -> None:
+    config = open_model_source(bundled_path).config
+    entry = _entry(cache)
+    payload = json.loads(entry.read_text())
+    payload["tensors"][0][3] = 10**12  # an offset past the end of the file
+    entry.write_text(json.dumps(payload))
+    _forget()
+    assert open_model_source(bundled_path).config == config
