@@ -45,8 +45,6 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.counters = SchedulerCounters()
-        # this step has a request in decode (set by schedule, only for chunk_attention_budget)
-        self._decoding = False
 
     # -- queue management -------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -77,7 +75,8 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
-        self._decoding = bool(self.config.chunk_attention_budget) and any(
+        # a request in decode this step (looked for only when chunk_attention_budget is on)
+        decoding = bool(self.config.chunk_attention_budget) and any(
             r.num_tokens_with_pending - r.num_computed_tokens <= 1 for r in self.running
         )
         i = 0
@@ -88,7 +87,7 @@ class Scheduler:
                 continue
             n = min(
                 req.num_tokens_with_pending - req.num_computed_tokens,
-                self._chunk_limit(req.num_computed_tokens),
+                self._chunk_limit(req.num_computed_tokens, decoding),
                 budget,
             )
             if self._reserve(req, req.num_computed_tokens + n):
@@ -100,18 +99,19 @@ class Scheduler:
             self._preempt(victim)
             out.preempted.append(victim)
         if not out.preempted:
-            budget = self._admit(out, budget)
+            budget = self._admit(out, budget, decoding)
         out.chunks.sort(key=lambda c: c.num_new_tokens > 1)  # decodes first (stable)
         out.num_batched_tokens = self.config.max_num_batched_tokens - budget
         for chunk in out.chunks:
             self._advance(chunk)
         return out
 
-    def _chunk_limit(self, start: int) -> int:
-        """Most tokens a chunk starting at ``start`` may take (``chunk_attention_budget``)."""
+    def _chunk_limit(self, start: int, decoding: bool) -> int:
+        """Most tokens a chunk starting at ``start`` may take (``chunk_attention_budget``
+        applies while some request decodes)."""
         limit = self.config.chunked_prefill_size
         work = self.config.chunk_attention_budget
-        if work and self._decoding:
+        if work and decoding:
             limit = min(limit, max(MIN_CAPPED_CHUNK, work // (start + limit)))
         return limit
 
@@ -138,7 +138,7 @@ class Scheduler:
         req.block_table.extend(pages)
         return True
 
-    def _admit(self, out: SchedulerOutput, budget: int) -> int:
+    def _admit(self, out: SchedulerOutput, budget: int, decoding: bool) -> int:
         owed = -1  # pages the running requests still need for their known tokens; -1: not yet
         while self.waiting and budget > 0 and len(self.running) < self.config.max_running_requests:
             req = self.waiting[0]
@@ -149,7 +149,7 @@ class Scheduler:
             # Leave at least one token to compute, so the step yields logits to sample from.
             cached_pages = self.kv.match_prefix(req.token_ids(0, req.num_tokens - 1))
             num_cached = len(cached_pages) * self.page_size
-            n = min(req.num_tokens - num_cached, self._chunk_limit(num_cached), budget)
+            n = min(req.num_tokens - num_cached, self._chunk_limit(num_cached, decoding), budget)
             self.kv.acquire(cached_pages)
             new_pages = None
             owed = self._pages_owed() if owed < 0 else owed
