@@ -8,6 +8,7 @@ call ``require_triton()`` first. Annotations like ``tl.constexpr`` stay strings 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,16 @@ def jit(fn: Callable[..., Any] | None = None, *, do_not_specialize: tuple[str, .
 def require_triton() -> None:
     if not HAS_TRITON:
         raise RuntimeError("this kernel needs Triton (a CUDA machine); use the torch reference")
+
+
+def constexpr(value: int) -> Any:  # noqa: ANN401 - tl.constexpr, or the plain value
+    """A module-level constant that kernels may read (Triton refuses other globals)."""
+    return tl.constexpr(value) if HAS_TRITON else value
+
+
+def interpreting() -> bool:
+    """Running under Triton's interpreter (``TRITON_INTERPRET=1``: CPU tensors, no PTX)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @functools.cache

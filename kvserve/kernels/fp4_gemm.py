@@ -24,12 +24,11 @@ captured in CUDA graphs.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
-from kvserve.kernels._triton import jit, next_pow2, require_triton, sm_count, tl
+from kvserve.kernels._triton import interpreting, jit, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.fp4_reference import fp4_linear_reference, group_size_of
 
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
@@ -38,13 +37,13 @@ from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
 from kvserve.kernels.word_gemv import (
     FP4_PER_WORD,
     GEMV_ROWS,
+    SPLIT_COUNTS,
     GemvConfig,
     gemv_candidates,
     gemv_config,
     launch_word_gemv,
 )
 
-_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 _MIN_K_TILES_PER_SPLIT = 2
 MAX_BLOCK_M = 128
 # Rows up to which the default is the CUDA-core GEMV (word_gemv.py). benchmarks/fp4_gemm.py
@@ -196,7 +195,7 @@ def fp4_linear(
     ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. A
     ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``."""
     group = _check(x, packed, block_scale, row_scale)
-    if x.device.type == "cpu" and not _interpreting():
+    if x.device.type == "cpu" and not interpreting():
         return fp4_linear_reference(x, packed, block_scale, row_scale, bias)
     require_triton()
     lead = x.shape[:-1]
@@ -213,10 +212,6 @@ def fp4_linear(
         else:
             launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group)
     return out.view(*lead, n)
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _launch(
@@ -284,7 +279,7 @@ def block_m_for(m: int) -> int:
 def split_options(tiles: int, k_tiles: int, num_sms: int) -> list[int]:
     """Split counts that give 0.9-4 programs per SM with enough K per split (1 if the tiles
     alone fill the SMs), the fewest first."""
-    enough_k = [s for s in _SPLITS if s == 1 or k_tiles // s >= _MIN_K_TILES_PER_SPLIT]
+    enough_k = [s for s in SPLIT_COUNTS if s == 1 or k_tiles // s >= _MIN_K_TILES_PER_SPLIT]
     fits = [s for s in enough_k if 0.9 * num_sms <= tiles * s <= 4 * num_sms]
     if tiles >= 0.9 * num_sms and 1 not in fits:
         fits.insert(0, 1)

@@ -176,8 +176,7 @@ def _fp4_moe_gemv(
     num_slots, n = experts.numel(), packed.shape[1]
     out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
     a = a if a.stride(1) == 1 else a.contiguous()
-    # the slots' row tiles count as one tall N when the K split is chosen
-    cfg = gemv_config(n * num_slots, packed.shape[2] // 4, num_sms=sm_count(a.device))
+    cfg = gemv_config(n, packed.shape[2] // 4, num_sms=sm_count(a.device), slots=num_slots)
     slots = MoeSlots(experts, top_k, row_weights is None, row_weights)
     group = group_size_of(block_scale)
     launch_word_gemv(a, packed, block_scale, row_scale, None, out, cfg, group, slots)

@@ -4,7 +4,12 @@ The decoding tricks and their exactness are described in ``word_gemv.py``'s docs
 
 from __future__ import annotations
 
-from kvserve.kernels._triton import jit, tl
+from kvserve.kernels._triton import constexpr, jit, tl
+
+# The units the partial sums come out in, as powers of two the block scale multiplies back:
+# FP4 codes read as e4m3 bytes are worth value * 2**-6; the packed path's x pairs, x * 2**-4.
+E4M3_CODE_LOG2 = constexpr(6)
+X_PAIR_LOG2 = constexpr(4)
 
 
 @jit
@@ -108,8 +113,9 @@ def _fp8_row_part(x_ptr, row, stride_xm, M, k4, mask, w0, w1, w2, w3):
 def _x_pair(x_ptr, row, stride_xm, M, k_lo, k_hi, mask):
     """x[row, k_lo] and x[row, k_hi], times 2**-4, as the halves of one f16x2 word [1, BLOCK_W]
     (2**-4: activations up to 2**20 stay inside f16 after the product sums)."""
-    lo = (_x_at(x_ptr, row, stride_xm, M, k_lo, mask) * 0.0625).to(tl.float16)
-    hi = (_x_at(x_ptr, row, stride_xm, M, k_hi, mask) * 0.0625).to(tl.float16)
+    unit = 1.0 / (1 << X_PAIR_LOG2)
+    lo = (_x_at(x_ptr, row, stride_xm, M, k_lo, mask) * unit).to(tl.float16)
+    hi = (_x_at(x_ptr, row, stride_xm, M, k_hi, mask) * unit).to(tl.float16)
     return tl.inline_asm_elementwise(
         "mov.b32 $0, {$1, $2};", "=r,h,h", [lo, hi], dtype=tl.int32, is_pure=True, pack=1
     )

@@ -35,14 +35,20 @@ mixture-of-experts step: its expert's weights and scales, its token's x row.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 import torch
 
-from kvserve.kernels._triton import require_triton, sm_count, tl
+from kvserve.kernels._triton import interpreting, require_triton, sm_count, tl
 from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
-from kvserve.kernels.word_decode import _block_scale, _groups_in, _row_step, _scale_bytes
+from kvserve.kernels.word_decode import (
+    E4M3_CODE_LOG2,
+    X_PAIR_LOG2,
+    _block_scale,
+    _groups_in,
+    _row_step,
+    _scale_bytes,
+)
 
 GEMV_ROWS = 4  # the most rows the GEMV takes
 FP8_PER_WORD = 4
@@ -152,7 +158,8 @@ def _word_gemv_kernel(
         if FP4:
             in_g_next = _groups_in(w0 + BLOCK_W, rg, w_end, WORDS_PER_GROUP)
             s_next = _scale_bytes(s_ptrs + BLOCK_G, in_g_next, s_ptr, ASM_SCALE_LOADS)
-            scale = _block_scale(s, SCALE_E8M0, 10 if PACKED else 6)
+            unit = E4M3_CODE_LOG2 + X_PAIR_LOG2 if PACKED else E4M3_CODE_LOG2
+            scale = _block_scale(s, SCALE_E8M0, unit)
         k_first = (w0 + rw) * PER_WORD
         # fmt: off
         acc0 = _row_step(acc0, x_ptr, 0, stride_xm, M, k_first, in_k, q, scale, FP4, PACKED,
@@ -241,34 +248,40 @@ def launch_word_gemv(
         counters = _arrival_counters(x.device, slots * n_tiles)
     scales = block_scale.view(torch.uint8) if fp4 else weight_bytes
     w_words = weight_bytes.view(torch.int32)
-    expert_strides = (0, 0, 0)
-    if moe is not None:
-        rs_stride = row_scale.stride(0) if row_scale is not None else 0
-        expert_strides = (w_words.stride(0), scales.stride(0), rs_stride)
     _word_gemv_kernel[(n_tiles, splits, slots)](
         x, w_words, scales,
         row_scale if row_scale is not None else out, bias if bias is not None else out,
         out, ws, counters, 1 if moe is not None else m, n, words, x.stride(0),
         w_words.stride(-2), scales.stride(-2), out.stride(0), steps_per_split * cfg.block_w,
-        splits, moe.experts if moe is not None else out,
-        moe.router_weights if moe is not None and moe.router_weights is not None else out,
-        moe.top_k if moe is not None else 1, *expert_strides,
+        splits, *_moe_args(moe, out, w_words, scales, row_scale),
         BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w, FP4=fp4, GROUP=group if fp4 else 8,
         ROWS=rows,
         SCALE_E8M0=fp4 and block_scale.dtype == torch.uint8,
         HAS_ROW_SCALE=row_scale is not None,
         SCALAR_ROW_SCALE=row_scale is not None and row_scale.shape[-1] == 1 and n > 1,
-        HAS_BIAS=bias is not None, DIRECT=direct, USE_ASM=not _interpreting(),
-        PACKED=fp4 and x.dtype != torch.float32 and not _interpreting(),
-        ASM_SCALE_LOADS=cfg.asm_scale_loads and not _interpreting(),
+        HAS_BIAS=bias is not None, DIRECT=direct, USE_ASM=not interpreting(),
+        PACKED=fp4 and x.dtype != torch.float32 and not interpreting(),
+        ASM_SCALE_LOADS=cfg.asm_scale_loads and not interpreting(),
         MOE=moe is not None, A_PER_TOKEN=moe is not None and moe.a_per_token,
         SCALE_ROWS=moe is not None and moe.router_weights is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
+def _moe_args(
+    moe: MoeSlots | None,
+    placeholder: torch.Tensor,
+    w_words: torch.Tensor,
+    scales: torch.Tensor,
+    row_scale: torch.Tensor | None,
+) -> tuple:
+    """The kernel's slot_expert_ptr, router_w_ptr, top_k and per-expert strides (words, scale
+    bytes, row scales); placeholders without ``moe``."""
+    if moe is None:
+        return placeholder, placeholder, 1, 0, 0, 0
+    router = moe.router_weights if moe.router_weights is not None else placeholder
+    rs_stride = row_scale.stride(0) if row_scale is not None else 0
+    return moe.experts, router, moe.top_k, w_words.stride(0), scales.stride(0), rs_stride
 
 
 def fp8_gemv(
@@ -299,7 +312,7 @@ def fp8_gemv(
     return out
 
 
-_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+SPLIT_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)  # K splits the GEMV and the FP4 MMA kernel try
 # (block_n, block_w, num_warps) tried by the benchmarks (benchmarks/fp4_gemm.py,
 # benchmarks/fp8_gemv.py), the default first
 GEMV_TILES = ((128, 32, 4), (128, 32, 8), (64, 32, 4), (256, 32, 8), (64, 64, 4), (128, 16, 4))
@@ -315,15 +328,17 @@ def gemv_config(
     block_w: int = 32,
     num_warps: int = 4,
     programs_per_sm: int = 4,
+    slots: int = 1,
 ) -> GemvConfig:
     """128 rows of W per program (64 for 3-4 rows of x, whose accumulators would spill), K
     split until there are about ``programs_per_sm`` programs per SM, with >= 2 K steps each
-    (a program keeps one step's loads in flight while it computes the one before)."""
+    (a program keeps one step's loads in flight while it computes the one before). ``slots``:
+    the row tiles repeat once per slot of a MoE step (``MoeSlots``)."""
     block_n = block_n or (128 if rows <= 2 else 64)
-    tiles = -(-n // block_n)
+    tiles = slots * -(-n // block_n)
     k_steps = -(-words // block_w)
     split = 1
-    for s in _SPLITS:
+    for s in SPLIT_COUNTS:
         if s > 1 and (tiles * s > programs_per_sm * num_sms or k_steps // s < 2):
             break
         split = s
