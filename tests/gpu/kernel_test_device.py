@@ -1,5 +1,6 @@
 """Where the kernel tests run: ``KVSERVE_TEST_DEVICE`` (cuda by default; cpu under Triton's
-interpreter, ``TRITON_INTERPRET=1``), and the bf16 parameter that the interpreter skips."""
+interpreter, ``TRITON_INTERPRET=1``), the bf16 parameter that the interpreter skips, and the
+marks for cases only a GPU runs."""
 
 from __future__ import annotations
 
@@ -33,3 +34,7 @@ BF16_UNLESS_INTERPRETED = pytest.param(
     torch.bfloat16,
     marks=pytest.mark.skipif(INTERPRETED, reason="bf16 is broken in Triton's interpreter"),
 )
+
+# Llama-sized shapes: minutes each in the interpreter, seconds on a GPU
+ON_GPU_ONLY = pytest.mark.skipif(INTERPRETED, reason="too slow in Triton's interpreter")
+NEEDS_CUDA_GRAPHS = pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")

@@ -16,7 +16,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS  # noqa: E402
 
 from kvserve.config import ModelConfig  # noqa: E402
 from kvserve.engine.runner.kv_pool import KVPool  # noqa: E402
@@ -383,7 +383,7 @@ def test_triton_backend_matches_torch_backend(
     assert_close(out, ref, dtype)
 
 
-@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+@NEEDS_CUDA_GRAPHS
 def test_decode_step_replays_in_cuda_graph() -> None:
     """Capture store + decode once, change seq_lens/block_tables/slot_mapping in place, replay."""
     b = make_batch(

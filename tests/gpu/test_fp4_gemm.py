@@ -12,7 +12,13 @@ import torch
 
 pytest.importorskip("triton")
 
-from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
+from kernel_test_device import (  # noqa: E402
+    BF16_UNLESS_INTERPRETED,
+    DEVICE,
+    INTERPRETED,
+    NEEDS_CUDA_GRAPHS,
+    ON_GPU_ONLY,
+)
 
 from kvserve.kernels import skinny_gemm  # noqa: E402
 from kvserve.kernels.fp4_gemm import (  # noqa: E402
@@ -27,7 +33,6 @@ from kvserve.kernels.word_gemv import GemvConfig  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-ON_GPU_ONLY = pytest.mark.skipif(INTERPRETED, reason="too slow in Triton's interpreter")
 DTYPES = [BF16_UNLESS_INTERPRETED, torch.float32]
 # The dequantized weight is exact in bf16, so the error is the output's bf16 rounding (values of
 # order 1) and the summation order; fp32 (tf32 off): summation order only.
@@ -182,7 +187,7 @@ def test_every_candidate_config_on_a_llama_shape(fmt: str, m: int) -> None:
         check(fp4_linear(x, *weight, config=cfg), x, weight)
 
 
-@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+@NEEDS_CUDA_GRAPHS
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_replays_in_cuda_graph(fmt: str) -> None:
     """No host syncs: the launch captures, and the self-resetting counters keep replays right."""

@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS  # noqa: E402
 
 from kvserve.kernels.fused_moe_fp4 import (  # noqa: E402
     MOE_GEMV_ENV,
@@ -99,7 +99,7 @@ def test_half_activations(dtype) -> None:  # noqa: ANN001
     _close(got, fused_moe_fp4_reference(x.float(), f13, f2, weights, ids), 2e-2)
 
 
-@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+@NEEDS_CUDA_GRAPHS
 @pytest.mark.parametrize("fmt", ["fp8-block", "fp8-channel", "nvfp4", "mxfp4"])
 def test_replays_from_a_cuda_graph(fmt: str) -> None:
     x, w13, w2, weights, ids = _case(64, 16, 256, 128, 4, "random")
@@ -154,7 +154,7 @@ def test_fp4_decode_on_the_gemv_matches_reference(shape, tokens, fmt, load, moe_
     _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
 
 
-@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+@NEEDS_CUDA_GRAPHS
 def test_fp4_decode_on_the_gemv_replays_from_a_cuda_graph(moe_gemv) -> None:  # noqa: ANN001
     x, w13, w2, weights, ids = _case(2, 64, 256, 128, 4, "random")
     f13, f2 = quantize_fp4_experts(w13, "nvfp4"), quantize_fp4_experts(w2, "nvfp4")

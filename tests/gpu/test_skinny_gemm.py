@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
-from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, NEEDS_CUDA_GRAPHS, ON_GPU_ONLY  # noqa: E402
 
 from kvserve.kernels import skinny_gemm  # noqa: E402
 from kvserve.kernels.skinny_gemm import (  # noqa: E402
@@ -26,7 +26,6 @@ from kvserve.kernels.skinny_gemm import (  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-ON_GPU_ONLY = pytest.mark.skipif(INTERPRETED, reason="too slow in Triton's interpreter")
 DTYPES = [BF16_UNLESS_INTERPRETED, torch.float32]
 # bf16: the output's rounding (values of order 1); fp32: summation order over K <= 14336.
 TOL = {torch.bfloat16: 2e-2, torch.float32: 1e-4}
@@ -130,7 +129,7 @@ def test_every_candidate_config_on_a_llama_shape(m: int) -> None:
         check(skinny_linear(x, w, cfg), x, w)
 
 
-@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+@NEEDS_CUDA_GRAPHS
 def test_split_k_replays_in_cuda_graph() -> None:
     """The arrival counters are reset by each launch, so replays of a graph stay correct."""
     x, w = inputs(16, 4096, 4096, torch.bfloat16)

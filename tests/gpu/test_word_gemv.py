@@ -16,7 +16,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from kernel_test_device import DEVICE, INTERPRETED  # noqa: E402
+from kernel_test_device import DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS, ON_GPU_ONLY  # noqa: E402
 
 from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
@@ -31,7 +31,6 @@ from kvserve.quant.fp8_method import W8A16_ROWS_ENV, Fp8LinearMethod, w8a16_max_
 from kvserve.quant.fp8_weights import quantize_weight  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-ON_GPU_ONLY = pytest.mark.skipif(INTERPRETED, reason="too slow in Triton's interpreter")
 X_DTYPES = [torch.float32] if INTERPRETED else [torch.bfloat16, torch.float16, torch.float32]
 # K a multiple of the 32-word step (512 = 128 words) or not (300 = 75 words); N tails
 SHAPES = [(256, 512), (200, 300), pytest.param(6144, 4096, marks=ON_GPU_ONLY)]
@@ -85,7 +84,7 @@ def test_bad_operands_are_refused() -> None:
         fp8_gemv(x, q.float(), scale)
 
 
-@pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+@NEEDS_CUDA_GRAPHS
 def test_split_k_replays_in_cuda_graph() -> None:
     x, q, scale = inputs(2, 4096, 4096, True, torch.bfloat16)
     cfg = GemvConfig(128, 32, 4)
