@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from benchmarks.common import copy_bandwidth_gbs, write_result
 from benchmarks.skinny_gemm import graph_us, rel_err
 from kvserve.kernels.fp4_gemm import Fp4GemmConfig, candidate_configs, fp4_linear
-from kvserve.kernels.fp4_reference import fp4_linear_reference
+from kvserve.kernels.fp4_reference import fp4_linear_reference, group_size_of
 from kvserve.kernels.word_gemv import GemvConfig
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
@@ -89,7 +89,8 @@ def time_row(
     row |= {"layers": len(weights), "floor_us": floor_us, "bf16_floor_us": bf16_floor_us}
     row |= {"cublas_bf16_us": cublas_us}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    configs = candidate_configs(m, n, k, num_sms=sms)[: args.max_configs or None]
+    group = group_size_of(weights[0][1])
+    configs = candidate_configs(m, n, k, num_sms=sms, group=group)[: args.max_configs or None]
     results = [
         {"kind": type(c).__name__, "config": asdict(c)}
         | time_config(c, xs, weights, ref, args.replays)

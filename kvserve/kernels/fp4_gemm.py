@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from kvserve.kernels._triton import interpreting, jit, next_pow2, require_triton, sm_count, tl
-from kvserve.kernels.fp4_reference import fp4_linear_reference, group_size_of
+from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
 
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
 # as is: the reduction does not depend on how the tiles were computed.
@@ -206,7 +206,7 @@ def fp4_linear(
     n = packed.shape[0]
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m and n:
-        cfg = config or default_config(m, n, k, num_sms=sm_count(x.device))
+        cfg = config or default_config(m, n, k, num_sms=sm_count(x.device), group=group)
         if isinstance(cfg, Fp4GemmConfig):
             _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
         else:
@@ -294,12 +294,14 @@ def stages_that_fit(block_n: int, block_k: int, block_m: int, want: int) -> int:
     return next((s for s in range(want, 1, -1) if s * stage <= room), 0)
 
 
-def default_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig | GemvConfig:
+def default_config(
+    m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
+) -> Fp4GemmConfig | GemvConfig:
     """Up to GEMV_MAX_ROWS rows: the CUDA-core kernel. Else 64 rows of W by 128 of K per
     program (256 for up to 16 rows: the weight tile is half-byte data), split K until the
-    programs fill the SMs."""
+    programs fill the SMs. ``group``: values per block scale (NVFP4 16, MXFP4 32)."""
     if m <= GEMV_MAX_ROWS:
-        return gemv_config(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms)
+        return gemv_config(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
     block_m = block_m_for(m)
     block_k = 256 if block_m == 16 else 128
     warps = 8 if block_m >= 128 else 4
@@ -313,7 +315,7 @@ SWEEP_TILES = ((64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8), (32, 25
 
 
 def candidate_configs(
-    m: int, n: int, k: int, *, num_sms: int = 132
+    m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
 ) -> list[Fp4GemmConfig | GemvConfig]:
     """Configs worth timing for one shape, the default first, then every tile shape with its
     best-filling split before any tile's second choice (so a short list still spans tiles)."""
@@ -328,9 +330,11 @@ def candidate_configs(
         per_tile.append(
             [Fp4GemmConfig(block_n, block_k, block_m, s, warps, stages) for s in splits]
         )
-    configs: list[Fp4GemmConfig | GemvConfig] = [default_config(m, n, k, num_sms=num_sms)]
+    configs: list[Fp4GemmConfig | GemvConfig] = [
+        default_config(m, n, k, num_sms=num_sms, group=group)
+    ]
     if m <= GEMV_ROWS:
-        gemvs = gemv_candidates(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms)
+        gemvs = gemv_candidates(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
         configs += [c for c in gemvs if c not in configs]
     for rank in range(3):
         for options in per_tile:

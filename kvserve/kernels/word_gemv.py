@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from kvserve.kernels._triton import interpreting, require_triton, sm_count, tl
+from kvserve.kernels.fp4_reference import NVFP4_GROUP
 from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
 from kvserve.kernels.word_decode import (
     E4M3_CODE_LOG2,
@@ -64,8 +65,8 @@ class GemvConfig:
     num_stages: int = 3
     # FP4 block scales read by inline-asm loads, which Triton cannot re-layout: a plain load
     # takes the coalescer's layout and the scaled sums are moved to it through shared memory,
-    # with barriers, every K step (sm_90 SASS: 8 per step for NVFP4, 4 for MXFP4). Not yet
-    # timed on the H200: off until benchmarks/fp4_gemm.py says it wins.
+    # with barriers, every K step (sm_90 SASS: 8 per step for NVFP4, 4 for MXFP4). See
+    # gemv_config for where it is on.
     asm_scale_loads: bool = False
 
     def __post_init__(self) -> None:
@@ -329,11 +330,18 @@ def gemv_config(
     num_warps: int = 4,
     programs_per_sm: int = 4,
     slots: int = 1,
+    scale_group: int = 0,
 ) -> GemvConfig:
     """128 rows of W per program (64 for 3-4 rows of x, whose accumulators would spill), K
     split until there are about ``programs_per_sm`` programs per SM, with >= 2 K steps each
     (a program keeps one step's loads in flight while it computes the one before). ``slots``:
-    the row tiles repeat once per slot of a MoE step (``MoeSlots``)."""
+    the row tiles repeat once per slot of a MoE step (``MoeSlots``).
+
+    ``scale_group``: values per block scale (16 NVFP4, 32 MXFP4, 0 none). NVFP4 reads its
+    scales with ``asm_scale_loads``: on the H200 it took Llama-3-8B's qkv / o / gate_up / down
+    from 10.3 / 9.1 / 40.3 / 22.6 to 10.2 / 8.9 / 34.9 / 21.3 us and batch-1 decode from 279 to
+    295 tok/s; MXFP4 lost 4-8% on every shape and 341 -> 329 tok/s (fp4_gemm_2026-12-01.json,
+    lowbit_decode_h200_asmscale_2026-12-01.json, one machine)."""
     block_n = block_n or (128 if rows <= 2 else 64)
     tiles = slots * -(-n // block_n)
     k_steps = -(-words // block_w)
@@ -342,7 +350,7 @@ def gemv_config(
         if s > 1 and (tiles * s > programs_per_sm * num_sms or k_steps // s < 2):
             break
         split = s
-    return GemvConfig(block_n, block_w, split, num_warps, 3)
+    return GemvConfig(block_n, block_w, split, num_warps, 3, scale_group == NVFP4_GROUP)
 
 
 def fp8_gemv_config(n: int, words: int, rows: int, num_sms: int) -> GemvConfig:
@@ -354,15 +362,20 @@ def fp8_gemv_config(n: int, words: int, rows: int, num_sms: int) -> GemvConfig:
     return gemv_config(n, words, rows=rows, num_sms=num_sms, block_n=64, block_w=64)
 
 
-def gemv_candidates(n: int, words: int, *, rows: int = 1, num_sms: int = 132) -> list[GemvConfig]:
-    """The default config and it with ``asm_scale_loads``, then every tile of GEMV_TILES at 4, 8
-    and 2 programs per SM."""
-    default = gemv_config(n, words, rows=rows, num_sms=num_sms)
-    configs = [default, replace(default, asm_scale_loads=True)]
+def gemv_candidates(
+    n: int, words: int, *, rows: int = 1, num_sms: int = 132, scale_group: int = 0
+) -> list[GemvConfig]:
+    """The default config, then (FP4) it with ``asm_scale_loads`` flipped, then every tile of
+    GEMV_TILES at 4, 8 and 2 programs per SM."""
+    default = gemv_config(n, words, rows=rows, num_sms=num_sms, scale_group=scale_group)
+    configs = [default]
+    if scale_group:
+        configs.append(replace(default, asm_scale_loads=not default.asm_scale_loads))
     for per_sm in (4, 8, 2):
         for block_n, block_w, warps in GEMV_TILES:
             cfg = gemv_config(n, words, rows=rows, num_sms=num_sms, block_n=block_n,
-                              block_w=block_w, num_warps=warps, programs_per_sm=per_sm)  # fmt: skip
+                              block_w=block_w, num_warps=warps, programs_per_sm=per_sm,
+                              scale_group=scale_group)  # fmt: skip
             if cfg not in configs:
                 configs.append(cfg)
     return configs
