@@ -8,8 +8,8 @@ Per stack (``w13`` for gate/up, ``w2`` for down): ``packed`` uint8 [E, N, K/2],
 NVFP4, ``row_scale`` fp32 [E, N] (each shard's per-tensor scale, applied to the accumulator).
 
 ``fused_moe_fp4_reference`` dequantizes the experts and runs ``fused_moe_reference``: it runs
-anywhere and is what the CPU path computes. No host syncs: capturable in CUDA graphs. With
-``KVSERVE_FP4_MOE_GEMV=1``, decode steps take the word GEMV of ``word_gemv.py`` instead.
+anywhere and is what the CPU path computes. No host syncs: capturable in CUDA graphs. Decode steps
+take the word GEMV of ``word_gemv.py`` instead (``KVSERVE_FP4_MOE_GEMV=0`` turns that off).
 """
 
 from __future__ import annotations
@@ -159,9 +159,10 @@ def _fp4_grouped_gemm(
 @functools.cache
 def moe_gemv_enabled() -> bool:
     """Decode steps (one slot per expert block) on the word GEMV of ``word_gemv.py`` instead
-    of the grouped MMA kernel, when ``KVSERVE_FP4_MOE_GEMV=1``. Off until an H200 A/B: on
-    dense layers the GEMV took one-token steps 2-3x faster than the MMA kernel."""
-    return os.environ.get(MOE_GEMV_ENV, "0") == "1"
+    of the grouped MMA kernel, unless ``KVSERVE_FP4_MOE_GEMV=0``. On the H200 it took
+    GLM-4.5-Air NVFP4 batch-1 decode from 85 to 107 tok/s (moe_decode_h200_moe_gemv and
+    _moe_mma, 2026-12-01, one machine); batch 8 is not a one-slot-per-block step there."""
+    return os.environ.get(MOE_GEMV_ENV, "1") != "0"
 
 
 def _fp4_moe_gemv(
@@ -176,9 +177,10 @@ def _fp4_moe_gemv(
     num_slots, n = experts.numel(), packed.shape[1]
     out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
     a = a if a.stride(1) == 1 else a.contiguous()
-    cfg = gemv_config(n, packed.shape[2] // 4, num_sms=sm_count(a.device), slots=num_slots)
-    slots = MoeSlots(experts, top_k, row_weights is None, row_weights)
     group = group_size_of(block_scale)
+    cfg = gemv_config(n, packed.shape[2] // 4, num_sms=sm_count(a.device), slots=num_slots,
+                      scale_group=group)  # fmt: skip
+    slots = MoeSlots(experts, top_k, row_weights is None, row_weights)
     launch_word_gemv(a, packed, block_scale, row_scale, None, out, cfg, group, slots)
     return out
 

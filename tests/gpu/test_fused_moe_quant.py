@@ -76,7 +76,8 @@ def test_fp8_experts_match_reference(tokens, load, block, shape) -> None:  # noq
 @pytest.mark.parametrize("load", LOADS)
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_fp4_experts_match_reference(tokens, load, fmt, shape) -> None:  # noqa: ANN001
+def test_fp4_experts_match_reference(tokens, load, fmt, shape, grouped_mma) -> None:  # noqa: ANN001
+    assert not moe_gemv_enabled()
     x, w13, w2, weights, ids = _case(tokens, *shape, load)
     s13, s2 = quantize_fp4_experts(w13, fmt), quantize_fp4_experts(w2, fmt)
     got = fused_moe_fp4(x, s13, s2, weights, ids)
@@ -126,14 +127,24 @@ def test_replays_from_a_cuda_graph(fmt: str) -> None:
     torch.testing.assert_close(out, run(), atol=0, rtol=0)
 
 
-@pytest.fixture
-def moe_gemv(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
-    """KVSERVE_FP4_MOE_GEMV=1 for one test."""
-    monkeypatch.setenv(MOE_GEMV_ENV, "1")
+def _moe_gemv_env(monkeypatch: pytest.MonkeyPatch, value: str):  # noqa: ANN202
+    monkeypatch.setenv(MOE_GEMV_ENV, value)
     moe_gemv_enabled.cache_clear()
     yield
     monkeypatch.delenv(MOE_GEMV_ENV)
     moe_gemv_enabled.cache_clear()
+
+
+@pytest.fixture
+def moe_gemv(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """KVSERVE_FP4_MOE_GEMV=1 (the default) for one test."""
+    yield from _moe_gemv_env(monkeypatch, "1")
+
+
+@pytest.fixture
+def grouped_mma(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """KVSERVE_FP4_MOE_GEMV=0 for one test: decode steps too on the grouped MMA kernel."""
+    yield from _moe_gemv_env(monkeypatch, "0")
 
 
 # (shape, tokens) of decode-sized steps, slots * 4 <= experts: the ones that take the GEMV
