@@ -231,13 +231,14 @@ def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: di
     core = build_engine(
         args.model, context_length=CONTEXT, enable_prefix_cache=False,
         max_num_batched_tokens=args.budget, chunked_prefill_size=args.chunk,
-        kv_cache_dtype=args.kv_cache_dtype,
+        kv_cache_dtype=args.kv_cache_dtype, chunk_attention_budget=args.chunk_attention_budget,
     )  # fmt: skip
     sched = core.config.scheduler
     result["engine"] = {"startup_s": time.perf_counter() - t, "kv_tokens": kv_capacity_tokens(core),
                         "weights_GB": weight_bytes(core) / 1e9,
                         "budget": sched.max_num_batched_tokens,
-                        "chunk": sched.chunked_prefill_size}  # fmt: skip
+                        "chunk": sched.chunked_prefill_size,
+                        "chunk_attention_budget": sched.chunk_attention_budget}  # fmt: skip
     result["engine"]["engine_startup_s"] = core.startup_s  # as the startup log says
     print(f"engine: {result['engine']}", flush=True)
     if "cold" in parts:
@@ -267,6 +268,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, help="max_num_batched_tokens (engine default)")
     ap.add_argument("--chunk", type=int, help="chunked_prefill_size (engine default)")
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8_e4m3")
+    ap.add_argument("--chunk-attention-budget", type=int, help="the scheduler's (default off)")
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()

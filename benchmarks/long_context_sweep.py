@@ -8,6 +8,7 @@ ceiling. Prefill runs the shapes the engine launches for a long prompt: a whole 
 chunk of new rows behind a long cached prefix; causal FLOPs against the matmul ceiling.
 
     python -m benchmarks.long_context_sweep --out $OUT/long_context_sweep.json [--quick]
+        [--parts decode,prefill,chunks]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from kvserve.kernels.decode_attention import DecodeConfig, num_decode_splits
 from kvserve.kernels.prefill_attention import (
     PrefillConfig,
     default_prefill_config,
+    num_prefill_kv_splits,
     paged_prefill_attention,
 )
 
@@ -149,6 +151,32 @@ def sweep_prefill(mm_tflops: float, quick: bool) -> list[dict]:
     return rows
 
 
+# A short chunk behind a long context (the scheduler's chunk_attention_budget cuts chunks to
+# this beside decodes): key splits (0: the default from shapes) by row-block tile.
+CHUNK_SHAPES = [(256, 131072), (512, 131072), (1024, 131072), (2048, 131072), (256, 32768),
+                (1024, 32768)]  # fmt: skip
+CHUNK_SPLITS = [1, 0, 2, 4, 8, 16]
+CHUNK_TILES = [(256, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2)]
+
+
+def sweep_chunks(mm_tflops: float) -> list[dict]:
+    rows = []
+    for qlen, seq_len in CHUNK_SHAPES:
+        for tile, splits in itertools.product(CHUNK_TILES, CHUNK_SPLITS):
+            cfg = PrefillConfig(*tile, kv_splits=splits)
+            row = try_run(prefill_row, qlen, seq_len, cfg, mm_tflops)
+            row.update(qlen=qlen, seq_len=seq_len, config=vars(cfg))
+            if splits == 0:
+                row["kv_splits_chosen"] = num_prefill_kv_splits(
+                    -(-qlen // tile[0]) * HQ, seq_len, qlen, HQ, HEAD_DIM, 132
+                )
+            rows.append(row)
+            ms = row.get("ms", float("nan"))
+            print(f"chunk q={qlen} L={seq_len} tile={tile} splits={splits}: {ms:.2f} ms "
+                  f"{row['tflops']:.0f} TFLOP/s", flush=True)  # fmt: skip
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -172,6 +200,9 @@ def main() -> None:
         torch.cuda.empty_cache()
     if "prefill" in parts:
         record["prefill"] = sweep_prefill(mm_tflops, args.quick)
+        write_json(args.out, record, indent=1)
+    if "chunks" in parts:
+        record["chunks"] = sweep_chunks(mm_tflops)
     record["wall_s"] = time.perf_counter() - t0
     write_json(args.out, record, indent=1)
     print(f"wrote {args.out} in {record['wall_s']:.0f} s ({math.ceil(record['wall_s'] / 60)} min)")

@@ -155,8 +155,7 @@ def _decode_split_kernel(
         m_i = m_new
 
     pdl_release(USE_PDL)  # the epilogue's stores are all that is left
-    empty = l_i == 0.0  # seq_len 0 (a padding row): split 0 writes zeros
-    o = acc / tl.where(empty, 1.0, l_i)[:, None]
+    o, lse = normalize_rows(acc, m_i, l_i)  # seq_len 0 (a padding row): split 0 writes zeros
     if FP8:
         o = o * tl.load(v_scale_ptr)
     if DIRECT:
@@ -165,7 +164,6 @@ def _decode_split_kernel(
     else:
         # part_out: [B, Hq, S, D] fp32, part_lse: [B, Hq, S] fp32 (log2 units)
         part_row = (b.to(tl.int64) * num_kv_heads * GROUP + heads) * num_splits + split
-        lse = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
         tl.store(part_lse_ptr + part_row, lse, mask=row_mask)
         part_ptrs = part_out_ptr + part_row[:, None] * HEAD_DIM + dims[None, :]
         tl.store(part_ptrs, o, mask=row_mask[:, None])
@@ -197,7 +195,35 @@ def _decode_merge_kernel(
     written = tl.maximum(tl.cdiv(seq_len, split_len), 1)  # as in the split kernel; split 0 always
     splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, HEAD_DIM)
-    split_mask = splits < written
+    o = merge_partials(part_out_ptr, part_lse_ptr, row, num_splits, splits < written, BLOCK_S,
+                       HEAD_DIM)  # fmt: skip
+    out_off = b.to(tl.int64) * stride_ob + h * stride_oh + dims
+    tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
+
+
+@jit
+def normalize_rows(acc, m_i, l_i):
+    """Online-softmax state -> (output rows, log2-sum-exp2 of the scaled scores); a row that saw
+    no key gives zeros and lse = -inf."""
+    empty = l_i == 0.0
+    o = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    return o, lse
+
+
+@jit
+def merge_partials(
+    part_out_ptr,  # fp32 [rows, num_splits, D]: each split's output, normalized over its keys
+    part_lse_ptr,  # fp32 [rows, num_splits]: each split's log2-sum-exp2 of scaled scores
+    row,
+    num_splits,
+    split_mask,  # [BLOCK_S]: splits that wrote; an empty split may also write lse = -inf
+    BLOCK_S: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    """Row ``row``'s output over all its splits, weighted by their share of the softmax."""
+    splits = tl.arange(0, BLOCK_S)
+    dims = tl.arange(0, HEAD_DIM)
     lse = tl.load(part_lse_ptr + row * num_splits + splits, mask=split_mask, other=float("-inf"))
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)  # all splits empty: seq_len 0 -> zeros
@@ -206,9 +232,7 @@ def _decode_merge_kernel(
     denom = tl.where(denom == 0.0, 1.0, denom)
     part_ptrs = part_out_ptr + (row * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :]
     o = tl.load(part_ptrs, mask=split_mask[:, None], other=0.0)  # [BLOCK_S, D]
-    o = tl.sum(o * w[:, None], 0) / denom
-    out_off = b.to(tl.int64) * stride_ob + h * stride_oh + dims
-    tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
+    return tl.sum(o * w[:, None], 0) / denom
 
 
 def num_decode_splits(batch: int, num_kv_heads: int, max_context: int, num_sms: int) -> int:

@@ -13,6 +13,11 @@ For a block of rows starting at ``start_m``, keys split into two ranges:
           | every row sees it | causal mask    |    lo = (ctx + start_m) rounded down to BLOCK_N
                                                      hi = min(ctx + start_m + BLOCK_M, seq_len)
 
+With S key splits (a short chunk behind a long context: see ``num_prefill_kv_splits``) the
+grid's first axis is ``row blocks x S``; split s of a row block attends to its run of the
+``[0, lo)`` tiles (the last split also to ``[lo, hi)``) and writes a partial output and its
+log-sum-exp, which ``_prefill_merge_kernel`` combines.
+
 An FP8 cache is widened to q's dtype tile by tile; the key scale is folded into the softmax
 scale and the value scale applied once to each output row.
 """
@@ -24,7 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+from kvserve.kernels._triton import jit, next_pow2, require_triton, sm_count, tl
+from kvserve.kernels.decode_attention import merge_partials, normalize_rows
 from kvserve.kernels.store_kv_cache import (
     FP8_AS_FP16,
     KVScales,
@@ -44,6 +50,31 @@ class PrefillConfig:
     # units): one compare per tile instead of a multiply over [BLOCK_M, D] and the exp2s.
     lazy_rescale: bool = False
     fp8_mode: int = FP8_AS_FP16  # how an FP8 cache is widened (store_kv_cache.FP8_AS_*)
+    kv_splits: int = 0  # programs per row block, each over a run of the keys; 0: from shapes
+
+
+# A short chunk behind a long context is one row block per head: 32 programs for a 256-token
+# chunk of an 8B model, on 132 SMs. Splitting its keys fills the GPU; the splits' partials
+# (fp32) are merged by _prefill_merge_kernel. No split reads fewer than _SPLIT_MIN_KEYS keys,
+# and the partials stay under _SPLIT_WORKSPACE_BYTES: far below a largest step's activations,
+# which the KV pool's sizing measured (a split step has few rows).
+_SPLIT_MIN_KEYS = 2048
+_SPLIT_PROGRAMS_PER_SM = 2
+_SPLIT_WORKSPACE_BYTES = 64 << 20
+_MAX_KV_SPLITS = 16
+
+
+def num_prefill_kv_splits(
+    programs: int, max_seq_len: int, num_tokens: int, num_heads: int, head_dim: int, num_sms: int
+) -> int:
+    """Key splits per row block, from host shapes only: none once the row blocks alone fill
+    the SMs, else about ``_SPLIT_PROGRAMS_PER_SM`` programs per SM."""
+    if programs >= num_sms:
+        return 1
+    by_occupancy = -(-_SPLIT_PROGRAMS_PER_SM * num_sms // programs)
+    by_length = max_seq_len // _SPLIT_MIN_KEYS
+    by_memory = _SPLIT_WORKSPACE_BYTES // max(1, num_tokens * num_heads * (head_dim + 1) * 4)
+    return max(1, min(by_occupancy, by_length, by_memory, _MAX_KV_SPLITS))
 
 
 def default_prefill_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
@@ -131,6 +162,8 @@ def _prefill_kernel(
     k_cache_ptr,
     v_cache_ptr,
     out_ptr,
+    part_out_ptr,
+    part_lse_ptr,
     query_start_loc_ptr,
     seq_lens_ptr,
     block_tables_ptr,
@@ -146,6 +179,7 @@ def _prefill_kernel(
     stride_cache_tok,
     stride_cache_head,
     stride_bt,
+    kv_splits,
     GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -154,9 +188,11 @@ def _prefill_kernel(
     LAZY_RESCALE: tl.constexpr,
     FP8: tl.constexpr,
     FP8_MODE: tl.constexpr,
+    SPLIT: tl.constexpr,  # kv_splits > 1: write partials for _prefill_merge_kernel
 ):
     # Last row blocks (the most keys) first, so the long programs do not form the tail.
-    m_block = tl.num_programs(0) - 1 - tl.program_id(0)
+    split = tl.program_id(0) % kv_splits
+    m_block = tl.num_programs(0) // kv_splits - 1 - tl.program_id(0) // kv_splits
     b = tl.program_id(1)
     head = tl.program_id(2)
     q_start = tl.load(query_start_loc_ptr + b)
@@ -186,7 +222,16 @@ def _prefill_kernel(
     kv_head_off = (head // GROUP) * stride_cache_head
     lo = (ctx_len + start_m) // BLOCK_N * BLOCK_N
     hi = tl.minimum(ctx_len + start_m + BLOCK_M, seq_len)
-    for n0 in range(0, lo, BLOCK_N):
+    full_lo, full_hi = 0, lo
+    if SPLIT:
+        # Split s takes its run of the unmasked tiles; the last split also the masked ones, so
+        # every row's last split sees at least key lo.
+        tiles = lo // BLOCK_N
+        per_split = tl.cdiv(tiles, kv_splits)
+        full_lo = tl.minimum(split * per_split, tiles) * BLOCK_N
+        full_hi = tl.minimum(split * per_split + per_split, tiles) * BLOCK_N
+        hi = tl.where(split == kv_splits - 1, hi, lo)
+    for n0 in range(full_lo, full_hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
             page_size, stride_cache_page, stride_cache_tok, scale_log2,
@@ -199,11 +244,39 @@ def _prefill_kernel(
             BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE,
         )  # fmt: skip
 
-    o = acc / l_i[:, None]
+    o, lse = normalize_rows(acc, m_i, l_i)
     if FP8:
         o = o * tl.load(v_scale_ptr)
-    out_ptrs = out_ptr + q_rows[:, None] * stride_ot + head * stride_oh + dims[None, :]
-    tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+    if SPLIT:
+        # part_out: [T, Hq, S, D] fp32, part_lse: [T, Hq, S] (log2 units)
+        part_row = (q_rows * tl.num_programs(2) + head) * kv_splits + split
+        tl.store(part_lse_ptr + part_row, lse, mask=row_mask)
+        part_ptrs = part_out_ptr + part_row[:, None] * HEAD_DIM + dims[None, :]
+        tl.store(part_ptrs, o, mask=row_mask[:, None])
+    else:
+        out_ptrs = out_ptr + q_rows[:, None] * stride_ot + head * stride_oh + dims[None, :]
+        tl.store(out_ptrs, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+
+
+@jit(do_not_specialize=("kv_splits",))
+def _prefill_merge_kernel(
+    part_out_ptr,
+    part_lse_ptr,
+    out_ptr,
+    stride_ot,
+    stride_oh,
+    kv_splits,
+    BLOCK_S: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    t = tl.program_id(0)
+    head = tl.program_id(1)
+    row = t.to(tl.int64) * tl.num_programs(1) + head
+    splits = tl.arange(0, BLOCK_S)
+    o = merge_partials(part_out_ptr, part_lse_ptr, row, kv_splits, splits < kv_splits, BLOCK_S,
+                       HEAD_DIM)  # fmt: skip
+    out_off = t.to(tl.int64) * stride_ot + head * stride_oh + tl.arange(0, HEAD_DIM)
+    tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
 
 
 def paged_prefill_attention(
@@ -217,6 +290,7 @@ def paged_prefill_attention(
     kv_scales: KVScales | None = None,  # needed by an FP8 cache
     *,
     config: PrefillConfig | None = None,
+    max_seq_len: int | None = None,  # host copy of max(seq_lens); None: the table's capacity
 ) -> torch.Tensor:  # [T, Hq, D]
     require_triton()
     num_tokens, num_heads, head_dim = q.shape
@@ -231,12 +305,25 @@ def paged_prefill_attention(
     if num_tokens == 0 or batch == 0:
         return out
     k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
-    grid = (triton_cdiv(max_query_len, cfg.block_m), batch, num_heads)
-    _prefill_kernel[grid](
+    row_blocks = triton_cdiv(max_query_len, cfg.block_m)
+    splits = cfg.kv_splits or num_prefill_kv_splits(
+        row_blocks * batch * num_heads,
+        max_seq_len if max_seq_len is not None else block_tables.shape[1] * page_size,
+        num_tokens, num_heads, head_dim, sm_count(q.device),
+    )  # fmt: skip
+    part_out = part_lse = out  # placeholders, unused without splits
+    if splits > 1:
+        part_out = torch.empty(
+            num_tokens, num_heads, splits, head_dim, dtype=torch.float32, device=q.device
+        )
+        part_lse = torch.empty(num_tokens, num_heads, splits, dtype=torch.float32, device=q.device)
+    _prefill_kernel[(row_blocks * splits, batch, num_heads)](
         q,
         k_cache,
         v_cache,
         out,
+        part_out,
+        part_lse,
         query_start_loc,
         seq_lens,
         block_tables,
@@ -251,6 +338,7 @@ def paged_prefill_attention(
         k_cache.stride(1),
         k_cache.stride(2),
         block_tables.stride(0),
+        splits,
         GROUP=num_heads // num_kv_heads,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
@@ -259,9 +347,15 @@ def paged_prefill_attention(
         LAZY_RESCALE=cfg.lazy_rescale,
         FP8=is_fp8_kv(kv_cache),
         FP8_MODE=fp8_mode,
+        SPLIT=splits > 1,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
+    if splits > 1:
+        _prefill_merge_kernel[(num_tokens, num_heads)](
+            part_out, part_lse, out, out.stride(0), out.stride(1), splits,
+            BLOCK_S=next_pow2(splits), HEAD_DIM=head_dim, num_warps=4,
+        )  # fmt: skip
     return out
 
 

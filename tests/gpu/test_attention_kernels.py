@@ -26,6 +26,7 @@ from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attentio
 from kvserve.kernels.options import KernelOptions  # noqa: E402
 from kvserve.kernels.prefill_attention import (  # noqa: E402
     PrefillConfig,
+    num_prefill_kv_splits,
     paged_prefill_attention,
 )
 from kvserve.kernels.rmsnorm import rms_norm  # noqa: E402
@@ -339,6 +340,44 @@ def test_prefill_lazy_rescale_matches_reference(block_m: int) -> None:
         64**-0.5, config=cfg,
     )  # fmt: skip
     assert_close(out, ref, torch.float16)
+
+
+@pytest.mark.parametrize("kv_splits", [2, 3, 7])
+@pytest.mark.parametrize("lazy_rescale", [False, True])
+def test_prefill_key_splits_match_reference(kv_splits: int, lazy_rescale: bool) -> None:
+    """Forced key splits: chunks behind long prefixes ending mid-page and mid-tile, a fresh
+    prompt with fewer unmasked tiles than splits (empty splits), rows past a block's end."""
+    b = make_batch(
+        [40, 1, 70, 16], [1000, 20, 70, 531], page_size=16, num_heads=4, num_kv_heads=2,
+        head_dim=64, dtype=torch.float16, seed=kv_splits,
+    )  # fmt: skip
+    b.q.mul_(2.0)  # row maxima that move between splits
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    m = b.meta
+    cfg = PrefillConfig(32, 16, 4, 2, lazy_rescale=lazy_rescale, kv_splits=kv_splits)
+    out = paged_prefill_attention(
+        b.q, b.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables, m.max_query_len,
+        64**-0.5, config=cfg,
+    )  # fmt: skip
+    assert_close(out, ref, torch.float16)
+
+
+@pytest.mark.parametrize(
+    ("programs", "max_seq_len", "tokens", "expected"),
+    [
+        (256, 131072, 2048, 1),  # a 2048-token chunk of an 8B model: 8 row blocks x 32 heads
+        (32, 131072, 256, 9),  # a 256-token chunk at 128K: about 2 programs per SM
+        (32, 4096, 256, 2),  # the same chunk at 4K: no split under 2048 keys
+        (32, 1024, 256, 1),
+        (1, 131072, 16, 16),  # capped
+        (64, 131072, 4096, 1),  # 4096 rows x 32 heads x 129 x 4 B x 2 splits > 64 MiB
+    ],
+)
+def test_prefill_split_count_from_shapes(
+    programs: int, max_seq_len: int, tokens: int, expected: int
+) -> None:
+    assert num_prefill_kv_splits(programs, max_seq_len, tokens, 32, 128, 132) == expected
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from test_attention_kernels import PagedBatch, make_batch  # noqa: E402
 
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
 from kvserve.kernels.prefill_attention import (  # noqa: E402
+    PrefillConfig,
     default_prefill_config,
     paged_prefill_attention,
 )
@@ -172,6 +173,17 @@ def test_backend_on_fp8_cache_matches_torch_backend(dtype: torch.dtype, case_idx
 def test_prefill_on_fp8_cache_matches_reference(
     dtype: torch.dtype, case_idx: int, mode: int
 ) -> None:
+    check_fp8_prefill(dtype, case_idx, default_prefill_config(64, dtype), mode)
+
+
+@pytest.mark.parametrize("kv_splits", [2, 5])
+def test_prefill_key_splits_on_fp8_cache(kv_splits: int) -> None:
+    """Each split's partial carries the value scale; the merge does not apply it again."""
+    cfg = dataclasses.replace(default_prefill_config(64, torch.float16), kv_splits=kv_splits)
+    check_fp8_prefill(torch.float16, 2, cfg, cfg.fp8_mode)
+
+
+def check_fp8_prefill(dtype: torch.dtype, case_idx: int, cfg: PrefillConfig, mode: int) -> None:
     qlens, slens = PREFILL_CASES[case_idx]
     b = fp8_batch(qlens, slens, dtype, seed=case_idx, **SHAPE)
     scale = 64**-0.5
@@ -179,7 +191,7 @@ def test_prefill_on_fp8_cache_matches_reference(
         b.q.float(), b.k.float(), b.v.float(), b.kv_cache, b.meta, scale, scales()
     )  # stores with the reference, then attends in fp32
     m = b.meta
-    cfg = dataclasses.replace(default_prefill_config(64, dtype), fp8_mode=mode)
+    cfg = dataclasses.replace(cfg, fp8_mode=mode)
     out = paged_prefill_attention(
         b.q, b.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables, m.max_query_len, scale,
         scales(), config=cfg,

@@ -92,4 +92,5 @@ class TritonAttentionBackend:
             meta.max_query_len,
             scale,
             kv_scales,
+            max_seq_len=meta.max_seq_len,
         )
