@@ -55,11 +55,15 @@ class PrefillConfig:
 
 # A short chunk behind a long context is one row block per head: 32 programs for a 256-token
 # chunk of an 8B model, on 132 SMs. Splitting its keys fills the GPU; the splits' partials
-# (fp32) are merged by _prefill_merge_kernel. No split reads fewer than _SPLIT_MIN_KEYS keys,
-# and the partials stay under _SPLIT_WORKSPACE_BYTES: far below a largest step's activations,
-# which the KV pool's sizing measured (a split step has few rows).
+# (fp32) are merged by _prefill_merge_kernel. One program of the default tile runs per SM, so
+# the splits fill one wave and never start a second, partial one: on the H200 a 256-token
+# chunk at 128K took 5.49 ms unsplit, 1.55 / 1.54 ms with 4 / 8 splits (128 / 256 programs)
+# and 2.01 ms with 9 (288: a third wave); 512 tokens: 5.73 unsplit, 3.01 / 2.98 with 2 / 4;
+# 1024 tokens (128 programs): 5.55 unsplit, no split faster
+# (long_context_sweep_chunks_h200_2026-12-01.json). No split reads fewer than
+# _SPLIT_MIN_KEYS keys, and the partials stay under _SPLIT_WORKSPACE_BYTES: far below a
+# largest step's activations, which the KV pool's sizing measured (a split step has few rows).
 _SPLIT_MIN_KEYS = 2048
-_SPLIT_PROGRAMS_PER_SM = 2
 _SPLIT_WORKSPACE_BYTES = 64 << 20
 _MAX_KV_SPLITS = 16
 
@@ -67,11 +71,9 @@ _MAX_KV_SPLITS = 16
 def num_prefill_kv_splits(
     programs: int, max_seq_len: int, num_tokens: int, num_heads: int, head_dim: int, num_sms: int
 ) -> int:
-    """Key splits per row block, from host shapes only: none once the row blocks alone fill
-    the SMs, else about ``_SPLIT_PROGRAMS_PER_SM`` programs per SM."""
-    if programs >= num_sms:
-        return 1
-    by_occupancy = -(-_SPLIT_PROGRAMS_PER_SM * num_sms // programs)
+    """Key splits per row block, from host shapes only: as many as one wave of one program
+    per SM holds (none once the row blocks alone reach half the SMs)."""
+    by_occupancy = num_sms // max(1, programs)
     by_length = max_seq_len // _SPLIT_MIN_KEYS
     by_memory = _SPLIT_WORKSPACE_BYTES // max(1, num_tokens * num_heads * (head_dim + 1) * 4)
     return max(1, min(by_occupancy, by_length, by_memory, _MAX_KV_SPLITS))

@@ -367,7 +367,9 @@ def test_prefill_key_splits_match_reference(kv_splits: int, lazy_rescale: bool) 
     ("programs", "max_seq_len", "tokens", "expected"),
     [
         (256, 131072, 2048, 1),  # a 2048-token chunk of an 8B model: 8 row blocks x 32 heads
-        (32, 131072, 256, 9),  # a 256-token chunk at 128K: about 2 programs per SM
+        (128, 131072, 1024, 1),  # 128 programs already fill one wave
+        (32, 131072, 256, 4),  # a 256-token chunk at 128K: one wave of 128 programs
+        (64, 131072, 512, 2),
         (32, 4096, 256, 2),  # the same chunk at 4K: no split under 2048 keys
         (32, 1024, 256, 1),
         (1, 131072, 16, 16),  # capped
