@@ -190,10 +190,13 @@ def fp4_linear(
     row_scale: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
     config: Fp4GemmConfig | GemvConfig | None = None,
+    *,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """``x`` [..., K] @ W.T (+ bias) -> [..., N] in x's dtype; W in the layout of
     ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. A
-    ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``."""
+    ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``, with
+    programmatic dependent launch if ``pdl``."""
     group = _check(x, packed, block_scale, row_scale)
     if x.device.type == "cpu" and not interpreting():
         return fp4_linear_reference(x, packed, block_scale, row_scale, bias)
@@ -210,7 +213,7 @@ def fp4_linear(
         if isinstance(cfg, Fp4GemmConfig):
             _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
         else:
-            launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group)
+            launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group, pdl=pdl)
     return out.view(*lead, n)
 
 

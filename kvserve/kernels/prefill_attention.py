@@ -72,7 +72,7 @@ def num_prefill_kv_splits(
     programs: int, max_seq_len: int, num_tokens: int, num_heads: int, head_dim: int, num_sms: int
 ) -> int:
     """Key splits per row block, from host shapes only: as many as one wave of one program
-    per SM holds (none once the row blocks alone reach half the SMs)."""
+    per SM holds (none once the row blocks alone are more than half the SMs)."""
     by_occupancy = num_sms // max(1, programs)
     by_length = max_seq_len // _SPLIT_MIN_KEYS
     by_memory = _SPLIT_WORKSPACE_BYTES // max(1, num_tokens * num_heads * (head_dim + 1) * 4)

@@ -39,7 +39,15 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kvserve.kernels._triton import interpreting, require_triton, sm_count, tl
+from kvserve.kernels._triton import (
+    interpreting,
+    launch_options,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    sm_count,
+    tl,
+)
 from kvserve.kernels.fp4_reference import NVFP4_GROUP
 from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
 from kvserve.kernels.word_decode import (
@@ -118,6 +126,7 @@ def _word_gemv_kernel(
     MOE: tl.constexpr,  # grid z = slots: W, scales and the x row chosen per slot
     A_PER_TOKEN: tl.constexpr,  # MOE: slot s reads x row s // top_k (else row s)
     SCALE_ROWS: tl.constexpr,  # MOE: outputs times the slot's router weight
+    USE_PDL: tl.constexpr,
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
     PER_WORD: tl.constexpr = 8 if FP4 else 4
@@ -126,6 +135,8 @@ def _word_gemv_kernel(
     pid_k = tl.program_id(1)
     pid_s = tl.program_id(2)
     if MOE:
+        pdl_wait(USE_PDL)  # the slots' experts come from the kernel before
+        pdl_release(USE_PDL)
         expert = tl.load(slot_expert_ptr + pid_s).to(tl.int64)
         x_ptr += (pid_s // top_k if A_PER_TOKEN else pid_s).to(tl.int64) * stride_xm
         w_ptr += expert * stride_we
@@ -152,6 +163,11 @@ def _word_gemv_kernel(
     if FP4:
         in_g = _groups_in(w_start, rg, w_end, WORDS_PER_GROUP)
         s = _scale_bytes(s_ptrs, in_g, s_ptr, ASM_SCALE_LOADS)
+    if not MOE:
+        # Weights and scales never change, so a dependent launch issues their first step's
+        # loads while the kernel before still runs; x (and the split-K workspace) only after.
+        pdl_wait(USE_PDL)
+        pdl_release(USE_PDL)
     for w0 in range(w_start, w_end, BLOCK_W):
         in_k_next = w0 + BLOCK_W + rw < w_end
         q_next = tl.load(w_ptrs + BLOCK_W, mask=in_k_next[None, :], other=0)
@@ -221,10 +237,12 @@ def launch_word_gemv(
     cfg: GemvConfig,
     group: int,
     moe: MoeSlots | None = None,
+    pdl: bool = False,
 ) -> None:
     """``weight_bytes`` uint8 [N, K/2] (FP4 codes; ``block_scale`` [N, K/group]) or float8
     e4m3 [N, K] (FP8; ``block_scale`` None, ``row_scale`` [N] or [1]). With ``moe``, each of
-    them has a leading expert dimension and ``out`` is [slots, N]."""
+    them has a leading expert dimension and ``out`` is [slots, N]. ``pdl``: programmatic
+    dependent launch (``kvserve.kernels._triton``)."""
     m, k = x.shape
     n, row_bytes = weight_bytes.shape[-2:]
     fp4 = block_scale is not None
@@ -265,7 +283,7 @@ def launch_word_gemv(
         ASM_SCALE_LOADS=cfg.asm_scale_loads and not interpreting(),
         MOE=moe is not None, A_PER_TOKEN=moe is not None and moe.a_per_token,
         SCALE_ROWS=moe is not None and moe.router_weights is not None,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch_options(pdl),
     )  # fmt: skip
 
 
@@ -291,6 +309,8 @@ def fp8_gemv(
     scale: torch.Tensor,
     bias: torch.Tensor | None = None,
     config: GemvConfig | None = None,
+    *,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """Weight-only FP8 for 1-4 rows: ``x`` [M, K] (bf16/fp16/fp32) @ (``weight`` [N, K] e4m3
     * ``scale`` fp32 [N] or [1]).T (+ bias) -> [M, N] in x's dtype."""
@@ -309,7 +329,7 @@ def fp8_gemv(
     out = torch.empty(x.shape[0], n, dtype=x.dtype, device=x.device)
     cfg = config or fp8_gemv_config(n, k // FP8_PER_WORD, x.shape[0], sm_count(x.device))
     scale = scale.reshape(-1).float()
-    launch_word_gemv(x, weight.view(torch.uint8), None, scale, bias, out, cfg, 8)
+    launch_word_gemv(x, weight.view(torch.uint8), None, scale, bias, out, cfg, 8, pdl=pdl)
     return out
 
 

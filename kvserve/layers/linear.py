@@ -32,6 +32,9 @@ class Linear(nn.Module):
         self.shard_offsets = [sum(shard_sizes[:i]) for i in range(len(shard_sizes))]
         self.out_features = sum(shard_sizes)
         self.prefix = prefix
+        # The method's own Triton kernels (the low-bit GEMV) launch with programmatic
+        # dependent launch; set for every layer by ``launch_linears_with_pdl``.
+        self.launch_pdl = False
         self.method = method or UnquantizedLinearMethod()
         self.method.create_weights(self, dtype)
         self.bias = (
@@ -70,3 +73,12 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.method.apply(self, x, self.bias)
+
+
+def launch_linears_with_pdl(model: nn.Module) -> None:
+    """Every ``Linear`` of ``model`` launches its method's Triton kernels with programmatic
+    dependent launch (the model runner calls this when ``KernelOptions.pdl`` is on: linear
+    layers are built by the quant methods, which do not see the kernel options)."""
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.launch_pdl = True

@@ -115,7 +115,10 @@ class Fp4LinearMethod:
     def apply(self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if x.device.type == "cpu":
             return F.linear(x, _cpu_dense(layer, x.dtype), bias)
-        return fp4_linear(x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale, bias)
+        return fp4_linear(
+            x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale, bias,
+            pdl=layer.launch_pdl,
+        )  # fmt: skip
 
 
 def _cpu_dense(layer: Linear, dtype: torch.dtype) -> torch.Tensor:

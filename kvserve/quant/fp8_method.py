@@ -173,7 +173,7 @@ class Fp8LinearMethod:
         if spec.activation == "none":
             return F.linear(x, dequantize_fp8_weight(w, ws, spec.block).to(x.dtype))
         if _weight_only_here(spec, x):
-            return fp8_gemv(x, w, ws)
+            return fp8_gemv(x, w, ws, pdl=layer.launch_pdl)
         static = layer.input_scale if spec.activation == "static" else None
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)

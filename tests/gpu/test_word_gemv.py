@@ -9,6 +9,7 @@ runs them through Triton's interpreter on a CPU.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -17,9 +18,13 @@ import torch
 pytest.importorskip("triton")
 
 from kernel_test_device import DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS, ON_GPU_ONLY  # noqa: E402
+from test_fp4_gemm import fp4_weight  # noqa: E402
 
 from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
+from kvserve.kernels.activation import silu_and_mul  # noqa: E402
+from kvserve.kernels.fp4_gemm import fp4_linear  # noqa: E402
+from kvserve.kernels.rmsnorm import rms_norm  # noqa: E402
 from kvserve.kernels.word_gemv import (  # noqa: E402
     GemvConfig,
     fp8_gemv,
@@ -93,6 +98,34 @@ def test_split_k_replays_in_cuda_graph() -> None:
     with torch.cuda.graph(graph):
         out = fp8_gemv(x, q, scale, config=cfg)
     for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, expected)
+    assert int(skinny_gemm._COUNTERS[x.device].abs().sum()) == 0
+
+
+@NEEDS_CUDA_GRAPHS
+def test_programmatic_launch_chain_in_cuda_graph_equals_plain_launches() -> None:
+    """Norm -> FP8 GEMV (split K) -> SiLU-mul -> NVFP4 GEMV (split K, asm scale loads) ->
+    norm -> MXFP4 GEMV, each reading what the one before wrote: with PDL each GEMV loads its
+    first weights before it waits; replayed from a graph, bit-equal to plain launches."""
+    x, q8, s8 = inputs(1, 4096, 2048, True, torch.bfloat16)
+    nv, mx = fp4_weight("nvfp4", 2048, 2048, seed=1), fp4_weight("mxfp4", 1024, 2048, seed=2)
+    norm_w = torch.rand(2048, device=DEVICE, dtype=torch.bfloat16) + 0.5
+    nv_cfg = replace(gemv_config(2048, 256, scale_group=16), split_k=4)
+
+    def chain(pdl: bool) -> torch.Tensor:
+        h = fp8_gemv(rms_norm(x, norm_w, 1e-6, pdl=pdl), q8, s8, pdl=pdl)
+        h = fp4_linear(silu_and_mul(h, pdl=pdl), *nv, config=nv_cfg, pdl=pdl)
+        return fp4_linear(rms_norm(h, norm_w, 1e-6, pdl=pdl), *mx, pdl=pdl)
+
+    assert nv_cfg.asm_scale_loads
+    expected = chain(pdl=False)
+    assert torch.equal(chain(pdl=True), expected)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain(pdl=True)
+    for _ in range(20):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, expected)
