@@ -2,10 +2,11 @@
 
 Engines alternate on, off, on, off (``--rounds``) so that drift in the GPU's clocks falls on
 both; each measures the decode rate at the given batches (1K context, rate between output lengths
-64 and 192, as in roofline.py), Llama-3-8B shape, bf16 dummy weights. Writes
-engine_ab_<setting>_<tag>_<date>.json.
+64 and 192, as in roofline.py), Llama-3-8B shape, bf16 dummy weights (``--quantization``:
+quantized online at load). Writes engine_ab_<setting>_<tag>_<date>.json.
 
     python -m benchmarks.engine_ab --setting enable_pdl --out-dir $OUT
+    python -m benchmarks.engine_ab --setting enable_pdl --quantization nvfp4 --batches 1
 """
 
 from __future__ import annotations
@@ -31,18 +32,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
+    ap.add_argument("--quantization", default=None, help="fp8, nvfp4 or mxfp4 (online)")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     runs = []
     for r in range(args.rounds):
         for value in (True, False):
-            rates = measure(args.model, {args.setting: value}, batches)
+            settings = {args.setting: value, "quantization": args.quantization}
+            rates = measure(args.model, settings, batches)
             runs.append({"round": r, args.setting: value, **rates})
             print(runs[-1], flush=True)
     name = f"engine_ab_{args.setting}_{args.tag}"
-    print(
-        write_result(name, {"setting": args.setting, "context": 1024, "runs": runs}, args.out_dir)
-    )
+    result = {"setting": args.setting, "quantization": args.quantization, "context": 1024,
+              "runs": runs}  # fmt: skip
+    print(write_result(name, result, args.out_dir))
 
 
 if __name__ == "__main__":
