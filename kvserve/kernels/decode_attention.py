@@ -7,7 +7,8 @@ padded to >= 16 for ``tl.dot``), so each K/V tile is read once per group. Each s
 into S splits; S comes from shapes only (batch, heads, page-table capacity, SM count) and each
 program derives its own token range from ``seq_lens`` on the device, so the launch is
 CUDA-graph capturable. A second kernel merges the splits' partial outputs by their
-log-sum-exp. With S == 1 the first kernel writes the output directly.
+log-sum-exp (or, with ``DecodeConfig.fused_merge``, the split program that arrives last does).
+With S == 1 the first kernel writes the output directly.
 
 An FP8 cache is widened to q's dtype tile by tile (exact: every e4m3 value is a bf16 value); the
 key scale is folded into the softmax scale and the value scale applied once to each output row.
@@ -30,6 +31,7 @@ from kvserve.kernels._triton import (
     sm_count,
     tl,
 )
+from kvserve.kernels.skinny_gemm import _arrival_counters
 from kvserve.kernels.store_kv_cache import (
     FP8_AS_FP16,
     KVScales,
@@ -61,6 +63,9 @@ class DecodeConfig:
     # num_splits * min_split_tokens fills fewer splits, and the programs of the rest exit.
     min_split_tokens: int = 0
     fp8_mode: int = FP8_AS_FP16  # how an FP8 cache is widened (store_kv_cache.FP8_AS_*)
+    # With splits, the split program that arrives last merges them (an arrival counter per
+    # sequence and kv head) instead of a second kernel. Not yet timed on the H200: off.
+    fused_merge: bool = False
 
 
 # An FP8 cache's tiles hold half the bytes: 128 tokens per tile led the H200 sweep at 32 x 32K
@@ -79,6 +84,7 @@ def _decode_split_kernel(
     part_out_ptr,
     part_lse_ptr,
     out_ptr,
+    counter_ptr,  # int32 [B * Hkv], zero between launches; used by FUSED_MERGE only
     k_scale_ptr,
     v_scale_ptr,
     scale_log2,
@@ -102,6 +108,8 @@ def _decode_split_kernel(
     FP8: tl.constexpr,
     FP8_MODE: tl.constexpr,
     USE_PDL: tl.constexpr,
+    FUSED_MERGE: tl.constexpr,  # the split that arrives last merges (no merge kernel)
+    BLOCK_S: tl.constexpr,  # FUSED_MERGE: splits merged at once, >= num_splits
 ):
     pdl_wait(USE_PDL)
     b = tl.program_id(0)
@@ -167,6 +175,47 @@ def _decode_split_kernel(
         tl.store(part_lse_ptr + part_row, lse, mask=row_mask)
         part_ptrs = part_out_ptr + part_row[:, None] * HEAD_DIM + dims[None, :]
         tl.store(part_ptrs, o, mask=row_mask[:, None])
+        if FUSED_MERGE:
+            _merge_if_last(
+                part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads,
+                seq_len, split_len, num_splits, stride_ob, stride_oh, GROUP, BLOCK_S, HEAD_DIM,
+            )  # fmt: skip
+
+
+@jit
+def _merge_if_last(
+    part_out_ptr,
+    part_lse_ptr,
+    out_ptr,
+    counter_ptr,
+    b,
+    kv_head,
+    num_kv_heads,
+    seq_len,
+    split_len,
+    num_splits,
+    stride_ob,
+    stride_oh,
+    GROUP: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    """The last of a (sequence, kv head)'s written splits to arrive merges its GROUP rows and
+    puts the arrival count back to zero (so the counters need no reset between launches)."""
+    tl.debug_barrier()  # every thread's partial stores precede the one-thread release below
+    counter = counter_ptr + b * num_kv_heads + kv_head
+    arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    written = tl.maximum(tl.cdiv(seq_len, tl.maximum(split_len, 1)), 1)  # as the early exit
+    if arrived == written - 1:
+        splits = tl.arange(0, BLOCK_S)
+        dims = tl.arange(0, HEAD_DIM)
+        first_row = (b.to(tl.int64) * num_kv_heads + kv_head) * GROUP
+        for r in tl.static_range(GROUP):
+            o = merge_partials(part_out_ptr, part_lse_ptr, first_row + r, num_splits,
+                               splits < written, BLOCK_S, HEAD_DIM)  # fmt: skip
+            out_off = b.to(tl.int64) * stride_ob + (kv_head * GROUP + r) * stride_oh + dims
+            tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
+        tl.store(counter, 0)
 
 
 @jit(do_not_specialize=("num_splits", "min_split"))
@@ -224,14 +273,16 @@ def merge_partials(
     """Row ``row``'s output over all its splits, weighted by their share of the softmax."""
     splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, HEAD_DIM)
-    lse = tl.load(part_lse_ptr + row * num_splits + splits, mask=split_mask, other=float("-inf"))
+    # .cg: from L2, where the other SMs' stores are (the fused merge reads them in-kernel)
+    lse = tl.load(part_lse_ptr + row * num_splits + splits, mask=split_mask, other=float("-inf"),
+                  cache_modifier=".cg")  # fmt: skip
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)  # all splits empty: seq_len 0 -> zeros
     w = tl.exp2(lse - m)  # [BLOCK_S]
     denom = tl.sum(w, 0)
     denom = tl.where(denom == 0.0, 1.0, denom)
     part_ptrs = part_out_ptr + (row * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :]
-    o = tl.load(part_ptrs, mask=split_mask[:, None], other=0.0)  # [BLOCK_S, D]
+    o = tl.load(part_ptrs, mask=split_mask[:, None], other=0.0, cache_modifier=".cg")
     return tl.sum(o * w[:, None], 0) / denom
 
 
@@ -272,12 +323,16 @@ def paged_decode_attention(
     )
     min_split = -(-cfg.min_split_tokens // cfg.block_n) * cfg.block_n
     fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype)
-    part_out = part_lse = out  # placeholders, unused when splits == 1
+    part_out = part_lse = counters = out  # placeholders, unused when splits == 1
     if splits > 1:
         part_out = torch.empty(
             batch, num_heads, splits, head_dim, dtype=torch.float32, device=q.device
         )
         part_lse = torch.empty(batch, num_heads, splits, dtype=torch.float32, device=q.device)
+    fused = cfg.fused_merge and splits > 1
+    if fused:
+        counters = _arrival_counters(q.device, batch * num_kv_heads)
+    merge_block = max(next_pow2(splits), _MERGE_MIN_BLOCK)
     k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
     _decode_split_kernel[(batch, num_kv_heads, splits)](
         q,
@@ -288,6 +343,7 @@ def paged_decode_attention(
         part_out,
         part_lse,
         out,
+        counters,
         *scale_args(kv_cache, kv_scales),
         scale * math.log2(math.e),
         page_size,
@@ -309,11 +365,13 @@ def paged_decode_attention(
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         FP8=is_fp8_kv(kv_cache),
         FP8_MODE=fp8_mode,
+        FUSED_MERGE=fused,
+        BLOCK_S=merge_block,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch_options(pdl),
     )
-    if splits > 1:
+    if splits > 1 and not fused:
         _decode_merge_kernel[(batch, num_heads)](
             part_out,
             part_lse,
@@ -323,7 +381,7 @@ def paged_decode_attention(
             out.stride(1),
             splits,
             min_split,
-            BLOCK_S=max(next_pow2(splits), _MERGE_MIN_BLOCK),
+            BLOCK_S=merge_block,
             BLOCK_N=cfg.block_n,
             HEAD_DIM=head_dim,
             num_warps=4,

@@ -21,6 +21,7 @@ from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED, NEE
 from kvserve.config import ModelConfig  # noqa: E402
 from kvserve.engine.runner.kv_pool import KVPool  # noqa: E402
 from kvserve.engine.runner.warmup import warm_up_eager  # noqa: E402
+from kvserve.kernels import skinny_gemm  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
 from kvserve.kernels.options import KernelOptions  # noqa: E402
@@ -190,8 +191,9 @@ def test_decode_matches_reference(
     assert_close(out, ref, dtype)
 
 
+@pytest.mark.parametrize("fused_merge", [False, True])
 @pytest.mark.parametrize("num_splits", [1, 3, 64])
-def test_decode_forced_split_counts(num_splits: int) -> None:
+def test_decode_forced_split_counts(num_splits: int, fused_merge: bool) -> None:
     lens = [1, 100, 2049, 640]
     b = make_batch(
         [1] * 4,
@@ -211,7 +213,7 @@ def test_decode_forced_split_counts(num_splits: int) -> None:
         b.meta.block_tables,
         b.meta.seq_lens,
         128**-0.5,
-        config=DecodeConfig(num_splits=num_splits),
+        config=DecodeConfig(num_splits=num_splits, fused_merge=fused_merge),
     )
     assert_close(out, ref, torch.bfloat16)
 
@@ -228,10 +230,12 @@ def test_decode_16k_context(dtype: torch.dtype) -> None:
     assert_close(out, ref, dtype)
 
 
+@pytest.mark.parametrize("fused_merge", [False, True])
 @pytest.mark.parametrize(("num_splits", "min_split_tokens"), [(8, 256), (64, 100), (3, 5000)])
-def test_decode_min_split_tokens(num_splits: int, min_split_tokens: int) -> None:
+def test_decode_min_split_tokens(num_splits: int, min_split_tokens: int, fused_merge: bool) -> None:
     """Splits no shorter than ``min_split_tokens``: short sequences fill fewer splits, the
-    programs of the rest exit, the merge reads only what was written; a padding row gives 0."""
+    programs of the rest exit, the merge reads only what was written; a padding row gives 0.
+    Fused: the last of the written splits to arrive merges, and the counters end at zero."""
     lens = [1, 100, 517, 1, 2000]
     b = make_batch(
         [1] * 5, lens, page_size=16, num_heads=8, num_kv_heads=2, head_dim=64,
@@ -242,16 +246,21 @@ def test_decode_min_split_tokens(num_splits: int, min_split_tokens: int) -> None
     seq_lens = b.meta.seq_lens.clone()
     seq_lens[3] = 0
     out = torch.full_like(b.q, float("nan"))
-    cfg = DecodeConfig(block_n=32, num_splits=num_splits, min_split_tokens=min_split_tokens)
+    cfg = DecodeConfig(block_n=32, num_splits=num_splits, min_split_tokens=min_split_tokens,
+                       fused_merge=fused_merge)  # fmt: skip
     paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, seq_lens, 0.125, out=out,
                            config=cfg)  # fmt: skip
     assert torch.equal(out[3], torch.zeros_like(out[3]))
     assert_close(out[[0, 1, 2, 4]], ref[[0, 1, 2, 4]], torch.float16)
+    assert int(skinny_gemm._COUNTERS.get(DEVICE, torch.zeros(1)).abs().sum()) == 0
 
 
 @pytest.mark.skipif(INTERPRETED, reason="a 128K-token cache is too slow for the interpreter")
-@pytest.mark.parametrize("num_splits", [None, 2, 64])
-def test_decode_128k_context_in_a_graph_wide_table(num_splits: int | None) -> None:
+@pytest.mark.parametrize(("num_splits", "fused_merge"), [(None, False), (2, False), (64, False),
+                                                         (None, True)])  # fmt: skip
+def test_decode_128k_context_in_a_graph_wide_table(
+    num_splits: int | None, fused_merge: bool
+) -> None:
     """Long and short sequences in one launch, the page table as wide as a 128K-context
     engine's graphs use; splits past a short sequence's end exit and the merge skips them."""
     lens = [131072, 70001, 5, 1]
@@ -263,9 +272,11 @@ def test_decode_128k_context_in_a_graph_wide_table(num_splits: int | None) -> No
     store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
     out = torch.full_like(b.q, float("nan"))
     cfg = DecodeConfig(block_n=128, num_warps=4, num_stages=2, num_splits=num_splits)
+    if num_splits is None:
+        cfg = DecodeConfig(fused_merge=fused_merge)  # the defaults, splits from shapes
     scale = 128**-0.5
     paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, b.meta.seq_lens, scale, out=out,
-                           config=None if num_splits is None else cfg)  # fmt: skip
+                           config=cfg)  # fmt: skip
     assert_close(out, ref, torch.bfloat16)
 
 
@@ -425,7 +436,8 @@ def test_triton_backend_matches_torch_backend(
 
 
 @NEEDS_CUDA_GRAPHS
-def test_decode_step_replays_in_cuda_graph() -> None:
+@pytest.mark.parametrize("fused_merge", [False, True])
+def test_decode_step_replays_in_cuda_graph(fused_merge: bool) -> None:
     """Capture store + decode once, change seq_lens/block_tables/slot_mapping in place, replay."""
     b = make_batch(
         [1] * 4,
@@ -443,7 +455,8 @@ def test_decode_step_replays_in_cuda_graph() -> None:
 
     def step() -> None:
         store_kv_cache(b.k, b.v, b.kv_cache, m.slot_mapping)
-        paged_decode_attention(b.q, b.kv_cache, m.block_tables, m.seq_lens, 128**-0.5, out=out)
+        paged_decode_attention(b.q, b.kv_cache, m.block_tables, m.seq_lens, 128**-0.5, out=out,
+                               config=DecodeConfig(fused_merge=fused_merge))  # fmt: skip
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -507,7 +520,8 @@ SM90 = (
 
 
 @pytest.mark.skipif(not SM90, reason="programmatic dependent launch needs sm_90+")
-def test_programmatic_launch_chain_in_cuda_graph_equals_plain_launches() -> None:
+@pytest.mark.parametrize("fused_merge", [False, True])
+def test_programmatic_launch_chain_in_cuda_graph_equals_plain_launches(fused_merge: bool) -> None:
     """Norm -> KV store -> split decode + merge -> SiLU-mul -> norm, each reading what the one
     before wrote: launched with PDL and replayed from a graph many times, bit-equal to plain
     launches (an early read past ``pdl_wait`` would show as a mismatch)."""
@@ -522,7 +536,8 @@ def test_programmatic_launch_chain_in_cuda_graph_equals_plain_launches() -> None
         q = rms_norm(x, weight, 1e-6, pdl=pdl).view(8, 32, 128)
         store_kv_cache(b.k, b.v, b.kv_cache, m.slot_mapping, pdl=pdl)
         attn = paged_decode_attention(q, b.kv_cache, m.block_tables, m.seq_lens, 128**-0.5,
-                                      config=DecodeConfig(num_splits=8), pdl=pdl)  # fmt: skip
+                                      config=DecodeConfig(num_splits=8, fused_merge=fused_merge),
+                                      pdl=pdl)  # fmt: skip
         return rms_norm(silu_and_mul(attn.view(8, 4096), pdl=pdl), weight[:2048], 1e-6, pdl=pdl)
 
     expected = step(pdl=False)
