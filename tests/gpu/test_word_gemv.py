@@ -141,7 +141,7 @@ def test_fp8_method_runs_small_steps_weight_only(
     activation quantization (exact to the dequantized weight); the W8A8 path stays within its
     activation rounding."""
     x, q, scale = inputs(4, 512, 1024, spec.weight == "channel", torch.bfloat16)
-    layer = SimpleNamespace(weight=q, weight_scale=scale,
+    layer = SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
                             input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
     method = Fp8LinearMethod(spec)
     monkeypatch.setenv(W8A16_ROWS_ENV, "0")
