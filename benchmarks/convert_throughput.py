@@ -1,0 +1,106 @@
+"""Issue rate of the instructions the low-bit kernels decode with, on the GPU: the FP8-to-half
+conversion (``cvt.rn.f16x2.e4m3x2``, SASS ``F2FP``) against a plain integer op (``LOP3``) and a
+packed half FMA (``HFMA2``), each in a loop of independent chains with nothing else to wait on.
+
+The word GEMV widens two weight codes per ``F2FP`` and the FP8 KV decode attention widens its
+keys and values the same way; if ``F2FP`` issues at a fraction of ``LOP3``'s rate, decoding by
+integer ops (a layout whose half-precision pairs come out of a shift and a ``LOP3``) is the next
+lever for both (see benchmarks/results/INDEX.md). Reported: instructions per SM per clock, from
+the SM clock the run reads back, and their ratio to ``LOP3``'s.
+
+    python -m benchmarks.convert_throughput [--out-dir $OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+
+from benchmarks.common import write_result
+from kvserve.kernels._triton import jit, tl
+
+CHAINS = 8  # independent dependency chains per thread: enough to cover each op's latency
+ITERS = 4096
+BLOCK = 256  # threads per program (8 warps), one element each
+OPS = {
+    # the low half's two e4m3 bytes -> f16x2 (unpacking a register's halves costs nothing)
+    "f2fp_e4m3x2_to_f16x2": "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $1; "
+    "cvt.rn.f16x2.e4m3x2 $0, lo; }",
+    "lop3": "{ .reg .b32 m, s; mov.b32 m, 0x0e000e00; mov.b32 s, 0x80008000; "
+    "lop3.b32 $0, $1, m, s, 0xea; }",
+    "hfma2": "{ .reg .b32 one; mov.b32 one, 0x3c003c00; fma.rn.f16x2 $0, $1, one, one; }",
+}
+
+
+@jit
+def _op(x, ASM: tl.constexpr):
+    return tl.inline_asm_elementwise(ASM, "=r,r", [x], dtype=tl.uint32, is_pure=True, pack=1)
+
+
+@jit
+def _throughput_kernel(out_ptr, seed, ASM: tl.constexpr, ITERS: tl.constexpr,
+                       BLOCK: tl.constexpr):  # fmt: skip
+    lanes = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x0 = (lanes * 7 + seed).to(tl.uint32)
+    x1, x2, x3 = x0 ^ 1, x0 ^ 2, x0 ^ 3
+    x4, x5, x6, x7 = x0 ^ 4, x0 ^ 5, x0 ^ 6, x0 ^ 7
+    for _ in range(ITERS):
+        # each chain feeds its result back: the op cannot be hoisted or folded
+        x0 = _op(x0, ASM)
+        x1 = _op(x1, ASM)
+        x2 = _op(x2, ASM)
+        x3 = _op(x3, ASM)
+        x4 = _op(x4, ASM)
+        x5 = _op(x5, ASM)
+        x6 = _op(x6, ASM)
+        x7 = _op(x7, ASM)
+    tl.store(out_ptr + lanes, x0 ^ x1 ^ x2 ^ x3 ^ x4 ^ x5 ^ x6 ^ x7)
+
+
+def time_op(name: str, programs: int, reps: int = 5) -> float:
+    """Seconds per launch (median of ``reps`` after one warm-up launch)."""
+    out = torch.empty(programs * BLOCK, dtype=torch.int32, device="cuda")
+
+    def launch() -> None:
+        _throughput_kernel[(programs,)](out, 12345, ASM=OPS[name], ITERS=ITERS, BLOCK=BLOCK,
+                                        num_warps=BLOCK // 32)  # fmt: skip
+
+    launch()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return sorted(times)[reps // 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--sm-clock-mhz", type=float, default=1980.0,
+                    help="for per-clock rates (the H200's most; ratios need none)")  # fmt: skip
+    args = ap.parse_args()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    clock_hz = args.sm_clock_mhz * 1e6
+    programs = sms * 8  # 64 warps per SM resident
+    rows: dict[str, Any] = {}
+    for name in OPS:
+        seconds = time_op(name, programs)
+        instructions = programs * BLOCK * CHAINS * ITERS  # per-thread instructions in the loop
+        per_sm_clock = instructions / seconds / clock_hz / sms
+        rows[name] = {"seconds": seconds, "per_sm_per_clock": per_sm_clock}
+        print(f"{name:24s} {seconds * 1e3:8.3f} ms  {per_sm_clock:6.1f} per SM per clock")
+    for row in rows.values():
+        row["vs_lop3"] = row["per_sm_per_clock"] / rows["lop3"]["per_sm_per_clock"]
+    result = {"sms": sms, "clock_hz": clock_hz, "chains": CHAINS, "iters": ITERS, "ops": rows}
+    print(write_result("convert_throughput", result, args.out_dir))
+
+
+if __name__ == "__main__":
+    main()
