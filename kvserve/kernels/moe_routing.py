@@ -1,6 +1,8 @@
-"""Softmax top-k routing (Qwen3-MoE, Mixtral): router logits -> each token's k experts and
-their weights. One Triton program per token replaces the softmax, top-k, renormalisation and
-index-cast kernels, which at decode cost more than the routing itself."""
+"""Top-k routing: router logits -> each token's k experts and their weights, float32, best
+first. Softmax scoring (Qwen3-MoE, Mixtral) and grouped sigmoid scoring (GLM-4.5, DeepSeek-V3;
+see ``kvserve.layers.moe_router``). One Triton program per token replaces the scoring, top-k,
+renormalisation and index-cast kernels (a dozen and more for the grouped scoring), which at
+decode cost more than the routing itself; the ``*_reference`` functions are the same in torch."""
 
 from __future__ import annotations
 
@@ -64,5 +66,120 @@ def softmax_topk(
         _softmax_topk_kernel[(tokens,)](
             logits, weights, ids, experts, logits.stride(0), TOP_K=top_k,
             RENORMALIZE=renormalize, BLOCK_E=next_pow2(experts), num_warps=4,
+        )  # fmt: skip
+    return weights, ids
+
+
+def grouped_sigmoid_topk_reference(
+    logits: torch.Tensor,  # [T, E]
+    top_k: int,
+    num_groups: int,
+    topk_groups: int,
+    renormalize: bool,
+    scaling: float,
+    correction_bias: torch.Tensor | None = None,  # [E]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weights [T, k] float32, expert ids [T, k] int32), best first."""
+    scores = logits.float().sigmoid()
+    choice = scores if correction_bias is None else scores + correction_bias
+    tokens, experts = choice.shape
+    per_group = experts // num_groups
+    grouped = choice.view(tokens, num_groups, per_group)
+    group_score = grouped.topk(min(2, per_group), dim=-1).values.sum(dim=-1)  # [T, G]
+    kept_groups = group_score.topk(topk_groups, dim=-1).indices
+    group_mask = torch.zeros_like(group_score, dtype=torch.bool).scatter_(1, kept_groups, True)
+    expert_mask = group_mask.unsqueeze(-1).expand(-1, -1, per_group).reshape(tokens, experts)
+    ids = choice.masked_fill(~expert_mask, float("-inf")).topk(top_k, dim=-1).indices
+    weights = scores.gather(1, ids)
+    if renormalize:
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+    return weights * scaling, ids.to(torch.int32)
+
+
+@jit
+def _grouped_sigmoid_topk_kernel(
+    logits_ptr,
+    bias_ptr,
+    weights_ptr,
+    ids_ptr,
+    stride_logits,
+    scaling,
+    GROUPS: tl.constexpr,
+    PER_GROUP: tl.constexpr,
+    TOPK_GROUPS: tl.constexpr,
+    TOP_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    RENORMALIZE: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    group = tl.arange(0, BLOCK_G)
+    member = tl.arange(0, BLOCK_P)[None, :]
+    valid = (group[:, None] < GROUPS) & (member < PER_GROUP)
+    # [BLOCK_G, BLOCK_P]; a padding lane's number may repeat a real expert's (member >=
+    # PER_GROUP), so its score is 0 and its choice -inf: it is never picked nor summed
+    expert = group[:, None] * PER_GROUP + member
+    x = tl.load(logits_ptr + token * stride_logits + expert, mask=valid, other=0.0)
+    scores = tl.where(valid, tl.sigmoid(x.to(tl.float32)), 0.0)
+    choice = scores
+    if HAS_BIAS:
+        choice = scores + tl.load(bias_ptr + expert, mask=valid, other=0.0)
+    choice = tl.where(valid, choice, -float("inf"))
+    if TOPK_GROUPS < GROUPS:
+        # A group's score: the sum of its two best choices (its one, for one-expert groups).
+        first = tl.max(choice, axis=1)
+        first_at = tl.min(tl.where(choice == first[:, None], member, BLOCK_P), axis=1)
+        group_score = first
+        if PER_GROUP > 1:
+            rest = tl.where(member == first_at[:, None], -float("inf"), choice)
+            group_score = first + tl.max(rest, axis=1)
+        group_score = tl.where(group < GROUPS, group_score, -float("inf"))
+        kept = tl.zeros([BLOCK_G], dtype=tl.int32)
+        for _ in tl.static_range(TOPK_GROUPS):
+            best = tl.max(group_score, axis=0)
+            at = tl.min(tl.where(group_score == best, group, BLOCK_G), axis=0)
+            kept = tl.where(group == at, 1, kept)
+            group_score = tl.where(group == at, -float("inf"), group_score)
+        choice = tl.where(kept[:, None] > 0, choice, -float("inf"))
+    total = 0.0
+    no_expert: tl.constexpr = BLOCK_G * BLOCK_P
+    for i in tl.static_range(TOP_K):
+        best = tl.max(tl.max(choice, axis=1), axis=0)
+        at = tl.min(tl.min(tl.where(choice == best, expert, no_expert), axis=1), axis=0)
+        weight = tl.sum(tl.sum(tl.where(expert == at, scores, 0.0), axis=1), axis=0)
+        tl.store(weights_ptr + token * TOP_K + i, weight)
+        tl.store(ids_ptr + token * TOP_K + i, at.to(tl.int32))
+        total += weight
+        choice = tl.where(expert == at, -float("inf"), choice)
+    norm = scaling / (total + 1e-20) if RENORMALIZE else scaling
+    for i in tl.static_range(TOP_K):
+        w = tl.load(weights_ptr + token * TOP_K + i)
+        tl.store(weights_ptr + token * TOP_K + i, w * norm)
+
+
+def grouped_sigmoid_topk(
+    logits: torch.Tensor,
+    top_k: int,
+    num_groups: int,
+    topk_groups: int,
+    renormalize: bool,
+    scaling: float,
+    correction_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The GPU path of ``grouped_sigmoid_topk_reference`` (same arguments)."""
+    require_triton()
+    tokens, experts = logits.shape
+    logits = logits if logits.stride(1) == 1 else logits.contiguous()
+    per_group = experts // num_groups
+    weights = torch.empty(tokens, top_k, dtype=torch.float32, device=logits.device)
+    ids = torch.empty(tokens, top_k, dtype=torch.int32, device=logits.device)
+    if tokens:
+        bias = correction_bias if correction_bias is not None else weights
+        _grouped_sigmoid_topk_kernel[(tokens,)](
+            logits, bias, weights, ids, logits.stride(0), float(scaling), GROUPS=num_groups,
+            PER_GROUP=per_group, TOPK_GROUPS=topk_groups, TOP_K=top_k,
+            HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize,
+            BLOCK_G=next_pow2(num_groups), BLOCK_P=next_pow2(per_group), num_warps=4,
         )  # fmt: skip
     return weights, ids

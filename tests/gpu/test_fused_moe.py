@@ -17,7 +17,12 @@ from kvserve.kernels.fused_moe import (  # noqa: E402
     sort_slots_by_expert,
     sort_slots_by_expert_kernel,
 )
-from kvserve.kernels.moe_routing import softmax_topk, softmax_topk_reference  # noqa: E402
+from kvserve.kernels.moe_routing import (  # noqa: E402
+    grouped_sigmoid_topk,
+    grouped_sigmoid_topk_reference,
+    softmax_topk,
+    softmax_topk_reference,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -92,5 +97,28 @@ def test_softmax_topk_kernel_matches_reference(tokens, experts, k, renormalize) 
     logits = (torch.randn(tokens, experts, generator=gen) * 3).to(DEVICE)
     weights, ids = softmax_topk(logits, k, renormalize)
     ref_weights, ref_ids = softmax_topk_reference(logits, k, renormalize)
+    assert ids.tolist() == ref_ids.tolist()
+    torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
+
+
+# (tokens, experts, groups, kept groups, k): GLM-4.5-Air (128, one group) and GLM-4.5 (160: a
+# non-power-of-two row), DeepSeek-V3's grouping (256 in 8, 4 kept), uneven small groups (60 in
+# 4), one-expert groups
+GROUPED_CASES = [(1, 128, 1, 1, 8), (7, 160, 1, 1, 8), (5, 256, 8, 4, 8), (33, 60, 4, 2, 4),
+                 (3, 8, 8, 3, 2)]  # fmt: skip
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("renormalize", [True, False])
+@pytest.mark.parametrize(("tokens", "experts", "groups", "kept", "k"), GROUPED_CASES)
+def test_grouped_sigmoid_topk_kernel_matches_reference(
+    tokens: int, experts: int, groups: int, kept: int, k: int, renormalize: bool, bias: bool
+) -> None:
+    gen = torch.Generator().manual_seed(tokens * 7 + experts)
+    logits = (torch.randn(tokens, experts, generator=gen) * 2).to(DEVICE)
+    correction = (torch.randn(experts, generator=gen) * 0.5).to(DEVICE) if bias else None
+    args = (k, groups, kept, renormalize, 2.5, correction)
+    weights, ids = grouped_sigmoid_topk(logits, *args)
+    ref_weights, ref_ids = grouped_sigmoid_topk_reference(logits, *args)
     assert ids.tolist() == ref_ids.tolist()
     torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
