@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import write_result
+from benchmarks.common import median_ms, write_result
 from kvserve.kernels._triton import jit, tl
 
 CHAINS = 8  # independent dependency chains per thread: enough to cover each op's latency
@@ -59,25 +59,15 @@ def _throughput_kernel(out_ptr, seed, ASM: tl.constexpr, ITERS: tl.constexpr,
     tl.store(out_ptr + lanes, x0 ^ x1 ^ x2 ^ x3 ^ x4 ^ x5 ^ x6 ^ x7)
 
 
-def time_op(name: str, programs: int, reps: int = 5) -> float:
-    """Seconds per launch (median of ``reps`` after one warm-up launch)."""
+def time_op(name: str, programs: int) -> float:
+    """Seconds per launch (median, after warm-up)."""
     out = torch.empty(programs * BLOCK, dtype=torch.int32, device="cuda")
 
     def launch() -> None:
         _throughput_kernel[(programs,)](out, 12345, ASM=OPS[name], ITERS=ITERS, BLOCK=BLOCK,
                                         num_warps=BLOCK // 32)  # fmt: skip
 
-    launch()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return sorted(times)[reps // 2]
+    return median_ms(launch) / 1e3
 
 
 def main() -> None:
