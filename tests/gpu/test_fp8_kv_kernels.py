@@ -122,11 +122,12 @@ DECODE_LENS = [[1, 17, 300, 1000], [16], [999, 64, 7, 513]]
 MODES = [0, 1]  # FP8_AS_QDTYPE, FP8_AS_FP16
 
 
+@pytest.mark.parametrize("fused_merge", [False, True])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lens_idx", range(len(DECODE_LENS)))
 def test_decode_on_fp8_cache_matches_reference(
-    dtype: torch.dtype, lens_idx: int, mode: int
+    dtype: torch.dtype, lens_idx: int, mode: int, fused_merge: bool
 ) -> None:
     lens = DECODE_LENS[lens_idx]
     b = fp8_batch([1] * len(lens), lens, dtype, seed=lens_idx, **SHAPE)
@@ -139,7 +140,7 @@ def test_decode_on_fp8_cache_matches_reference(
     m = b.meta
     paged_decode_attention(
         b.q, b.kv_cache, m.block_tables, m.seq_lens, 64**-0.5, out, scales(),
-        config=DecodeConfig(fp8_mode=mode),
+        config=DecodeConfig(fp8_mode=mode, fused_merge=fused_merge),
     )  # fmt: skip
     assert_close(out, ref, dtype)
 
