@@ -27,7 +27,6 @@ from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attentio
 from kvserve.kernels.options import KernelOptions  # noqa: E402
 from kvserve.kernels.prefill_attention import (  # noqa: E402
     PrefillConfig,
-    num_prefill_kv_splits,
     paged_prefill_attention,
 )
 from kvserve.kernels.rmsnorm import rms_norm  # noqa: E402
@@ -372,25 +371,6 @@ def test_prefill_key_splits_match_reference(kv_splits: int, lazy_rescale: bool) 
         64**-0.5, config=cfg,
     )  # fmt: skip
     assert_close(out, ref, torch.float16)
-
-
-@pytest.mark.parametrize(
-    ("programs", "max_seq_len", "tokens", "expected"),
-    [
-        (256, 131072, 2048, 1),  # a 2048-token chunk of an 8B model: 8 row blocks x 32 heads
-        (128, 131072, 1024, 1),  # 128 programs already fill one wave
-        (32, 131072, 256, 4),  # a 256-token chunk at 128K: one wave of 128 programs
-        (64, 131072, 512, 2),
-        (32, 4096, 256, 2),  # the same chunk at 4K: no split under 2048 keys
-        (32, 1024, 256, 1),
-        (1, 131072, 16, 16),  # capped
-        (64, 131072, 4096, 1),  # 4096 rows x 32 heads x 129 x 4 B x 2 splits > 64 MiB
-    ],
-)
-def test_prefill_split_count_from_shapes(
-    programs: int, max_seq_len: int, tokens: int, expected: int
-) -> None:
-    assert num_prefill_kv_splits(programs, max_seq_len, tokens, 32, 128, 132) == expected
 
 
 @pytest.mark.parametrize(

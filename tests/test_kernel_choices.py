@@ -1,0 +1,64 @@
+"""Launch choices the Triton kernels make on the host, from shapes alone: how many key splits a
+prefill chunk gets, which GEMV config and scale loads a format takes, whether MoE decode steps
+go to the GEMV. Plain Python: these run without Triton or a GPU (the kernels themselves are
+tested in tests/gpu)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvserve.kernels import fused_moe_fp4
+from kvserve.kernels.fp4_gemm import Fp4GemmConfig, default_config
+from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
+from kvserve.kernels.prefill_attention import num_prefill_kv_splits
+from kvserve.kernels.word_gemv import GemvConfig, gemv_candidates, gemv_config
+
+
+@pytest.mark.parametrize(
+    ("programs", "max_seq_len", "tokens", "expected"),
+    [
+        (256, 131072, 2048, 1),  # a 2048-token chunk of an 8B model: 8 row blocks x 32 heads
+        (128, 131072, 1024, 1),  # 128 programs already fill one wave
+        (32, 131072, 256, 4),  # a 256-token chunk at 128K: one wave of 128 programs
+        (64, 131072, 512, 2),
+        (32, 4096, 256, 2),  # the same chunk at 4K: no split under 2048 keys
+        (32, 1024, 256, 1),
+        (1, 131072, 16, 16),  # capped
+        (64, 131072, 4096, 1),  # 4096 rows x 32 heads x 129 x 4 B x 2 splits > 64 MiB
+    ],
+)
+def test_prefill_split_count_from_shapes(
+    programs: int, max_seq_len: int, tokens: int, expected: int
+) -> None:
+    assert num_prefill_kv_splits(programs, max_seq_len, tokens, 32, 128, 132) == expected
+
+
+@pytest.mark.parametrize(("group", "asm"), [(NVFP4_GROUP, True), (MXFP4_GROUP, False), (0, False)])
+def test_only_nvfp4_reads_its_scales_with_asm_loads(group: int, asm: bool) -> None:
+    assert gemv_config(6144, 512, scale_group=group).asm_scale_loads is asm
+    candidates = gemv_candidates(6144, 512, scale_group=group)
+    assert candidates[0] == gemv_config(6144, 512, scale_group=group)
+    flipped = [c for c in candidates if c.asm_scale_loads is not asm]
+    assert len(flipped) == (1 if group else 0)  # FP8 has no block scales to load
+
+
+@pytest.mark.parametrize("group", [NVFP4_GROUP, MXFP4_GROUP])
+def test_fp4_default_config_passes_the_format_to_the_gemv(group: int) -> None:
+    one_row = default_config(1, 6144, 4096, group=group)
+    assert isinstance(one_row, GemvConfig)
+    assert one_row.asm_scale_loads is (group == NVFP4_GROUP)
+    assert isinstance(default_config(64, 6144, 4096, group=group), Fp4GemmConfig)
+
+
+def test_fp4_moe_decode_takes_the_gemv_unless_switched_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fused_moe_fp4.moe_gemv_enabled.cache_clear()
+    try:
+        monkeypatch.delenv(fused_moe_fp4.MOE_GEMV_ENV, raising=False)
+        assert fused_moe_fp4.moe_gemv_enabled()
+        monkeypatch.setenv(fused_moe_fp4.MOE_GEMV_ENV, "0")
+        fused_moe_fp4.moe_gemv_enabled.cache_clear()
+        assert not fused_moe_fp4.moe_gemv_enabled()
+    finally:
+        fused_moe_fp4.moe_gemv_enabled.cache_clear()
