@@ -1,12 +1,13 @@
 """Launch choices the Triton kernels make on the host, from shapes alone: how many key splits a
-prefill chunk gets, which GEMV config and scale loads a format takes, whether MoE decode steps
-go to the GEMV. Plain Python: these run without Triton or a GPU (the kernels themselves are
-tested in tests/gpu)."""
+prefill chunk gets (and that the start-up warm-up reaches a split), which GEMV config and scale
+loads a format takes, whether MoE decode steps go to the GEMV. Plain Python: these run without
+Triton or a GPU (the kernels themselves are tested in tests/gpu)."""
 
 from __future__ import annotations
 
 import pytest
 
+from kvserve.engine.runner.warmup import STEPS, step_shapes
 from kvserve.kernels import fused_moe_fp4
 from kvserve.kernels.fp4_gemm import Fp4GemmConfig, default_config
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
@@ -31,6 +32,17 @@ def test_prefill_split_count_from_shapes(
     programs: int, max_seq_len: int, tokens: int, expected: int
 ) -> None:
     assert num_prefill_kv_splits(programs, max_seq_len, tokens, 32, 128, 132) == expected
+
+
+@pytest.mark.parametrize("heads", [8, 32, 64])
+def test_warm_up_compiles_the_split_prefill_where_a_request_could_reach_it(heads: int) -> None:
+    """A request's first short chunk behind a long prefix must not pay the split kernels'
+    compile: the warm-up runs one such chunk whenever the context allows a split at all."""
+    assert step_shapes(4095, 16) == STEPS
+    *_, (decodes, rows, width, prefix) = step_shapes(131072, 16)
+    assert decodes == 0 and width * 16 >= prefix + rows
+    programs = -(-rows // 256) * heads  # one row block per head with the default tile
+    assert num_prefill_kv_splits(programs, prefix + rows, rows, heads, 128, 132) > 1
 
 
 @pytest.mark.parametrize(("group", "asm"), [(NVFP4_GROUP, True), (MXFP4_GROUP, False), (0, False)])

@@ -65,7 +65,9 @@ class PrefillConfig:
 # largest step's activations, which the KV pool's sizing measured (a split step has few rows).
 _SPLIT_MIN_KEYS = 2048
 _SPLIT_WORKSPACE_BYTES = 64 << 20
-_MAX_KV_SPLITS = 16
+_MAX_KV_SPLITS = 16  # also the merge's block: one compile for every count
+# The shortest context at which a chunk can be split: warm-up compiles the split kernels there.
+SPLIT_MIN_CONTEXT = 2 * _SPLIT_MIN_KEYS
 
 
 def num_prefill_kv_splits(
@@ -158,7 +160,8 @@ def _attend_tile(
     return acc, m_i, l_i
 
 
-@jit(do_not_specialize=("stride_bt",))
+# kv_splits unspecialized: one compile serves every split count (the engine's warm-up runs one)
+@jit(do_not_specialize=("stride_bt", "kv_splits"))
 def _prefill_kernel(
     q_ptr,
     k_cache_ptr,
@@ -356,7 +359,7 @@ def paged_prefill_attention(
     if splits > 1:
         _prefill_merge_kernel[(num_tokens, num_heads)](
             part_out, part_lse, out, out.stride(0), out.stride(1), splits,
-            BLOCK_S=next_pow2(splits), HEAD_DIM=head_dim, num_warps=4,
+            BLOCK_S=_MAX_KV_SPLITS, HEAD_DIM=head_dim, num_warps=4,
         )  # fmt: skip
     return out
 

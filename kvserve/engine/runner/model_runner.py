@@ -111,7 +111,7 @@ class ModelRunner:
                 model_config.hidden_size, dtype, device,
             )  # fmt: skip
         if device.type == "cuda" and self.backend.name == "triton":
-            warm_up_eager(self.model, self.kv, self.backend, device)
+            warm_up_eager(self.model, self.kv, self.backend, device, context_length)
 
     def release_graphs(self) -> None:
         """Free the captured decode graphs. NCCL will not tear down a communicator while a
