@@ -1,18 +1,24 @@
 """Launch choices the Triton kernels make on the host, from shapes alone: how many key splits a
 prefill chunk gets (and that the start-up warm-up reaches a split), which GEMV config and scale
-loads a format takes, whether MoE decode steps go to the GEMV. Plain Python: these run without
+loads a format takes, whether MoE decode steps go to the GEMV, and that a model's linear layers
+take programmatic dependent launch from its kernel options. Plain Python: these run without
 Triton or a GPU (the kernels themselves are tested in tests/gpu)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
+from kvserve.config import ModelConfig
 from kvserve.engine.runner.warmup import STEPS, step_shapes
 from kvserve.kernels import fused_moe_fp4
 from kvserve.kernels.fp4_gemm import Fp4GemmConfig, default_config
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
+from kvserve.kernels.options import KernelOptions
 from kvserve.kernels.prefill_attention import num_prefill_kv_splits
 from kvserve.kernels.word_gemv import GemvConfig, gemv_candidates, gemv_config
+from kvserve.layers.linear import Linear
+from kvserve.models.decoder import DecoderForCausalLM
 
 
 @pytest.mark.parametrize(
@@ -74,3 +80,16 @@ def test_fp4_moe_decode_takes_the_gemv_unless_switched_off(
         assert not fused_moe_fp4.moe_gemv_enabled()
     finally:
         fused_moe_fp4.moe_gemv_enabled.cache_clear()
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_every_linear_layer_takes_pdl_from_the_kernel_options(pdl: bool) -> None:
+    cfg = ModelConfig(
+        architecture="LlamaForCausalLM", vocab_size=64, hidden_size=32, intermediate_size=64,
+        num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8,
+    )  # fmt: skip
+    model = DecoderForCausalLM(cfg, torch.float32, max_positions=64,
+                               kernels=KernelOptions(triton=True, pdl=pdl))  # fmt: skip
+    linears = [m for m in model.modules() if isinstance(m, Linear)]
+    assert len(linears) == 4 * cfg.num_layers
+    assert all(layer.launch_pdl is pdl for layer in linears)

@@ -33,7 +33,7 @@ class Linear(nn.Module):
         self.out_features = sum(shard_sizes)
         self.prefix = prefix
         # The method's own Triton kernels (the low-bit GEMV) launch with programmatic
-        # dependent launch; set for every layer by ``launch_linears_with_pdl``.
+        # dependent launch; the model sets it from ``KernelOptions.pdl`` (decoder._linear).
         self.launch_pdl = False
         self.method = method or UnquantizedLinearMethod()
         self.method.create_weights(self, dtype)
@@ -73,12 +73,3 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.method.apply(self, x, self.bias)
-
-
-def launch_linears_with_pdl(model: nn.Module) -> None:
-    """Every ``Linear`` of ``model`` launches its method's Triton kernels with programmatic
-    dependent launch (the model runner calls this when ``KernelOptions.pdl`` is on: linear
-    layers are built by the quant methods, which do not see the kernel options)."""
-    for module in model.modules():
-        if isinstance(module, Linear):
-            module.launch_pdl = True

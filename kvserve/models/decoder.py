@@ -42,20 +42,23 @@ STACKED_PARAMS: dict[str, tuple[str, int]] = {
 
 def _linear(
     quant: QuantConfig, prefix: str, names: list[str], in_features: int, sizes: list[int],
-    bias: bool, dtype: torch.dtype, tp: TPGroup = SINGLE, split: str = "",
-    parts: list[tuple[int, int]] | None = None,
+    bias: bool, dtype: torch.dtype, kernels: KernelOptions, tp: TPGroup = SINGLE,
+    split: str = "", parts: list[tuple[int, int]] | None = None,
 ) -> Linear:  # fmt: skip
     """A linear layer whose shards the checkpoint names ``prefix.<name>``, with its method;
     under tensor parallelism ``split`` "column" (``parts``: rows per shard, default an even
-    split) or "row"."""
+    split) or "row". The method's own kernels launch with ``kernels.pdl``."""
     method = linear_method(quant, [f"{prefix}.{n}" for n in names])
     merged = prefix + "." + _MERGED.get(names[0], names[0])
     if not tp.is_parallel:
-        return Linear(in_features, sizes, bias, dtype, method, merged)
-    if split == "row":
-        return RowParallelLinear(in_features, sizes, bias, dtype, tp, method, merged)
-    parts = parts or even_parts(sizes, tp, merged)
-    return ColumnParallelLinear(in_features, sizes, parts, bias, dtype, method, merged)
+        layer = Linear(in_features, sizes, bias, dtype, method, merged)
+    elif split == "row":
+        layer = RowParallelLinear(in_features, sizes, bias, dtype, tp, method, merged)
+    else:
+        parts = parts or even_parts(sizes, tp, merged)
+        layer = ColumnParallelLinear(in_features, sizes, parts, bias, dtype, method, merged)
+    layer.launch_pdl = kernels.pdl
+    return layer
 
 
 _MERGED = {"q_proj": "qkv_proj", "gate_proj": "gate_up_proj"}
@@ -83,12 +86,13 @@ class Attention(nn.Module):
         kv_part = (first_kv * hd, self.kv_size)
         self.qkv_proj = _linear(
             quant, prefix, ["q_proj", "k_proj", "v_proj"], cfg.hidden_size,
-            [cfg.q_size, cfg.kv_size, cfg.kv_size], cfg.attention_bias, dtype, tp, "column",
-            [(tp.rank * self.q_size, self.q_size), kv_part, kv_part],
+            [cfg.q_size, cfg.kv_size, cfg.kv_size], cfg.attention_bias, dtype, rotary.kernels,
+            tp, "column", [(tp.rank * self.q_size, self.q_size), kv_part, kv_part],
         )  # fmt: skip
         self.o_proj = _linear(
-            quant, prefix, ["o_proj"], cfg.q_size, [cfg.hidden_size], False, dtype, tp, "row"
-        )
+            quant, prefix, ["o_proj"], cfg.q_size, [cfg.hidden_size], False, dtype,
+            rotary.kernels, tp, "row",
+        )  # fmt: skip
         self.rotary = rotary
         kernels = rotary.kernels
         self.q_norm = (
@@ -187,10 +191,10 @@ class MLP(nn.Module):
         size = intermediate_size or cfg.intermediate_size
         self.gate_up_proj = _linear(
             quant, prefix, ["gate_proj", "up_proj"], cfg.hidden_size, [size, size], False, dtype,
-            tp, "column",
+            kernels, tp, "column",
         )  # fmt: skip
         self.down_proj = _linear(
-            quant, prefix, ["down_proj"], size, [cfg.hidden_size], False, dtype, tp, "row"
+            quant, prefix, ["down_proj"], size, [cfg.hidden_size], False, dtype, kernels, tp, "row"
         )
         self.act = SiluAndMul(kernels)
 

@@ -28,7 +28,6 @@ from kvserve.engine.runner.warmup import warm_up_eager
 from kvserve.errors import ConfigError
 from kvserve.kernels.options import KernelOptions
 from kvserve.layers.attention import create_attention_backend
-from kvserve.layers.linear import launch_linears_with_pdl
 from kvserve.layers.sampler import Sampler, SamplerOutput
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.registry import model_class
@@ -72,8 +71,6 @@ class ModelRunner:
             self.model = model_cls(
                 model_config, dtype, context_length, self.kernels, quant, **sharded
             )
-        if pdl:
-            launch_linears_with_pdl(self.model)
         if weights is None:
             self.model.init_dummy_weights(config.seed)
         else:
