@@ -31,7 +31,7 @@ from kvserve.kernels._triton import (
     sm_count,
     tl,
 )
-from kvserve.kernels.skinny_gemm import _arrival_counters
+from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
 from kvserve.kernels.store_kv_cache import (
     FP8_AS_FP16,
     KVScales,
@@ -202,11 +202,9 @@ def _merge_if_last(
 ):
     """The last of a (sequence, kv head)'s written splits to arrive merges its GROUP rows and
     puts the arrival count back to zero (so the counters need no reset between launches)."""
-    tl.debug_barrier()  # every thread's partial stores precede the one-thread release below
     counter = counter_ptr + b * num_kv_heads + kv_head
-    arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
     written = tl.maximum(tl.cdiv(seq_len, tl.maximum(split_len, 1)), 1)  # as the early exit
-    if arrived == written - 1:
+    if arrive(counter) == written - 1:
         splits = tl.arange(0, BLOCK_S)
         dims = tl.arange(0, HEAD_DIM)
         first_row = (b.to(tl.int64) * num_kv_heads + kv_head) * GROUP

@@ -106,6 +106,15 @@ def _epilogue(
 
 
 @jit
+def arrive(counter):
+    """Counts this program in at ``counter`` once all its threads' stores are out; returns how
+    many arrived before it (the last of n arrivals sees n - 1, and its loads after this see
+    everything the others stored; it puts the count back to 0 when done)."""
+    tl.debug_barrier()  # every thread's stores precede the one-thread release below
+    return tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+
+
+@jit
 def _finish_tile(
     acc,
     tile,  # this output tile's index among the launch's tiles
@@ -135,10 +144,7 @@ def _finish_tile(
         tile_ws = ws_ptr + tile.to(tl.int64) * num_splits * BLOCK_N * BLOCK_M
         offs = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
         tl.store(tile_ws + pid_k * BLOCK_N * BLOCK_M + offs, acc)
-        # Every thread's stores precede the (one-thread) release of the arrival count.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == num_splits - 1:
+        if arrive(counter_ptr + tile) == num_splits - 1:
             total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
             _epilogue(
                 total, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS
