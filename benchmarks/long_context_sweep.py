@@ -32,6 +32,7 @@ from benchmarks.kernels_h200 import (
     prefill_inputs,
     try_run,
 )
+from kvserve.kernels._triton import sm_count
 from kvserve.kernels.decode_attention import DecodeConfig, num_decode_splits
 from kvserve.kernels.prefill_attention import (
     PrefillConfig,
@@ -168,8 +169,9 @@ def sweep_chunks(mm_tflops: float) -> list[dict]:
             row.update(qlen=qlen, seq_len=seq_len, config=vars(cfg))
             if splits == 0:
                 row["kv_splits_chosen"] = num_prefill_kv_splits(
-                    -(-qlen // tile[0]) * HQ, seq_len, qlen, HQ, HEAD_DIM, 132
-                )
+                    -(-qlen // tile[0]) * HQ, seq_len, qlen, HQ, HEAD_DIM,
+                    sm_count(torch.device("cuda")),
+                )  # fmt: skip
             rows.append(row)
             ms = row.get("ms", float("nan"))
             print(f"chunk q={qlen} L={seq_len} tile={tile} splits={splits}: {ms:.2f} ms "
