@@ -30,7 +30,9 @@ A program owns BLOCK_N rows of W and walks K in steps of BLOCK_W words (the in-r
 are in ``word_decode.py``). Split K and the epilogue (row scale, bias, transposed store) are the
 MMA kernels' (``skinny_gemm._finish_tile``), with its deterministic last-arrival reduction, so
 launches can be captured in CUDA graphs. With ``MoeSlots`` a program row serves one slot of a
-mixture-of-experts step: its expert's weights and scales, its token's x row.
+mixture-of-experts step: its expert's weights and scales, its token's x row. Launched with
+programmatic dependent launch (``pdl``), a program issues its first step's weight and scale
+loads before it waits for the kernel before (they never change while serving); x after.
 """
 
 from __future__ import annotations
