@@ -31,6 +31,16 @@ OPS = {
     "lop3": "{ .reg .b32 m, s; mov.b32 m, 0x0e000e00; mov.b32 s, 0x80008000; "
     "lop3.b32 $0, $1, m, s, 0xea; }",
     "hfma2": "{ .reg .b32 one; mov.b32 one, 0x3c003c00; fma.rn.f16x2 $0, $1, one, one; }",
+    "prmt": "prmt.b32 $0, $1, 0, 0x1404;",
+    "shr": "shr.b32 $0, $1, 1;",
+    # f16 -> f32 widening (the GEMVs' lane sums); the result's bits feed the chain
+    "cvt_f32_f16": "{ .reg .b16 lo, hi; .reg .f32 f; mov.b32 {lo, hi}, $1; cvt.f32.f16 f, lo; "
+    "mov.b32 $0, f; }",
+    # two e4m3 bytes -> f16x2 by integer ops, worth value * 2**-8: PRMT spreads the bytes to the
+    # halves' high bytes, SHR moves exponent and mantissa under f16's, two LOP3s keep the signs
+    # at bits 15 / 31 and clear the copies SHR left at 14 / 30 (no one LOP3 can do both)
+    "int_e4m3x2_to_f16x2": "{ .reg .b32 t, s, m; prmt.b32 t, $1, 0, 0x1404; shr.b32 s, t, 1; "
+    "and.b32 s, s, 0x3f803f80; and.b32 m, t, 0x80008000; or.b32 $0, s, m; }",
 }
 
 

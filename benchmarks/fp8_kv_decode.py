@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -135,15 +136,36 @@ def compare_layouts(args: argparse.Namespace) -> None:
     print(f"wrote {write_result(f'fp8_kv_layouts_{args.tag}', out, args.out_dir)}")
 
 
+MERGE_SHAPES = ((1, 1024), (8, 4096), (32, 32768), (8, 131072))
+
+
+def compare_fused_merge(args: argparse.Namespace) -> None:
+    """The split merge as its own kernel vs done by the last-arriving split, bf16 and FP8."""
+    copy_gbs = copy_bandwidth_gbs()
+    out: dict[str, Any] = {"copy_GBps": copy_gbs}
+    for kv_dtype, base in (
+        (torch.bfloat16, DecodeConfig()),
+        (torch.float8_e4m3fn, FP8_DECODE_CONFIG),
+    ):
+        for fused in (False, True):
+            name = f"{str(kv_dtype).removeprefix('torch.')}_fused{int(fused)}"
+            cfg = replace(base, fused_merge=fused)
+            out[name] = measure(kv_dtype, copy_gbs, name, cfg, MERGE_SHAPES)
+    print(f"wrote {write_result(f'fp8_kv_fused_merge_{args.tag}', out, args.out_dir)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     ap.add_argument("--sweep", action="store_true", help="configs at 32 x 32K only")
     ap.add_argument("--layouts", action="store_true", help="token-major vs heads-major pages")
+    ap.add_argument("--fused-merge", action="store_true", help="merge kernel vs last arrival")
     args = ap.parse_args()
     if args.layouts:
         return compare_layouts(args)
+    if args.fused_merge:
+        return compare_fused_merge(args)
     copy_gbs = copy_bandwidth_gbs()
     shapes = SHAPES[:1] if args.sweep else SHAPES
     configs = sweep_configs() if args.sweep else FP8_CONFIGS
