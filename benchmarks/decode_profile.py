@@ -29,13 +29,16 @@ from benchmarks.common import (
 from kvserve.engine.engine_core import EngineCore
 
 
-def kernel_times(prof: torch.profiler.profile) -> dict[str, float]:
-    """Summed device time (us) per kernel name over the profiled window."""
+def kernel_times(prof: torch.profiler.profile) -> tuple[dict[str, float], int]:
+    """Summed device time (us) per kernel name over the profiled window, and the number of
+    kernels launched."""
     totals: dict[str, float] = defaultdict(float)
+    launches = 0
     for evt in prof.events():
         if evt.device_type == torch.autograd.DeviceType.CUDA:
             totals[evt.name] += evt.device_time
-    return totals
+            launches += 1
+    return totals, launches
 
 
 def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dict[str, Any]:
@@ -55,15 +58,17 @@ def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dic
         core.abort_request(r.request_id)
     drain(core)
     reset_prefix_cache(core)
-    per_step = {k: v / steps / 1e3 for k, v in kernel_times(prof).items()}  # ms per step
+    totals, launches = kernel_times(prof)
+    per_step = {k: v / steps / 1e3 for k, v in totals.items()}  # ms per step
     busy = sum(per_step.values())
     top = dict(sorted(per_step.items(), key=lambda kv: -kv[1])[:20])
     print(f"b={batch}: wall {wall_ms:.3f} ms/step, kernels {busy:.3f} ms, "
-          f"idle {wall_ms - busy:.3f} ms", flush=True)  # fmt: skip
+          f"idle {wall_ms - busy:.3f} ms, {launches / steps:.0f} kernels", flush=True)  # fmt: skip
     for name, ms in top.items():
         print(f"    {ms:8.4f} ms  {100 * ms / busy:5.1f}%  {name[:110]}", flush=True)
     return {"batch": batch, "context": context, "wall_ms_per_step": wall_ms,
             "kernel_ms_per_step": busy, "idle_ms_per_step": wall_ms - busy,
+            "kernels_per_step": launches / steps,
             "top_kernels_ms_per_step": top}  # fmt: skip
 
 

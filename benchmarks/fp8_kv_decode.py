@@ -43,11 +43,13 @@ def sweep_configs() -> dict[str, DecodeConfig]:
     """--sweep: tiles, warps, stages and split counts for the widening modes."""
     out = {}
     for mode in (FP8_AS_FP16,):
-        for block_n, warps, stages, splits in itertools.product(
-            (32, 64, 128), (4, 8), (2, 4), (None, 8)
+        for block_n, warps, stages, splits, fused in itertools.product(
+            (64, 128), (4, 8), (2, 3, 4), (None, 4, 8), (False, True)
         ):
-            name = f"m{mode}_n{block_n}_w{warps}_s{stages}_sp{splits}"
-            out[name] = DecodeConfig(block_n, warps, stages, splits, fp8_mode=mode)
+            name = f"m{mode}_n{block_n}_w{warps}_s{stages}_sp{splits}_f{int(fused)}"
+            out[name] = DecodeConfig(
+                block_n, warps, stages, splits, fp8_mode=mode, fused_merge=fused
+            )
     return out
 
 
