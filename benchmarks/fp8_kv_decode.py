@@ -29,11 +29,20 @@ from kvserve.kernels.decode_attention import (
 from kvserve.kernels.store_kv_cache import FP8_AS_FP16, FP8_AS_QDTYPE
 
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
-SHAPES = ((32, 32768), (8, 131072), (64, 1024))
+SHAPES = ((32, 32768), (8, 131072), (64, 1024), (1, 1024), (8, 4096))
 CALLS_PER_GRAPH = 4
 # FP8 operand modes (kvserve.kernels.store_kv_cache.FP8_AS_*) and tiles tried; the default first
 FP8_CONFIGS = {
     "default": FP8_DECODE_CONFIG,
+    "n128_s4_merge_kernel": DecodeConfig(block_n=128, num_warps=4, num_stages=4),
+    "n128_s2_fused_pps4": DecodeConfig(block_n=128, num_stages=2, fused_merge=True),
+    "n128_s2_fused_pps8": DecodeConfig(
+        block_n=128, num_stages=2, fused_merge=True, programs_per_sm=8
+    ),
+    "n128_s2_fused_pps16": DecodeConfig(
+        block_n=128, num_stages=2, fused_merge=True, programs_per_sm=16
+    ),
+    "n128_s2_merge_kernel_pps8": DecodeConfig(block_n=128, num_stages=2, programs_per_sm=8),
     "as_bf16_cvt": DecodeConfig(fp8_mode=FP8_AS_QDTYPE),
     "as_fp16_n64": DecodeConfig(fp8_mode=FP8_AS_FP16),
 }

@@ -63,6 +63,7 @@ class DecodeConfig:
     # num_splits * min_split_tokens fills fewer splits, and the programs of the rest exit.
     min_split_tokens: int = 0
     fp8_mode: int = FP8_AS_FP16  # how an FP8 cache is widened (store_kv_cache.FP8_AS_*)
+    programs_per_sm: int = _PROGRAMS_PER_SM  # the split count's occupancy target
     # With splits, the split program that arrives last merges them (an arrival counter per
     # sequence and kv head) instead of a second kernel. Not yet timed on the H200: off.
     fused_merge: bool = False
@@ -284,10 +285,16 @@ def merge_partials(
     return tl.sum(o * w[:, None], 0) / denom
 
 
-def num_decode_splits(batch: int, num_kv_heads: int, max_context: int, num_sms: int) -> int:
-    """Splits per sequence, from shapes only: about ``_PROGRAMS_PER_SM`` programs per SM, but
+def num_decode_splits(
+    batch: int,
+    num_kv_heads: int,
+    max_context: int,
+    num_sms: int,
+    programs_per_sm: int = _PROGRAMS_PER_SM,
+) -> int:
+    """Splits per sequence, from shapes only: about ``programs_per_sm`` programs per SM, but
     no split shorter than ``_MIN_SPLIT_TOKENS`` of the page table's capacity."""
-    by_occupancy = _PROGRAMS_PER_SM * num_sms // max(1, batch * num_kv_heads)
+    by_occupancy = programs_per_sm * num_sms // max(1, batch * num_kv_heads)
     by_length = math.ceil(max_context / _MIN_SPLIT_TOKENS)
     return max(1, min(by_occupancy, by_length, _MAX_SPLITS))
 
@@ -317,8 +324,9 @@ def paged_decode_attention(
         return out
     group = num_heads // num_kv_heads
     splits = cfg.num_splits or num_decode_splits(
-        batch, num_kv_heads, block_tables.shape[1] * page_size, sm_count(q.device)
-    )
+        batch, num_kv_heads, block_tables.shape[1] * page_size, sm_count(q.device),
+        cfg.programs_per_sm,
+    )  # fmt: skip
     min_split = -(-cfg.min_split_tokens // cfg.block_n) * cfg.block_n
     fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype)
     part_out = part_lse = counters = out  # placeholders, unused when splits == 1

@@ -6,9 +6,17 @@ contiguous ``[T, Hq, D]`` output, k is rotated straight into ``kv_cache[0]`` and
 ``kv_cache[1]`` at ``slot_mapping[t]``. A negative slot marks a padding row (CUDA-graph batch):
 its q is still written, the cache is left untouched. One program per token, the grid depends only
 on T, so the launch is graph-capturable.
+
+Two model features ride along, so that Qwen3 (q/k RMSNorm per head before rotary) and GLM-4.5
+(rotary over the first ``rotary_dim`` of each head's dims, the rest passed through) take the
+fused kernel too: ``QKNorm`` normalizes each q and k head with Hugging Face's RMSNorm rounding
+(``rmsnorm.py``) before it is rotated, and a ``rotary_dim`` below ``head_dim`` rotates only the
+leading dims.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -21,10 +29,12 @@ from kvserve.kernels._triton import (
     require_triton,
     tl,
 )
-from kvserve.kernels.rotary import apply_rotary_reference, load_cos_sin, rotate_heads
+from kvserve.kernels.rmsnorm import rms_norm_reference
+from kvserve.kernels.rotary import apply_rotary_reference, load_cos_sin
 from kvserve.kernels.store_kv_cache import (
     KVScales,
     copy_heads,
+    encode_kv,
     is_fp8_kv,
     load_inv_scales,
     scale_args,
@@ -32,25 +42,113 @@ from kvserve.kernels.store_kv_cache import (
 )
 
 
+@dataclass(frozen=True)
+class QKNorm:
+    """Per-head RMSNorm of q and k before rotary (Qwen3's ``q_norm`` / ``k_norm``)."""
+
+    q_weight: torch.Tensor  # [D]
+    k_weight: torch.Tensor  # [D]
+    eps: float
+
+
+def _rotate_leading(
+    x: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, head_dim: int
+) -> torch.Tensor:
+    """Rotary over the leading ``cos_sin_cache.shape[1]`` dims of each head of x [T, H * D]."""
+    rot = cos_sin_cache.shape[1]
+    heads = x.view(x.shape[0], -1, head_dim)
+    lead = heads[..., :rot].flatten(1)
+    rotated, _ = apply_rotary_reference(lead, lead[:, :rot], positions, cos_sin_cache, rot)
+    rotated = rotated.view(x.shape[0], -1, rot)
+    return torch.cat((rotated, heads[..., rot:]), dim=-1).flatten(1)
+
+
 def rotary_store_kv_reference(
     qkv: torch.Tensor,  # [T, (Hq + 2 * Hkv) * D]
     positions: torch.Tensor,  # int64 [T]
-    cos_sin_cache: torch.Tensor,  # float32 [max_pos, D]
+    cos_sin_cache: torch.Tensor,  # float32 [max_pos, rotary_dim]
     kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]; written in place
     slot_mapping: torch.Tensor,  # int64 [T]; < 0 = padding row, not stored
     num_q_heads: int,
     num_kv_heads: int,
     head_dim: int,
     kv_scales: KVScales | None = None,
+    qk_norm: QKNorm | None = None,
 ) -> torch.Tensor:  # [T, Hq, D]
     q_size, kv_size = num_q_heads * head_dim, num_kv_heads * head_dim
     q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-    q, k = apply_rotary_reference(q, k, positions, cos_sin_cache, head_dim)
+    if qk_norm is not None:
+        w_q, w_k, eps = qk_norm.q_weight, qk_norm.k_weight, qk_norm.eps
+        q = rms_norm_reference(q.reshape(-1, head_dim), w_q, eps).view(q.shape)
+        k = rms_norm_reference(k.reshape(-1, head_dim), w_k, eps).view(k.shape)
+    q = _rotate_leading(q, positions, cos_sin_cache, head_dim)
+    k = _rotate_leading(k, positions, cos_sin_cache, head_dim)
     keep = slot_mapping >= 0
     heads = (-1, num_kv_heads, head_dim)
     k, v = k[keep].view(heads), v[keep].view(heads)
     store_kv_cache_reference(k, v, kv_cache, slot_mapping[keep], kv_scales)
     return q.view(-1, num_q_heads, head_dim)
+
+
+@jit
+def _norm_rotate_heads(
+    src_ptr,
+    dst_ptr,
+    num_heads,
+    dst_stride_h,
+    cos,
+    sin,
+    norm_w_ptr,
+    eps,
+    inv_scale,
+    BLOCK_H: tl.constexpr,
+    HALF: tl.constexpr,  # rotary_dim / 2
+    HEAD_DIM: tl.constexpr,
+    QK_NORM: tl.constexpr,
+    FP8: tl.constexpr,
+):
+    """``num_heads`` heads of one token (contiguous in ``src``): RMSNorm'd when QK_NORM, their
+    leading 2 * HALF dims rotated, the rest passed through, stored to ``dst`` (an FP8 cache:
+    times ``inv_scale``, clamped)."""
+    TAIL: tl.constexpr = HEAD_DIM - 2 * HALF
+    heads = tl.arange(0, BLOCK_H)
+    dims = tl.arange(0, HALF)
+    mask = (heads < num_heads)[:, None]
+    src = src_ptr + heads[:, None] * HEAD_DIM + dims[None, :]  # [BLOCK_H, HALF]
+    dst = dst_ptr + heads[:, None] * dst_stride_h + dims[None, :]
+    dtype = src_ptr.dtype.element_ty
+    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
+    if TAIL > 0:
+        tail = tl.arange(0, TAIL)
+        tail_src = src_ptr + heads[:, None] * HEAD_DIM + 2 * HALF + tail[None, :]
+        xt = tl.load(tail_src, mask=mask, other=0.0).to(tl.float32)
+    if QK_NORM:
+        squares = tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)
+        if TAIL > 0:
+            squares += tl.sum(xt * xt, 1)
+        rstd = tl.rsqrt(squares / HEAD_DIM + eps)[:, None]
+        x1 = _normed(x1, rstd, norm_w_ptr + dims, dtype)
+        x2 = _normed(x2, rstd, norm_w_ptr + HALF + dims, dtype)
+        if TAIL > 0:
+            xt = _normed(xt, rstd, norm_w_ptr + 2 * HALF + tail, dtype)
+    out_dtype = dst_ptr.dtype.element_ty
+    # rounded to the activations' dtype first, as the unfused rotary kernel stores it
+    y1 = (x1 * cos[None, :] - x2 * sin[None, :]).to(dtype)
+    y2 = (x2 * cos[None, :] + x1 * sin[None, :]).to(dtype)
+    tl.store(dst, encode_kv(y1, inv_scale, FP8).to(out_dtype), mask=mask)
+    tl.store(dst + HALF, encode_kv(y2, inv_scale, FP8).to(out_dtype), mask=mask)
+    if TAIL > 0:
+        tail_dst = dst_ptr + heads[:, None] * dst_stride_h + 2 * HALF + tail[None, :]
+        tl.store(tail_dst, encode_kv(xt.to(dtype), inv_scale, FP8).to(out_dtype), mask=mask)
+
+
+@jit
+def _normed(x, rstd, w_ptrs, dtype: tl.constexpr):
+    """weight * (x * rstd) with RMSNorm's rounding: the normalized value rounded to the
+    activations' dtype, then the product (``rmsnorm.py``)."""
+    normed = (x * rstd).to(dtype).to(tl.float32)
+    return (normed * tl.load(w_ptrs).to(tl.float32)[None, :]).to(dtype).to(tl.float32)
 
 
 @jit
@@ -64,6 +162,9 @@ def _rotary_store_kv_kernel(
     slot_mapping_ptr,
     k_scale_ptr,
     v_scale_ptr,
+    q_norm_ptr,
+    k_norm_ptr,
+    eps,
     num_q_heads,
     num_kv_heads,
     page_size,
@@ -77,6 +178,8 @@ def _rotary_store_kv_kernel(
     BLOCK_HQ: tl.constexpr,
     BLOCK_HK: tl.constexpr,
     HALF: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    QK_NORM: tl.constexpr,
     FP8: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
@@ -86,20 +189,23 @@ def _rotary_store_kv_kernel(
     cos, sin = load_cos_sin(cos_sin_ptr, positions_ptr, t, stride_cs, HALF)
     q_src = qkv_ptr + t * stride_qkv_t
     q_dst = q_out_ptr + t * stride_qo_t
-    rotate_heads(q_src, q_dst, num_q_heads, 2 * HALF, stride_qo_h, cos, sin, BLOCK_HQ, HALF)
+    _norm_rotate_heads(
+        q_src, q_dst, num_q_heads, stride_qo_h, cos, sin, q_norm_ptr, eps, 1.0,
+        BLOCK_HQ, HALF, HEAD_DIM, QK_NORM, False,
+    )  # fmt: skip
     slot = tl.load(slot_mapping_ptr + t).to(tl.int64)
     if slot >= 0:
         k_inv, v_inv = load_inv_scales(k_scale_ptr, v_scale_ptr, FP8)
         dst = (slot // page_size) * stride_cache_page + (slot % page_size) * stride_cache_tok
-        k_src = q_src + num_q_heads * (2 * HALF)
-        v_src = k_src + num_kv_heads * (2 * HALF)
-        rotate_heads(
-            k_src, k_cache_ptr + dst, num_kv_heads, 2 * HALF, stride_cache_head, cos, sin,
-            BLOCK_HK, HALF, k_inv, FP8,
+        k_src = q_src + num_q_heads * HEAD_DIM
+        v_src = k_src + num_kv_heads * HEAD_DIM
+        _norm_rotate_heads(
+            k_src, k_cache_ptr + dst, num_kv_heads, stride_cache_head, cos, sin, k_norm_ptr,
+            eps, k_inv, BLOCK_HK, HALF, HEAD_DIM, QK_NORM, FP8,
         )  # fmt: skip
         copy_heads(
-            v_src, v_cache_ptr + dst, num_kv_heads, 2 * HALF, stride_cache_head, v_inv,
-            BLOCK_HK, 2 * HALF, FP8,
+            v_src, v_cache_ptr + dst, num_kv_heads, HEAD_DIM, stride_cache_head, v_inv,
+            BLOCK_HK, HEAD_DIM, FP8,
         )  # fmt: skip
 
 
@@ -112,11 +218,12 @@ def _check_inputs(
     num_kv_heads: int,
     head_dim: int,
 ) -> None:
-    assert head_dim % 2 == 0 and head_dim // 2 == next_pow2(head_dim // 2)
+    rot = cos_sin_cache.shape[1]
+    assert rot % 2 == 0 and rot // 2 == next_pow2(rot // 2) and rot <= head_dim
+    assert head_dim == rot or head_dim - rot == next_pow2(head_dim - rot), "pass-through dims"
     assert qkv.shape[1] == (num_q_heads + 2 * num_kv_heads) * head_dim, "qkv width mismatch"
     assert qkv.stride(1) == 1, "qkv rows must be contiguous (the row stride may be wider)"
-    assert cos_sin_cache.dtype == torch.float32 and cos_sin_cache.shape[1] == head_dim
-    assert cos_sin_cache.stride(1) == 1
+    assert cos_sin_cache.dtype == torch.float32 and cos_sin_cache.stride(1) == 1
     assert kv_cache.shape[-2:] == (num_kv_heads, head_dim), "k/v heads do not match the cache"
     assert kv_cache.stride(-1) == 1
     assert q_out.shape == (qkv.shape[0], num_q_heads, head_dim) and q_out.stride(-1) == 1
@@ -125,7 +232,7 @@ def _check_inputs(
 def rotary_store_kv(
     qkv: torch.Tensor,  # [T, (Hq + 2 * Hkv) * D]; read through its strides
     positions: torch.Tensor,  # int64 [T]
-    cos_sin_cache: torch.Tensor,  # float32 [max_pos, D]: cos | sin
+    cos_sin_cache: torch.Tensor,  # float32 [max_pos, rotary_dim]: cos | sin
     kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]; written in place
     slot_mapping: torch.Tensor,  # int64 [T]; < 0 = padding row, not stored
     num_q_heads: int,
@@ -133,10 +240,12 @@ def rotary_store_kv(
     head_dim: int,
     q_out: torch.Tensor | None = None,  # [T, Hq, D]
     kv_scales: KVScales | None = None,  # needed by an FP8 cache
+    qk_norm: QKNorm | None = None,
     *,
     pdl: bool = False,
 ) -> torch.Tensor:
-    """Rotated q as ``q_out`` (allocated when None); rotated k and plain v go to the cache."""
+    """Rotated q as ``q_out`` (allocated when None); rotated k and plain v go to the cache.
+    The rotary dim is ``cos_sin_cache``'s width; dims past it pass through."""
     require_triton()
     num_tokens = qkv.shape[0]
     if q_out is None:
@@ -154,6 +263,9 @@ def rotary_store_kv(
         v_cache,
         slot_mapping,
         *scale_args(kv_cache, kv_scales),
+        qk_norm.q_weight if qk_norm else q_out,
+        qk_norm.k_weight if qk_norm else q_out,
+        qk_norm.eps if qk_norm else 0.0,
         num_q_heads,
         num_kv_heads,
         kv_cache.shape[2],
@@ -166,7 +278,9 @@ def rotary_store_kv(
         k_cache.stride(2),
         BLOCK_HQ=next_pow2(num_q_heads),
         BLOCK_HK=next_pow2(num_kv_heads),
-        HALF=head_dim // 2,
+        HALF=cos_sin_cache.shape[1] // 2,
+        HEAD_DIM=head_dim,
+        QK_NORM=qk_norm is not None,
         FP8=is_fp8_kv(kv_cache),
         num_warps=4,
         **launch_options(pdl),

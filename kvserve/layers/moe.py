@@ -22,6 +22,7 @@ from kvserve.distributed.collectives import all_reduce
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.distributed.sharding import column_shard, row_shard
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
+from kvserve.kernels.router_logits import router_logits
 from kvserve.layers.moe_router import select_experts
 from kvserve.quant.moe_method import EXPERT_SHARDS, ExpertMethod, load_rows, projection_rows
 from kvserve.quant.moe_unquantized import UnquantizedExpertMethod
@@ -111,7 +112,10 @@ class SparseMoE(nn.Module):
         self.finish_loading()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        logits = F.linear(x.float(), self.gate.weight)
+        if self.kernels.triton:
+            logits = router_logits(x, self.gate.weight)
+        else:
+            logits = F.linear(x.float(), self.gate.weight)
         bias = self.gate.e_score_correction_bias
         weights, ids = select_experts(logits, self.cfg, bias, self.kernels)
         out = self.method.apply(self, x, weights, ids, self.kernels.triton)

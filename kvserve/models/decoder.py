@@ -13,7 +13,7 @@ from kvserve.config import ModelConfig
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.errors import ModelLoadError
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
-from kvserve.kernels.rotary_store_kv import rotary_store_kv
+from kvserve.kernels.rotary_store_kv import QKNorm, rotary_store_kv
 from kvserve.layers.activation import SiluAndMul
 from kvserve.layers.embedding import LMHead, VocabEmbedding
 from kvserve.layers.linear import Linear
@@ -113,14 +113,14 @@ class Attention(nn.Module):
         return self.o_proj(out.flatten(1))
 
     def _fuses_rotary_store(self, ctx: ForwardContext) -> bool:
-        """Rotary and the KV store in one kernel straight from the qkv output (Triton path);
-        q/k norms (Qwen3) sit between the split and rotary, so they keep the unfused path."""
-        return (
-            self.rotary.kernels.triton
-            and self.q_norm is None
-            and self.rotary.head_dim == self.head_dim
-            and ctx.backend.fuses_rotary_store
-        )
+        """q/k norms (Qwen3), rotary (partial too: GLM-4.5) and the KV store in one kernel
+        straight from the qkv output (Triton path)."""
+        return self.rotary.kernels.triton and ctx.backend.fuses_rotary_store
+
+    def _qk_norm(self) -> QKNorm | None:
+        if self.q_norm is None or self.k_norm is None:
+            return None
+        return QKNorm(self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
 
     def _rotary_store_attend(
         self, positions: torch.Tensor, qkv: torch.Tensor, ctx: ForwardContext
@@ -136,6 +136,7 @@ class Attention(nn.Module):
             self.num_kv_heads,
             self.head_dim,
             kv_scales=kv_scales,
+            qk_norm=self._qk_norm(),
             pdl=self.rotary.kernels.pdl,
         )
         return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale, kv_scales)

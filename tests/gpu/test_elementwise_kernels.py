@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE  # noqa: E402
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
 
 from kvserve.kernels.activation import silu_and_mul, silu_and_mul_reference  # noqa: E402
 from kvserve.kernels.rmsnorm import (  # noqa: E402
@@ -25,6 +25,7 @@ from kvserve.kernels.rmsnorm import (  # noqa: E402
 )
 from kvserve.kernels.rotary import apply_rotary, apply_rotary_reference  # noqa: E402
 from kvserve.kernels.rotary_store_kv import (  # noqa: E402
+    QKNorm,
     rotary_store_kv,
     rotary_store_kv_reference,
 )
@@ -194,6 +195,70 @@ def test_rotary_store_kv_equals_unfused_kernels_bit_for_bit(dtype: torch.dtype) 
     assert out.data_ptr() == q_out.data_ptr()
     assert torch.equal(out, q.view_as(out))
     assert torch.equal(x.kv_cache, unfused_cache)
+
+
+def qk_norm_weights(head_dim: int, dtype: torch.dtype) -> QKNorm:
+    return QKNorm(
+        randn(head_dim, dtype=dtype, seed=7) * 0.5 + 1, randn(head_dim, dtype=dtype, seed=8), 1e-6
+    )
+
+
+EXACT_FP8 = pytest.mark.skipif(INTERPRETED, reason="the interpreter's e4m3 rounding")
+
+
+@pytest.mark.parametrize(
+    "fp8_cache", [False, pytest.param(True, marks=EXACT_FP8)], ids=["cache-dtype", "fp8-cache"]
+)
+@pytest.mark.parametrize("rotary_fraction", [1, 2], ids=["full-rotary", "half-rotary"])
+@pytest.mark.parametrize("qk_norm", [False, True], ids=["no-norm", "qk-norm"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rotary_store_kv_with_qk_norm_and_partial_rotary_matches_reference(
+    dtype: torch.dtype, qk_norm: bool, rotary_fraction: int, fp8_cache: bool
+) -> None:
+    """Qwen3's per-head q/k RMSNorm and GLM-4.5's partial rotary (the dims past the rotary
+    ones pass through) in the fused kernel, against norm, rotate and store in torch."""
+    head_dim, hq, hkv, page, tokens = 128, 16, 4, 16, 45
+    x = fused_inputs(head_dim, hq, hkv, page, tokens, dtype, row_pad=64)
+    cos_sin = cos_sin_cache(4096, head_dim // rotary_fraction)
+    norm = qk_norm_weights(head_dim, dtype) if qk_norm else None
+    cache, scales = x.kv_cache, None
+    if fp8_cache:
+        cache = x.kv_cache.float().to(torch.float8_e4m3fn)
+        scales = (torch.tensor([0.05], device=DEVICE), torch.tensor([0.02], device=DEVICE))
+    expected = cache.clone()
+    args = (x.qkv, x.positions, cos_sin)
+    ref_q = rotary_store_kv_reference(*args, expected, x.slots, hq, hkv, head_dim, scales, norm)
+    q = rotary_store_kv(*args, cache, x.slots, hq, hkv, head_dim, None, scales, norm)
+    torch.testing.assert_close(q, ref_q, atol=TOL[dtype], rtol=TOL[dtype])
+    if fp8_cache:  # one e4m3 step apart at most, where the norm's roundings differ
+        diff = (cache.float() - expected.float()).abs()
+        assert (diff <= expected.float().abs() * 2**-3 + 2**-9).all()
+    else:
+        torch.testing.assert_close(cache, expected, atol=TOL[dtype], rtol=TOL[dtype])
+    if rotary_fraction > 1 and not qk_norm:  # the pass-through dims are copied as they are
+        tail = x.qkv.view(tokens, -1, head_dim)[:, :hq, head_dim // rotary_fraction :]
+        assert torch.equal(q[..., head_dim // rotary_fraction :], tail)
+
+
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float32])
+def test_rotary_store_kv_with_qk_norm_matches_unfused_kernels(dtype: torch.dtype) -> None:
+    """The fused q/k norm against the RMSNorm, rotary and store kernels the decoder ran before:
+    the same roundings, the squares summed in another order (at most one rounding apart)."""
+    head_dim, hq, hkv, page, tokens = 128, 32, 4, 16, 33
+    x = fused_inputs(head_dim, hq, hkv, page, tokens, dtype, row_pad=0)
+    norm = qk_norm_weights(head_dim, dtype)
+    unfused_cache = x.kv_cache.clone()
+    q, k, v = x.qkv.split([hq * head_dim, hkv * head_dim, hkv * head_dim], dim=-1)
+    q = rms_norm(q.reshape(-1, head_dim), norm.q_weight, norm.eps).view(tokens, -1)
+    k = rms_norm(k.reshape(-1, head_dim), norm.k_weight, norm.eps).view(tokens, -1)
+    q, k = apply_rotary(q, k, x.positions, x.cos_sin, head_dim)
+    kv_heads = (tokens, hkv, head_dim)
+    store_kv_cache(k.view(kv_heads), v.contiguous().view(kv_heads), unfused_cache, x.slots)
+    out = rotary_store_kv(
+        x.qkv, x.positions, x.cos_sin, x.kv_cache, x.slots, hq, hkv, head_dim, qk_norm=norm
+    )
+    torch.testing.assert_close(out, q.view_as(out), atol=TOL[dtype], rtol=TOL[dtype])
+    torch.testing.assert_close(x.kv_cache, unfused_cache, atol=TOL[dtype], rtol=TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

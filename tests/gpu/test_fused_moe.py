@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
@@ -23,6 +24,7 @@ from kvserve.kernels.moe_routing import (  # noqa: E402
     softmax_topk,
     softmax_topk_reference,
 )
+from kvserve.kernels.router_logits import router_logits  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -99,6 +101,30 @@ def test_softmax_topk_kernel_matches_reference(tokens, experts, k, renormalize) 
     ref_weights, ref_ids = softmax_topk_reference(logits, k, renormalize)
     assert ids.tolist() == ref_ids.tolist()
     torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16, torch.float32])
+@pytest.mark.parametrize(
+    ("tokens", "experts", "hidden"),
+    [
+        (1, 128, 2048),
+        (3, 60, 1000),
+        (16, 128, 4096),
+        (37, 160, 512),
+        (256, 128, 256),
+        (300, 8, 64),
+    ],  # fmt: skip
+)
+def test_router_logits_kernel_matches_float32_linear(tokens, experts, hidden, dtype) -> None:  # noqa: ANN001
+    """Decode-size batches on the Triton kernel, 300 tokens on cuBLAS: both F.linear in fp32
+    up to summation order."""
+    gen = torch.Generator().manual_seed(tokens * experts)
+    x = torch.randn(tokens, hidden + 8, generator=gen).to(dtype).to(DEVICE)[:, :hidden]
+    weight = (torch.randn(experts, hidden, generator=gen) / hidden**0.5).to(DEVICE)
+    got = router_logits(x, weight)
+    want = F.linear(x.float(), weight)
+    assert got.dtype == torch.float32 and got.shape == (tokens, experts)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 # (tokens, experts, groups, kept groups, k): GLM-4.5-Air (128, one group) and GLM-4.5 (160: a

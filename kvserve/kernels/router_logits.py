@@ -1,0 +1,73 @@
+"""Router logits of a decode batch, ``x @ W.T`` in float32, in one Triton launch: x read in its own
+dtype and widened in registers, W the router's float32 weight [E, H].
+
+The torch path (``F.linear(x.float(), W)``) is three launches at decode (the cast of x and
+cuBLAS's two-kernel float GEMV), which at one token per step cost more than the bytes they
+move. Each program owns ``BLOCK_E`` experts and ``BLOCK_T`` tokens and sums products over H
+on the CUDA cores in float32, so the logits are as exact as the torch path's up to summation
+order. Larger token counts (prefill) keep cuBLAS: there the GEMM is worth its launches.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+
+# Up to this many tokens the Triton kernel computes the logits (every decode graph size the
+# engine captures by default); past it, cuBLAS.
+MAX_KERNEL_TOKENS = 256
+
+
+@jit
+def _router_logits_kernel(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    T,
+    E,
+    H,
+    stride_x,
+    stride_w,
+    stride_out,
+    BLOCK_T: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    tokens = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    experts = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
+    dims = tl.arange(0, BLOCK_H)
+    x_rows = x_ptr + tokens.to(tl.int64)[:, None] * stride_x  # [BLOCK_T, 1]
+    w_rows = w_ptr + experts.to(tl.int64)[:, None] * stride_w  # [BLOCK_E, 1]
+    t_ok, e_ok = (tokens < T)[:, None], (experts < E)[:, None]
+    acc = tl.zeros([BLOCK_T, BLOCK_E], dtype=tl.float32)
+    for h0 in range(0, H, BLOCK_H):
+        h = h0 + dims[None, :]
+        x = tl.load(x_rows + h, mask=t_ok & (h < H), other=0.0).to(tl.float32)
+        w = tl.load(w_rows + h, mask=e_ok & (h < H), other=0.0).to(tl.float32)
+        acc += tl.sum(x[:, None, :] * w[None, :, :], axis=2)
+    out = out_ptr + tokens.to(tl.int64)[:, None] * stride_out + experts[None, :]
+    tl.store(out, acc, mask=t_ok & (experts < E)[None, :])
+
+
+def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``F.linear(x.float(), weight)`` for x [T, H] (any float dtype), weight [E, H] float32."""
+    tokens, hidden = x.shape
+    experts = weight.shape[0]
+    if tokens == 0 or tokens > MAX_KERNEL_TOKENS:
+        return F.linear(x.float(), weight.float())
+    require_triton()
+    assert weight.shape[1] == hidden and weight.stride(1) == 1
+    x = x if x.stride(1) == 1 else x.contiguous()
+    out = torch.empty(tokens, experts, dtype=torch.float32, device=x.device)
+    # Few tokens: 4 experts a program, so a decode step's weight reads spread over >= E / 4 SMs
+    block_t = min(16, next_pow2(tokens))
+    block_e = 4 if tokens <= 4 else 8
+    block_h = max(64, 2048 // (block_t * block_e) * 4)
+    grid = (-(-experts // block_e), -(-tokens // block_t))
+    _router_logits_kernel[grid](
+        x, weight, out, tokens, experts, hidden, x.stride(0), weight.stride(0), out.stride(0),
+        BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_H=min(block_h, 512), num_warps=4,
+    )  # fmt: skip
+    return out
