@@ -64,15 +64,23 @@ class DecodeConfig:
     min_split_tokens: int = 0
     fp8_mode: int = FP8_AS_FP16  # how an FP8 cache is widened (store_kv_cache.FP8_AS_*)
     programs_per_sm: int = _PROGRAMS_PER_SM  # the split count's occupancy target
-    # With splits, the split program that arrives last merges them (an arrival counter per
-    # sequence and kv head) instead of a second kernel. Not yet timed on the H200: off.
+    # With 2.._FUSED_MERGE_MAX_SPLITS splits, the split program that arrives last merges them
+    # (an arrival counter per sequence and kv head) instead of a second kernel.
     fused_merge: bool = False
 
 
-# An FP8 cache's tiles hold half the bytes: 128 tokens per tile led the H200 sweep at 32 x 32K
-# (benchmarks/fp8_kv_decode.py --sweep; 0.96x of bf16's time at equal batch: the kernel is not
-# bytes-bound there, see that benchmark's result).
-FP8_DECODE_CONFIG = DecodeConfig(block_n=128, num_warps=4, num_stages=4)
+# An FP8 cache's tiles hold half the bytes: 128 tokens per tile, two stages, about 8 programs
+# per SM and the fused merge. On the H200 (benchmarks/fp8_kv_decode.py, one run) that read
+# 32 x 32K and 8 x 128K at 1.24x / 1.23x of bf16's speed, against 0.94x / 0.93x with four
+# stages, 4 programs per SM and the merge kernel (the earlier default); 8 x 4K and 64 x 1K even
+# (1.01x / 0.95x against 0.99x / 0.94x). The fused merge is what pays: with the merge kernel
+# the same split count gave 0.95x. The kernel is still not bytes-bound: 2x would be.
+FP8_DECODE_CONFIG = DecodeConfig(
+    block_n=128, num_warps=4, num_stages=2, programs_per_sm=8, fused_merge=True
+)
+# One program merging more splits than this is a serial tail: batch 1 at 1K (64 splits) took
+# 0.77x of bf16's speed fused, 0.94x with the merge kernel.
+_FUSED_MERGE_MAX_SPLITS = 16
 
 
 @jit(do_not_specialize=("stride_bt", "num_splits", "min_split"))
@@ -335,7 +343,7 @@ def paged_decode_attention(
             batch, num_heads, splits, head_dim, dtype=torch.float32, device=q.device
         )
         part_lse = torch.empty(batch, num_heads, splits, dtype=torch.float32, device=q.device)
-    fused = cfg.fused_merge and splits > 1
+    fused = cfg.fused_merge and 1 < splits <= _FUSED_MERGE_MAX_SPLITS
     if fused:
         counters = _arrival_counters(q.device, batch * num_kv_heads)
     merge_block = max(next_pow2(splits), _MERGE_MIN_BLOCK)

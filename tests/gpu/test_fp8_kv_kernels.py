@@ -19,7 +19,11 @@ pytest.importorskip("triton")
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
 from test_attention_kernels import PagedBatch, make_batch  # noqa: E402
 
-from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
+from kvserve.kernels.decode_attention import (  # noqa: E402
+    FP8_DECODE_CONFIG,
+    DecodeConfig,
+    paged_decode_attention,
+)
 from kvserve.kernels.prefill_attention import (  # noqa: E402
     PrefillConfig,
     default_prefill_config,
@@ -122,13 +126,16 @@ DECODE_LENS = [[1, 17, 300, 1000], [16], [999, 64, 7, 513]]
 MODES = [0, 1]  # FP8_AS_QDTYPE, FP8_AS_FP16
 
 
-@pytest.mark.parametrize("fused_merge", [False, True])
+@pytest.mark.parametrize(
+    "fused_merge", [False, True, None], ids=["merge-kernel", "fused-merge", "fp8-default"]
+)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lens_idx", range(len(DECODE_LENS)))
 def test_decode_on_fp8_cache_matches_reference(
-    dtype: torch.dtype, lens_idx: int, mode: int, fused_merge: bool
+    dtype: torch.dtype, lens_idx: int, mode: int, fused_merge: bool | None
 ) -> None:
+    """``fused_merge`` None: FP8_DECODE_CONFIG's tiles, split rule and merge."""
     lens = DECODE_LENS[lens_idx]
     b = fp8_batch([1] * len(lens), lens, dtype, seed=lens_idx, **SHAPE)
     ref_cache = b.kv_cache.clone()
@@ -140,7 +147,8 @@ def test_decode_on_fp8_cache_matches_reference(
     m = b.meta
     paged_decode_attention(
         b.q, b.kv_cache, m.block_tables, m.seq_lens, 64**-0.5, out, scales(),
-        config=DecodeConfig(fp8_mode=mode, fused_merge=fused_merge),
+        config=dataclasses.replace(FP8_DECODE_CONFIG, fp8_mode=mode) if fused_merge is None
+        else DecodeConfig(fp8_mode=mode, fused_merge=fused_merge),
     )  # fmt: skip
     assert_close(out, ref, dtype)
 
