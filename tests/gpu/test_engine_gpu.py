@@ -21,14 +21,30 @@ pytest.importorskip("triton")
 PROMPTS = [list(range(3, 40)), [7] * 5, list(range(500, 800, 3)), [11, 12] * 40]
 
 
+# Mixture-of-experts fields: GLM with q/k norm and half rotary, so that both features of the
+# fused rotary + KV-store kernel, the router-logits kernel and grouped routing run on the GPU.
+MOE_FIELDS = {
+    "Qwen3MoeForCausalLM": {
+        "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+        "norm_topk_prob": True, "decoder_sparse_step": 1,
+    },
+    "Glm4MoeForCausalLM": {
+        "n_routed_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 64,
+        "n_group": 4, "topk_group": 2, "n_shared_experts": 1, "first_k_dense_replace": 1,
+        "routed_scaling_factor": 2.5, "partial_rotary_factor": 0.5, "use_qk_norm": True,
+    },
+}  # fmt: skip
+
+
 def _tiny_checkpoint(arch: str, path) -> str:  # noqa: ANN001
     import transformers
 
-    config_cls = {"LlamaForCausalLM": "LlamaConfig", "Qwen3ForCausalLM": "Qwen3Config"}[arch]
+    config_cls = arch.replace("ForCausalLM", "Config")
     config = getattr(transformers, config_cls)(
         vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
         num_attention_heads=8, num_key_value_heads=2, head_dim=64,
         max_position_embeddings=2048, initializer_range=0.5, eos_token_id=0,
+        **MOE_FIELDS.get(arch, {}),
     )  # fmt: skip
     config.architectures = [arch]
     torch.manual_seed(0)
@@ -48,7 +64,9 @@ def _greedy(core: EngineCore, n_tokens: int = 24) -> list[list[int]]:
     return [out[str(i)] for i in range(len(PROMPTS))]
 
 
-@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
+@pytest.mark.parametrize(
+    "arch", ["LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Glm4MoeForCausalLM"]
+)
 def test_gpu_triton_float32_matches_cpu(arch, tmp_path) -> None:
     path = _tiny_checkpoint(arch, tmp_path)
     cpu = _greedy(EngineCore(build_engine_config(path, device="cpu", dtype="float32")))
