@@ -219,6 +219,7 @@ def _grouped_gemm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,  # "ieee" for float32 (no TF32 rounding of the inputs)
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -242,7 +243,7 @@ def _grouped_gemm_kernel(
         k_ok = offs_k < K - k0
         a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         w = tl.load(w_ptrs, mask=k_ok[:, None] & (offs_n[None, :] < N), other=0.0)
-        acc = tl.dot(a, w, acc)
+        acc = tl.dot(a, w, acc, input_precision=DOT_PRECISION)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
     _store_slots(out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS)
@@ -280,6 +281,7 @@ def _grouped_gemm(
         num_slots, n, k, a.stride(0), w.stride(0), w.stride(1), out.stride(0),
         TOP_K=top_k, A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
         ONE_SLOT_PER_BLOCK=one_slot, num_warps=config["num_warps"],
+        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         num_stages=config["num_stages"], **tiles,
     )  # fmt: skip
     return out
