@@ -5,8 +5,16 @@ packed half FMA (``HFMA2``), each in a loop of independent chains with nothing e
 The word GEMV widens two weight codes per ``F2FP`` and the FP8 KV decode attention widens its
 keys and values the same way; if ``F2FP`` issues at a fraction of ``LOP3``'s rate, decoding by
 integer ops (a layout whose half-precision pairs come out of a shift and a ``LOP3``) is the next
-lever for both (see benchmarks/results/INDEX.md). Reported: instructions per SM per clock, from
-the SM clock the run reads back, and their ratio to ``LOP3``'s.
+lever for both (see benchmarks/results/INDEX.md). Reported: instructions per SM per clock at an
+assumed SM clock (``--sm-clock-mhz``), and their ratio to ``LOP3``'s; a composite op (the
+integer decode) counts once.
+
+Measured on the H200 (convert_throughput_h200_2026-12-01.json): F2FP, HFMA2, PRMT and the f16 ->
+f32 widening all ran at 63 per SM per clock, and the four-instruction integer decode at 15.9:
+F2FP is not slower than the integer ops, so decoding by integer ops would cost more, not less.
+The ``shr`` row is not a rate (the shifts fold away: 4096 shifts by one of a 32-bit word); the
+``lop3`` row took the same time as HFMA2's with more LOP3s in its loop body, so it too is not
+read as a rate.
 
     python -m benchmarks.convert_throughput [--out-dir $OUT]
 """
