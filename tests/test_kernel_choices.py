@@ -11,7 +11,7 @@ import torch
 
 from kvserve.config import ModelConfig
 from kvserve.engine.runner.warmup import STEPS, step_shapes
-from kvserve.kernels import fused_moe_fp4
+from kvserve.kernels import fused_moe, fused_moe_fp4
 from kvserve.kernels.fp4_gemm import Fp4GemmConfig, default_config
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
 from kvserve.kernels.options import KernelOptions
@@ -80,6 +80,18 @@ def test_fp4_moe_decode_takes_the_gemv_unless_switched_off(
         assert not fused_moe_fp4.moe_gemv_enabled()
     finally:
         fused_moe_fp4.moe_gemv_enabled.cache_clear()
+
+
+def test_moe_silu_in_down_is_off_unless_switched_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    fused_moe.silu_in_down_enabled.cache_clear()
+    try:
+        monkeypatch.delenv(fused_moe.SILU_IN_DOWN_ENV, raising=False)
+        assert not fused_moe.silu_in_down_enabled()
+        monkeypatch.setenv(fused_moe.SILU_IN_DOWN_ENV, "1")
+        fused_moe.silu_in_down_enabled.cache_clear()
+        assert fused_moe.silu_in_down_enabled()
+    finally:
+        fused_moe.silu_in_down_enabled.cache_clear()
 
 
 @pytest.mark.parametrize("pdl", [False, True])

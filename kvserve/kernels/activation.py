@@ -16,6 +16,14 @@ def silu_and_mul_reference(x: torch.Tensor) -> torch.Tensor:
 
 
 @jit
+def silu_mul(gate, up):
+    """silu(gate) * up in fp32: the one formula of the SiLU-and-mul kernel and of the MoE down
+    GEMM that takes it in (``fused_moe.py``)."""
+    gate = gate.to(tl.float32)
+    return gate * tl.sigmoid(gate) * up.to(tl.float32)
+
+
+@jit
 def _silu_and_mul_kernel(
     x_ptr, out_ptr, inter, stride_x, stride_o, BLOCK: tl.constexpr, USE_PDL: tl.constexpr
 ):
@@ -24,9 +32,9 @@ def _silu_and_mul_kernel(
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter
-    gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    up = tl.load(x_ptr + row * stride_x + inter + cols, mask=mask, other=0.0).to(tl.float32)
-    y = gate * tl.sigmoid(gate) * up
+    gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    up = tl.load(x_ptr + row * stride_x + inter + cols, mask=mask, other=0.0)
+    y = silu_mul(gate, up)
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -20,6 +20,8 @@ whose slot id is ``num_slots`` and whose rows are neither read nor written)::
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from kvserve.kernels._triton import jit, require_triton, tl, triton
+from kvserve.kernels.activation import silu_and_mul, silu_mul
+
+SILU_IN_DOWN_ENV = "KVSERVE_MOE_SILU_IN_DOWN"
 
 
 def fused_moe_reference(
@@ -220,6 +225,7 @@ def _grouped_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,  # "ieee" for float32 (no TF32 rounding of the inputs)
+    SILU_A: tl.constexpr,  # A's rows are gate | up (2K wide): the input is silu(gate) * up
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -241,7 +247,10 @@ def _grouped_gemm_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k_ok = offs_k < K - k0
-        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        a_mask = row_ok[:, None] & k_ok[None, :]
+        a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+        if SILU_A:  # rounded to A's dtype, as silu_and_mul stores it: the same products
+            a = silu_mul(a, tl.load(a_ptrs + K, mask=a_mask, other=0.0)).to(a.dtype)
         w = tl.load(w_ptrs, mask=k_ok[:, None] & (offs_n[None, :] < N), other=0.0)
         acc = tl.dot(a, w, acc, input_precision=DOT_PRECISION)
         a_ptrs += BLOCK_K
@@ -270,8 +279,11 @@ def _grouped_gemm(
     row_weights: torch.Tensor | None,
 ) -> torch.Tensor:
     """``blocks``: slots sorted into expert blocks, or the flat expert ids [num_slots] for one
-    slot per block (no sorting: small batches, where few slots share an expert)."""
+    slot per block (no sorting: small batches, where few slots share an expert). ``a`` twice as
+    wide as W's K: the gate/up GEMM's output, taken in through SiLU-and-mul (see
+    ``fused_moe_with``)."""
     n, k = w.shape[1], w.shape[2]
+    silu_a = a.shape[1] == 2 * k
     out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
     tiles = {key: config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
     block_expert, slots, one_slot = block_tables(blocks)
@@ -281,7 +293,7 @@ def _grouped_gemm(
         num_slots, n, k, a.stride(0), w.stride(0), w.stride(1), out.stride(0),
         TOP_K=top_k, A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
         ONE_SLOT_PER_BLOCK=one_slot, num_warps=config["num_warps"],
-        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", SILU_A=silu_a,
         num_stages=config["num_stages"], **tiles,
     )  # fmt: skip
     return out
@@ -310,7 +322,18 @@ def fused_moe(
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
         return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights)
 
-    return fused_moe_with(x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm)
+    return fused_moe_with(
+        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm,
+        silu_in_down=silu_in_down_enabled(),
+    )  # fmt: skip
+
+
+@functools.cache
+def silu_in_down_enabled() -> bool:
+    """Whether the bf16 experts' down GEMM takes the gate/up output through SiLU-and-mul itself
+    at decode (one kernel fewer a layer; ``KVSERVE_MOE_SILU_IN_DOWN=1``). The result is the
+    same bit for bit; off until it is timed on the H200."""
+    return os.environ.get(SILU_IN_DOWN_ENV, "0") == "1"
 
 
 def fused_moe_with(
@@ -321,12 +344,13 @@ def fused_moe_with(
     hidden_size: int,
     gemm: ExpertGemm,
     config: dict[str, int] | None = None,
+    silu_in_down: bool = False,
 ) -> torch.Tensor:
     """Route, sort (or not), gate/up GEMM, SiLU-mul, down GEMM scaled by the router weights,
     sum of the k rows: the steps every expert format shares; ``gemm`` multiplies by one
-    expert stack in its own format."""
-    from kvserve.kernels.activation import silu_and_mul
-
+    expert stack in its own format. ``silu_in_down``: at decode (one slot per block), the down
+    GEMM gets the gate/up output itself and applies SiLU-and-mul as it loads it (a ``gemm``
+    that can: the bf16 one), where a prefill's larger tiles would redo it once per N tile."""
     require_triton()
     tokens, top_k = topk_ids.shape
     num_slots = tokens * top_k
@@ -338,7 +362,8 @@ def fused_moe_with(
     else:
         blocks = sort_slots_by_expert_kernel(topk_ids, num_experts, config["BLOCK_M"])
     gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None)
-    hidden = silu_and_mul(gate_up)
+    one_slot_per_block = isinstance(blocks, torch.Tensor)
+    hidden = gate_up if silu_in_down and one_slot_per_block else silu_and_mul(gate_up)
     flat_weights = topk_weights.flatten().float().contiguous()
     down = gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights)
     return down.view(tokens, top_k, -1).sum(dim=1)  # accumulates in fp32, one kernel

@@ -12,6 +12,7 @@ pytest.importorskip("triton")
 
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE  # noqa: E402
 
+from kvserve.kernels import fused_moe as fused_moe_module  # noqa: E402
 from kvserve.kernels.fused_moe import (  # noqa: E402
     fused_moe,
     fused_moe_reference,
@@ -53,6 +54,25 @@ def test_fused_moe_matches_reference(tokens, load, experts, hidden, inter, k, dt
     want = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids)
     scale = want.abs().max().item()
     assert (got - want).abs().max().item() <= 2e-2 * scale
+
+
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16, torch.float32])
+@pytest.mark.parametrize(("tokens", "experts", "k"), [(1, 64, 8), (3, 128, 8), (2, 8, 1)])
+def test_silu_in_the_down_gemm_gives_the_same_bits(tokens, experts, k, dtype, monkeypatch) -> None:  # noqa: ANN001
+    """At decode (one slot per block) the down GEMM can take the gate/up output and apply
+    SiLU-and-mul as it loads it: rounded as the separate kernel stores it, so the result is
+    the same bit for bit (fp32 and fp16 products alike)."""
+    x, w13, w2, weights, ids = _case(tokens, experts, 256, 96, k, "random", dtype)
+    fused_moe_module.silu_in_down_enabled.cache_clear()
+    try:
+        monkeypatch.setenv(fused_moe_module.SILU_IN_DOWN_ENV, "0")
+        separate = fused_moe(x, w13, w2, weights, ids)
+        monkeypatch.setenv(fused_moe_module.SILU_IN_DOWN_ENV, "1")
+        fused_moe_module.silu_in_down_enabled.cache_clear()
+        assert fused_moe_module.silu_in_down_enabled()
+        assert torch.equal(fused_moe(x, w13, w2, weights, ids), separate)
+    finally:
+        fused_moe_module.silu_in_down_enabled.cache_clear()
 
 
 def test_fused_moe_replays_from_a_cuda_graph() -> None:
