@@ -82,16 +82,16 @@ def test_fp4_moe_decode_takes_the_gemv_unless_switched_off(
         fused_moe_fp4.moe_gemv_enabled.cache_clear()
 
 
-def test_moe_silu_in_down_is_off_unless_switched_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    fused_moe.silu_in_down_enabled.cache_clear()
+def test_moe_fused_decode_is_off_unless_switched_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    fused_moe.fused_decode_enabled.cache_clear()
     try:
-        monkeypatch.delenv(fused_moe.SILU_IN_DOWN_ENV, raising=False)
-        assert not fused_moe.silu_in_down_enabled()
-        monkeypatch.setenv(fused_moe.SILU_IN_DOWN_ENV, "1")
-        fused_moe.silu_in_down_enabled.cache_clear()
-        assert fused_moe.silu_in_down_enabled()
+        monkeypatch.delenv(fused_moe.FUSED_DECODE_ENV, raising=False)
+        assert not fused_moe.fused_decode_enabled()
+        monkeypatch.setenv(fused_moe.FUSED_DECODE_ENV, "1")
+        fused_moe.fused_decode_enabled.cache_clear()
+        assert fused_moe.fused_decode_enabled()
     finally:
-        fused_moe.silu_in_down_enabled.cache_clear()
+        fused_moe.fused_decode_enabled.cache_clear()
 
 
 @pytest.mark.parametrize("pdl", [False, True])

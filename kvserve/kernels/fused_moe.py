@@ -30,8 +30,9 @@ import torch.nn.functional as F
 
 from kvserve.kernels._triton import jit, require_triton, tl, triton
 from kvserve.kernels.activation import silu_and_mul, silu_mul
+from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
 
-SILU_IN_DOWN_ENV = "KVSERVE_MOE_SILU_IN_DOWN"
+FUSED_DECODE_ENV = "KVSERVE_MOE_FUSED_DECODE"
 
 
 def fused_moe_reference(
@@ -210,6 +211,8 @@ def _grouped_gemm_kernel(
     slots_ptr,
     block_expert_ptr,
     weights_ptr,  # [num_slots] float32 router weights (SCALE_ROWS)
+    ws_ptr,  # float32 [num_slots, N] (FUSED_DECODE)
+    counter_ptr,  # int32 [tokens * N tiles], zero between launches (FUSED_DECODE)
     num_slots,
     N,
     K,
@@ -225,7 +228,9 @@ def _grouped_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,  # "ieee" for float32 (no TF32 rounding of the inputs)
-    SILU_A: tl.constexpr,  # A's rows are gate | up (2K wide): the input is silu(gate) * up
+    # The down GEMM at decode (one slot per block, SCALE_ROWS): A's rows are gate | up (2K
+    # wide) and the input is silu(gate) * up; out is [tokens, N], each token's k rows summed
+    FUSED_DECODE: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -249,13 +254,36 @@ def _grouped_gemm_kernel(
         k_ok = offs_k < K - k0
         a_mask = row_ok[:, None] & k_ok[None, :]
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-        if SILU_A:  # rounded to A's dtype, as silu_and_mul stores it: the same products
+        if FUSED_DECODE:  # rounded to A's dtype, as silu_and_mul stores it: the same products
             a = silu_mul(a, tl.load(a_ptrs + K, mask=a_mask, other=0.0)).to(a.dtype)
         w = tl.load(w_ptrs, mask=k_ok[:, None] & (offs_n[None, :] < N), other=0.0)
         acc = tl.dot(a, w, acc, input_precision=DOT_PRECISION)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    _store_slots(out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS)
+    if FUSED_DECODE:
+        _store_slots(ws_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, N, True)
+        _sum_token_rows(ws_ptr, counter_ptr, out_ptr, pid_m // TOP_K, offs_n, N, stride_out,
+                        TOP_K)  # fmt: skip
+    else:
+        _store_slots(out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS)
+
+
+@jit
+def _sum_token_rows(ws_ptr, counter_ptr, out_ptr, token, offs_n, N, stride_out,
+                    TOP_K: tl.constexpr):  # fmt: skip
+    """The last of a token's TOP_K slot programs (of this N tile) to arrive sums their weighted
+    rows from the workspace, in slot order (the result does not depend on who is last), and
+    writes the token's output row."""
+    counter = counter_ptr + token * tl.num_programs(1) + tl.program_id(1)
+    if arrive(counter) == TOP_K - 1:
+        n_ok = offs_n < N
+        rows = ws_ptr + (token * TOP_K).to(tl.int64) * N + offs_n
+        total = tl.zeros(offs_n.shape, dtype=tl.float32)
+        for j in tl.static_range(TOP_K):  # .cg: from L2, where the other SMs' stores are
+            total += tl.load(rows + j * N, mask=n_ok, other=0.0, cache_modifier=".cg")
+        out = out_ptr + token.to(tl.int64) * stride_out + offs_n
+        tl.store(out, total.to(out_ptr.dtype.element_ty), mask=n_ok)
+        tl.store(counter, 0)
 
 
 def _block_config(num_slots: int, num_experts: int) -> dict[str, int]:
@@ -277,23 +305,30 @@ def _grouped_gemm(
     top_k: int,
     config: dict[str, int],
     row_weights: torch.Tensor | None,
+    fused_decode: bool = False,
 ) -> torch.Tensor:
     """``blocks``: slots sorted into expert blocks, or the flat expert ids [num_slots] for one
-    slot per block (no sorting: small batches, where few slots share an expert). ``a`` twice as
-    wide as W's K: the gate/up GEMM's output, taken in through SiLU-and-mul (see
-    ``fused_moe_with``)."""
+    slot per block (no sorting: small batches, where few slots share an expert).
+    ``fused_decode`` (the down GEMM, one slot per block): ``a`` is the gate/up output, taken in
+    through SiLU-and-mul, and the result is [tokens, N], each token's k rows summed."""
     n, k = w.shape[1], w.shape[2]
-    silu_a = a.shape[1] == 2 * k
-    out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
     tiles = {key: config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
     block_expert, slots, one_slot = block_tables(blocks)
     grid = (block_expert.numel(), triton.cdiv(n, tiles["BLOCK_N"]))
+    if fused_decode:
+        assert one_slot and row_weights is not None and a.shape[1] == 2 * k
+        out = torch.empty(num_slots // top_k, n, dtype=a.dtype, device=a.device)
+        ws = torch.empty(num_slots, n, dtype=torch.float32, device=a.device)
+        counters = _arrival_counters(a.device, out.shape[0] * grid[1])
+    else:
+        out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
+        ws = counters = out  # unused
     _grouped_gemm_kernel[grid](
-        a, w, out, slots, block_expert, row_weights if row_weights is not None else out,
-        num_slots, n, k, a.stride(0), w.stride(0), w.stride(1), out.stride(0),
+        a, w, out, slots, block_expert, row_weights if row_weights is not None else out, ws,
+        counters, num_slots, n, k, a.stride(0), w.stride(0), w.stride(1), out.stride(0),
         TOP_K=top_k, A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
         ONE_SLOT_PER_BLOCK=one_slot, num_warps=config["num_warps"],
-        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", SILU_A=silu_a,
+        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", FUSED_DECODE=fused_decode,
         num_stages=config["num_stages"], **tiles,
     )  # fmt: skip
     return out
@@ -319,21 +354,23 @@ def fused_moe(
     assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
     stacks = (w13, w2)
 
+    fused = fused_decode_enabled()
+
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
-        return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights)
+        fuse = fused and which == 1 and isinstance(blocks, torch.Tensor)
+        return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights, fuse)
 
     return fused_moe_with(
-        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm,
-        silu_in_down=silu_in_down_enabled(),
-    )  # fmt: skip
+        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, fused_decode=fused
+    )
 
 
 @functools.cache
-def silu_in_down_enabled() -> bool:
-    """Whether the bf16 experts' down GEMM takes the gate/up output through SiLU-and-mul itself
-    at decode (one kernel fewer a layer; ``KVSERVE_MOE_SILU_IN_DOWN=1``). The result is the
-    same bit for bit; off until it is timed on the H200."""
-    return os.environ.get(SILU_IN_DOWN_ENV, "0") == "1"
+def fused_decode_enabled() -> bool:
+    """Whether the bf16 experts' down GEMM at decode takes the gate/up output through
+    SiLU-and-mul and sums each token's k rows itself: two kernels fewer a layer
+    (``KVSERVE_MOE_FUSED_DECODE=1``). Off until it is timed on the H200."""
+    return os.environ.get(FUSED_DECODE_ENV, "0") == "1"
 
 
 def fused_moe_with(
@@ -344,13 +381,13 @@ def fused_moe_with(
     hidden_size: int,
     gemm: ExpertGemm,
     config: dict[str, int] | None = None,
-    silu_in_down: bool = False,
+    fused_decode: bool = False,
 ) -> torch.Tensor:
     """Route, sort (or not), gate/up GEMM, SiLU-mul, down GEMM scaled by the router weights,
     sum of the k rows: the steps every expert format shares; ``gemm`` multiplies by one
-    expert stack in its own format. ``silu_in_down``: at decode (one slot per block), the down
-    GEMM gets the gate/up output itself and applies SiLU-and-mul as it loads it (a ``gemm``
-    that can: the bf16 one), where a prefill's larger tiles would redo it once per N tile."""
+    expert stack in its own format. ``fused_decode``: at decode (one slot per block) the down
+    GEMM gets the gate/up output and returns the summed rows (a ``gemm`` that can: the bf16
+    one); a prefill's larger tiles would redo the SiLU once per N tile."""
     require_triton()
     tokens, top_k = topk_ids.shape
     num_slots = tokens * top_k
@@ -362,8 +399,8 @@ def fused_moe_with(
     else:
         blocks = sort_slots_by_expert_kernel(topk_ids, num_experts, config["BLOCK_M"])
     gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None)
-    one_slot_per_block = isinstance(blocks, torch.Tensor)
-    hidden = gate_up if silu_in_down and one_slot_per_block else silu_and_mul(gate_up)
     flat_weights = topk_weights.flatten().float().contiguous()
-    down = gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights)
+    if fused_decode and isinstance(blocks, torch.Tensor):
+        return gemm(gate_up, 1, blocks, num_slots, top_k, config, flat_weights)
+    down = gemm(silu_and_mul(gate_up), 1, blocks, num_slots, top_k, config, flat_weights)
     return down.view(tokens, top_k, -1).sum(dim=1)  # accumulates in fp32, one kernel
