@@ -16,6 +16,7 @@ from kvserve.kernels.fp4_gemm import Fp4GemmConfig, default_config
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
 from kvserve.kernels.options import KernelOptions
 from kvserve.kernels.prefill_attention import num_prefill_kv_splits
+from kvserve.kernels.rotary_store_kv import fusable
 from kvserve.kernels.word_gemv import GemvConfig, gemv_candidates, gemv_config
 from kvserve.layers.linear import Linear
 from kvserve.models.decoder import DecoderForCausalLM
@@ -80,6 +81,17 @@ def test_fp4_moe_decode_takes_the_gemv_unless_switched_off(
         assert not fused_moe_fp4.moe_gemv_enabled()
     finally:
         fused_moe_fp4.moe_gemv_enabled.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("rotary_dim", "head_dim", "fused"),
+    [(128, 128, True), (64, 128, True), (64, 64, True), (96, 128, False), (80, 80, False)],
+)
+def test_the_fused_rotary_store_takes_power_of_two_halves_and_tails(
+    rotary_dim: int, head_dim: int, fused: bool
+) -> None:
+    """Llama / Qwen3 (full rotary), GLM-4.5 (half): fused; other shapes keep the unfused path."""
+    assert fusable(rotary_dim, head_dim) is fused
 
 
 def test_moe_fused_decode_is_off_unless_switched_on(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -209,6 +209,14 @@ def _rotary_store_kv_kernel(
         )  # fmt: skip
 
 
+def fusable(rotary_dim: int, head_dim: int) -> bool:
+    """Whether the kernel takes these head shapes: half the rotary dims and the pass-through
+    dims (if any) powers of two."""
+    half, tail = rotary_dim // 2, head_dim - rotary_dim
+    pow2 = half > 0 and half == next_pow2(half) and rotary_dim % 2 == 0
+    return pow2 and tail >= 0 and (tail == 0 or tail == next_pow2(tail))
+
+
 def _check_inputs(
     qkv: torch.Tensor,
     cos_sin_cache: torch.Tensor,
@@ -218,9 +226,7 @@ def _check_inputs(
     num_kv_heads: int,
     head_dim: int,
 ) -> None:
-    rot = cos_sin_cache.shape[1]
-    assert rot % 2 == 0 and rot // 2 == next_pow2(rot // 2) and rot <= head_dim
-    assert head_dim == rot or head_dim - rot == next_pow2(head_dim - rot), "pass-through dims"
+    assert fusable(cos_sin_cache.shape[1], head_dim), "rotary / pass-through dims"
     assert qkv.shape[1] == (num_q_heads + 2 * num_kv_heads) * head_dim, "qkv width mismatch"
     assert qkv.stride(1) == 1, "qkv rows must be contiguous (the row stride may be wider)"
     assert cos_sin_cache.dtype == torch.float32 and cos_sin_cache.stride(1) == 1

@@ -13,7 +13,7 @@ from kvserve.config import ModelConfig
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.errors import ModelLoadError
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
-from kvserve.kernels.rotary_store_kv import QKNorm, rotary_store_kv
+from kvserve.kernels.rotary_store_kv import QKNorm, fusable, rotary_store_kv
 from kvserve.layers.activation import SiluAndMul
 from kvserve.layers.embedding import LMHead, VocabEmbedding
 from kvserve.layers.linear import Linear
@@ -114,8 +114,12 @@ class Attention(nn.Module):
 
     def _fuses_rotary_store(self, ctx: ForwardContext) -> bool:
         """q/k norms (Qwen3), rotary (partial too: GLM-4.5) and the KV store in one kernel
-        straight from the qkv output (Triton path)."""
-        return self.rotary.kernels.triton and ctx.backend.fuses_rotary_store
+        straight from the qkv output (Triton path), where the kernel takes the head shapes."""
+        return (
+            self.rotary.kernels.triton
+            and ctx.backend.fuses_rotary_store
+            and fusable(self.rotary.head_dim, self.head_dim)
+        )
 
     def _qk_norm(self) -> QKNorm | None:
         if self.q_norm is None or self.k_norm is None:
