@@ -1,0 +1,99 @@
+"""Registers and local-memory spills of the paged decode attention kernel's configs, compiled for
+sm_90 without a GPU (Triton's compiler and ptxas; ``cuobjdump -res-usage`` reads the cubin).
+
+The FP8 decode kernel reads 32K-token contexts at 63% of copy bandwidth where bf16 reaches 102%
+(fp8_kv_decode_h200_configs_2026-12-01.json). A thread that spills its tiles to local memory
+re-reads them on every step, so this is the first thing to check for a config before it costs
+device time. Runs on any machine with Triton installed (``pip install triton``):
+
+    python -m benchmarks.kernel_spills [--out-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import tempfile
+from typing import Any
+
+from benchmarks.common import write_result
+
+# (cache, BLOCK_N, num_warps, fused merge): the defaults first, then the neighbours swept on
+# the H200
+CONFIGS = [
+    ("bf16", 64, 4, False),
+    ("fp8", 128, 4, True),
+    ("fp8", 128, 4, False),
+    ("fp8", 128, 8, True),
+    ("fp8", 64, 4, False),
+    ("fp8", 64, 8, False),
+]
+_ARGS = {
+    "q_ptr": "*bf16", "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "part_out_ptr": "*fp32",
+    "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "counter_ptr": "*i32", "k_scale_ptr": "*fp32",
+    "v_scale_ptr": "*fp32", "scale_log2": "fp32", "page_size": "i32", "stride_qb": "i32",
+    "stride_qh": "i32", "stride_cache_page": "i64", "stride_cache_tok": "i32",
+    "stride_cache_head": "i32", "stride_bt": "i32", "stride_ob": "i32", "stride_oh": "i32",
+    "num_splits": "i32", "min_split": "i32",
+}  # fmt: skip
+
+
+def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> bytes:
+    """The cubin of ``_decode_split_kernel`` for Llama-3-8B heads (4 q heads a kv head)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kvserve.kernels.decode_attention import _decode_split_kernel as kernel
+    from kvserve.kernels.store_kv_cache import FP8_AS_FP16
+
+    fp8 = cache == "fp8"
+    pointer = "*fp8e4nv" if fp8 else "*bf16"
+    constants = {
+        "GROUP": 4, "BLOCK_H": 16, "BLOCK_N": block_n, "HEAD_DIM": 128, "DIRECT": False,
+        "DOT_PRECISION": "tf32", "FP8": fp8, "FP8_MODE": FP8_AS_FP16, "USE_PDL": True,
+        "FUSED_MERGE": fused, "BLOCK_S": 32,
+    }  # fmt: skip
+    signature = {**_ARGS, "k_cache_ptr": pointer, "v_cache_ptr": pointer}
+    signature.update({name: "constexpr" for name in constants})
+    src = ASTSource(
+        kernel,
+        signature=signature,
+        constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()},
+    )
+    target = GPUTarget("cuda", 90, 32)
+    compiled = triton.compile(src, target=target, options={"num_warps": num_warps})
+    return compiled.asm["cubin"]
+
+
+def resource_usage(cubin: bytes) -> dict[str, int]:
+    """REG (registers a thread), STACK (bytes of local memory a thread), SHARED (static)."""
+    from triton import knobs
+
+    cuobjdump = knobs.nvidia.cuobjdump.path  # the one Triton ships beside its ptxas
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run(
+            [str(cuobjdump), "-res-usage", f.name], capture_output=True, text=True, check=True
+        ).stdout
+    return {key: int(value) for key, value in re.findall(r"(REG|STACK|SHARED):(\d+)", text)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out-dir", default=None)
+    args = ap.parse_args()
+    rows: list[dict[str, Any]] = []
+    for cache, block_n, warps, fused in CONFIGS:
+        usage = resource_usage(compile_decode(cache, block_n, warps, fused))
+        rows.append({"cache": cache, "block_n": block_n, "num_warps": warps,
+                     "fused_merge": fused, **usage})  # fmt: skip
+        print(f"{cache} BLOCK_N={block_n} warps={warps} fused_merge={fused}: "
+              f"{usage.get('REG')} registers, {usage.get('STACK')} bytes of stack")  # fmt: skip
+    print(write_result("kernel_spills_sm90", {"target": "sm_90", "decode": rows}, args.out_dir))
+
+
+if __name__ == "__main__":
+    main()
