@@ -85,7 +85,7 @@ def test_moe_fused_kernels_give_the_unfused_paths_tokens(arch, tmp_path, monkeyp
     and 12 (GLM) tokens on both paths alike at c2e3a32, when the grouped GEMM still rounded its
     inputs to TF32."""
     path = _tiny_checkpoint(arch, tmp_path)
-    settings = {"device": "cuda", "dtype": "float32"}
+    settings = {"device": "cuda", "dtype": "float32", "max_total_tokens": 8192}  # two engines
     fused = _greedy(EngineCore(build_engine_config(path, **settings)))
     monkeypatch.setattr(Attention, "_fuses_rotary_store", lambda self, ctx: False)
     monkeypatch.setattr(moe_layer, "router_logits", lambda x, w: F.linear(x.float(), w))
