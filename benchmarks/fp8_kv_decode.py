@@ -43,6 +43,10 @@ FP8_CONFIGS = {
         block_n=128, num_stages=2, fused_merge=True, programs_per_sm=16
     ),
     "n128_s2_merge_kernel_pps8": DecodeConfig(block_n=128, num_stages=2, programs_per_sm=8),
+    # values loaded after the softmax: fewer spilled registers (benchmarks/kernel_spills.py)
+    "default_late_v": replace(FP8_DECODE_CONFIG, late_v_load=True),
+    "n128_w8_late_v": replace(FP8_DECODE_CONFIG, num_warps=8, late_v_load=True),
+    "n64_late_v": replace(FP8_DECODE_CONFIG, block_n=64, late_v_load=True),
     "as_bf16_cvt": DecodeConfig(fp8_mode=FP8_AS_QDTYPE),
     "as_fp16_n64": DecodeConfig(fp8_mode=FP8_AS_FP16),
 }

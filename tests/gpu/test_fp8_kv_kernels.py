@@ -126,16 +126,23 @@ DECODE_LENS = [[1, 17, 300, 1000], [16], [999, 64, 7, 513]]
 MODES = [0, 1]  # FP8_AS_QDTYPE, FP8_AS_FP16
 
 
-@pytest.mark.parametrize(
-    "fused_merge", [False, True, None], ids=["merge-kernel", "fused-merge", "fp8-default"]
-)
+# The merge kernel, the fused merge, values loaded after the softmax, and FP8_DECODE_CONFIG's
+# tiles, split rule and merge
+DECODE_VARIANTS = {
+    "merge-kernel": DecodeConfig(),
+    "fused-merge": DecodeConfig(fused_merge=True),
+    "late-v": DecodeConfig(late_v_load=True),
+    "fp8-default": FP8_DECODE_CONFIG,
+}
+
+
+@pytest.mark.parametrize("variant", sorted(DECODE_VARIANTS))
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lens_idx", range(len(DECODE_LENS)))
 def test_decode_on_fp8_cache_matches_reference(
-    dtype: torch.dtype, lens_idx: int, mode: int, fused_merge: bool | None
+    dtype: torch.dtype, lens_idx: int, mode: int, variant: str
 ) -> None:
-    """``fused_merge`` None: FP8_DECODE_CONFIG's tiles, split rule and merge."""
     lens = DECODE_LENS[lens_idx]
     b = fp8_batch([1] * len(lens), lens, dtype, seed=lens_idx, **SHAPE)
     ref_cache = b.kv_cache.clone()
@@ -147,8 +154,7 @@ def test_decode_on_fp8_cache_matches_reference(
     m = b.meta
     paged_decode_attention(
         b.q, b.kv_cache, m.block_tables, m.seq_lens, 64**-0.5, out, scales(),
-        config=dataclasses.replace(FP8_DECODE_CONFIG, fp8_mode=mode) if fused_merge is None
-        else DecodeConfig(fp8_mode=mode, fused_merge=fused_merge),
+        config=dataclasses.replace(DECODE_VARIANTS[variant], fp8_mode=mode),
     )  # fmt: skip
     assert_close(out, ref, dtype)
 
