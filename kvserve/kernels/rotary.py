@@ -19,6 +19,25 @@ from kvserve.kernels._triton import (
     require_triton,
     tl,
 )
+from kvserve.kernels.store_kv_cache import encode_kv
+
+
+def rotate_reference(
+    x: torch.Tensor,  # [T, H * D]
+    positions: torch.Tensor,  # int64 [T]
+    cos_sin_cache: torch.Tensor,  # float32 [max_pos, R], R <= D
+    head_dim: int,
+) -> torch.Tensor:
+    """Out of place, in x's dtype: each head's leading R dims rotated (R = D but for
+    partial-rotary models such as GLM-4.5), the rest passed through."""
+    rot = cos_sin_cache.shape[1]
+    half = rot // 2
+    cos_sin = cos_sin_cache[positions]  # [T, R]
+    cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]
+    heads = x.float().view(x.shape[0], -1, head_dim)  # [T, H, D]
+    x1, x2 = heads[..., :half], heads[..., half:rot]
+    rotated = (x1 * cos - x2 * sin, x2 * cos + x1 * sin, heads[..., rot:])
+    return torch.cat(rotated, dim=-1).to(x.dtype).view_as(x)
 
 
 def apply_rotary_reference(
@@ -29,17 +48,10 @@ def apply_rotary_reference(
     head_dim: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Out of place; returns new tensors in the inputs' dtypes."""
-    half = head_dim // 2
-    cos_sin = cos_sin_cache[positions]  # [T, D]
-    cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]
-
-    def rotate(x: torch.Tensor) -> torch.Tensor:
-        xh = x.float().view(x.shape[0], -1, head_dim)  # [T, H, D]
-        x1, x2 = xh[..., :half], xh[..., half:]
-        rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-        return rotated.to(x.dtype).view_as(x)
-
-    return rotate(q), rotate(k)
+    return (
+        rotate_reference(q, positions, cos_sin_cache, head_dim),
+        rotate_reference(k, positions, cos_sin_cache, head_dim),
+    )
 
 
 @jit
@@ -52,27 +64,55 @@ def rotate_heads(
     cos,
     sin,
     BLOCK_H: tl.constexpr,
-    HALF: tl.constexpr,
+    HALF: tl.constexpr,  # rotary dims / 2
+    HEAD_DIM: tl.constexpr,
+    norm_w_ptr=None,
+    eps=0.0,
     inv_scale=1.0,
+    QK_NORM: tl.constexpr = False,
     FP8: tl.constexpr = False,
 ):
-    """Rotate ``num_heads`` heads of one token from ``src`` into ``dst`` (may be the same).
-    ``FP8``: ``dst`` is an FP8 KV cache, stored times ``inv_scale`` and clamped to its range."""
+    """Rotate ``num_heads`` heads of one token from ``src`` into ``dst`` (may be the same): the
+    leading 2 * HALF dims of each head rotated, the rest passed through; first RMSNorm'd with
+    ``norm_w_ptr`` when QK_NORM (Qwen3's q/k norm, ``rmsnorm.py``'s rounding). Rounded to
+    src's dtype, then stored in dst's: an FP8 KV cache (FP8) times ``inv_scale``, clamped."""
+    TAIL: tl.constexpr = HEAD_DIM - 2 * HALF
     heads = tl.arange(0, BLOCK_H)
     dims = tl.arange(0, HALF)
     mask = (heads < num_heads)[:, None]
-    src = src_ptr + heads[:, None] * src_stride_h + dims[None, :]  # [BLOCK_H, D/2]
-    dst = dst_ptr + heads[:, None] * dst_stride_h + dims[None, :]
+    src_heads = src_ptr + heads[:, None] * src_stride_h  # [BLOCK_H, 1]
+    dst_heads = dst_ptr + heads[:, None] * dst_stride_h
+    src, dst = src_heads + dims[None, :], dst_heads + dims[None, :]  # [BLOCK_H, HALF]
+    dtype = src_ptr.dtype.element_ty
     x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
-    dtype = dst_ptr.dtype.element_ty
-    y1 = x1 * cos[None, :] - x2 * sin[None, :]
-    y2 = x2 * cos[None, :] + x1 * sin[None, :]
-    if FP8:
-        y1 = tl.clamp(y1 * inv_scale, -448.0, 448.0)
-        y2 = tl.clamp(y2 * inv_scale, -448.0, 448.0)
-    tl.store(dst, y1.to(dtype), mask=mask)
-    tl.store(dst + HALF, y2.to(dtype), mask=mask)
+    if TAIL > 0:
+        tail = 2 * HALF + tl.arange(0, TAIL)[None, :]  # [1, TAIL]: the pass-through dims
+        xt = tl.load(src_heads + tail, mask=mask, other=0.0).to(tl.float32)
+    if QK_NORM:
+        squares = tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)
+        if TAIL > 0:
+            squares += tl.sum(xt * xt, 1)
+        rstd = tl.rsqrt(squares / HEAD_DIM + eps)[:, None]
+        x1 = _normed(x1, rstd, norm_w_ptr + dims, dtype)
+        x2 = _normed(x2, rstd, norm_w_ptr + HALF + dims, dtype)
+        if TAIL > 0:
+            xt = _normed(xt, rstd, norm_w_ptr + tail, dtype)
+    y1 = (x1 * cos[None, :] - x2 * sin[None, :]).to(dtype)
+    y2 = (x2 * cos[None, :] + x1 * sin[None, :]).to(dtype)
+    out_dtype = dst_ptr.dtype.element_ty
+    tl.store(dst, encode_kv(y1, inv_scale, FP8).to(out_dtype), mask=mask)
+    tl.store(dst + HALF, encode_kv(y2, inv_scale, FP8).to(out_dtype), mask=mask)
+    if TAIL > 0:
+        tl.store(dst_heads + tail, encode_kv(xt.to(dtype), inv_scale, FP8).to(out_dtype), mask=mask)
+
+
+@jit
+def _normed(x, rstd, w_ptrs, dtype: tl.constexpr):
+    """weight * (x * rstd) with RMSNorm's rounding: the normalized value rounded to the
+    activations' dtype, then the product (``rmsnorm.py``)."""
+    normed = (x * rstd).to(dtype).to(tl.float32)
+    return (normed * tl.load(w_ptrs).to(tl.float32)).to(dtype).to(tl.float32)
 
 
 @jit
@@ -107,8 +147,8 @@ def _rotary_kernel(
     cos, sin = load_cos_sin(cos_sin_ptr, positions_ptr, t, stride_cs, HALF)
     q = q_ptr + t * stride_qt
     k = k_ptr + t * stride_kt
-    rotate_heads(q, q, num_q_heads, 2 * HALF, 2 * HALF, cos, sin, BLOCK_HQ, HALF)
-    rotate_heads(k, k, num_kv_heads, 2 * HALF, 2 * HALF, cos, sin, BLOCK_HK, HALF)
+    rotate_heads(q, q, num_q_heads, 2 * HALF, 2 * HALF, cos, sin, BLOCK_HQ, HALF, 2 * HALF)
+    rotate_heads(k, k, num_kv_heads, 2 * HALF, 2 * HALF, cos, sin, BLOCK_HK, HALF, 2 * HALF)
 
 
 def apply_rotary(

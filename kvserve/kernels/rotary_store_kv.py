@@ -30,11 +30,10 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.rmsnorm import rms_norm_reference
-from kvserve.kernels.rotary import apply_rotary_reference, load_cos_sin
+from kvserve.kernels.rotary import load_cos_sin, rotate_heads, rotate_reference
 from kvserve.kernels.store_kv_cache import (
     KVScales,
     copy_heads,
-    encode_kv,
     is_fp8_kv,
     load_inv_scales,
     scale_args,
@@ -49,18 +48,6 @@ class QKNorm:
     q_weight: torch.Tensor  # [D]
     k_weight: torch.Tensor  # [D]
     eps: float
-
-
-def _rotate_leading(
-    x: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, head_dim: int
-) -> torch.Tensor:
-    """Rotary over the leading ``cos_sin_cache.shape[1]`` dims of each head of x [T, H * D]."""
-    rot = cos_sin_cache.shape[1]
-    heads = x.view(x.shape[0], -1, head_dim)
-    lead = heads[..., :rot].flatten(1)
-    rotated, _ = apply_rotary_reference(lead, lead[:, :rot], positions, cos_sin_cache, rot)
-    rotated = rotated.view(x.shape[0], -1, rot)
-    return torch.cat((rotated, heads[..., rot:]), dim=-1).flatten(1)
 
 
 def rotary_store_kv_reference(
@@ -81,74 +68,13 @@ def rotary_store_kv_reference(
         w_q, w_k, eps = qk_norm.q_weight, qk_norm.k_weight, qk_norm.eps
         q = rms_norm_reference(q.reshape(-1, head_dim), w_q, eps).view(q.shape)
         k = rms_norm_reference(k.reshape(-1, head_dim), w_k, eps).view(k.shape)
-    q = _rotate_leading(q, positions, cos_sin_cache, head_dim)
-    k = _rotate_leading(k, positions, cos_sin_cache, head_dim)
+    q = rotate_reference(q, positions, cos_sin_cache, head_dim)
+    k = rotate_reference(k, positions, cos_sin_cache, head_dim)
     keep = slot_mapping >= 0
     heads = (-1, num_kv_heads, head_dim)
     k, v = k[keep].view(heads), v[keep].view(heads)
     store_kv_cache_reference(k, v, kv_cache, slot_mapping[keep], kv_scales)
     return q.view(-1, num_q_heads, head_dim)
-
-
-@jit
-def _norm_rotate_heads(
-    src_ptr,
-    dst_ptr,
-    num_heads,
-    dst_stride_h,
-    cos,
-    sin,
-    norm_w_ptr,
-    eps,
-    inv_scale,
-    BLOCK_H: tl.constexpr,
-    HALF: tl.constexpr,  # rotary_dim / 2
-    HEAD_DIM: tl.constexpr,
-    QK_NORM: tl.constexpr,
-    FP8: tl.constexpr,
-):
-    """``num_heads`` heads of one token (contiguous in ``src``): RMSNorm'd when QK_NORM, their
-    leading 2 * HALF dims rotated, the rest passed through, stored to ``dst`` (an FP8 cache:
-    times ``inv_scale``, clamped)."""
-    TAIL: tl.constexpr = HEAD_DIM - 2 * HALF
-    heads = tl.arange(0, BLOCK_H)
-    dims = tl.arange(0, HALF)
-    mask = (heads < num_heads)[:, None]
-    src = src_ptr + heads[:, None] * HEAD_DIM + dims[None, :]  # [BLOCK_H, HALF]
-    dst = dst_ptr + heads[:, None] * dst_stride_h + dims[None, :]
-    dtype = src_ptr.dtype.element_ty
-    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
-    if TAIL > 0:
-        tail = tl.arange(0, TAIL)
-        tail_src = src_ptr + heads[:, None] * HEAD_DIM + 2 * HALF + tail[None, :]
-        xt = tl.load(tail_src, mask=mask, other=0.0).to(tl.float32)
-    if QK_NORM:
-        squares = tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)
-        if TAIL > 0:
-            squares += tl.sum(xt * xt, 1)
-        rstd = tl.rsqrt(squares / HEAD_DIM + eps)[:, None]
-        x1 = _normed(x1, rstd, norm_w_ptr + dims, dtype)
-        x2 = _normed(x2, rstd, norm_w_ptr + HALF + dims, dtype)
-        if TAIL > 0:
-            xt = _normed(xt, rstd, norm_w_ptr + 2 * HALF + tail, dtype)
-    out_dtype = dst_ptr.dtype.element_ty
-    # rounded to the activations' dtype first, as the unfused rotary kernel stores it
-    y1 = (x1 * cos[None, :] - x2 * sin[None, :]).to(dtype)
-    y2 = (x2 * cos[None, :] + x1 * sin[None, :]).to(dtype)
-    tl.store(dst, encode_kv(y1, inv_scale, FP8).to(out_dtype), mask=mask)
-    tl.store(dst + HALF, encode_kv(y2, inv_scale, FP8).to(out_dtype), mask=mask)
-    if TAIL > 0:
-        tail_dst = dst_ptr + heads[:, None] * dst_stride_h + 2 * HALF + tail[None, :]
-        tl.store(tail_dst, encode_kv(xt.to(dtype), inv_scale, FP8).to(out_dtype), mask=mask)
-
-
-@jit
-def _normed(x, rstd, w_ptrs, dtype: tl.constexpr):
-    """weight * (x * rstd) with RMSNorm's rounding: the normalized value rounded to the
-    activations' dtype, then the product (``rmsnorm.py``)."""
-    normed = (x * rstd).to(dtype).to(tl.float32)
-    return (normed * tl.load(w_ptrs).to(tl.float32)[None, :]).to(dtype).to(tl.float32)
 
 
 @jit
@@ -189,9 +115,9 @@ def _rotary_store_kv_kernel(
     cos, sin = load_cos_sin(cos_sin_ptr, positions_ptr, t, stride_cs, HALF)
     q_src = qkv_ptr + t * stride_qkv_t
     q_dst = q_out_ptr + t * stride_qo_t
-    _norm_rotate_heads(
-        q_src, q_dst, num_q_heads, stride_qo_h, cos, sin, q_norm_ptr, eps, 1.0,
-        BLOCK_HQ, HALF, HEAD_DIM, QK_NORM, False,
+    rotate_heads(
+        q_src, q_dst, num_q_heads, HEAD_DIM, stride_qo_h, cos, sin, BLOCK_HQ, HALF, HEAD_DIM,
+        q_norm_ptr, eps, 1.0, QK_NORM,
     )  # fmt: skip
     slot = tl.load(slot_mapping_ptr + t).to(tl.int64)
     if slot >= 0:
@@ -199,9 +125,9 @@ def _rotary_store_kv_kernel(
         dst = (slot // page_size) * stride_cache_page + (slot % page_size) * stride_cache_tok
         k_src = q_src + num_q_heads * HEAD_DIM
         v_src = k_src + num_kv_heads * HEAD_DIM
-        _norm_rotate_heads(
-            k_src, k_cache_ptr + dst, num_kv_heads, stride_cache_head, cos, sin, k_norm_ptr,
-            eps, k_inv, BLOCK_HK, HALF, HEAD_DIM, QK_NORM, FP8,
+        rotate_heads(
+            k_src, k_cache_ptr + dst, num_kv_heads, HEAD_DIM, stride_cache_head, cos, sin,
+            BLOCK_HK, HALF, HEAD_DIM, k_norm_ptr, eps, k_inv, QK_NORM, FP8,
         )  # fmt: skip
         copy_heads(
             v_src, v_cache_ptr + dst, num_kv_heads, HEAD_DIM, stride_cache_head, v_inv,
