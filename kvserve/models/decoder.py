@@ -101,6 +101,14 @@ class Attention(nn.Module):
         self.k_norm = (
             RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, kernels) if cfg.qk_norm else None
         )
+        # What the fused rotary + KV-store kernel needs, fixed by the config (the norm weights
+        # are loaded in place into these parameters)
+        self.fusable_heads = fusable(rotary.head_dim, self.head_dim)
+        self.qk_norm = (
+            QKNorm(self.q_norm.weight, self.k_norm.weight, cfg.rms_norm_eps)
+            if self.q_norm is not None and self.k_norm is not None
+            else None
+        )
 
     def forward(
         self, positions: torch.Tensor, hidden: torch.Tensor, ctx: ForwardContext
@@ -115,16 +123,7 @@ class Attention(nn.Module):
     def _fuses_rotary_store(self, ctx: ForwardContext) -> bool:
         """q/k norms (Qwen3), rotary (partial too: GLM-4.5) and the KV store in one kernel
         straight from the qkv output (Triton path), where the kernel takes the head shapes."""
-        return (
-            self.rotary.kernels.triton
-            and ctx.backend.fuses_rotary_store
-            and fusable(self.rotary.head_dim, self.head_dim)
-        )
-
-    def _qk_norm(self) -> QKNorm | None:
-        if self.q_norm is None or self.k_norm is None:
-            return None
-        return QKNorm(self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
+        return self.rotary.kernels.triton and ctx.backend.fuses_rotary_store and self.fusable_heads
 
     def _rotary_store_attend(
         self, positions: torch.Tensor, qkv: torch.Tensor, ctx: ForwardContext
@@ -140,7 +139,7 @@ class Attention(nn.Module):
             self.num_kv_heads,
             self.head_dim,
             kv_scales=kv_scales,
-            qk_norm=self._qk_norm(),
+            qk_norm=self.qk_norm,
             pdl=self.rotary.kernels.pdl,
         )
         return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale, kv_scales)
