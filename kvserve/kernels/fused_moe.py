@@ -340,6 +340,9 @@ ExpertGemm = Callable[
     [torch.Tensor, int, "SortedSlots | torch.Tensor", int, int, dict, "torch.Tensor | None"],
     torch.Tensor,
 ]
+# (gate/up output [num_slots, 2I], flat expert ids, num_slots, top_k, tile config, router
+# weights) -> [tokens, N]: the down GEMM with SiLU-and-mul and the sum of each token's k rows
+FusedDownGemm = Callable[[torch.Tensor, torch.Tensor, int, int, dict, torch.Tensor], torch.Tensor]
 
 
 def fused_moe(
@@ -354,15 +357,16 @@ def fused_moe(
     assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
     stacks = (w13, w2)
 
-    fused = fused_decode_enabled()
-
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
-        fuse = fused and which == 1 and isinstance(blocks, torch.Tensor)
-        return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights, fuse)
+        return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights)
+
+    def fused_down(gate_up, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
+        return _grouped_gemm(gate_up, w2, blocks, num_slots, top_k, config, row_weights, True)
 
     return fused_moe_with(
-        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, fused_decode=fused
-    )
+        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm,
+        fused_down=fused_down if fused_decode_enabled() else None,
+    )  # fmt: skip
 
 
 @functools.cache
@@ -381,13 +385,13 @@ def fused_moe_with(
     hidden_size: int,
     gemm: ExpertGemm,
     config: dict[str, int] | None = None,
-    fused_decode: bool = False,
+    fused_down: FusedDownGemm | None = None,
 ) -> torch.Tensor:
     """Route, sort (or not), gate/up GEMM, SiLU-mul, down GEMM scaled by the router weights,
     sum of the k rows: the steps every expert format shares; ``gemm`` multiplies by one
-    expert stack in its own format. ``fused_decode``: at decode (one slot per block) the down
-    GEMM gets the gate/up output and returns the summed rows (a ``gemm`` that can: the bf16
-    one); a prefill's larger tiles would redo the SiLU once per N tile."""
+    expert stack in its own format. ``fused_down``, at decode (one slot per block) only: the
+    down GEMM taking the gate/up output and returning the summed rows (a prefill's larger
+    tiles would redo the SiLU once per N tile)."""
     require_triton()
     tokens, top_k = topk_ids.shape
     num_slots = tokens * top_k
@@ -400,7 +404,7 @@ def fused_moe_with(
         blocks = sort_slots_by_expert_kernel(topk_ids, num_experts, config["BLOCK_M"])
     gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None)
     flat_weights = topk_weights.flatten().float().contiguous()
-    if fused_decode and isinstance(blocks, torch.Tensor):
-        return gemm(gate_up, 1, blocks, num_slots, top_k, config, flat_weights)
+    if fused_down is not None and isinstance(blocks, torch.Tensor):
+        return fused_down(gate_up, blocks, num_slots, top_k, config, flat_weights)
     down = gemm(silu_and_mul(gate_up), 1, blocks, num_slots, top_k, config, flat_weights)
     return down.view(tokens, top_k, -1).sum(dim=1)  # accumulates in fp32, one kernel

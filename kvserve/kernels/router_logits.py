@@ -61,7 +61,7 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     tokens, hidden = x.shape
     experts = weight.shape[0]
     if tokens == 0 or tokens > MAX_KERNEL_TOKENS:
-        return F.linear(x.float(), weight.float())
+        return F.linear(x.float(), weight)
     require_triton()
     assert weight.shape[1] == hidden and weight.stride(1) == 1
     x = x if x.stride(1) == 1 else x.contiguous()
