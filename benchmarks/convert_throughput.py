@@ -1,20 +1,20 @@
 """Issue rate of the instructions the low-bit kernels decode with, on the GPU: the FP8-to-half
-conversion (``cvt.rn.f16x2.e4m3x2``, SASS ``F2FP``) against a plain integer op (``LOP3``) and a
+conversion (``cvt.rn.f16x2.e4m3x2``, SASS ``F2FP``) against a plain integer op (``PRMT``) and a
 packed half FMA (``HFMA2``), each in a loop of independent chains with nothing else to wait on.
 
 The word GEMV widens two weight codes per ``F2FP`` and the FP8 KV decode attention widens its
-keys and values the same way; if ``F2FP`` issues at a fraction of ``LOP3``'s rate, decoding by
+keys and values the same way; if ``F2FP`` issues at a fraction of the integer ops' rate, decoding by
 integer ops (a layout whose half-precision pairs come out of a shift and a ``LOP3``) is the next
 lever for both (see benchmarks/results/INDEX.md). Reported: instructions per SM per clock at an
-assumed SM clock (``--sm-clock-mhz``), and their ratio to ``LOP3``'s; a composite op (the
+assumed SM clock (``--sm-clock-mhz``), and their ratio to ``PRMT``'s; a composite op (the
 integer decode) counts once.
 
 Measured on the H200 (convert_throughput_h200_2026-12-01.json): F2FP, HFMA2, PRMT and the f16 ->
 f32 widening all ran at 63 per SM per clock, and the four-instruction integer decode at 15.9:
 F2FP is not slower than the integer ops, so decoding by integer ops would cost more, not less.
-The ``shr`` row is not a rate (the shifts fold away: 4096 shifts by one of a 32-bit word); the
-``lop3`` row took the same time as HFMA2's with more LOP3s in its loop body, so it too is not
-read as a rate.
+That run also timed two chains that measured nothing and are gone: shifts, which folded away
+(4096 shifts by one of a 32-bit word), and a LOP3 whose function is idempotent (its ``lop3`` row
+in that file is not a rate).
 
     python -m benchmarks.convert_throughput [--out-dir $OUT]
 """
@@ -36,11 +36,8 @@ OPS = {
     # the low half's two e4m3 bytes -> f16x2 (unpacking a register's halves costs nothing)
     "f2fp_e4m3x2_to_f16x2": "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $1; "
     "cvt.rn.f16x2.e4m3x2 $0, lo; }",
-    "lop3": "{ .reg .b32 m, s; mov.b32 m, 0x0e000e00; mov.b32 s, 0x80008000; "
-    "lop3.b32 $0, $1, m, s, 0xea; }",
     "hfma2": "{ .reg .b32 one; mov.b32 one, 0x3c003c00; fma.rn.f16x2 $0, $1, one, one; }",
     "prmt": "prmt.b32 $0, $1, 0, 0x1404;",
-    "shr": "shr.b32 $0, $1, 1;",
     # f16 -> f32 widening (the GEMVs' lane sums); the result's bits feed the chain
     "cvt_f32_f16": "{ .reg .b16 lo, hi; .reg .f32 f; mov.b32 {lo, hi}, $1; cvt.f32.f16 f, lo; "
     "mov.b32 $0, f; }",
@@ -105,7 +102,7 @@ def main() -> None:
         rows[name] = {"seconds": seconds, "per_sm_per_clock": per_sm_clock}
         print(f"{name:24s} {seconds * 1e3:8.3f} ms  {per_sm_clock:6.1f} per SM per clock")
     for row in rows.values():
-        row["vs_lop3"] = row["per_sm_per_clock"] / rows["lop3"]["per_sm_per_clock"]
+        row["vs_prmt"] = row["per_sm_per_clock"] / rows["prmt"]["per_sm_per_clock"]
     result = {"sms": sms, "clock_hz": clock_hz, "chains": CHAINS, "iters": ITERS, "ops": rows}
     print(write_result("convert_throughput", result, args.out_dir))
 
