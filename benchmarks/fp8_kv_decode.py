@@ -185,6 +185,9 @@ def main() -> None:
     shapes = SHAPES[:1] if args.sweep else SHAPES
     configs = sweep_configs() if args.sweep else FP8_CONFIGS
     bf16 = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig(), shapes)
+    bf16_late_v = [] if args.sweep else measure(
+        torch.bfloat16, copy_gbs, "bf16_late_v", DecodeConfig(late_v_load=True), shapes
+    )
     fp8 = {n: measure(torch.float8_e4m3fn, copy_gbs, n, c, shapes) for n, c in configs.items()}
     speedup = {
         name: [{"batch": a["batch"], "ctx": a["ctx"], "fp8_speedup": a["us"] / b["us"]}
@@ -196,7 +199,7 @@ def main() -> None:
     for x, name, r in ranked[: 12 if args.sweep else len(ranked)]:
         print(f"{name} B={r['batch']} ctx={r['ctx']}: FP8 KV {x:.2f}x bf16")
     result = {"heads": {"q": HQ, "kv": HKV, "head_dim": HEAD_DIM, "page": PAGE},
-              "copy_GBps": copy_gbs, "bf16": bf16, "fp8_e4m3": fp8,
+              "copy_GBps": copy_gbs, "bf16": bf16, "bf16_late_v": bf16_late_v, "fp8_e4m3": fp8,
               "fp8_configs": {k: vars(v) for k, v in configs.items()},
               "speedup": speedup}  # fmt: skip
     print(f"wrote {write_result(f'fp8_kv_decode_{args.tag}', result, args.out_dir)}")
