@@ -43,10 +43,6 @@ FP8_CONFIGS = {
         block_n=128, num_stages=2, fused_merge=True, programs_per_sm=16
     ),
     "n128_s2_merge_kernel_pps8": DecodeConfig(block_n=128, num_stages=2, programs_per_sm=8),
-    # values loaded after the softmax: fewer spilled registers (benchmarks/kernel_spills.py)
-    "default_late_v": replace(FP8_DECODE_CONFIG, late_v_load=True),
-    "n128_w8_late_v": replace(FP8_DECODE_CONFIG, num_warps=8, late_v_load=True),
-    "n64_late_v": replace(FP8_DECODE_CONFIG, block_n=64, late_v_load=True),
     "as_bf16_cvt": DecodeConfig(fp8_mode=FP8_AS_QDTYPE),
     "as_fp16_n64": DecodeConfig(fp8_mode=FP8_AS_FP16),
 }
@@ -185,9 +181,6 @@ def main() -> None:
     shapes = SHAPES[:1] if args.sweep else SHAPES
     configs = sweep_configs() if args.sweep else FP8_CONFIGS
     bf16 = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig(), shapes)
-    bf16_late_v = [] if args.sweep else measure(
-        torch.bfloat16, copy_gbs, "bf16_late_v", DecodeConfig(late_v_load=True), shapes
-    )
     fp8 = {n: measure(torch.float8_e4m3fn, copy_gbs, n, c, shapes) for n, c in configs.items()}
     speedup = {
         name: [{"batch": a["batch"], "ctx": a["ctx"], "fp8_speedup": a["us"] / b["us"]}
@@ -199,7 +192,7 @@ def main() -> None:
     for x, name, r in ranked[: 12 if args.sweep else len(ranked)]:
         print(f"{name} B={r['batch']} ctx={r['ctx']}: FP8 KV {x:.2f}x bf16")
     result = {"heads": {"q": HQ, "kv": HKV, "head_dim": HEAD_DIM, "page": PAGE},
-              "copy_GBps": copy_gbs, "bf16": bf16, "bf16_late_v": bf16_late_v, "fp8_e4m3": fp8,
+              "copy_GBps": copy_gbs, "bf16": bf16, "fp8_e4m3": fp8,
               "fp8_configs": {k: vars(v) for k, v in configs.items()},
               "speedup": speedup}  # fmt: skip
     print(f"wrote {write_result(f'fp8_kv_decode_{args.tag}', result, args.out_dir)}")

@@ -12,7 +12,6 @@ device time. Runs on any machine with Triton installed (``pip install triton``):
 from __future__ import annotations
 
 import argparse
-import itertools
 import re
 import subprocess
 import tempfile
@@ -21,7 +20,7 @@ from typing import Any
 from benchmarks.common import write_result
 
 # (cache, BLOCK_N, num_warps, fused merge): the defaults first, then the neighbours swept on
-# the H200; each with the values loaded with the keys and after the softmax (late_v_load)
+# the H200
 CONFIGS = [
     ("bf16", 64, 4, False),
     ("fp8", 128, 4, True),
@@ -40,7 +39,7 @@ _ARGS = {
 }  # fmt: skip
 
 
-def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool, late_v: bool) -> bytes:
+def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> bytes:
     """The cubin of ``_decode_split_kernel`` for Llama-3-8B heads (4 q heads a kv head)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -54,7 +53,7 @@ def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool, late_v
     constants = {
         "GROUP": 4, "BLOCK_H": 16, "BLOCK_N": block_n, "HEAD_DIM": 128, "DIRECT": False,
         "DOT_PRECISION": "tf32", "FP8": fp8, "FP8_MODE": FP8_AS_FP16, "USE_PDL": True,
-        "FUSED_MERGE": fused, "BLOCK_S": 32, "LATE_V": late_v,
+        "FUSED_MERGE": fused, "BLOCK_S": 32,
     }  # fmt: skip
     signature = {**_ARGS, "k_cache_ptr": pointer, "v_cache_ptr": pointer}
     signature.update({name: "constexpr" for name in constants})
@@ -87,11 +86,11 @@ def main() -> None:
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
     rows: list[dict[str, Any]] = []
-    for (cache, block_n, warps, fused), late_v in itertools.product(CONFIGS, (False, True)):
-        usage = resource_usage(compile_decode(cache, block_n, warps, fused, late_v))
+    for cache, block_n, warps, fused in CONFIGS:
+        usage = resource_usage(compile_decode(cache, block_n, warps, fused))
         rows.append({"cache": cache, "block_n": block_n, "num_warps": warps,
-                     "fused_merge": fused, "late_v_load": late_v, **usage})  # fmt: skip
-        print(f"{cache} BLOCK_N={block_n} warps={warps} fused_merge={fused} late_v={late_v}: "
+                     "fused_merge": fused, **usage})  # fmt: skip
+        print(f"{cache} BLOCK_N={block_n} warps={warps} fused_merge={fused}: "
               f"{usage.get('REG')} registers, {usage.get('STACK')} bytes of stack")  # fmt: skip
     print(write_result("kernel_spills_sm90", {"target": "sm_90", "decode": rows}, args.out_dir))
 

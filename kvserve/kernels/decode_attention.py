@@ -67,11 +67,6 @@ class DecodeConfig:
     # With 2.._FUSED_MERGE_MAX_SPLITS splits, the split program that arrives last merges them
     # (an arrival counter per sequence and kv head) instead of a second kernel.
     fused_merge: bool = False
-    # Load a tile's values after its softmax instead of with its keys: fewer live registers
-    # (compiled for sm_90, benchmarks/kernel_spills.py: bf16's default spills 24 bytes a thread
-    # instead of 352, FP8 with 128-token tiles and 8 warps 8 instead of 224), the values' load
-    # latency no longer hidden behind the scores. Not yet timed on the H200: off.
-    late_v_load: bool = False
 
 
 # An FP8 cache's tiles hold half the bytes: 128 tokens per tile, two stages, about 8 programs
@@ -124,7 +119,6 @@ def _decode_split_kernel(
     USE_PDL: tl.constexpr,
     FUSED_MERGE: tl.constexpr,  # the split that arrives last merges (no merge kernel)
     BLOCK_S: tl.constexpr,  # FUSED_MERGE: splits merged at once, >= num_splits
-    LATE_V: tl.constexpr,  # DecodeConfig.late_v_load
 ):
     pdl_wait(USE_PDL)
     b = tl.program_id(0)
@@ -164,13 +158,9 @@ def _decode_split_kernel(
         kv_off = kv_off + kv_head * stride_cache_head
         kv_ptrs = kv_off[:, None] + dims[None, :]  # [BLOCK_N, D]
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
-        if LATE_V:
-            if FP8:
-                k = k.to(q.dtype)
-        else:
-            v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
-            if FP8:
-                k, v = k.to(q.dtype), v.to(q.dtype)  # fp16 already for FP8_AS_FP16
+        v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
+        if FP8:
+            k, v = k.to(q.dtype), v.to(q.dtype)  # fp16 already for FP8_AS_FP16
 
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_H, N], unscaled
         s = tl.where(tok_mask[None, :], s, float("-inf"))
@@ -178,10 +168,6 @@ def _decode_split_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s * scale_log2 - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        if LATE_V:
-            v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
-            if FP8:
-                v = v.to(q.dtype)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
@@ -394,7 +380,6 @@ def paged_decode_attention(
         FP8=is_fp8_kv(kv_cache),
         FP8_MODE=fp8_mode,
         FUSED_MERGE=fused,
-        LATE_V=cfg.late_v_load,
         BLOCK_S=merge_block,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,

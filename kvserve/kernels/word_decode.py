@@ -54,10 +54,20 @@ def _byte_to_f32(word, B: tl.constexpr):
 
 @jit
 def _block_scale(s, SCALE_E8M0: tl.constexpr, LOG2_UNIT: tl.constexpr):
-    """Block scale bytes -> fp32 times 2**LOG2_UNIT (the units the partial sums are in)."""
-    if SCALE_E8M0:  # 2**(e - 127 + LOG2_UNIT) as fp32 bits (exact for e <= 254 - LOG2_UNIT)
+    """Block scale bytes -> fp32. E8M0 comes out times 2**LOG2_UNIT (the units the partial sums
+    are in), exact for e <= 254 - LOG2_UNIT; e4m3 comes out as is, and the kernel multiplies
+    its finished sums by 2**LOG2_UNIT once (``_unit_of_e4m3_sums``)."""
+    if SCALE_E8M0:  # 2**(e - 127 + LOG2_UNIT) as fp32 bits
         return ((s.to(tl.int32) + LOG2_UNIT) << 23).to(tl.float32, bitcast=True)
-    return s.to(tl.float8e4nv, bitcast=True).to(tl.float32) * (1 << LOG2_UNIT)
+    return s.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+
+
+@jit
+def _unit_of_e4m3_sums(tile, FP4: tl.constexpr, SCALE_E8M0: tl.constexpr, LOG2_UNIT: tl.constexpr):
+    """The finished sums of e4m3-scaled FP4 times 2**LOG2_UNIT (``_block_scale``)."""
+    if FP4 and not SCALE_E8M0:
+        tile = tile * (1 << LOG2_UNIT)
+    return tile
 
 
 @jit
@@ -109,50 +119,103 @@ def _fp8_row_part(x_ptr, row, stride_xm, M, k4, mask, w0, w1, w2, w3):
     return part
 
 
-@jit
-def _x_pair(x_ptr, row, stride_xm, M, k_lo, k_hi, mask):
-    """x[row, k_lo] and x[row, k_hi], times 2**-4, as the halves of one f16x2 word [1, BLOCK_W]
-    (2**-4: activations up to 2**20 stay inside f16 after the product sums)."""
-    unit = 1.0 / (1 << X_PAIR_LOG2)
-    lo = (_x_at(x_ptr, row, stride_xm, M, k_lo, mask) * unit).to(tl.float16)
-    hi = (_x_at(x_ptr, row, stride_xm, M, k_hi, mask) * unit).to(tl.float16)
-    return tl.inline_asm_elementwise(
-        "mov.b32 $0, {$1, $2};", "=r,h,h", [lo, hi], dtype=tl.int32, is_pure=True, pack=1
+# One x word pair's 16 activations -> the eight f16x2 operands of its codes, times 2**-4 (see
+# _fp4_pair_dots for the order). bf16 widens exactly to fp32, is scaled there (activations up to
+# 2**20 stay inside f16 after the product sums), then rounds to f16; fp16 is scaled in f16.
+_X_BF16_PAIR = """shl.b32 lo, {a}, 16; shl.b32 hi, {b}, 16;
+        mul.f32 lo, lo, 0f3D800000; mul.f32 hi, hi, 0f3D800000; cvt.rn.f16x2.f32 {out0}, hi, lo;
+        and.b32 lo, {a}, 0xFFFF0000; and.b32 hi, {b}, 0xFFFF0000;
+        mul.f32 lo, lo, 0f3D800000; mul.f32 hi, hi, 0f3D800000; cvt.rn.f16x2.f32 {out1}, hi, lo;"""
+_X_F16_PAIR = """prmt.b32 lo, {a}, {b}, 0x5410; mul.rn.f16x2 {out0}, lo, sixteenth;
+        prmt.b32 hi, {a}, {b}, 0x7632; mul.rn.f16x2 {out1}, hi, sixteenth;"""
+
+
+def _x_pairs_asm(bf16: bool) -> str:
+    """PTX: x[16p .. 16p + 15] loaded from $8 as eight 32-bit words a0..a7 (two 16-bit x each,
+    lowest first); out: $0..$3 word 2p's (x0, x2), (x4, x6), (x1, x3), (x5, x7), $4..$7 word
+    2p + 1's."""
+    pair = _X_BF16_PAIR if bf16 else _X_F16_PAIR
+    body = []
+    for word in range(2):
+        a = [f"a{4 * word + i}" for i in range(4)]
+        out = [f"${4 * word + i}" for i in range(4)]
+        # (x0, x2) and (x1, x3) come from a0, a1; (x4, x6) and (x5, x7) from a2, a3
+        body.append(pair.format(a=a[0], b=a[1], out0=out[0], out1=out[2]))
+        body.append(pair.format(a=a[2], b=a[3], out0=out[1], out1=out[3]))
+    return (
+        "{ .reg .b32 a0, a1, a2, a3, a4, a5, a6, a7, lo, hi, sixteenth;\n"
+        "mov.b32 sixteenth, 0x2C002C00;\n"
+        "ld.global.nc.v4.u32 {a0, a1, a2, a3}, [$8];\n"
+        "ld.global.nc.v4.u32 {a4, a5, a6, a7}, [$8+16];\n" + "\n".join(body) + " }"
     )
 
 
+X_BF16_PAIRS_ASM = constexpr(_x_pairs_asm(True))
+X_F16_PAIRS_ASM = constexpr(_x_pairs_asm(False))
+
+
 @jit
-def _fp4_word_dots(q, x02, x46, x13, x57):
-    """sum_j w_j * x_j over the 8 codes of each word, fp32 [BLOCK_N, BLOCK_W], in units of
-    2**-6 (the e4m3 trick) * 2**-4 (the x pairs'): the codes widen to f16x2 pairs (even codes
-    0/2 and 4/6, odd 1/3 and 5/7, as ``cvt.rn.f16x2.e4m3x2`` pairs a word's bytes), the products
-    sum in f16x2 (one HFMA2 for two weights), and the two lanes in fp32."""
+def _x_word_pairs(x_ptr, row, stride_xm, M, pair, X_BF16: tl.constexpr):
+    """The f16x2 operands of x row ``row`` for word pairs ``pair`` [1, P] (words 2p, 2p + 1;
+    ``_fp4_pair_dots``): eight int32 tensors [1, P]. x's rows are 16-byte aligned."""
+    r = tl.where(row < M, row, 0).to(tl.int64)
+    ptrs = x_ptr + r * stride_xm + pair * 16
     return tl.inline_asm_elementwise(
-        asm="""{ .reg .b32 ev, od, t0, t1, w0, w1, w2, w3, acc;
-        .reg .b16 e_lo, e_hi, o_lo, o_hi, a_lo, a_hi; .reg .f32 f_lo, f_hi;
-        and.b32 t0, $1, 0x07070707; shl.b32 t0, t0, 2;
-        and.b32 t1, $1, 0x08080808; shl.b32 t1, t1, 4;
+        asm=X_BF16_PAIRS_ASM if X_BF16 else X_F16_PAIRS_ASM,
+        constraints="=r,=r,=r,=r,=r,=r,=r,=r,l",
+        args=[ptrs],
+        dtype=(tl.int32,) * 8,
+        is_pure=True,
+        pack=1,
+    )
+
+
+# Eight E2M1 codes of a word -> four f16x2 weights (value * 2**-6): even codes 0/2 and 4/6, odd
+# 1/3 and 5/7, as cvt.rn.f16x2.e4m3x2 pairs a word's bytes (the e4m3 trick, word_gemv.py).
+_DECODE_WORD = """and.b32 t0, {q}, 0x07070707; shl.b32 t0, t0, 2;
+        and.b32 t1, {q}, 0x08080808; shl.b32 t1, t1, 4;
         or.b32 ev, t0, t1;
-        shr.b32 t0, $1, 2; and.b32 t0, t0, 0x1C1C1C1C;
-        and.b32 t1, $1, 0x80808080;
+        shr.b32 t0, {q}, 2; and.b32 t0, t0, 0x1C1C1C1C;
+        and.b32 t1, {q}, 0x80808080;
         or.b32 od, t0, t1;
-        mov.b32 {e_lo, e_hi}, ev;
-        mov.b32 {o_lo, o_hi}, od;
+        mov.b32 {{e_lo, e_hi}}, ev;
+        mov.b32 {{o_lo, o_hi}}, od;
         cvt.rn.f16x2.e4m3x2 w0, e_lo;
         cvt.rn.f16x2.e4m3x2 w1, e_hi;
         cvt.rn.f16x2.e4m3x2 w2, o_lo;
-        cvt.rn.f16x2.e4m3x2 w3, o_hi;
-        mul.rn.f16x2 acc, w0, $2;
-        fma.rn.f16x2 acc, w1, $3, acc;
-        fma.rn.f16x2 acc, w2, $4, acc;
-        fma.rn.f16x2 acc, w3, $5, acc;
+        cvt.rn.f16x2.e4m3x2 w3, o_hi;"""
+FP4_PAIR_DOTS_ASM = constexpr(
+    "{ .reg .b32 ev, od, t0, t1, w0, w1, w2, w3, acc;\n"
+    ".reg .b16 e_lo, e_hi, o_lo, o_hi, a_lo, a_hi;\n"
+    + _DECODE_WORD.format(q="$2")
+    + """
+        mul.rn.f16x2 acc, w0, $4;
+        fma.rn.f16x2 acc, w1, $5, acc;
+        fma.rn.f16x2 acc, w2, $6, acc;
+        fma.rn.f16x2 acc, w3, $7, acc;
+        """
+    + _DECODE_WORD.format(q="$3")
+    + """
+        fma.rn.f16x2 acc, w0, $8, acc;
+        fma.rn.f16x2 acc, w1, $9, acc;
+        fma.rn.f16x2 acc, w2, $10, acc;
+        fma.rn.f16x2 acc, w3, $11, acc;
         mov.b32 {a_lo, a_hi}, acc;
-        cvt.f32.f16 f_lo, a_lo;
-        cvt.f32.f16 f_hi, a_hi;
-        add.f32 $0, f_lo, f_hi; }""",
-        constraints="=f,r,r,r,r,r",
-        args=[q, x02, x46, x13, x57],
-        dtype=tl.float32,
+        cvt.f32.f16 $0, a_lo;
+        cvt.f32.f16 $1, a_hi; }"""
+)
+
+
+@jit
+def _fp4_pair_dots(q0, q1, x0, x1, x2, x3, x4, x5, x6, x7):
+    """sum_j w_j * x_j over the 16 codes of words q0, q1 (K-adjacent words of one row) in one
+    f16x2 chain, as its two lanes in fp32, in units of 2**-6 (the e4m3 trick) * 2**-4 (the x
+    operands'). x0..x3 are q0's operands, x4..x7 q1's (``_x_word_pairs``)."""
+    return tl.inline_asm_elementwise(
+        asm=FP4_PAIR_DOTS_ASM,
+        constraints="=f,=f,r,r,r,r,r,r,r,r,r,r",
+        args=[q0, q1, x0, x1, x2, x3, x4, x5, x6, x7],
+        dtype=(tl.float32, tl.float32),
         is_pure=True,
         pack=1,
     )
@@ -160,14 +223,16 @@ def _fp4_word_dots(q, x02, x46, x13, x57):
 
 @jit
 def _fp4_packed_part(
-    x_ptr, row, stride_xm, M, k8, mask, q, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr
-):
-    shape: tl.constexpr = (BLOCK_N, BLOCK_W)
-    x02 = tl.broadcast_to(_x_pair(x_ptr, row, stride_xm, M, k8, k8 + 2, mask), shape)
-    x46 = tl.broadcast_to(_x_pair(x_ptr, row, stride_xm, M, k8 + 4, k8 + 6, mask), shape)
-    x13 = tl.broadcast_to(_x_pair(x_ptr, row, stride_xm, M, k8 + 1, k8 + 3, mask), shape)
-    x57 = tl.broadcast_to(_x_pair(x_ptr, row, stride_xm, M, k8 + 5, k8 + 7, mask), shape)
-    return _fp4_word_dots(q, x02, x46, x13, x57)
+    x_ptr, row, stride_xm, M, w_first, words, q, X_BF16: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    """sum over each word pair's 16 codes of w * x[row]: [BLOCK_N, BLOCK_W // 2]. Pairs past
+    the end read the last pair's x (in bounds); their codes were loaded as 0."""
+    q0, q1 = tl.split(tl.reshape(q, (BLOCK_N, BLOCK_W // 2, 2)))
+    pair = tl.minimum(w_first // 2 + tl.arange(0, BLOCK_W // 2), words // 2 - 1)[None, :]
+    x0, x1, x2, x3, x4, x5, x6, x7 = _x_word_pairs(x_ptr, row, stride_xm, M, pair, X_BF16)
+    lo, hi = _fp4_pair_dots(q0, q1, x0, x1, x2, x3, x4, x5, x6, x7)
+    return lo + hi
 
 
 @jit
@@ -177,21 +242,29 @@ def _row_step(
     row,
     stride_xm,
     M,
-    k_first,
+    w_first,
+    words,
     mask,
     q,
     scale,
     FP4: tl.constexpr,
     PACKED: tl.constexpr,
+    X_BF16: tl.constexpr,
     USE_ASM: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_W: tl.constexpr,
     WORDS_PER_GROUP: tl.constexpr,
 ):
-    """One K step of one row of x added into its accumulator."""
+    """One K step of one row of x, words w_first .. w_first + BLOCK_W - 1 of W's rows, added
+    into its accumulator."""
+    k_first = (w_first + tl.arange(0, BLOCK_W)) * (8 if FP4 else 4)
     if FP4:
         if PACKED:
-            part = _fp4_packed_part(x_ptr, row, stride_xm, M, k_first, mask, q, BLOCK_N, BLOCK_W)
+            part = _fp4_packed_part(
+                x_ptr, row, stride_xm, M, w_first, words, q, X_BF16, BLOCK_N, BLOCK_W
+            )
+            pairs = tl.reshape(part, (BLOCK_N, BLOCK_W // WORDS_PER_GROUP, WORDS_PER_GROUP // 2))
+            acc += tl.sum(pairs, axis=2) * scale
         else:
             even, odd = _e4m3_bytes_of_fp4(q)
             e0, e1, e2, e3 = _e4m3x4_to_f32(even, USE_ASM)
@@ -199,8 +272,8 @@ def _row_step(
             part = _fp4_row_part(
                 x_ptr, row, stride_xm, M, k_first, mask, e0, e1, e2, e3, o0, o1, o2, o3
             )
-        groups = tl.reshape(part, (BLOCK_N, BLOCK_W // WORDS_PER_GROUP, WORDS_PER_GROUP))
-        acc += tl.sum(groups, axis=2) * scale
+            groups = tl.reshape(part, (BLOCK_N, BLOCK_W // WORDS_PER_GROUP, WORDS_PER_GROUP))
+            acc += tl.sum(groups, axis=2) * scale
     else:
         w0, w1, w2, w3 = _e4m3x4_to_f32(q, USE_ASM)
         acc += _fp8_row_part(x_ptr, row, stride_xm, M, k_first, mask, w0, w1, w2, w3)

@@ -10,19 +10,21 @@ handing a dequantized tile to them in their operand layout costs more than the m
 MMA kernel took 27 us on Llama-3-8B's qkv at M = 1 against 10 us here, and the CUDA-core GEMV
 this replaced, byte loads and cross-thread sums, 14.5 instructions a weight). Here every thread
 owns whole 16-byte runs of W's rows and decodes them in registers (instructions a weight in
-the loop, from the sm_90 SASS: FP4 3.3-3.6, FP8 3.4-3.8):
+the loop, from the sm_90 SASS of the defaults: NVFP4 3.5, MXFP4 2.9, FP8 3.4-3.8):
 
 - FP4 -> e4m3 bytes, four codes per 32-bit operation: a code ``s e1 e0 m`` with its magnitude
   moved under an e4m3 byte's exponent/mantissa boundary is an e4m3 number worth exactly
   ``value * 2**-6`` (the zero-exponent codes land on e4m3's subnormals, which are exact); the
-  2**6 is folded into the block scale. Even codes (low nibbles) make one word of four bytes,
-  odd codes another.
+  2**6 is multiplied back with an E8M0 block scale, or once at the end. Even codes (low nibbles)
+  make one word of four bytes, odd codes another.
 - e4m3 -> f16: ``cvt.rn.f16x2.e4m3x2`` widens two bytes at once (exact).
-- FP4 with bf16/fp16 x ("packed"): x * 2**-4 in f16, paired as the weights are, and a word's
-  eight products summed in f16x2 (four HFMA2), then its two lanes in fp32. The weights are exact
-  in f16 and bf16 x loses nothing in f16 (11 against 8 significant bits); the products and the
-  four-term sums round at f16's 11 bits, finer than the bf16 output's 8; the 2**-4 keeps
-  activations up to 2**20 inside f16's range.
+- FP4 with bf16/fp16 x ("packed"): x read 32 bytes at a time per pair of W words, times 2**-4
+  in f16 and paired as the weights are; a word pair's sixteen products summed in one f16x2 chain
+  (eight HFMA2), then its two lanes in fp32. The weights are exact in f16 and bf16 x loses
+  nothing in f16 (11 against 8 significant bits); the products and the eight-term lane sums
+  round at f16's 11 bits, finer than the bf16 output's 8; the 2**-4 keeps activations up to
+  2**20 inside f16's range. (One word per chain and x read 2 bytes at a time took 3.9 and 3.4
+  instructions a weight.)
 - Otherwise (FP8; fp32 x; Triton's interpreter) f16 -> f32 and one fp32 FMA per weight.
 - Per scale group the partial sum is multiplied by its block scale once.
 
@@ -59,6 +61,7 @@ from kvserve.kernels.word_decode import (
     _groups_in,
     _row_step,
     _scale_bytes,
+    _unit_of_e4m3_sums,
 )
 
 GEMV_ROWS = 4  # the most rows the GEMV takes
@@ -78,6 +81,7 @@ class GemvConfig:
     # with barriers, every K step (sm_90 SASS: 8 per step for NVFP4, 4 for MXFP4). See
     # gemv_config for where it is on.
     asm_scale_loads: bool = False
+    maxnreg: int = 0  # registers a thread may use (0: ptxas decides)
 
     def __post_init__(self) -> None:
         for b in (self.block_n, self.block_w):
@@ -124,6 +128,7 @@ def _word_gemv_kernel(
     DIRECT: tl.constexpr,
     USE_ASM: tl.constexpr,
     PACKED: tl.constexpr,  # FP4 with 16-bit x on the GPU: products summed in f16x2
+    X_BF16: tl.constexpr,  # PACKED: x is bf16 (else fp16)
     ASM_SCALE_LOADS: tl.constexpr,
     MOE: tl.constexpr,  # grid z = slots: W, scales and the x row chosen per slot
     A_PER_TOKEN: tl.constexpr,  # MOE: slot s reads x row s // top_k (else row s)
@@ -131,8 +136,8 @@ def _word_gemv_kernel(
     USE_PDL: tl.constexpr,
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
-    PER_WORD: tl.constexpr = 8 if FP4 else 4
     BLOCK_G: tl.constexpr = BLOCK_W // WORDS_PER_GROUP if FP4 else BLOCK_W
+    unit_log2 = E4M3_CODE_LOG2 + X_PAIR_LOG2 if PACKED else E4M3_CODE_LOG2
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -177,20 +182,18 @@ def _word_gemv_kernel(
         if FP4:
             in_g_next = _groups_in(w0 + BLOCK_W, rg, w_end, WORDS_PER_GROUP)
             s_next = _scale_bytes(s_ptrs + BLOCK_G, in_g_next, s_ptr, ASM_SCALE_LOADS)
-            unit = E4M3_CODE_LOG2 + X_PAIR_LOG2 if PACKED else E4M3_CODE_LOG2
-            scale = _block_scale(s, SCALE_E8M0, unit)
-        k_first = (w0 + rw) * PER_WORD
+            scale = _block_scale(s, SCALE_E8M0, unit_log2)
         # fmt: off
-        acc0 = _row_step(acc0, x_ptr, 0, stride_xm, M, k_first, in_k, q, scale, FP4, PACKED,
-                         USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+        acc0 = _row_step(acc0, x_ptr, 0, stride_xm, M, w0, words, in_k, q, scale, FP4,
+                         PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
         if ROWS > 1:
-            acc1 = _row_step(acc1, x_ptr, 1, stride_xm, M, k_first, in_k, q, scale, FP4, PACKED,
-                             USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+            acc1 = _row_step(acc1, x_ptr, 1, stride_xm, M, w0, words, in_k, q, scale, FP4,
+                             PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
         if ROWS > 2:
-            acc2 = _row_step(acc2, x_ptr, 2, stride_xm, M, k_first, in_k, q, scale, FP4, PACKED,
-                             USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
-            acc3 = _row_step(acc3, x_ptr, 3, stride_xm, M, k_first, in_k, q, scale, FP4, PACKED,
-                             USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+            acc2 = _row_step(acc2, x_ptr, 2, stride_xm, M, w0, words, in_k, q, scale, FP4,
+                             PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+            acc3 = _row_step(acc3, x_ptr, 3, stride_xm, M, w0, words, in_k, q, scale, FP4,
+                             PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
         # fmt: on
         q = q_next
         in_k = in_k_next
@@ -207,6 +210,7 @@ def _word_gemv_kernel(
     if ROWS > 2:
         tile += tl.where(cols == 2, tl.sum(acc2, axis=1)[:, None], 0.0)
         tile += tl.where(cols == 3, tl.sum(acc3, axis=1)[:, None], 0.0)
+    tile = _unit_of_e4m3_sums(tile, FP4, SCALE_E8M0, unit_log2)
     if SCALAR_ROW_SCALE:
         tile = tile * tl.load(rs_ptr)
     if SCALE_ROWS:
@@ -268,6 +272,9 @@ def launch_word_gemv(
         ws = torch.empty(ws_size, dtype=torch.float32, device=x.device)
         counters = _arrival_counters(x.device, slots * n_tiles)
     scales = block_scale.view(torch.uint8) if fp4 else weight_bytes
+    packed = fp4 and x.dtype != torch.float32 and not interpreting()
+    if packed and (x.data_ptr() % 16 or x.stride(0) * x.element_size() % 16):
+        x = x.clone(memory_format=torch.contiguous_format)  # x is read 16 bytes at a time
     w_words = weight_bytes.view(torch.int32)
     _word_gemv_kernel[(n_tiles, splits, slots)](
         x, w_words, scales,
@@ -281,11 +288,12 @@ def launch_word_gemv(
         HAS_ROW_SCALE=row_scale is not None,
         SCALAR_ROW_SCALE=row_scale is not None and row_scale.shape[-1] == 1 and n > 1,
         HAS_BIAS=bias is not None, DIRECT=direct, USE_ASM=not interpreting(),
-        PACKED=fp4 and x.dtype != torch.float32 and not interpreting(),
+        PACKED=packed, X_BF16=x.dtype == torch.bfloat16,
         ASM_SCALE_LOADS=cfg.asm_scale_loads and not interpreting(),
         MOE=moe is not None, A_PER_TOKEN=moe is not None and moe.a_per_token,
         SCALE_ROWS=moe is not None and moe.router_weights is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch_options(pdl),
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
 
 
@@ -387,12 +395,14 @@ def fp8_gemv_config(n: int, words: int, rows: int, num_sms: int) -> GemvConfig:
 def gemv_candidates(
     n: int, words: int, *, rows: int = 1, num_sms: int = 132, scale_group: int = 0
 ) -> list[GemvConfig]:
-    """The default config, then (FP4) it with ``asm_scale_loads`` flipped, then every tile of
-    GEMV_TILES at 4, 8 and 2 programs per SM."""
+    """The default config, then (FP4) it with ``asm_scale_loads`` flipped and with at most 128
+    registers a thread (four 128-thread programs an SM), then every tile of GEMV_TILES at 4, 8
+    and 2 programs per SM."""
     default = gemv_config(n, words, rows=rows, num_sms=num_sms, scale_group=scale_group)
     configs = [default]
     if scale_group:
         configs.append(replace(default, asm_scale_loads=not default.asm_scale_loads))
+        configs.append(replace(default, maxnreg=128))
     for per_sm in (4, 8, 2):
         for block_n, block_w, warps in GEMV_TILES:
             cfg = gemv_config(n, words, rows=rows, num_sms=num_sms, block_n=block_n,

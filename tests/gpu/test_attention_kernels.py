@@ -218,21 +218,6 @@ def test_decode_forced_split_counts(num_splits: int, fused_merge: bool) -> None:
 
 
 @pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
-@pytest.mark.parametrize("num_splits", [1, 3])
-def test_decode_with_values_loaded_after_the_softmax(num_splits: int, dtype: torch.dtype) -> None:
-    """``DecodeConfig.late_v_load``: the same attention, the value tile loaded later."""
-    b = make_batch([1] * 3, [1, 300, 1000], page_size=16, num_heads=8, num_kv_heads=2,
-                   head_dim=128, dtype=dtype, seed=5)  # fmt: skip
-    ref = reference(b)
-    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
-    cfg = DecodeConfig(num_splits=num_splits, late_v_load=True)
-    out = paged_decode_attention(
-        b.q, b.kv_cache, b.meta.block_tables, b.meta.seq_lens, 128**-0.5, config=cfg
-    )
-    assert_close(out, ref, dtype)
-
-
-@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
 def test_decode_16k_context(dtype: torch.dtype) -> None:
     lens = [16384, 9000, 16383]
     b = make_batch(

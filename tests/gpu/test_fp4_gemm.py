@@ -116,6 +116,22 @@ def test_gemv_asm_scale_loads_match_reference(fmt: str, n: int, k: int, m: int) 
     check(fp4_linear(x, *weight, config=cfg), x, weight)
 
 
+@ON_GPU_ONLY
+@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gemv_reads_16_bit_x_of_any_alignment_and_size(fmt: str, dtype, m: int) -> None:
+    """The GEMV reads 16-bit x 16 bytes at a time and sums products in f16: rows that do not
+    start on 16 bytes (copied first), fp16 as well as bf16, activations of order 2**8."""
+    n, k = 200, 160
+    weight = fp4_weight(fmt, n, k)
+    x = (activations(m, k + 1, dtype) * 64)[:, 1:]
+    assert x.data_ptr() % 16
+    out = fp4_linear(x, *weight, config=GemvConfig(64, 8, 3))
+    ref = x.float() @ dequantize_fp4(*weight).T
+    torch.testing.assert_close(out.float(), ref, atol=64 * 2e-2, rtol=2e-2)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("n", "k"), [*SMALL_SHAPES, *LLAMA_SHAPES])
 @pytest.mark.parametrize("m", [1, 16, 64, 256])

@@ -126,12 +126,10 @@ DECODE_LENS = [[1, 17, 300, 1000], [16], [999, 64, 7, 513]]
 MODES = [0, 1]  # FP8_AS_QDTYPE, FP8_AS_FP16
 
 
-# The merge kernel, the fused merge, values loaded after the softmax, and FP8_DECODE_CONFIG's
-# tiles, split rule and merge
+# The merge kernel, the fused merge, and FP8_DECODE_CONFIG's tiles, split rule and merge
 DECODE_VARIANTS = {
     "merge-kernel": DecodeConfig(),
     "fused-merge": DecodeConfig(fused_merge=True),
-    "late-v": DecodeConfig(late_v_load=True),
     "fp8-default": FP8_DECODE_CONFIG,
 }
 
