@@ -52,7 +52,7 @@ from kvserve.kernels._triton import (
     sm_count,
     tl,
 )
-from kvserve.kernels.fp4_reference import NVFP4_GROUP
+from kvserve.kernels.fp4_reference import MXFP4_GROUP
 from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
 from kvserve.kernels.word_decode import (
     E4M3_CODE_LOG2,
@@ -78,8 +78,8 @@ class GemvConfig:
     num_stages: int = 3
     # FP4 block scales read by inline-asm loads, which Triton cannot re-layout: a plain load
     # takes the coalescer's layout and the scaled sums are moved to it through shared memory,
-    # with barriers, every K step (sm_90 SASS: 8 per step for NVFP4, 4 for MXFP4). See
-    # gemv_config for where it is on.
+    # with barriers, every K step (sm_90 SASS: 8 per step for NVFP4, 4 for MXFP4). Off in the
+    # defaults since x is read 16 bytes at a time (gemv_config); the candidates try it.
     asm_scale_loads: bool = False
     maxnreg: int = 0  # registers a thread may use (0: ptxas decides)
 
@@ -367,11 +367,12 @@ def gemv_config(
     (a program keeps one step's loads in flight while it computes the one before). ``slots``:
     the row tiles repeat once per slot of a MoE step (``MoeSlots``).
 
-    ``scale_group``: values per block scale (16 NVFP4, 32 MXFP4, 0 none). NVFP4 reads its
-    scales with ``asm_scale_loads``: on the H200 it took Llama-3-8B's qkv / o / gate_up / down
-    from 10.3 / 9.1 / 40.3 / 22.6 to 10.2 / 8.9 / 34.9 / 21.3 us and batch-1 decode from 279 to
-    295 tok/s; MXFP4 lost 4-8% on every shape and 341 -> 329 tok/s (fp4_gemm_2026-12-01.json,
-    lowbit_decode_h200_asmscale_2026-12-01.json, one machine)."""
+    ``scale_group``: values per block scale (16 NVFP4, 32 MXFP4, 0 none). Since x is read 16
+    bytes at a time and word pairs sum in one chain, both read their scales with plain loads
+    (``asm_scale_loads`` made NVFP4's gate_up / down 30.4 / 18.8 us against 25.4 / 16.2, qkv / o
+    8.8 / 7.9 against 9.1 / 8.0), and MXFP4 runs with at most 128 registers a thread (qkv / o
+    8.1 / 7.0 us against 8.8 / 7.7, gate_up / down within 1%): Llama-3-8B's projections at one
+    row, fp4_gemm_h200_wordpair_2026-12-01.json, two runs on one machine."""
     block_n = block_n or (128 if rows <= 2 else 64)
     tiles = slots * -(-n // block_n)
     k_steps = -(-words // block_w)
@@ -380,7 +381,8 @@ def gemv_config(
         if s > 1 and (tiles * s > programs_per_sm * num_sms or k_steps // s < 2):
             break
         split = s
-    return GemvConfig(block_n, block_w, split, num_warps, 3, scale_group == NVFP4_GROUP)
+    maxnreg = 128 if scale_group == MXFP4_GROUP else 0
+    return GemvConfig(block_n, block_w, split, num_warps, 3, maxnreg=maxnreg)
 
 
 def fp8_gemv_config(n: int, words: int, rows: int, num_sms: int) -> GemvConfig:
@@ -395,14 +397,14 @@ def fp8_gemv_config(n: int, words: int, rows: int, num_sms: int) -> GemvConfig:
 def gemv_candidates(
     n: int, words: int, *, rows: int = 1, num_sms: int = 132, scale_group: int = 0
 ) -> list[GemvConfig]:
-    """The default config, then (FP4) it with ``asm_scale_loads`` flipped and with at most 128
-    registers a thread (four 128-thread programs an SM), then every tile of GEMV_TILES at 4, 8
-    and 2 programs per SM."""
+    """The default config, then (FP4) it with ``asm_scale_loads``, the 128-register cap or both
+    flipped, then every tile of GEMV_TILES at 4, 8 and 2 programs per SM."""
     default = gemv_config(n, words, rows=rows, num_sms=num_sms, scale_group=scale_group)
     configs = [default]
     if scale_group:
-        configs.append(replace(default, asm_scale_loads=not default.asm_scale_loads))
-        configs.append(replace(default, maxnreg=128))
+        other_cap = 0 if default.maxnreg else 128
+        for asm, cap in ((True, default.maxnreg), (False, other_cap), (True, other_cap)):
+            configs.append(replace(default, asm_scale_loads=asm, maxnreg=cap))
     for per_sm in (4, 8, 2):
         for block_n, block_w, warps in GEMV_TILES:
             cfg = gemv_config(n, words, rows=rows, num_sms=num_sms, block_n=block_n,
