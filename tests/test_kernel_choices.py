@@ -11,7 +11,7 @@ import torch
 
 from kvserve.config import ModelConfig
 from kvserve.engine.runner.warmup import STEPS, step_shapes
-from kvserve.kernels import fused_moe, fused_moe_fp4
+from kvserve.kernels import fused_moe_fp4
 from kvserve.kernels.fp4_gemm import Fp4GemmConfig, default_config
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
 from kvserve.kernels.options import KernelOptions
@@ -52,20 +52,26 @@ def test_warm_up_compiles_the_split_prefill_where_a_request_could_reach_it(heads
     assert num_prefill_kv_splits(programs, prefix + rows, rows, heads, 128, 132) > 1
 
 
-@pytest.mark.parametrize(("group", "asm"), [(NVFP4_GROUP, True), (MXFP4_GROUP, False), (0, False)])
-def test_only_nvfp4_reads_its_scales_with_asm_loads(group: int, asm: bool) -> None:
-    assert gemv_config(6144, 512, scale_group=group).asm_scale_loads is asm
+@pytest.mark.parametrize(("group", "cap"), [(NVFP4_GROUP, 0), (MXFP4_GROUP, 128), (0, 0)])
+def test_only_mxfp4_caps_its_registers_and_the_candidates_flip_the_fp4_options(
+    group: int, cap: int
+) -> None:
+    default = gemv_config(6144, 512, scale_group=group)
+    assert default.maxnreg == cap and not default.asm_scale_loads
     candidates = gemv_candidates(6144, 512, scale_group=group)
-    assert candidates[0] == gemv_config(6144, 512, scale_group=group)
-    flipped = [c for c in candidates if c.asm_scale_loads is not asm]
-    assert len(flipped) == (1 if group else 0)  # FP8 has no block scales to load
+    assert candidates[0] == default
+    flipped = {(c.asm_scale_loads, c.maxnreg) for c in candidates[1:4]}
+    other = 0 if cap else 128
+    if group:  # FP8 has no block scales to load
+        assert flipped == {(True, cap), (False, other), (True, other)}
+    assert not any(c.asm_scale_loads for c in candidates[4 if group else 0 :])
 
 
 @pytest.mark.parametrize("group", [NVFP4_GROUP, MXFP4_GROUP])
 def test_fp4_default_config_passes_the_format_to_the_gemv(group: int) -> None:
     one_row = default_config(1, 6144, 4096, group=group)
     assert isinstance(one_row, GemvConfig)
-    assert one_row.asm_scale_loads is (group == NVFP4_GROUP)
+    assert one_row.maxnreg == (128 if group == MXFP4_GROUP else 0)
     assert isinstance(default_config(64, 6144, 4096, group=group), Fp4GemmConfig)
 
 
@@ -92,18 +98,6 @@ def test_the_fused_rotary_store_takes_power_of_two_halves_and_tails(
 ) -> None:
     """Llama / Qwen3 (full rotary), GLM-4.5 (half): fused; other shapes keep the unfused path."""
     assert fusable(rotary_dim, head_dim) is fused
-
-
-def test_moe_fused_decode_is_off_unless_switched_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    fused_moe.fused_decode_enabled.cache_clear()
-    try:
-        monkeypatch.delenv(fused_moe.FUSED_DECODE_ENV, raising=False)
-        assert not fused_moe.fused_decode_enabled()
-        monkeypatch.setenv(fused_moe.FUSED_DECODE_ENV, "1")
-        fused_moe.fused_decode_enabled.cache_clear()
-        assert fused_moe.fused_decode_enabled()
-    finally:
-        fused_moe.fused_decode_enabled.cache_clear()
 
 
 @pytest.mark.parametrize("pdl", [False, True])

@@ -20,8 +20,6 @@ whose slot id is ``num_slots`` and whose rows are neither read nor written)::
 
 from __future__ import annotations
 
-import functools
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,10 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from kvserve.kernels._triton import jit, require_triton, tl, triton
-from kvserve.kernels.activation import silu_and_mul, silu_mul
-from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
-
-FUSED_DECODE_ENV = "KVSERVE_MOE_FUSED_DECODE"
+from kvserve.kernels.activation import silu_and_mul
 
 
 def fused_moe_reference(
@@ -211,8 +206,6 @@ def _grouped_gemm_kernel(
     slots_ptr,
     block_expert_ptr,
     weights_ptr,  # [num_slots] float32 router weights (SCALE_ROWS)
-    ws_ptr,  # float32 [num_slots, N] (FUSED_DECODE)
-    counter_ptr,  # int32 [tokens * N tiles], zero between launches (FUSED_DECODE)
     num_slots,
     N,
     K,
@@ -228,9 +221,6 @@ def _grouped_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,  # "ieee" for float32 (no TF32 rounding of the inputs)
-    # The down GEMM at decode (one slot per block, SCALE_ROWS): A's rows are gate | up (2K
-    # wide) and the input is silu(gate) * up; out is [tokens, N], each token's k rows summed
-    FUSED_DECODE: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -254,36 +244,11 @@ def _grouped_gemm_kernel(
         k_ok = offs_k < K - k0
         a_mask = row_ok[:, None] & k_ok[None, :]
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-        if FUSED_DECODE:  # rounded to A's dtype, as silu_and_mul stores it: the same products
-            a = silu_mul(a, tl.load(a_ptrs + K, mask=a_mask, other=0.0)).to(a.dtype)
         w = tl.load(w_ptrs, mask=k_ok[:, None] & (offs_n[None, :] < N), other=0.0)
         acc = tl.dot(a, w, acc, input_precision=DOT_PRECISION)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    if FUSED_DECODE:
-        _store_slots(ws_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, N, True)
-        _sum_token_rows(ws_ptr, counter_ptr, out_ptr, pid_m // TOP_K, offs_n, N, stride_out,
-                        TOP_K)  # fmt: skip
-    else:
-        _store_slots(out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS)
-
-
-@jit
-def _sum_token_rows(ws_ptr, counter_ptr, out_ptr, token, offs_n, N, stride_out,
-                    TOP_K: tl.constexpr):  # fmt: skip
-    """The last of a token's TOP_K slot programs (of this N tile) to arrive sums their weighted
-    rows from the workspace, in slot order (the result does not depend on who is last), and
-    writes the token's output row."""
-    counter = counter_ptr + token * tl.num_programs(1) + tl.program_id(1)
-    if arrive(counter) == TOP_K - 1:
-        n_ok = offs_n < N
-        rows = ws_ptr + (token * TOP_K).to(tl.int64) * N + offs_n
-        total = tl.zeros(offs_n.shape, dtype=tl.float32)
-        for j in tl.static_range(TOP_K):  # .cg: from L2, where the other SMs' stores are
-            total += tl.load(rows + j * N, mask=n_ok, other=0.0, cache_modifier=".cg")
-        out = out_ptr + token.to(tl.int64) * stride_out + offs_n
-        tl.store(out, total.to(out_ptr.dtype.element_ty), mask=n_ok)
-        tl.store(counter, 0)
+    _store_slots(out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS)
 
 
 def _block_config(num_slots: int, num_experts: int) -> dict[str, int]:
@@ -305,30 +270,20 @@ def _grouped_gemm(
     top_k: int,
     config: dict[str, int],
     row_weights: torch.Tensor | None,
-    fused_decode: bool = False,
 ) -> torch.Tensor:
     """``blocks``: slots sorted into expert blocks, or the flat expert ids [num_slots] for one
-    slot per block (no sorting: small batches, where few slots share an expert).
-    ``fused_decode`` (the down GEMM, one slot per block): ``a`` is the gate/up output, taken in
-    through SiLU-and-mul, and the result is [tokens, N], each token's k rows summed."""
+    slot per block (no sorting: small batches, where few slots share an expert)."""
     n, k = w.shape[1], w.shape[2]
     tiles = {key: config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
     block_expert, slots, one_slot = block_tables(blocks)
     grid = (block_expert.numel(), triton.cdiv(n, tiles["BLOCK_N"]))
-    if fused_decode:
-        assert one_slot and row_weights is not None and a.shape[1] == 2 * k
-        out = torch.empty(num_slots // top_k, n, dtype=a.dtype, device=a.device)
-        ws = torch.empty(num_slots, n, dtype=torch.float32, device=a.device)
-        counters = _arrival_counters(a.device, out.shape[0] * grid[1])
-    else:
-        out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
-        ws = counters = out  # unused
+    out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
     _grouped_gemm_kernel[grid](
-        a, w, out, slots, block_expert, row_weights if row_weights is not None else out, ws,
-        counters, num_slots, n, k, a.stride(0), w.stride(0), w.stride(1), out.stride(0),
+        a, w, out, slots, block_expert, row_weights if row_weights is not None else out,
+        num_slots, n, k, a.stride(0), w.stride(0), w.stride(1), out.stride(0),
         TOP_K=top_k, A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
         ONE_SLOT_PER_BLOCK=one_slot, num_warps=config["num_warps"],
-        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", FUSED_DECODE=fused_decode,
+        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         num_stages=config["num_stages"], **tiles,
     )  # fmt: skip
     return out
@@ -340,9 +295,6 @@ ExpertGemm = Callable[
     [torch.Tensor, int, "SortedSlots | torch.Tensor", int, int, dict, "torch.Tensor | None"],
     torch.Tensor,
 ]
-# (gate/up output [num_slots, 2I], flat expert ids, num_slots, top_k, tile config, router
-# weights) -> [tokens, N]: the down GEMM with SiLU-and-mul and the sum of each token's k rows
-FusedDownGemm = Callable[[torch.Tensor, torch.Tensor, int, int, dict, torch.Tensor], torch.Tensor]
 
 
 def fused_moe(
@@ -360,21 +312,7 @@ def fused_moe(
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
         return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights)
 
-    def fused_down(gate_up, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
-        return _grouped_gemm(gate_up, w2, blocks, num_slots, top_k, config, row_weights, True)
-
-    return fused_moe_with(
-        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm,
-        fused_down=fused_down if fused_decode_enabled() else None,
-    )  # fmt: skip
-
-
-@functools.cache
-def fused_decode_enabled() -> bool:
-    """Whether the bf16 experts' down GEMM at decode takes the gate/up output through
-    SiLU-and-mul and sums each token's k rows itself: two kernels fewer a layer
-    (``KVSERVE_MOE_FUSED_DECODE=1``). Off until it is timed on the H200."""
-    return os.environ.get(FUSED_DECODE_ENV, "0") == "1"
+    return fused_moe_with(x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm)
 
 
 def fused_moe_with(
@@ -385,13 +323,10 @@ def fused_moe_with(
     hidden_size: int,
     gemm: ExpertGemm,
     config: dict[str, int] | None = None,
-    fused_down: FusedDownGemm | None = None,
 ) -> torch.Tensor:
     """Route, sort (or not), gate/up GEMM, SiLU-mul, down GEMM scaled by the router weights,
     sum of the k rows: the steps every expert format shares; ``gemm`` multiplies by one
-    expert stack in its own format. ``fused_down``, at decode (one slot per block) only: the
-    down GEMM taking the gate/up output and returning the summed rows (a prefill's larger
-    tiles would redo the SiLU once per N tile)."""
+    expert stack in its own format."""
     require_triton()
     tokens, top_k = topk_ids.shape
     num_slots = tokens * top_k
@@ -404,7 +339,5 @@ def fused_moe_with(
         blocks = sort_slots_by_expert_kernel(topk_ids, num_experts, config["BLOCK_M"])
     gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None)
     flat_weights = topk_weights.flatten().float().contiguous()
-    if fused_down is not None and isinstance(blocks, torch.Tensor):
-        return fused_down(gate_up, blocks, num_slots, top_k, config, flat_weights)
     down = gemm(silu_and_mul(gate_up), 1, blocks, num_slots, top_k, config, flat_weights)
     return down.view(tokens, top_k, -1).sum(dim=1)  # accumulates in fp32, one kernel
