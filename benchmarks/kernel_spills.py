@@ -67,17 +67,22 @@ def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> byt
     return compiled.asm["cubin"]
 
 
-def resource_usage(cubin: bytes) -> dict[str, int]:
-    """REG (registers a thread), STACK (bytes of local memory a thread), SHARED (static)."""
+def cuobjdump(cubin: bytes, flag: str) -> str:
+    """``cuobjdump <flag>`` of a cubin (the cuobjdump Triton ships beside its ptxas)."""
     from triton import knobs
 
-    cuobjdump = knobs.nvidia.cuobjdump.path  # the one Triton ships beside its ptxas
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run(
-            [str(cuobjdump), "-res-usage", f.name], capture_output=True, text=True, check=True
+        path = str(knobs.nvidia.cuobjdump.path)
+        return subprocess.run(
+            [path, flag, f.name], capture_output=True, text=True, check=True
         ).stdout
+
+
+def resource_usage(cubin: bytes) -> dict[str, int]:
+    """REG (registers a thread), STACK (bytes of local memory a thread), SHARED (static)."""
+    text = cuobjdump(cubin, "-res-usage")
     return {key: int(value) for key, value in re.findall(r"(REG|STACK|SHARED):(\d+)", text)}
 
 

@@ -10,7 +10,8 @@ handing a dequantized tile to them in their operand layout costs more than the m
 MMA kernel took 27 us on Llama-3-8B's qkv at M = 1 against 10 us here, and the CUDA-core GEMV
 this replaced, byte loads and cross-thread sums, 14.5 instructions a weight). Here every thread
 owns whole 16-byte runs of W's rows and decodes them in registers (instructions a weight in
-the loop, from the sm_90 SASS of the defaults: NVFP4 3.5, MXFP4 2.9, FP8 3.4-3.8):
+the loop, from the sm_90 SASS of the defaults: NVFP4 3.1, MXFP4 3.0, FP8 3.8;
+``benchmarks/gemv_sass.py``):
 
 - FP4 -> e4m3 bytes, four codes per 32-bit operation: a code ``s e1 e0 m`` with its magnitude
   moved under an e4m3 byte's exponent/mantissa boundary is an e4m3 number worth exactly
@@ -367,12 +368,13 @@ def gemv_config(
     (a program keeps one step's loads in flight while it computes the one before). ``slots``:
     the row tiles repeat once per slot of a MoE step (``MoeSlots``).
 
-    ``scale_group``: values per block scale (16 NVFP4, 32 MXFP4, 0 none). Since x is read 16
-    bytes at a time and word pairs sum in one chain, both read their scales with plain loads
-    (``asm_scale_loads`` made NVFP4's gate_up / down 30.4 / 18.8 us against 25.4 / 16.2, qkv / o
-    8.8 / 7.9 against 9.1 / 8.0), and MXFP4 runs with at most 128 registers a thread (qkv / o
-    8.1 / 7.0 us against 8.8 / 7.7, gate_up / down within 1%): Llama-3-8B's projections at one
-    row, fp4_gemm_h200_wordpair_2026-12-01.json, two runs on one machine."""
+    ``scale_group``: values per block scale (16 NVFP4, 32 MXFP4, 0 none). Since x is read in
+    16-byte runs and word pairs sum in one chain, both formats read their scales with plain
+    loads, and MXFP4 runs with at most 128 registers a thread. On the H200 (Llama-3-8B's
+    projections at one row, fp4_gemm_h200_wordpair_{1head,3head}_2026-12-01.json, one machine),
+    ``asm_scale_loads`` made NVFP4's gate_up / down 30.4 / 18.8 us against 25.4 / 16.2 (qkv / o
+    8.8 / 7.9 against 9.1 / 8.0), and the cap took MXFP4's qkv / o from 8.8 / 7.7 to 8.1 / 7.0 us
+    (gate_up / down within 1%)."""
     block_n = block_n or (128 if rows <= 2 else 64)
     tiles = slots * -(-n // block_n)
     k_steps = -(-words // block_w)
