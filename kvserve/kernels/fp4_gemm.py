@@ -16,7 +16,9 @@ e4m3 number worth exactly ``value * 2**-6`` (the zero-exponent code lands on e4m
 which are exact), so ``(c & 7) << 2 | (c & 8) << 4`` is the e4m3 byte; the hardware converts it,
 and the 2**6 is folded into the block scale. E2M1 times an e4m3 or power-of-two scale has at most
 six significant bits, so the scaled weight is exact in bf16. The per-row (NVFP4 per-tensor)
-scale and the bias are applied to the fp32 accumulator in the epilogue.
+scale and the bias are applied to the fp32 accumulator in the epilogue. With
+``Fp4GemmConfig.word_dequant`` the same trick runs on 32-bit words, eight codes at a time
+(``word_decode.fp4_word_to_halves``), instead of on bytes.
 
 No host synchronization; the split-K arrival counters reset themselves, so launches can be
 captured in CUDA graphs.
@@ -24,7 +26,7 @@ captured in CUDA graphs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -34,6 +36,7 @@ from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, gro
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
 # as is: the reduction does not depend on how the tiles were computed.
 from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
+from kvserve.kernels.word_decode import fp4_word_to_halves
 from kvserve.kernels.word_gemv import (
     FP4_PER_WORD,
     GEMV_ROWS,
@@ -61,6 +64,10 @@ class Fp4GemmConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 4
+    # W read as 32-bit words, eight codes decoded at a time to f16 (fp4_word_to_halves) instead
+    # of byte by byte: 12.3 -> {word} instructions a weight in the sm_90 loop at 64 rows
+    # (benchmarks/lowbit_sass.py). Not yet timed on the H200: off.
+    word_dequant: bool = False
 
     def __post_init__(self) -> None:
         blocks = (self.block_n, self.block_k, self.block_m)
@@ -87,19 +94,49 @@ def _dequant_tile(
     hi = ((p >> 2) & 0x1C) | (p & 0x80)
     codes = tl.interleave(lo, hi)  # element 2j from the low nibble
     w = codes.to(tl.float8e4nv, bitcast=True).to(DTYPE)
-    if SCALE_E8M0:
-        # 2**(e - 127) * 2**6 built as fp32 bits; e == 0 gives 0 instead of 2**-121
-        scale = ((s.to(tl.int32) + 6) << 23).to(tl.float32, bitcast=True)
-    else:
-        scale = s.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 64.0
+    scale = _scale_times_64(s, SCALE_E8M0)
     w = tl.reshape(w, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * scale.to(DTYPE)[:, :, None]
     return tl.reshape(w, (BLOCK_N, BLOCK_K))
+
+
+@jit
+def _scale_times_64(s, SCALE_E8M0: tl.constexpr):
+    """Block scale bytes -> fp32 times 2**6 (the unit of the e4m3-decoded codes)."""
+    if SCALE_E8M0:
+        # 2**(e - 127) * 2**6 built as fp32 bits; e == 0 gives 0 instead of 2**-121
+        return ((s.to(tl.int32) + 6) << 23).to(tl.float32, bitcast=True)
+    return s.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 64.0
+
+
+@jit
+def _dequant_words(
+    q,
+    s,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP: tl.constexpr,
+    SCALE_E8M0: tl.constexpr,
+    DTYPE: tl.constexpr,
+):
+    """``_dequant_tile`` from int32 words q [BLOCK_N, BLOCK_K / 8] (eight codes each, lowest
+    nibble first): the codes decode eight at a time to f16, and the joins put them back in K
+    order (code 4a + 2b + c at [a, b, c] of each word's 2 x 2 x 2)."""
+    c0, c1, c2, c3, c4, c5, c6, c7 = fp4_word_to_halves(q)
+    even = tl.join(tl.join(c0, c4), tl.join(c2, c6))
+    odd = tl.join(tl.join(c1, c5), tl.join(c3, c7))
+    w = tl.reshape(tl.join(even, odd), (BLOCK_N, BLOCK_K // GROUP, GROUP))
+    scale = _scale_times_64(s, SCALE_E8M0)
+    if SCALE_E8M0:  # powers of two beyond f16's range
+        return tl.reshape((w.to(tl.float32) * scale[:, :, None]).to(DTYPE), (BLOCK_N, BLOCK_K))
+    # code * 2**-6 times an e4m3 scale * 2**6 has six significant bits and lies in 2**-10 .. 2688:
+    # exact in f16
+    return tl.reshape((w * scale.to(tl.float16)[:, :, None]).to(DTYPE), (BLOCK_N, BLOCK_K))
 
 
 @_jit
 def _fp4_gemm_kernel(
     x_ptr,
-    w_ptr,  # uint8 [N, K/2]
+    w_ptr,  # uint8 [N, K/2], or int32 [N, K/8] (WORD_DEQUANT)
     s_ptr,  # uint8 [N, K/GROUP]: E8M0 exponents or the bytes of e4m3 scales
     rs_ptr,  # fp32 [N]; unused without HAS_ROW_SCALE
     bias_ptr,  # [N]; unused without HAS_BIAS
@@ -110,7 +147,7 @@ def _fp4_gemm_kernel(
     N,
     K,
     stride_xm,
-    stride_wn,
+    stride_wn,  # in W's elements: bytes, or words (WORD_DEQUANT)
     stride_sn,
     stride_om,
     k_per_split,  # a multiple of BLOCK_K
@@ -125,20 +162,22 @@ def _fp4_gemm_kernel(
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask
     DIRECT: tl.constexpr,  # num_splits == 1: write the output
     DOT_PRECISION: tl.constexpr,
+    WORD_DEQUANT: tl.constexpr,  # Fp4GemmConfig.word_dequant
 ):
+    PER_ELEMENT: tl.constexpr = 8 if WORD_DEQUANT else 2  # codes per element of w_ptr
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
-    rb = tl.arange(0, BLOCK_K // 2)
+    rb = tl.arange(0, BLOCK_K // PER_ELEMENT)
     rg = tl.arange(0, BLOCK_K // GROUP)
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
     # Rows past N or M wrap onto valid ones, so only K needs a load mask; the store masks them.
     rows_w = (rn % N).to(tl.int64)[:, None]
-    w_ptrs = w_ptr + rows_w * stride_wn + (k_start // 2 + rb)[None, :]
+    w_ptrs = w_ptr + rows_w * stride_wn + (k_start // PER_ELEMENT + rb)[None, :]
     s_ptrs = s_ptr + rows_w * stride_sn + (k_start // GROUP + rg)[None, :]
     x_ptrs = x_ptr + (rm % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
     dtype = x_ptr.dtype.element_ty
@@ -149,12 +188,15 @@ def _fp4_gemm_kernel(
             s = tl.load(s_ptrs)
             x = tl.load(x_ptrs)
         else:
-            p = tl.load(w_ptrs, mask=(k0 // 2 + rb < K // 2)[None, :], other=0)
+            p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
             s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
             x = tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
-        w = _dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype)
+        if WORD_DEQUANT:
+            w = _dequant_words(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype)
+        else:
+            w = _dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype)
         acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
-        w_ptrs += BLOCK_K // 2
+        w_ptrs += BLOCK_K // PER_ELEMENT
         s_ptrs += BLOCK_K // GROUP
         x_ptrs += BLOCK_K
 
@@ -237,6 +279,8 @@ def _launch(
     splits = -(-k_tiles // tiles_per_split)  # no split may start past K
     k_per_split = tiles_per_split * cfg.block_k
     direct = splits == 1
+    words = cfg.word_dequant and not interpreting() and _word_aligned(packed)
+    w = packed.view(torch.int32) if words else packed
     ws = counters = out  # placeholders, unused when direct
     if not direct:
         tile_elems = splits * cfg.block_n * cfg.block_m
@@ -244,7 +288,7 @@ def _launch(
         counters = _arrival_counters(x.device, m_tiles * n_tiles)
     _fp4_gemm_kernel[(m_tiles, n_tiles, splits)](
         x,
-        packed,
+        w,
         block_scale.view(torch.uint8),
         row_scale if row_scale is not None else out,
         bias if bias is not None else out,
@@ -255,7 +299,7 @@ def _launch(
         n,
         k,
         x.stride(0),
-        packed.stride(0),
+        w.stride(0),
         block_scale.stride(0),
         out.stride(0),
         k_per_split,
@@ -270,9 +314,15 @@ def _launch(
         EVEN_K=k % cfg.block_k == 0,
         DIRECT=direct,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        WORD_DEQUANT=words,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
+
+
+def _word_aligned(packed: torch.Tensor) -> bool:
+    """Whether the packed rows can be read as int32 words."""
+    return not (packed.shape[1] % 4 or packed.stride(0) % 4 or packed.data_ptr() % 4)
 
 
 def block_m_for(m: int) -> int:
@@ -320,8 +370,9 @@ SWEEP_TILES = ((64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8), (32, 25
 def candidate_configs(
     m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
 ) -> list[Fp4GemmConfig | GemvConfig]:
-    """Configs worth timing for one shape, the default first, then every tile shape with its
-    best-filling split before any tile's second choice (so a short list still spans tiles)."""
+    """Configs worth timing for one shape, the default first (an MMA default then again with
+    ``word_dequant``), then every tile shape with its best-filling split, plain and with
+    ``word_dequant``, before any tile's second choice (so a short list still spans tiles)."""
     block_m = block_m_for(m)
     per_tile = []
     for block_n, block_k, warps in SWEEP_TILES:
@@ -333,13 +384,16 @@ def candidate_configs(
         per_tile.append(
             [Fp4GemmConfig(block_n, block_k, block_m, s, warps, stages) for s in splits]
         )
-    configs: list[Fp4GemmConfig | GemvConfig] = [
-        default_config(m, n, k, num_sms=num_sms, group=group)
-    ]
+    default = default_config(m, n, k, num_sms=num_sms, group=group)
+    configs: list[Fp4GemmConfig | GemvConfig] = [default]
+    if isinstance(default, Fp4GemmConfig):
+        configs.append(replace(default, word_dequant=True))
+    for options in per_tile:
+        options.insert(1, replace(options[0], word_dequant=True))
     if m <= GEMV_ROWS:
         gemvs = gemv_candidates(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
         configs += [c for c in gemvs if c not in configs]
-    for rank in range(3):
+    for rank in range(4):
         for options in per_tile:
             if rank < len(options) and options[rank] not in configs:
                 configs.append(options[rank])

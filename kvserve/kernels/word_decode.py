@@ -170,20 +170,26 @@ def _x_word_pairs(x_ptr, row, stride_xm, M, pair, X_BF16: tl.constexpr):
     )
 
 
-# Eight E2M1 codes of a word -> four f16x2 weights (value * 2**-6): even codes 0/2 and 4/6, odd
-# 1/3 and 5/7, as cvt.rn.f16x2.e4m3x2 pairs a word's bytes (the e4m3 trick, word_gemv.py).
-_DECODE_WORD = """and.b32 t0, {q}, 0x07070707; shl.b32 t0, t0, 2;
+# Eight E2M1 codes of word {q} -> e4m3 bytes worth value * 2**-6 (the e4m3 trick, word_gemv.py):
+# ev holds codes 0, 2, 4, 6 (low nibbles), od codes 1, 3, 5, 7.
+_E4M3_BYTES = """and.b32 t0, {q}, 0x07070707; shl.b32 t0, t0, 2;
         and.b32 t1, {q}, 0x08080808; shl.b32 t1, t1, 4;
         or.b32 ev, t0, t1;
         shr.b32 t0, {q}, 2; and.b32 t0, t0, 0x1C1C1C1C;
         and.b32 t1, {q}, 0x80808080;
         or.b32 od, t0, t1;
-        mov.b32 {{e_lo, e_hi}}, ev;
+        """
+# Eight E2M1 codes of a word -> four f16x2 weights (value * 2**-6): even codes 0/2 and 4/6, odd
+# 1/3 and 5/7, as cvt.rn.f16x2.e4m3x2 pairs a word's bytes (the e4m3 trick, word_gemv.py).
+_DECODE_WORD = (
+    _E4M3_BYTES
+    + """mov.b32 {{e_lo, e_hi}}, ev;
         mov.b32 {{o_lo, o_hi}}, od;
         cvt.rn.f16x2.e4m3x2 w0, e_lo;
         cvt.rn.f16x2.e4m3x2 w1, e_hi;
         cvt.rn.f16x2.e4m3x2 w2, o_lo;
         cvt.rn.f16x2.e4m3x2 w3, o_hi;"""
+)
 FP4_PAIR_DOTS_ASM = constexpr(
     "{ .reg .b32 ev, od, t0, t1, w0, w1, w2, w3, acc;\n"
     ".reg .b16 e_lo, e_hi, o_lo, o_hi, a_lo, a_hi;\n"
@@ -204,6 +210,41 @@ FP4_PAIR_DOTS_ASM = constexpr(
         cvt.f32.f16 $0, a_lo;
         cvt.f32.f16 $1, a_hi; }"""
 )
+
+
+# The e4m3 bytes of codes 0-3 and 4-7 in K order (prmt picks bytes: ev's are codes 0, 2, 4, 6,
+# od's 1, 3, 5, 7), so that each f16x2 from the conversion is two K-adjacent weights.
+FP4_WORD_TO_HALVES_ASM = constexpr(
+    "{ .reg .b32 ev, od, t0, t1, lo, hi, w0, w1, w2, w3;\n"
+    ".reg .b16 l_lo, l_hi, h_lo, h_hi;\n"
+    + _E4M3_BYTES.format(q="$8")
+    + """prmt.b32 lo, ev, od, 0x5140;
+        prmt.b32 hi, ev, od, 0x7362;
+        mov.b32 {l_lo, l_hi}, lo;
+        mov.b32 {h_lo, h_hi}, hi;
+        cvt.rn.f16x2.e4m3x2 w0, l_lo;
+        cvt.rn.f16x2.e4m3x2 w1, l_hi;
+        cvt.rn.f16x2.e4m3x2 w2, h_lo;
+        cvt.rn.f16x2.e4m3x2 w3, h_hi;
+        mov.b32 {$0, $1}, w0;
+        mov.b32 {$2, $3}, w1;
+        mov.b32 {$4, $5}, w2;
+        mov.b32 {$6, $7}, w3; }"""
+)
+
+
+@jit
+def fp4_word_to_halves(q):
+    """The eight E2M1 codes of each word, lowest nibble first, as f16 worth value * 2**-6 (the
+    e4m3 trick)."""
+    return tl.inline_asm_elementwise(
+        asm=FP4_WORD_TO_HALVES_ASM,
+        constraints="=h,=h,=h,=h,=h,=h,=h,=h,r",
+        args=[q],
+        dtype=(tl.float16,) * 8,
+        is_pure=True,
+        pack=1,
+    )
 
 
 @jit

@@ -11,7 +11,7 @@ MMA kernel took 27 us on Llama-3-8B's qkv at M = 1 against 10 us here, and the C
 this replaced, byte loads and cross-thread sums, 14.5 instructions a weight). Here every thread
 owns whole 16-byte runs of W's rows and decodes them in registers (instructions a weight in
 the loop, from the sm_90 SASS of the defaults: NVFP4 3.1, MXFP4 3.0, FP8 3.8;
-``benchmarks/gemv_sass.py``):
+``benchmarks/lowbit_sass.py``):
 
 - FP4 -> e4m3 bytes, four codes per 32-bit operation: a code ``s e1 e0 m`` with its magnitude
   moved under an e4m3 byte's exponent/mantissa boundary is an e4m3 number worth exactly

@@ -1,0 +1,185 @@
+"""Registers, spills and the K-step loop of the low-bit weight kernels as ptxas compiles their
+default configs for sm_90, without a GPU: the word GEMV (``kvserve/kernels/word_gemv.py``; FP4
+and FP8 at one row) and the FP4 MMA kernel (``kvserve/kernels/fp4_gemm.py``; 16 and 64 rows).
+
+At one row of x the GEMV is bound by instruction issue and latency, not by DRAM (Nsight Compute
+on the H200: 27-48% of DRAM peak, a scheduler issuing about every second cycle;
+ncu_word_gemv_h200_2026-12-01.json), and the MMA kernel by its dequantization, so the
+instructions a thread spends per weight in the loop, and the registers that decide how many
+programs share an SM, are what a change to the decode trades. Llama-3-8B's gate_up shape
+(N 28672, K 4096), bf16 x, the launch's integer specializations (multiples of 16). Runs on any
+machine with Triton installed:
+
+    python -m benchmarks.lowbit_sass [--out-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from benchmarks.common import write_result
+from benchmarks.kernel_spills import cuobjdump, resource_usage
+from kvserve.kernels.fp4_gemm import Fp4GemmConfig, default_config
+from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
+from kvserve.kernels.word_gemv import (
+    FP4_PER_WORD,
+    FP8_PER_WORD,
+    GemvConfig,
+    fp8_gemv_config,
+    gemv_config,
+)
+
+N, K = 28672, 4096
+THREADS_PER_WARP = 32
+MMA_ROWS = (16, 64)
+_GEMV_POINTERS = {
+    "x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "rs_ptr": "*fp32", "bias_ptr": "*bf16",
+    "out_ptr": "*bf16", "ws_ptr": "*fp32", "counter_ptr": "*i32", "slot_expert_ptr": "*i32",
+    "router_w_ptr": "*fp32",
+}  # fmt: skip
+_GEMV_INTS = [
+    "M", "N", "words", "stride_xm", "stride_wn", "stride_sn", "stride_om", "words_per_split",
+    "num_splits", "top_k", "stride_we", "stride_se", "stride_rse",
+]  # fmt: skip
+_MMA_POINTERS = {
+    "x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*u8", "rs_ptr": "*fp32", "bias_ptr": "*bf16",
+    "out_ptr": "*bf16", "ws_ptr": "*fp32", "counter_ptr": "*i32",
+}  # fmt: skip
+_MMA_INTS = [
+    "M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_om", "k_per_split",
+    "num_splits",
+]  # fmt: skip
+# the integer arguments a launch at these shapes specializes as multiples of 16
+_DIVISIBLE = {"N", "K", "words", "stride_xm", "stride_wn", "stride_sn", "stride_om",
+              "words_per_split", "k_per_split"}  # fmt: skip
+
+
+def gemv_defaults() -> dict[str, tuple[GemvConfig, int]]:
+    """Format -> (its default GEMV config at one row, its scale group; 0 for FP8)."""
+    fp4_words, fp8_words = K // FP4_PER_WORD, K // FP8_PER_WORD
+    return {
+        "nvfp4": (gemv_config(N, fp4_words, scale_group=NVFP4_GROUP), NVFP4_GROUP),
+        "mxfp4": (gemv_config(N, fp4_words, scale_group=MXFP4_GROUP), MXFP4_GROUP),
+        "fp8": (fp8_gemv_config(N, fp8_words, 1, 132), 0),
+    }
+
+
+def _compile(kernel, pointers: dict, ints: list, constants: dict, options: dict) -> bytes:  # noqa: ANN001
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {**pointers, **{name: "i32" for name in ints}}
+    signature.update({name: "constexpr" for name in constants})
+    index = kernel.arg_names.index
+    hinted = [*pointers, *(name for name in ints if name in _DIVISIBLE)]
+    src = ASTSource(
+        kernel,
+        signature=signature,
+        constexprs={(index(k),): v for k, v in constants.items()},
+        attrs={(index(name),): [["tt.divisibility", 16]] for name in hinted},
+    )
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
+
+
+def compile_gemv(cfg: GemvConfig, group: int) -> bytes:
+    """The cubin of ``_word_gemv_kernel`` for one bf16 row of x."""
+    from kvserve.kernels.word_gemv import _word_gemv_kernel
+
+    fp4 = group > 0
+    constants = {
+        "BLOCK_N": cfg.block_n, "BLOCK_W": cfg.block_w, "FP4": fp4, "GROUP": group or 8,
+        "ROWS": 1, "SCALE_E8M0": group == MXFP4_GROUP, "HAS_ROW_SCALE": group != MXFP4_GROUP,
+        "SCALAR_ROW_SCALE": False, "HAS_BIAS": False, "DIRECT": cfg.split_k == 1,
+        "USE_ASM": True, "PACKED": fp4, "X_BF16": True,
+        "ASM_SCALE_LOADS": cfg.asm_scale_loads, "MOE": False, "A_PER_TOKEN": False,
+        "SCALE_ROWS": False, "USE_PDL": True,
+    }  # fmt: skip
+    options: dict[str, Any] = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    if cfg.maxnreg:
+        options["maxnreg"] = cfg.maxnreg
+    return _compile(_word_gemv_kernel, _GEMV_POINTERS, _GEMV_INTS, constants, options)
+
+
+def compile_mma(cfg: Fp4GemmConfig, group: int) -> bytes:
+    """The cubin of ``_fp4_gemm_kernel`` for bf16 x, K a multiple of its step."""
+    from kvserve.kernels.fp4_gemm import _fp4_gemm_kernel
+
+    constants = {
+        "BLOCK_N": cfg.block_n, "BLOCK_M": cfg.block_m, "BLOCK_K": cfg.block_k, "GROUP": group,
+        "SCALE_E8M0": group == MXFP4_GROUP, "HAS_ROW_SCALE": group == NVFP4_GROUP,
+        "HAS_BIAS": False, "EVEN_K": True, "DIRECT": cfg.split_k == 1, "DOT_PRECISION": "tf32",
+        "WORD_DEQUANT": cfg.word_dequant,
+    }  # fmt: skip
+    pointers = {**_MMA_POINTERS, "w_ptr": "*i32" if cfg.word_dequant else "*u8"}
+    options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    return _compile(_fp4_gemm_kernel, pointers, _MMA_INTS, constants, options)
+
+
+_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+_BRANCH = re.compile(r"BRA\s+0x([0-9a-f]+)")
+
+
+def loop_opcodes(sass: str) -> Counter[str]:
+    """Opcodes (without modifiers) from the target of the first backward branch to the branch:
+    the K-step loop (the only loop before the epilogue)."""
+    instructions = [(int(m.group(1), 16), m.group(2), line) for line in sass.splitlines()
+                    if (m := _LINE.search(line))]  # fmt: skip
+    for address, opcode, line in instructions:
+        target = _BRANCH.search(line) if opcode == "BRA" else None
+        if target and int(target.group(1), 16) < address:
+            start = int(target.group(1), 16)
+            return Counter(op.split(".")[0] for a, op, _ in instructions if start <= a <= address)
+    raise ValueError("no backward branch in the SASS")
+
+
+def describe(cubin: bytes, weights: int) -> dict[str, Any]:
+    """``weights``: a thread's share of one K step's weight tile."""
+    ops = loop_opcodes(cuobjdump(cubin, "-sass"))
+    total = sum(ops.values())
+    return {
+        **resource_usage(cubin), "loop_instructions": total, "weights_per_thread_step": weights,
+        "instructions_per_weight": total / weights, "loop_opcodes": dict(ops.most_common()),
+    }  # fmt: skip
+
+
+def measure() -> list[dict[str, Any]]:
+    rows = []
+    for fmt, (cfg, group) in gemv_defaults().items():
+        per_word = FP4_PER_WORD if group else FP8_PER_WORD
+        weights = cfg.block_n * cfg.block_w * per_word // (cfg.num_warps * THREADS_PER_WARP)
+        row = {"kernel": "word GEMV", "format": fmt, "rows": 1, "config": vars(cfg)}
+        rows.append({**row, **describe(compile_gemv(cfg, group), weights)})
+    for fmt, group in (("nvfp4", NVFP4_GROUP), ("mxfp4", MXFP4_GROUP)):
+        for m, words in itertools.product(MMA_ROWS, (False, True)):
+            cfg = replace(default_config(m, N, K, group=group), word_dequant=words)
+            weights = cfg.block_n * cfg.block_k // (cfg.num_warps * THREADS_PER_WARP)
+            row = {"kernel": "FP4 MMA", "format": fmt, "rows": m, "config": vars(cfg)}
+            rows.append({**row, **describe(compile_mma(cfg, group), weights)})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out-dir", default=None)
+    args = ap.parse_args()
+    rows = measure()
+    for row in rows:
+        words = " word_dequant" if row["config"].get("word_dequant") else ""
+        print(f"{row['kernel']}{words} {row['format']} M={row['rows']}: "
+              f"{row.get('REG')} registers, {row.get('STACK')} bytes of stack, "
+              f"{row['loop_instructions']} loop instructions for "
+              f"{row['weights_per_thread_step']} weights a thread "
+              f"({row['instructions_per_weight']:.2f} a weight)")  # fmt: skip
+    shape = {"N": N, "K": K, "x": "bf16"}
+    print(write_result("lowbit_sass_sm90", {"target": "sm_90", "shape": shape, "kernels": rows},
+                       args.out_dir))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
