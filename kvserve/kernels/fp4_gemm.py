@@ -65,8 +65,9 @@ class Fp4GemmConfig:
     num_warps: int = 4
     num_stages: int = 4
     # W read as 32-bit words, eight codes decoded at a time to f16 (fp4_word_to_halves) instead
-    # of byte by byte: 12.3 -> {word} instructions a weight in the sm_90 loop at 64 rows
-    # (benchmarks/lowbit_sass.py). Not yet timed on the H200: off.
+    # of byte by byte. Instructions a weight in the sm_90 loop at 64 / 16 rows (Llama-3-8B
+    # gate_up, benchmarks/lowbit_sass.py): NVFP4 12.3 / 11.3 -> 7.3 / 6.6, MXFP4 11.3 / 10.6 ->
+    # 7.8 / 7.0. Not yet timed on the H200: off.
     word_dequant: bool = False
 
     def __post_init__(self) -> None:
