@@ -67,3 +67,22 @@ def test_code_ab_worker_measures_with_the_public_api(tiny_dir: str) -> None:
     assert ratios(side, other) == {"decode_b1_tok_s": 2.0, "offline_output_tok_s": 1.0}
     rounds = [{"base": side, "head": other, "ratio_head_over_base": ratios(side, other)}]
     assert summary(rounds)["decode_b1_tok_s"]["ratio_mean"] == 2.0
+
+
+def test_lowbit_sass_counts_the_loop_of_the_first_backward_branch() -> None:
+    """The SASS counter behind the kernels' instructions-a-weight figures, on cuobjdump's
+    layout: the prologue, a forward branch and the epilogue are left out."""
+    from benchmarks.lowbit_sass import loop_opcodes
+
+    sass = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;  /* 0x00000a0000017a02 */
+        /*0010*/               @P2 BRA 0x60 ;              /* 0x0000004000002947 */
+        /*0020*/                   LOP3.LUT R2, R1, 0x7, RZ, 0xc0, !PT ;
+        /*0030*/               @P0 LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0040*/                   HFMA2 R6, R4, R5, R6 ;
+        /*0050*/              @!P1 BRA 0x20 ;
+        /*0060*/                   EXIT ;
+    """
+    assert loop_opcodes(sass) == {"LOP3": 1, "LDG": 1, "HFMA2": 1, "BRA": 1}
+    with pytest.raises(ValueError, match="no backward branch"):
+        loop_opcodes("        /*0000*/                   EXIT ;")
