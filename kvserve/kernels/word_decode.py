@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kvserve.kernels._triton import constexpr, jit, tl
 
-# The units the partial sums come out in, as powers of two the block scale multiplies back:
+# The units the partial sums come out in, as powers of two multiplied back at the end:
 # FP4 codes read as e4m3 bytes are worth value * 2**-6; the packed path's x pairs, x * 2**-4.
 E4M3_CODE_LOG2 = constexpr(6)
 X_PAIR_LOG2 = constexpr(4)
@@ -53,19 +53,19 @@ def _byte_to_f32(word, B: tl.constexpr):
 
 
 @jit
-def _block_scale(s, SCALE_E8M0: tl.constexpr, LOG2_UNIT: tl.constexpr):
-    """Block scale bytes -> fp32. E8M0 comes out times 2**LOG2_UNIT (the units the partial sums
-    are in), exact for e <= 254 - LOG2_UNIT; e4m3 comes out as is, and the kernel multiplies
-    its finished sums by 2**LOG2_UNIT once (``_unit_of_e4m3_sums``)."""
-    if SCALE_E8M0:  # 2**(e - 127 + LOG2_UNIT) as fp32 bits
-        return ((s.to(tl.int32) + LOG2_UNIT) << 23).to(tl.float32, bitcast=True)
+def _block_scale(s, SCALE_E8M0: tl.constexpr):
+    """Block scale bytes -> fp32 (E8M0: 2**(e - 127) as fp32 bits; e == 0 gives 0 instead of
+    2**-127). The partial sums come out in units of 2**-LOG2_UNIT, multiplied back once at the
+    end (``_times_unit``)."""
+    if SCALE_E8M0:
+        return (s.to(tl.int32) << 23).to(tl.float32, bitcast=True)
     return s.to(tl.float8e4nv, bitcast=True).to(tl.float32)
 
 
 @jit
-def _unit_of_e4m3_sums(tile, FP4: tl.constexpr, SCALE_E8M0: tl.constexpr, LOG2_UNIT: tl.constexpr):
-    """The finished sums of e4m3-scaled FP4 times 2**LOG2_UNIT (``_block_scale``)."""
-    if FP4 and not SCALE_E8M0:
+def _times_unit(tile, FP4: tl.constexpr, LOG2_UNIT: tl.constexpr):
+    """FP4's finished sums times 2**LOG2_UNIT, the unit the decoded codes (and x pairs) are in."""
+    if FP4:
         tile = tile * (1 << LOG2_UNIT)
     return tile
 

@@ -16,8 +16,8 @@ the loop, from the sm_90 SASS of the defaults: NVFP4 3.1, MXFP4 3.0, FP8 3.8;
 - FP4 -> e4m3 bytes, four codes per 32-bit operation: a code ``s e1 e0 m`` with its magnitude
   moved under an e4m3 byte's exponent/mantissa boundary is an e4m3 number worth exactly
   ``value * 2**-6`` (the zero-exponent codes land on e4m3's subnormals, which are exact); the
-  2**6 is multiplied back with an E8M0 block scale, or once at the end. Even codes (low nibbles)
-  make one word of four bytes, odd codes another.
+  2**6 is multiplied back once, at the end. Even codes (low nibbles) make one word of four
+  bytes, odd codes another.
 - e4m3 -> f16: ``cvt.rn.f16x2.e4m3x2`` widens two bytes at once (exact).
 - FP4 with bf16/fp16 x ("packed"): x read 32 bytes at a time per pair of W words, times 2**-4
   in f16 and paired as the weights are; a word pair's sixteen products summed in one f16x2 chain
@@ -62,7 +62,7 @@ from kvserve.kernels.word_decode import (
     _groups_in,
     _row_step,
     _scale_bytes,
-    _unit_of_e4m3_sums,
+    _times_unit,
 )
 
 GEMV_ROWS = 4  # the most rows the GEMV takes
@@ -183,7 +183,7 @@ def _word_gemv_kernel(
         if FP4:
             in_g_next = _groups_in(w0 + BLOCK_W, rg, w_end, WORDS_PER_GROUP)
             s_next = _scale_bytes(s_ptrs + BLOCK_G, in_g_next, s_ptr, ASM_SCALE_LOADS)
-            scale = _block_scale(s, SCALE_E8M0, unit_log2)
+            scale = _block_scale(s, SCALE_E8M0)
         # fmt: off
         acc0 = _row_step(acc0, x_ptr, 0, stride_xm, M, w0, words, in_k, q, scale, FP4,
                          PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
@@ -211,7 +211,7 @@ def _word_gemv_kernel(
     if ROWS > 2:
         tile += tl.where(cols == 2, tl.sum(acc2, axis=1)[:, None], 0.0)
         tile += tl.where(cols == 3, tl.sum(acc3, axis=1)[:, None], 0.0)
-    tile = _unit_of_e4m3_sums(tile, FP4, SCALE_E8M0, unit_log2)
+    tile = _times_unit(tile, FP4, unit_log2)
     if SCALAR_ROW_SCALE:
         tile = tile * tl.load(rs_ptr)
     if SCALE_ROWS:
