@@ -38,3 +38,5 @@ BF16_UNLESS_INTERPRETED = pytest.param(
 # Llama-sized shapes: minutes each in the interpreter, seconds on a GPU
 ON_GPU_ONLY = pytest.mark.skipif(INTERPRETED, reason="too slow in Triton's interpreter")
 NEEDS_CUDA_GRAPHS = pytest.mark.skipif(DEVICE.type != "cuda", reason="CUDA graphs need a GPU")
+# Paths whose decoding is inline PTX: the interpreter runs a plain-Triton fallback instead
+NEEDS_PTX = pytest.mark.skipif(INTERPRETED, reason="inline PTX does not run in the interpreter")

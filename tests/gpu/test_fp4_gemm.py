@@ -17,6 +17,7 @@ from kernel_test_device import (  # noqa: E402
     DEVICE,
     INTERPRETED,
     NEEDS_CUDA_GRAPHS,
+    NEEDS_PTX,
     ON_GPU_ONLY,
 )
 
@@ -92,15 +93,15 @@ def test_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, dtype
     check(fp4_linear(x, *weight, config=small_config(m, split_k)), x, weight)
 
 
-@ON_GPU_ONLY
+@NEEDS_PTX
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("split_k", [1, 3])
 @pytest.mark.parametrize(("n", "k"), SMALL_SHAPES)
 @pytest.mark.parametrize("m", [2, 16, 33, 100])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_word_dequant_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, dtype):  # noqa: ANN001, ANN201
-    """``Fp4GemmConfig.word_dequant``: W read as words, eight codes decoded at a time (inline
-    PTX, so on the GPU only); K tails of 96 and 160 take the masked loads."""
+    """``Fp4GemmConfig.word_dequant``: W read as words, eight codes decoded at a time; K tails of
+    96 and 160 take the masked loads."""
     weight = fp4_weight(fmt, n, k)
     x = activations(m, k, dtype)
     cfg = Fp4GemmConfig(64, 64, block_m_for(m), split_k, 4, 3, word_dequant=True)
@@ -131,7 +132,7 @@ def test_gemv_asm_scale_loads_match_reference(fmt: str, n: int, k: int, m: int) 
     check(fp4_linear(x, *weight, config=cfg), x, weight)
 
 
-@ON_GPU_ONLY
+@NEEDS_PTX
 @pytest.mark.parametrize("m", [1, 3])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("fmt", FORMATS)
