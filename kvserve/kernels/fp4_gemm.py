@@ -67,8 +67,9 @@ class Fp4GemmConfig:
     # W read as 32-bit words, eight codes decoded at a time to f16 (fp4_word_to_halves) instead
     # of byte by byte. Instructions a weight in the sm_90 loop at 64 / 16 rows (Llama-3-8B
     # gate_up, benchmarks/lowbit_sass.py): NVFP4 12.3 / 11.3 -> 7.3 / 6.6, MXFP4 11.3 / 10.6 ->
-    # 7.8 / 7.0. Not yet timed on the H200: off.
-    word_dequant: bool = False
+    # 7.8 / 7.0. On the H200 it took the default tiles' NVFP4 gate_up from 97 / 134 / 328 us to
+    # 66 / 105 / 218 us at 16 / 64 / 256 rows (fp4_gemm_h200_words_2026-12-01.json).
+    word_dequant: bool = True
 
     def __post_init__(self) -> None:
         blocks = (self.block_n, self.block_k, self.block_m)
@@ -134,6 +135,23 @@ def _dequant_words(
     return tl.reshape((w * scale.to(tl.float16)[:, :, None]).to(DTYPE), (BLOCK_N, BLOCK_K))
 
 
+@jit
+def _dequant(
+    p,
+    s,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP: tl.constexpr,
+    SCALE_E8M0: tl.constexpr,
+    DTYPE: tl.constexpr,
+    WORD_DEQUANT: tl.constexpr,
+):
+    """The weight tile from words (``_dequant_words``) or bytes (``_dequant_tile``) of codes."""
+    if WORD_DEQUANT:
+        return _dequant_words(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
+    return _dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
+
+
 @_jit
 def _fp4_gemm_kernel(
     x_ptr,
@@ -192,10 +210,7 @@ def _fp4_gemm_kernel(
             p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
             s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
             x = tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
-        if WORD_DEQUANT:
-            w = _dequant_words(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype)
-        else:
-            w = _dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype)
+        w = _dequant(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
         acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
         w_ptrs += BLOCK_K // PER_ELEMENT
         s_ptrs += BLOCK_K // GROUP
@@ -280,8 +295,8 @@ def _launch(
     splits = -(-k_tiles // tiles_per_split)  # no split may start past K
     k_per_split = tiles_per_split * cfg.block_k
     direct = splits == 1
-    words = cfg.word_dequant and not interpreting() and _word_aligned(packed)
-    w = packed.view(torch.int32) if words else packed
+    w = code_words(packed) if cfg.word_dequant else packed
+    words = w.dtype == torch.int32
     ws = counters = out  # placeholders, unused when direct
     if not direct:
         tile_elems = splits * cfg.block_n * cfg.block_m
@@ -321,9 +336,14 @@ def _launch(
     )
 
 
-def _word_aligned(packed: torch.Tensor) -> bool:
-    """Whether the packed rows can be read as int32 words."""
-    return not (packed.shape[1] % 4 or packed.stride(0) % 4 or packed.data_ptr() % 4)
+def code_words(packed: torch.Tensor) -> torch.Tensor:
+    """The packed codes (uint8, K last and contiguous) as int32 words of eight codes where
+    their rows allow it and the kernel runs compiled (the interpreter runs no inline PTX);
+    else ``packed`` as is, for the byte dequant."""
+    aligned = not (
+        packed.shape[-1] % 4 or any(st % 4 for st in packed.stride()[:-1]) or packed.data_ptr() % 4
+    )
+    return packed.view(torch.int32) if aligned and not interpreting() else packed
 
 
 def block_m_for(m: int) -> int:
@@ -372,8 +392,8 @@ def candidate_configs(
     m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
 ) -> list[Fp4GemmConfig | GemvConfig]:
     """Configs worth timing for one shape, the default first (an MMA default then again with
-    ``word_dequant``), then every tile shape with its best-filling split, plain and with
-    ``word_dequant``, before any tile's second choice (so a short list still spans tiles)."""
+    the byte dequant), then every tile shape with its best-filling split, with words and with
+    bytes, before any tile's second choice (so a short list still spans tiles)."""
     block_m = block_m_for(m)
     per_tile = []
     for block_n, block_k, warps in SWEEP_TILES:
@@ -388,9 +408,9 @@ def candidate_configs(
     default = default_config(m, n, k, num_sms=num_sms, group=group)
     configs: list[Fp4GemmConfig | GemvConfig] = [default]
     if isinstance(default, Fp4GemmConfig):
-        configs.append(replace(default, word_dequant=True))
+        configs.append(replace(default, word_dequant=False))
     for options in per_tile:
-        options.insert(1, replace(options[0], word_dequant=True))
+        options.insert(1, replace(options[0], word_dequant=False))
     if m <= GEMV_ROWS:
         gemvs = gemv_candidates(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
         configs += [c for c in gemvs if c not in configs]

@@ -1,7 +1,8 @@
 """Mixture of experts with weight-only FP4 experts (NVFP4 or MXFP4, the layout of
 ``fp4_reference.py`` per expert): the grouped GEMMs of ``fused_moe.py`` with each weight tile
-unpacked and scaled in registers (``fp4_gemm._dequant_tile``), the MMA in the activation dtype
-with fp32 accumulation.
+unpacked and scaled in registers (``fp4_gemm._dequant``: eight codes of a 32-bit word at a time
+where the experts' rows are word-aligned), the MMA in the activation dtype with fp32
+accumulation.
 
 Per stack (``w13`` for gate/up, ``w2`` for down): ``packed`` uint8 [E, N, K/2],
 ``block_scale`` [E, N, K/g] (e4m3 for NVFP4, g = 16; E8M0 bytes for MXFP4, g = 32) and, for
@@ -20,7 +21,7 @@ import os
 import torch
 
 from kvserve.kernels._triton import jit, sm_count, tl, triton
-from kvserve.kernels.fp4_gemm import _dequant_tile
+from kvserve.kernels.fp4_gemm import _dequant, code_words
 from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
 from kvserve.kernels.fused_moe import (
     SortedSlots,
@@ -62,7 +63,7 @@ def fused_moe_fp4_reference(
 @jit
 def _fp4_grouped_gemm_kernel(
     a_ptr,  # [rows of A, K]: tokens (A_PER_TOKEN) or slots
-    w_ptr,  # uint8 [E, N, K/2]
+    w_ptr,  # uint8 [E, N, K/2], or int32 [E, N, K/8] (WORD_DEQUANT)
     s_ptr,  # uint8 [E, N, K/GROUP]: E8M0 exponents or the bytes of e4m3 scales
     rs_ptr,  # fp32 [E, N] (HAS_ROW_SCALE)
     out_ptr,  # [num_slots, N]
@@ -90,7 +91,9 @@ def _fp4_grouped_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    WORD_DEQUANT: tl.constexpr,
 ):
+    PER_ELEMENT: tl.constexpr = 8 if WORD_DEQUANT else 2  # codes per element of w_ptr
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     expert = tl.load(block_expert_ptr + pid_m)
@@ -103,7 +106,7 @@ def _fp4_grouped_gemm_kernel(
     n_ok = offs_n < N
     rows_w = (offs_n % N).to(tl.int64)[:, None]  # rows past N wrap; the store masks them
     rk = tl.arange(0, BLOCK_K)
-    rb = tl.arange(0, BLOCK_K // 2)
+    rb = tl.arange(0, BLOCK_K // PER_ELEMENT)
     rg = tl.arange(0, BLOCK_K // GROUP)
     e64 = expert.to(tl.int64)
     w_ptrs = w_ptr + e64 * stride_we + rows_w * stride_wn + rb[None, :]
@@ -112,12 +115,12 @@ def _fp4_grouped_gemm_kernel(
     dtype = a_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        p = tl.load(w_ptrs, mask=(k0 // 2 + rb < K // 2)[None, :], other=0)
+        p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
         s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
         a = tl.load(a_ptrs, mask=row_ok[:, None] & (k0 + rk < K)[None, :], other=0.0)
-        w = _dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype)
+        w = _dequant(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
         acc = tl.dot(a, tl.trans(w), acc, input_precision=DOT_PRECISION)
-        w_ptrs += BLOCK_K // 2
+        w_ptrs += BLOCK_K // PER_ELEMENT
         s_ptrs += BLOCK_K // GROUP
         a_ptrs += BLOCK_K
     if HAS_ROW_SCALE:
@@ -140,17 +143,19 @@ def _fp4_grouped_gemm(
     out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
     block_expert, slots, one_slot = block_tables(blocks)
     scales = block_scale.view(torch.uint8)
+    w = code_words(packed)
     grid = (block_expert.numel(), triton.cdiv(n, config["BLOCK_N"]))
     _fp4_grouped_gemm_kernel[grid](
-        a, packed, scales, row_scale if row_scale is not None else out, out, slots, block_expert,
+        a, w, scales, row_scale if row_scale is not None else out, out, slots, block_expert,
         row_weights if row_weights is not None else out, num_slots, n, k, a.stride(0),
-        packed.stride(0), packed.stride(1), scales.stride(0), scales.stride(1),
+        w.stride(0), w.stride(1), scales.stride(0), scales.stride(1),
         row_scale.stride(0) if row_scale is not None else 0, out.stride(0),
         TOP_K=top_k, A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
         ONE_SLOT_PER_BLOCK=one_slot, GROUP=group, SCALE_E8M0=block_scale.dtype == torch.uint8,
         HAS_ROW_SCALE=row_scale is not None, BLOCK_M=config["BLOCK_M"],
         BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        WORD_DEQUANT=w.dtype == torch.int32,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )  # fmt: skip
     return out
