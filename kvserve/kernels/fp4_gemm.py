@@ -147,9 +147,11 @@ def _dequant(
     WORD_DEQUANT: tl.constexpr,
 ):
     """The weight tile from words (``_dequant_words``) or bytes (``_dequant_tile``) of codes."""
-    if WORD_DEQUANT:
-        return _dequant_words(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
-    return _dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
+    if WORD_DEQUANT:  # both branches written out: Triton compiles a statement after an if
+        w = _dequant_words(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
+    else:
+        w = _dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
+    return w
 
 
 @_jit
