@@ -374,16 +374,27 @@ def default_config(
     m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
 ) -> Fp4GemmConfig | GemvConfig:
     """Up to GEMV_MAX_ROWS rows: the CUDA-core kernel. Else 64 rows of W by 128 of K per
-    program (256 for up to 16 rows: the weight tile is half-byte data), split K until the
-    programs fill the SMs. ``group``: values per block scale (NVFP4 16, MXFP4 32)."""
+    program (256 for up to 16 rows: the weight tile is half-byte data), K split until there are
+    PROGRAMS_PER_SM programs for each SM; 8 warps only for unsplit 128-row tiles (prefill).
+    ``group``: values per block scale (NVFP4 16, MXFP4 32)."""
     if m <= GEMV_MAX_ROWS:
         return gemv_config(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
     block_m = block_m_for(m)
     block_k = 256 if block_m == 16 else 128
-    warps = 8 if block_m >= 128 else 4
     tiles = -(-m // block_m) * -(-n // 64)
-    splits = split_options(tiles, -(-k // block_k), num_sms)[0]
+    k_tiles = -(-k // block_k)
+    wanted = PROGRAMS_PER_SM[block_m <= 64] * num_sms
+    enough_k = [s for s in SPLIT_COUNTS if s == 1 or k_tiles // s >= _MIN_K_TILES_PER_SPLIT]
+    splits = next((s for s in enough_k if tiles * s >= wanted), enough_k[-1])
+    warps = 8 if block_m >= 128 and splits == 1 else 4
     return Fp4GemmConfig(64, block_k, block_m, splits, warps, 4 if block_m <= 64 else 3)
+
+
+# Programs per SM the default splits K up to, for 128 rows of x and for fewer (two programs fit
+# an SM's shared memory there). From the full sweep of benchmarks/fp4_gemm.py on Llama-3-8B's
+# projections, M = 16 / 64 / 256 (fp4_gemm_h200_splits_2026-12-01.json): e.g. NVFP4 down went
+# from 49.8 / 70.8 / 179.4 us at the earlier default (fill the SMs once) to 32.7 / 45.7 / 110.2.
+PROGRAMS_PER_SM = {False: 1.2, True: 1.9}
 
 
 # (block_n, block_k, num_warps) to sweep in benchmarks/fp4_gemm.py
