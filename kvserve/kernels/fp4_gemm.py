@@ -16,9 +16,10 @@ e4m3 number worth exactly ``value * 2**-6`` (the zero-exponent code lands on e4m
 which are exact), so ``(c & 7) << 2 | (c & 8) << 4`` is the e4m3 byte; the hardware converts it,
 and the 2**6 is folded into the block scale. E2M1 times an e4m3 or power-of-two scale has at most
 six significant bits, so the scaled weight is exact in bf16. The per-row (NVFP4 per-tensor)
-scale and the bias are applied to the fp32 accumulator in the epilogue. With
-``Fp4GemmConfig.word_dequant`` the same trick runs on 32-bit words, eight codes at a time
-(``word_decode.fp4_word_to_halves``), instead of on bytes.
+scale and the bias are applied to the fp32 accumulator in the epilogue. By default
+(``Fp4GemmConfig.word_dequant``) the same trick runs on 32-bit words, eight codes at a time
+(``word_decode.fp4_word_to_halves``); bytes where W's rows are not word-aligned and under
+Triton's interpreter (``code_words``).
 
 No host synchronization; the split-K arrival counters reset themselves, so launches can be
 captured in CUDA graphs.
