@@ -80,7 +80,7 @@ def test_fp4_default_config_passes_the_format_to_the_gemv(group: int) -> None:
     [
         (16, 4096, 14336, 4, 4),  # 64 tiles: 4 splits give 256 programs, >= 1.9 per SM
         (64, 6144, 4096, 3, 4),  # 96 tiles: 3 splits (288); 2 would leave 192
-        (64, 28672, 4096, 1, 4),  # 448 tiles fill the SMs unsplit
+        (64, 28672, 4096, 1, 4),  # 224 tiles of 128 W rows fill the SMs unsplit
         (256, 4096, 4096, 2, 4),  # 128-row tiles, one program an SM: 1.2 per SM wanted
         (256, 6144, 4096, 1, 8),  # 192 tiles are enough; unsplit 128-row tiles take 8 warps
         (64, 64, 512, 2, 4),  # K of 4 steps allows 2 splits at most (2 steps each)
@@ -92,6 +92,8 @@ def test_fp4_mma_default_splits_k_to_the_programs_an_sm_wants(
     cfg = default_config(m, n, k, num_sms=132)
     assert isinstance(cfg, Fp4GemmConfig) and cfg.word_dequant
     assert (cfg.split_k, cfg.num_warps) == (split_k, num_warps)
+    # 128 W rows only at 64 rows of x and where their tiles alone fill the SMs
+    assert cfg.block_n == (128 if cfg.block_m == 64 and n >= 128 * 132 else 64)
 
 
 def test_fp4_moe_decode_takes_the_gemv_unless_switched_off(

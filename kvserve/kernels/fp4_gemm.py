@@ -377,18 +377,25 @@ def default_config(
     """Up to GEMV_MAX_ROWS rows: the CUDA-core kernel. Else 64 rows of W by 128 of K per
     program (256 for up to 16 rows: the weight tile is half-byte data), K split until there are
     PROGRAMS_PER_SM programs for each SM; 8 warps only for unsplit 128-row tiles (prefill).
+    At 64 rows of x, 128 rows of W, unsplit, where those tiles alone fill the SMs: every program
+    reads its x tile from L2 (at 64 W rows, four times the bytes of its weight tile), and wider W
+    tiles halve that (Llama-3-8B gate_up, NVFP4 / MXFP4: 107.0 / 101.6 -> 93.4 / 90.4 us; split
+    in two, 102.5 / 101.3; fp4_gemm_h200_splits_2026-12-01.json); narrower shapes need the K
+    split more.
     ``group``: values per block scale (NVFP4 16, MXFP4 32)."""
     if m <= GEMV_MAX_ROWS:
         return gemv_config(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
     block_m = block_m_for(m)
     block_k = 256 if block_m == 16 else 128
-    tiles = -(-m // block_m) * -(-n // 64)
+    block_n = 128 if block_m == 64 and -(-n // 128) >= num_sms else 64
+    tiles = -(-m // block_m) * -(-n // block_n)
     k_tiles = -(-k // block_k)
-    wanted = PROGRAMS_PER_SM[block_m <= 64] * num_sms
+    # the wide W tiles are taken where they fill the SMs unsplit (split, they were slower)
+    wanted = PROGRAMS_PER_SM[block_m <= 64] * num_sms if block_n == 64 else 0
     enough_k = [s for s in SPLIT_COUNTS if s == 1 or k_tiles // s >= _MIN_K_TILES_PER_SPLIT]
     splits = next((s for s in enough_k if tiles * s >= wanted), enough_k[-1])
     warps = 8 if block_m >= 128 and splits == 1 else 4
-    return Fp4GemmConfig(64, block_k, block_m, splits, warps, 4 if block_m <= 64 else 3)
+    return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, 4 if block_m <= 64 else 3)
 
 
 # Programs per SM the default splits K up to, for 128 rows of x and for fewer (two programs fit
