@@ -1,6 +1,8 @@
 """Registers, spills and the K-step loop of the low-bit weight kernels as ptxas compiles their
 default configs for sm_90, without a GPU: the word GEMV (``kvserve/kernels/word_gemv.py``; FP4
-and FP8 at one row) and the FP4 MMA kernel (``kvserve/kernels/fp4_gemm.py``; 16 and 64 rows).
+and FP8 at one row), the FP4 MMA kernel (``kvserve/kernels/fp4_gemm.py``; 16 and 64 rows) and
+the FP4 MoE grouped kernel (``kvserve/kernels/fused_moe_fp4.py``; its decode tile), the FP4
+kernels with W read as bytes and as words.
 
 At one row of x the GEMV is bound by instruction issue and latency, not by DRAM (Nsight Compute
 on the H200: 27-48% of DRAM peak, a scheduler issuing about every second cycle;
@@ -121,6 +123,35 @@ def compile_mma(cfg: Fp4GemmConfig, group: int) -> bytes:
     return _compile(_fp4_gemm_kernel, pointers, _MMA_INTS, constants, options)
 
 
+_MOE_POINTERS = {
+    "a_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*u8", "rs_ptr": "*fp32", "out_ptr": "*bf16",
+    "slots_ptr": "*i32", "block_expert_ptr": "*i32", "weights_ptr": "*fp32",
+}  # fmt: skip
+_MOE_INTS = [
+    "num_slots", "N", "K", "stride_a", "stride_we", "stride_wn", "stride_se", "stride_sn",
+    "stride_rse", "stride_out",
+]  # fmt: skip
+# the decode tile of fused_moe._block_config (up to 16 slots an expert)
+MOE_TILE = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+
+
+def compile_moe(group: int, words: bool) -> bytes:
+    """The cubin of ``fused_moe_fp4``'s grouped kernel (gate/up: x rows per token, top 8) at
+    the decode tile, W read as words or bytes."""
+    from kvserve.kernels.fused_moe_fp4 import _fp4_grouped_gemm_kernel
+
+    tiles = {key: MOE_TILE[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
+    constants = {
+        "TOP_K": 8, "A_PER_TOKEN": True, "SCALE_ROWS": False, "ONE_SLOT_PER_BLOCK": False,
+        "GROUP": group, "SCALE_E8M0": group == MXFP4_GROUP,
+        "HAS_ROW_SCALE": group == NVFP4_GROUP, **tiles, "DOT_PRECISION": "tf32",
+        "WORD_DEQUANT": words,
+    }  # fmt: skip
+    pointers = {**_MOE_POINTERS, "w_ptr": "*i32" if words else "*u8"}
+    options = {"num_warps": MOE_TILE["num_warps"], "num_stages": MOE_TILE["num_stages"]}
+    return _compile(_fp4_grouped_gemm_kernel, pointers, _MOE_INTS, constants, options)
+
+
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
 _BRANCH = re.compile(r"BRA\s+0x([0-9a-f]+)")
 
@@ -161,6 +192,15 @@ def measure() -> list[dict[str, Any]]:
             weights = cfg.block_n * cfg.block_k // (cfg.num_warps * THREADS_PER_WARP)
             row = {"kernel": "FP4 MMA", "format": fmt, "rows": m, "config": vars(cfg)}
             rows.append({**row, **describe(compile_mma(cfg, group), weights)})
+        for words in (False, True):
+            weights = (
+                MOE_TILE["BLOCK_N"]
+                * MOE_TILE["BLOCK_K"]
+                // (MOE_TILE["num_warps"] * THREADS_PER_WARP)
+            )
+            config = {**MOE_TILE, "word_dequant": words}
+            row = {"kernel": "FP4 MoE grouped", "format": fmt, "rows": 16, "config": config}
+            rows.append({**row, **describe(compile_moe(group, words), weights)})
     return rows
 
 
