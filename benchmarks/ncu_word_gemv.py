@@ -1,7 +1,8 @@
 """A driver for Nsight Compute: the word GEMV (``kvserve/kernels/word_gemv.py``) at one bf16 row on
 Llama-3-8B's qkv, gate_up and down, six distinct weights each (so L2 does not hold them), for the
-formats named. It times nothing itself; ncu reads the counters. On the H200 (Firecracker
-machines, where ncu works; leave the clocks alone):
+formats named; with ``--rows`` above one, the FP4 formats' default there, the MMA kernel of
+``kvserve/kernels/fp4_gemm.py`` (``-k regex:fp4_gemm``). It times nothing itself; ncu reads the
+counters. On the H200 (Firecracker machines, where ncu works; leave the clocks alone):
 
     ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \\
         --section WarpStateStats --section SchedulerStats --section Occupancy \\
@@ -17,14 +18,14 @@ SHAPES = {"qkv": (6144, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 WEIGHTS = 6
 
 
-def run(fmt: str, n: int, k: int) -> None:
+def run(fmt: str, n: int, k: int, rows: int = 1) -> None:
     import torch
 
     from benchmarks.fp4_gemm import random_fp4
     from kvserve.kernels.fp4_gemm import fp4_linear
     from kvserve.kernels.word_gemv import fp8_gemv
 
-    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
     for _ in range(WEIGHTS):
         if fmt == "fp8":
             weight = (torch.randn(n, k, device="cuda") * 0.02).to(torch.float8_e4m3fn)
@@ -37,10 +38,11 @@ def run(fmt: str, n: int, k: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("formats", nargs="*", default=["nvfp4", "mxfp4", "fp8"])
+    ap.add_argument("--rows", type=int, default=1, help="rows of x (FP8's GEMV takes 1-4)")
     args = ap.parse_args()
     for fmt in args.formats:
         for name, (n, k) in SHAPES.items():
-            run(fmt, n, k)
+            run(fmt, n, k, args.rows)
             print(f"{fmt} {name} done", flush=True)
 
 
