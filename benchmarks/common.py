@@ -92,10 +92,23 @@ def write_json(path: Path | str, record: dict[str, Any], indent: int = 2) -> Pat
 
 
 def write_result(name: str, payload: dict[str, Any], out_dir: Path | str | None = None) -> Path:
-    """``<out_dir or benchmarks/results>/<name>_<date>.json``: the stamp, then ``payload``."""
+    """``<out_dir or benchmarks/results>/<name>_<date>.json``: the stamp, then ``payload``.
+    Later writes of one run (saves after each part) replace its file; a second run the same day
+    writes ``<name>_<date>_2.json`` and so on: a result is evidence a row of INDEX.md may cite,
+    never overwritten by another run."""
     directory = Path(out_dir) if out_dir is not None else RESULTS_DIR
-    path = directory / f"{name}_{dt.date.today().isoformat()}.json"
-    return write_json(path, {**stamp(name), **payload})
+    key = (directory.resolve(), name)
+    if key not in _RUN_PATHS:
+        stem = f"{name}_{dt.date.today().isoformat()}"
+        path, copies = directory / f"{stem}.json", 1
+        while path.exists():
+            copies += 1
+            path = directory / f"{stem}_{copies}.json"
+        _RUN_PATHS[key] = path
+    return write_json(_RUN_PATHS[key], {**stamp(name), **payload})
+
+
+_RUN_PATHS: dict[tuple[Path, str], Path] = {}  # (directory, name) -> this process's file
 
 
 # -- ceilings and timing ---------------------------------------------------------------------

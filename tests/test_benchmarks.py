@@ -34,6 +34,12 @@ def test_write_result_stamps_commit_from_env(tmp_path: Path, monkeypatch) -> Non
     assert path.parent == tmp_path and path.name.startswith("probe_")
     assert record["commit"] == "abc1234" and record["benchmark"] == "probe"
     assert record["figure"] == 1.5 and "torch" in record["machine"] and record["date"]
+    assert common.write_result("probe", {"figure": 2.0}, tmp_path) == path  # the run saves again
+    monkeypatch.setattr(common, "_RUN_PATHS", {})  # another run, the same day
+    again = common.write_result("probe", {"figure": 2.5}, tmp_path)
+    assert again.name == path.name.replace(".json", "_2.json")
+    assert json.loads(path.read_text())["figure"] == 2.0  # the first run's file is kept
+    assert json.loads(again.read_text())["figure"] == 2.5
 
 
 @pytest.fixture(scope="module")
