@@ -376,7 +376,8 @@ def default_config(
 ) -> Fp4GemmConfig | GemvConfig:
     """Up to GEMV_MAX_ROWS rows: the CUDA-core kernel. Else 64 rows of W by 128 of K per
     program (256 for up to 16 rows: the weight tile is half-byte data), K split until there are
-    PROGRAMS_PER_SM programs for each SM; 8 warps only for unsplit 128-row tiles (prefill).
+    PROGRAMS_PER_SM programs for each SM (..._AT_128_ROWS at 128 rows of x); 8 warps only for
+    unsplit 128-row tiles (prefill).
     At 64 rows of x, 128 rows of W, unsplit, where those tiles alone fill the SMs: every program
     reads its x tile from L2 (at 64 W rows, four times the bytes of its weight tile), and wider W
     tiles halve that (Llama-3-8B gate_up, NVFP4 / MXFP4: 107.0 / 101.6 -> 93.4 / 90.4 us; split
@@ -391,18 +392,20 @@ def default_config(
     tiles = -(-m // block_m) * -(-n // block_n)
     k_tiles = -(-k // block_k)
     # the wide W tiles are taken where they fill the SMs unsplit (split, they were slower)
-    wanted = PROGRAMS_PER_SM[block_m <= 64] * num_sms if block_n == 64 else 0
+    per_sm = PROGRAMS_PER_SM if block_m <= 64 else PROGRAMS_PER_SM_AT_128_ROWS
+    wanted = per_sm * num_sms if block_n == 64 else 0
     enough_k = [s for s in SPLIT_COUNTS if s == 1 or k_tiles // s >= _MIN_K_TILES_PER_SPLIT]
     splits = next((s for s in enough_k if tiles * s >= wanted), enough_k[-1])
     warps = 8 if block_m >= 128 and splits == 1 else 4
     return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, 4 if block_m <= 64 else 3)
 
 
-# Programs per SM the default splits K up to, for 128 rows of x and for fewer (two programs fit
-# an SM's shared memory there). From the full sweep of benchmarks/fp4_gemm.py on Llama-3-8B's
+# Programs per SM the default splits K up to, below 128 rows of x (two programs fit an SM's
+# shared memory there) and at 128. From the full sweep of benchmarks/fp4_gemm.py on Llama-3-8B's
 # projections, M = 16 / 64 / 256 (fp4_gemm_h200_splits_2026-12-01.json): e.g. NVFP4 down went
 # from 49.8 / 70.8 / 179.4 us at the earlier default (fill the SMs once) to 32.7 / 45.7 / 110.2.
-PROGRAMS_PER_SM = {False: 1.2, True: 1.9}
+PROGRAMS_PER_SM = 1.9
+PROGRAMS_PER_SM_AT_128_ROWS = 1.2
 
 
 # (block_n, block_k, num_warps) to sweep in benchmarks/fp4_gemm.py
