@@ -408,8 +408,11 @@ PROGRAMS_PER_SM = 1.9
 PROGRAMS_PER_SM_AT_128_ROWS = 1.2
 
 
-# (block_n, block_k, num_warps) to sweep in benchmarks/fp4_gemm.py
-SWEEP_TILES = ((64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8), (32, 256, 4))
+# (block_n, block_k, num_warps) to sweep in benchmarks/fp4_gemm.py; (128, 128, 8): twice the
+# warps of the 64-row default's wide tile, at half its registers a thread
+SWEEP_TILES = (
+    (64, 128, 4), (64, 256, 4), (128, 128, 4), (128, 256, 8), (32, 256, 4), (128, 128, 8),
+)  # fmt: skip
 
 
 def candidate_configs(
