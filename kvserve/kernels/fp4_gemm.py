@@ -104,7 +104,9 @@ def _dequant_tile(
 
 @jit
 def _scale_times_64(s, SCALE_E8M0: tl.constexpr):
-    """Block scale bytes -> fp32 times 2**6 (the unit of the e4m3-decoded codes)."""
+    """Block scale bytes -> fp32 times 2**6 (the unit of the e4m3-decoded codes). Not
+    ``word_decode._block_scale`` times 64: E8M0 takes the 6 as an integer add to its exponent,
+    where the multiply cost MXFP4's loop 8-22 more sm_90 instructions (benchmarks/lowbit_sass)."""
     if SCALE_E8M0:
         # 2**(e - 127) * 2**6 built as fp32 bits; e == 0 gives 0 instead of 2**-121
         return ((s.to(tl.int32) + 6) << 23).to(tl.float32, bitcast=True)
@@ -353,10 +355,15 @@ def block_m_for(m: int) -> int:
     return min(MAX_BLOCK_M, max(16, next_pow2(m)))
 
 
+def _splits_with_enough_k(k_tiles: int) -> list[int]:
+    """Split counts (fewest first) that leave each split _MIN_K_TILES_PER_SPLIT K tiles."""
+    return [s for s in SPLIT_COUNTS if s == 1 or k_tiles // s >= _MIN_K_TILES_PER_SPLIT]
+
+
 def split_options(tiles: int, k_tiles: int, num_sms: int) -> list[int]:
     """Split counts that give 0.9-4 programs per SM with enough K per split (1 if the tiles
     alone fill the SMs), the fewest first."""
-    enough_k = [s for s in SPLIT_COUNTS if s == 1 or k_tiles // s >= _MIN_K_TILES_PER_SPLIT]
+    enough_k = _splits_with_enough_k(k_tiles)
     fits = [s for s in enough_k if 0.9 * num_sms <= tiles * s <= 4 * num_sms]
     if tiles >= 0.9 * num_sms and 1 not in fits:
         fits.insert(0, 1)
@@ -394,7 +401,7 @@ def default_config(
     # the wide W tiles are taken where they fill the SMs unsplit (split, they were slower)
     per_sm = PROGRAMS_PER_SM if block_m <= 64 else PROGRAMS_PER_SM_AT_128_ROWS
     wanted = per_sm * num_sms if block_n == 64 else 0
-    enough_k = [s for s in SPLIT_COUNTS if s == 1 or k_tiles // s >= _MIN_K_TILES_PER_SPLIT]
+    enough_k = _splits_with_enough_k(k_tiles)
     splits = next((s for s in enough_k if tiles * s >= wanted), enough_k[-1])
     warps = 8 if block_m >= 128 and splits == 1 else 4
     return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, 4 if block_m <= 64 else 3)

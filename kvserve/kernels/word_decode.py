@@ -304,8 +304,6 @@ def _row_step(
             part = _fp4_packed_part(
                 x_ptr, row, stride_xm, M, w_first, words, q, X_BF16, BLOCK_N, BLOCK_W
             )
-            pairs = tl.reshape(part, (BLOCK_N, BLOCK_W // WORDS_PER_GROUP, WORDS_PER_GROUP // 2))
-            acc += tl.sum(pairs, axis=2) * scale
         else:
             even, odd = _e4m3_bytes_of_fp4(q)
             e0, e1, e2, e3 = _e4m3x4_to_f32(even, USE_ASM)
@@ -313,8 +311,10 @@ def _row_step(
             part = _fp4_row_part(
                 x_ptr, row, stride_xm, M, k_first, mask, e0, e1, e2, e3, o0, o1, o2, o3
             )
-            groups = tl.reshape(part, (BLOCK_N, BLOCK_W // WORDS_PER_GROUP, WORDS_PER_GROUP))
-            acc += tl.sum(groups, axis=2) * scale
+        # a packed part has one sum per word pair, the other one per word
+        per_group: tl.constexpr = WORDS_PER_GROUP // 2 if PACKED else WORDS_PER_GROUP
+        groups = tl.reshape(part, (BLOCK_N, BLOCK_W // WORDS_PER_GROUP, per_group))
+        acc += tl.sum(groups, axis=2) * scale
     else:
         w0, w1, w2, w3 = _e4m3x4_to_f32(q, USE_ASM)
         acc += _fp8_row_part(x_ptr, row, stride_xm, M, k_first, mask, w0, w1, w2, w3)
