@@ -39,13 +39,33 @@ _ARGS = {
 }  # fmt: skip
 
 
-def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> bytes:
-    """The cubin of ``_decode_split_kernel`` for Llama-3-8B heads (4 q heads a kv head)."""
+def compile_sm90(
+    kernel,  # noqa: ANN001 - a Triton JITFunction
+    signature: dict[str, str],
+    constants: dict[str, Any],
+    options: dict[str, Any],
+    divisible: tuple[str, ...] = (),
+) -> bytes:
+    """The cubin of ``kernel`` compiled for sm_90 without a GPU: ``signature`` types its
+    runtime arguments, ``constants`` its constexprs; ``divisible`` names the arguments a launch
+    would specialize as multiples of 16 (pointers, and integers such as K)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kvserve.kernels.decode_attention import _decode_split_kernel as kernel
+    index = kernel.arg_names.index
+    src = ASTSource(
+        kernel,
+        signature={**signature, **{name: "constexpr" for name in constants}},
+        constexprs={(index(k),): v for k, v in constants.items()},
+        attrs={(index(name),): [["tt.divisibility", 16]] for name in divisible},
+    )
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
+
+
+def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> bytes:
+    """The cubin of ``_decode_split_kernel`` for Llama-3-8B heads (4 q heads a kv head)."""
+    from kvserve.kernels.decode_attention import _decode_split_kernel
     from kvserve.kernels.store_kv_cache import FP8_AS_FP16
 
     fp8 = cache == "fp8"
@@ -56,15 +76,7 @@ def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> byt
         "FUSED_MERGE": fused, "BLOCK_S": 32,
     }  # fmt: skip
     signature = {**_ARGS, "k_cache_ptr": pointer, "v_cache_ptr": pointer}
-    signature.update({name: "constexpr" for name in constants})
-    src = ASTSource(
-        kernel,
-        signature=signature,
-        constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()},
-    )
-    target = GPUTarget("cuda", 90, 32)
-    compiled = triton.compile(src, target=target, options={"num_warps": num_warps})
-    return compiled.asm["cubin"]
+    return compile_sm90(_decode_split_kernel, signature, constants, {"num_warps": num_warps})
 
 
 def cuobjdump(cubin: bytes, flag: str) -> str:

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from benchmarks.common import write_result
-from benchmarks.kernel_spills import cuobjdump, resource_usage
+from benchmarks.kernel_spills import compile_sm90, cuobjdump, resource_usage
 from kvserve.kernels.fp4_gemm import Fp4GemmConfig, default_config
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
 from kvserve.kernels.word_gemv import (
@@ -72,21 +72,9 @@ def gemv_defaults() -> dict[str, tuple[GemvConfig, int]]:
 
 
 def _compile(kernel, pointers: dict, ints: list, constants: dict, options: dict) -> bytes:  # noqa: ANN001
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     signature = {**pointers, **{name: "i32" for name in ints}}
-    signature.update({name: "constexpr" for name in constants})
-    index = kernel.arg_names.index
-    hinted = [*pointers, *(name for name in ints if name in _DIVISIBLE)]
-    src = ASTSource(
-        kernel,
-        signature=signature,
-        constexprs={(index(k),): v for k, v in constants.items()},
-        attrs={(index(name),): [["tt.divisibility", 16]] for name in hinted},
-    )
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
+    divisible = (*pointers, *(name for name in ints if name in _DIVISIBLE))
+    return compile_sm90(kernel, signature, constants, options, divisible)
 
 
 def compile_gemv(cfg: GemvConfig, group: int) -> bytes:
