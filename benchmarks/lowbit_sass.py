@@ -121,6 +121,8 @@ _MOE_INTS = [
 ]  # fmt: skip
 # the decode tile of fused_moe._block_config (up to 16 slots an expert)
 MOE_TILE = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+_MOE_THREADS = MOE_TILE["num_warps"] * THREADS_PER_WARP
+MOE_WEIGHTS_PER_THREAD = MOE_TILE["BLOCK_N"] * MOE_TILE["BLOCK_K"] // _MOE_THREADS
 
 
 def compile_moe(group: int, words: bool) -> bytes:
@@ -181,14 +183,9 @@ def measure() -> list[dict[str, Any]]:
             row = {"kernel": "FP4 MMA", "format": fmt, "rows": m, "config": vars(cfg)}
             rows.append({**row, **describe(compile_mma(cfg, group), weights)})
         for words in (False, True):
-            weights = (
-                MOE_TILE["BLOCK_N"]
-                * MOE_TILE["BLOCK_K"]
-                // (MOE_TILE["num_warps"] * THREADS_PER_WARP)
-            )
             config = {**MOE_TILE, "word_dequant": words}
             row = {"kernel": "FP4 MoE grouped", "format": fmt, "rows": 16, "config": config}
-            rows.append({**row, **describe(compile_moe(group, words), weights)})
+            rows.append({**row, **describe(compile_moe(group, words), MOE_WEIGHTS_PER_THREAD)})
     return rows
 
 
