@@ -2,7 +2,7 @@
 default configs for sm_90, without a GPU: the word GEMV (``kvserve/kernels/word_gemv.py``; FP4
 and FP8 at one row), the FP4 MMA kernel (``kvserve/kernels/fp4_gemm.py``; 16 and 64 rows) and
 the FP4 MoE grouped kernel (``kvserve/kernels/fused_moe_fp4.py``; its decode tile), the FP4
-kernels with W read as bytes and as words.
+kernels with W read as bytes and as words, and the MMA kernel with W as either MMA operand.
 
 At one row of x the GEMV is bound by instruction issue and latency, not by DRAM (Nsight Compute
 on the H200: 27-48% of DRAM peak, a scheduler issuing about every second cycle;
@@ -104,7 +104,7 @@ def compile_mma(cfg: Fp4GemmConfig, group: int) -> bytes:
         "BLOCK_N": cfg.block_n, "BLOCK_M": cfg.block_m, "BLOCK_K": cfg.block_k, "GROUP": group,
         "SCALE_E8M0": group == MXFP4_GROUP, "HAS_ROW_SCALE": group == NVFP4_GROUP,
         "HAS_BIAS": False, "EVEN_K": True, "DIRECT": cfg.split_k == 1, "DOT_PRECISION": "tf32",
-        "WORD_DEQUANT": cfg.word_dequant,
+        "WORD_DEQUANT": cfg.word_dequant, "W_AS_B": cfg.w_as_b,
     }  # fmt: skip
     pointers = {**_MMA_POINTERS, "w_ptr": "*i32" if cfg.word_dequant else "*u8"}
     options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
@@ -177,8 +177,9 @@ def measure() -> list[dict[str, Any]]:
         row = {"kernel": "word GEMV", "format": fmt, "rows": 1, "config": vars(cfg)}
         rows.append({**row, **describe(compile_gemv(cfg, group), weights)})
     for fmt, group in (("nvfp4", NVFP4_GROUP), ("mxfp4", MXFP4_GROUP)):
-        for m, words in itertools.product(MMA_ROWS, (False, True)):
+        for m, words, flip in itertools.product(MMA_ROWS, (False, True), (False, True)):
             cfg = replace(default_config(m, N, K, group=group), word_dequant=words)
+            cfg = replace(cfg, w_as_b=cfg.w_as_b != flip)
             weights = cfg.block_n * cfg.block_k // (cfg.num_warps * THREADS_PER_WARP)
             row = {"kernel": "FP4 MMA", "format": fmt, "rows": m, "config": vars(cfg)}
             rows.append({**row, **describe(compile_mma(cfg, group), weights)})
@@ -196,6 +197,7 @@ def main() -> None:
     rows = measure()
     for row in rows:
         words = " word_dequant" if row["config"].get("word_dequant") else ""
+        words += " w_as_b" if row["config"].get("w_as_b") else ""
         print(f"{row['kernel']}{words} {row['format']} M={row['rows']}: "
               f"{row.get('REG')} registers, {row.get('STACK')} bytes of stack, "
               f"{row['loop_instructions']} loop instructions for "

@@ -94,11 +94,15 @@ def test_lowbit_sass_counts_the_loop_of_the_first_backward_branch() -> None:
         loop_opcodes("        /*0000*/                   EXIT ;")
 
 
+@pytest.mark.parametrize("rows", [16, 64])
 @pytest.mark.parametrize("words", [False, True], ids=["bytes", "words"])
 @pytest.mark.parametrize("group", [16, 32], ids=["nvfp4", "mxfp4"])
-def test_fp4_kernels_compile_for_sm90_with_either_dequant(group: int, words: bool) -> None:
+def test_fp4_kernels_compile_for_sm90_with_either_dequant(
+    group: int, words: bool, rows: int
+) -> None:
     """ptxas, not the interpreter, is what rejects a kernel's Triton (the interpreter runs its
-    Python): the FP4 MMA and MoE grouped kernels compile for sm_90 with W as bytes and as words,
+    Python): the FP4 MMA kernel compiles for sm_90 with W as bytes and as words, as either MMA
+    operand (mma.sync at 16 rows, wgmma at 64), and the MoE grouped kernel with bytes and words,
     on any machine with Triton installed."""
     pytest.importorskip("triton")
     from dataclasses import replace
@@ -106,6 +110,7 @@ def test_fp4_kernels_compile_for_sm90_with_either_dequant(group: int, words: boo
     from benchmarks.lowbit_sass import K, N, compile_mma, compile_moe
     from kvserve.kernels.fp4_gemm import default_config
 
-    cfg = replace(default_config(64, N, K, group=group), word_dequant=words)
-    assert compile_mma(cfg, group)[:4] == b"\x7fELF"
+    cfg = replace(default_config(rows, N, K, group=group), word_dequant=words)
+    for w_as_b in (False, True):
+        assert compile_mma(replace(cfg, w_as_b=w_as_b), group)[:4] == b"\x7fELF"
     assert compile_moe(group, words)[:4] == b"\x7fELF"

@@ -4,11 +4,15 @@ tensor cores, so the MMA runs in x's dtype with fp32 accumulation.
 
 Reference: ``fp4_linear_reference`` in ``fp4_reference.py``.
 
-Layout of a program ("swap AB", as in ``skinny_gemm.py``): it owns BLOCK_N rows of W and BLOCK_M
-rows of x, and computes the transposed tile ``W_tile @ x_tile.T`` [BLOCK_N, BLOCK_M], so the
-weight rows sit on the MMA's M side and the few decode tokens on its N side. Grid
-``(M tiles, N tiles, splits)``; K is split when the tiles alone would leave SMs idle, with the
-same deterministic last-arrival reduction as the skinny GEMM.
+Layout of a program: it owns BLOCK_N rows of W and BLOCK_M rows of x. Below 64 rows of x it
+computes the transposed tile ``W_tile @ x_tile.T`` [BLOCK_N, BLOCK_M] ("swap AB", as in
+``skinny_gemm.py``), so the weight rows sit on the MMA's M side and the few decode tokens on its
+N side. From 64 rows (``Fp4GemmConfig.w_as_b``) it computes ``x_tile @ W_tile.T``: x fills
+wgmma's 64-row M side and the decoded W tile is its B operand, which wgmma reads from shared
+memory; as the A operand W went through shared memory anyway (the decode's layout is not the
+operand's) and then back into registers. Grid ``(M tiles, N tiles, splits)``; K is split when
+the tiles alone would leave SMs idle, with the same deterministic last-arrival reduction as the
+skinny GEMM.
 
 Dequantization of one packed byte (two E2M1 codes ``s e1 e0 m``) takes bit operations only: the
 code's three magnitude bits moved under an FP8 e4m3 byte's exponent/mantissa boundary give an
@@ -71,6 +75,12 @@ class Fp4GemmConfig:
     # 7.8 / 7.0. On the H200 it took the default tiles' NVFP4 gate_up from 97 / 134 / 328 us to
     # 66 / 105 / 218 us at 16 / 64 / 256 rows (fp4_gemm_h200_words_2026-12-01.json).
     word_dequant: bool = True
+    # The decoded W tile as the MMA's B operand (x @ W.T) rather than its A (W @ x.T). In the
+    # sm_90 loop of Llama-3-8B's gate_up (benchmarks/lowbit_sass.py), NVFP4 at 64 rows: 6.50 ->
+    # 5.41 instructions a weight and 221 -> 162 registers (the operand conversion's shared-memory
+    # load and its warpgroup waits go); at 128 rows 9.97 -> 7.84. Below 64 rows the MMA is
+    # mma.sync, with both operands in registers, and the gain is small or negative.
+    w_as_b: bool = False
 
     def __post_init__(self) -> None:
         blocks = (self.block_n, self.block_k, self.block_m)
@@ -187,6 +197,7 @@ def _fp4_gemm_kernel(
     DIRECT: tl.constexpr,  # num_splits == 1: write the output
     DOT_PRECISION: tl.constexpr,
     WORD_DEQUANT: tl.constexpr,  # Fp4GemmConfig.word_dequant
+    W_AS_B: tl.constexpr,  # Fp4GemmConfig.w_as_b: acc is [BLOCK_M, BLOCK_N] until the end
 ):
     PER_ELEMENT: tl.constexpr = 8 if WORD_DEQUANT else 2  # codes per element of w_ptr
     pid_m = tl.program_id(0)
@@ -205,7 +216,10 @@ def _fp4_gemm_kernel(
     s_ptrs = s_ptr + rows_w * stride_sn + (k_start // GROUP + rg)[None, :]
     x_ptrs = x_ptr + (rm % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
     dtype = x_ptr.dtype.element_ty
-    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    if W_AS_B:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         if EVEN_K:
             p = tl.load(w_ptrs)
@@ -216,11 +230,16 @@ def _fp4_gemm_kernel(
             s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
             x = tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
         w = _dequant(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
-        acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
+        if W_AS_B:
+            acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PRECISION)
+        else:
+            acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
         w_ptrs += BLOCK_K // PER_ELEMENT
         s_ptrs += BLOCK_K // GROUP
         x_ptrs += BLOCK_K
 
+    if W_AS_B:
+        acc = tl.trans(acc)
     _finish_tile(
         acc, pid_n * tl.num_programs(0) + pid_m, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr,
         bias_ptr, out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M, HAS_ROW_SCALE, HAS_BIAS,
@@ -336,6 +355,7 @@ def _launch(
         DIRECT=direct,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         WORD_DEQUANT=words,
+        W_AS_B=cfg.w_as_b,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
@@ -389,7 +409,7 @@ def default_config(
     reads its x tile from L2 (at 64 W rows, four times the bytes of its weight tile), and wider W
     tiles halve that (Llama-3-8B gate_up, NVFP4 / MXFP4: 107.0 / 101.6 -> 93.4 / 90.4 us; split
     in two, 102.5 / 101.3; fp4_gemm_h200_splits_2026-12-01.json); narrower shapes need the K
-    split more.
+    split more. From 64 rows of x, W is the MMA's B operand (``Fp4GemmConfig.w_as_b``).
     ``group``: values per block scale (NVFP4 16, MXFP4 32)."""
     if m <= GEMV_MAX_ROWS:
         return gemv_config(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
@@ -404,7 +424,8 @@ def default_config(
     enough_k = _splits_with_enough_k(k_tiles)
     splits = next((s for s in enough_k if tiles * s >= wanted), enough_k[-1])
     warps = 8 if block_m >= 128 and splits == 1 else 4
-    return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, 4 if block_m <= 64 else 3)
+    stages = 4 if block_m <= 64 else 3
+    return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages, w_as_b=block_m >= 64)
 
 
 # Programs per SM the default splits K up to, below 128 rows of x (two programs fit an SM's
@@ -425,9 +446,10 @@ SWEEP_TILES = (
 def candidate_configs(
     m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
 ) -> list[Fp4GemmConfig | GemvConfig]:
-    """Configs worth timing for one shape, the default first (an MMA default then again with
-    the byte dequant), then every tile shape with its best-filling split, with words and with
-    bytes, before any tile's second choice (so a short list still spans tiles)."""
+    """Configs worth timing for one shape, the default first (an MMA default then with W as the
+    other MMA operand, then with the byte dequant), then every tile shape with its best-filling
+    split in the same three variants, before any tile's second choice (so a short list still
+    spans tiles)."""
     block_m = block_m_for(m)
     per_tile = []
     for block_n, block_k, warps in SWEEP_TILES:
@@ -436,20 +458,27 @@ def candidate_configs(
             continue
         tiles = -(-m // block_m) * -(-n // block_n)
         splits = split_options(tiles, -(-k // block_k), num_sms)[:3]
+        w_as_b = block_m >= 64
         per_tile.append(
-            [Fp4GemmConfig(block_n, block_k, block_m, s, warps, stages) for s in splits]
-        )
+            [Fp4GemmConfig(block_n, block_k, block_m, s, warps, stages, w_as_b=w_as_b)
+             for s in splits]
+        )  # fmt: skip
     default = default_config(m, n, k, num_sms=num_sms, group=group)
     configs: list[Fp4GemmConfig | GemvConfig] = [default]
     if isinstance(default, Fp4GemmConfig):
-        configs.append(replace(default, word_dequant=False))
+        configs += _variants(default)
     for options in per_tile:
-        options.insert(1, replace(options[0], word_dequant=False))
+        options[1:1] = _variants(options[0])
     if m <= GEMV_ROWS:
         gemvs = gemv_candidates(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
         configs += [c for c in gemvs if c not in configs]
-    for rank in range(4):
+    for rank in range(max(map(len, per_tile), default=0)):
         for options in per_tile:
             if rank < len(options) and options[rank] not in configs:
                 configs.append(options[rank])
     return configs
+
+
+def _variants(cfg: Fp4GemmConfig) -> list[Fp4GemmConfig]:
+    """``cfg`` with W as the other MMA operand, then with the byte dequant."""
+    return [replace(cfg, w_as_b=not cfg.w_as_b), replace(cfg, word_dequant=False)]

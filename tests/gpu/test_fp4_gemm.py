@@ -99,16 +99,17 @@ def test_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, dtype
 @pytest.mark.parametrize(("n", "k"), SMALL_SHAPES)
 @pytest.mark.parametrize("m", [2, 16, 33, 100])
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("w_as_b", [False, True], ids=["w_as_a", "w_as_b"])
 @pytest.mark.parametrize("words", [True, False], ids=["words", "bytes"])
 def test_both_dequants_match_reference(
-    words: bool, fmt: str, m: int, n: int, k: int, split_k: int, dtype: torch.dtype
+    words: bool, w_as_b: bool, fmt: str, m: int, n: int, k: int, split_k: int, dtype: torch.dtype
 ) -> None:
     """``Fp4GemmConfig.word_dequant``: W read as words (eight codes decoded at a time, the
-    default) or byte by byte (two), in each activation dtype; K tails of 96 and 160 take the
-    masked loads."""
+    default) or byte by byte (two), as either MMA operand (``w_as_b``), in each activation
+    dtype; K tails of 96 and 160 take the masked loads."""
     weight = fp4_weight(fmt, n, k)
     x = activations(m, k, dtype)
-    cfg = Fp4GemmConfig(64, 64, block_m_for(m), split_k, 4, 3, word_dequant=words)
+    cfg = Fp4GemmConfig(64, 64, block_m_for(m), split_k, 4, 3, words, w_as_b)
     check(fp4_linear(x, *weight, config=cfg), x, weight)
 
 
