@@ -4,15 +4,13 @@ tensor cores, so the MMA runs in x's dtype with fp32 accumulation.
 
 Reference: ``fp4_linear_reference`` in ``fp4_reference.py``.
 
-Layout of a program: it owns BLOCK_N rows of W and BLOCK_M rows of x. Below 64 rows of x it
-computes the transposed tile ``W_tile @ x_tile.T`` [BLOCK_N, BLOCK_M] ("swap AB", as in
-``skinny_gemm.py``), so the weight rows sit on the MMA's M side and the few decode tokens on its
-N side. From 64 rows (``Fp4GemmConfig.w_as_b``) it computes ``x_tile @ W_tile.T``: x fills
-wgmma's 64-row M side and the decoded W tile is its B operand, which wgmma reads from shared
-memory; as the A operand W went through shared memory anyway (the decode's layout is not the
-operand's) and then back into registers. Grid ``(M tiles, N tiles, splits)``; K is split when
-the tiles alone would leave SMs idle, with the same deterministic last-arrival reduction as the
-skinny GEMM.
+Layout of a program: it owns BLOCK_N rows of W and BLOCK_M rows of x, and computes the
+transposed tile ``W_tile @ x_tile.T`` [BLOCK_N, BLOCK_M] ("swap AB", as in ``skinny_gemm.py``)
+on wgmma, W from registers and x from shared memory, so the weight rows sit on the MMA's M side
+and the decode tokens on its N side. At 16 rows of x (``Fp4GemmConfig.w_as_b``) it computes
+``x_tile @ W_tile.T`` on mma.sync instead, x's 16 rows filling its M side. Grid
+``(M tiles, N tiles, splits)``; K is split when the tiles alone would leave SMs idle, with the
+same deterministic last-arrival reduction as the skinny GEMM.
 
 Dequantization of one packed byte (two E2M1 codes ``s e1 e0 m``) takes bit operations only: the
 code's three magnitude bits moved under an FP8 e4m3 byte's exponent/mantissa boundary give an
@@ -75,11 +73,13 @@ class Fp4GemmConfig:
     # 7.8 / 7.0. On the H200 it took the default tiles' NVFP4 gate_up from 97 / 134 / 328 us to
     # 66 / 105 / 218 us at 16 / 64 / 256 rows (fp4_gemm_h200_words_2026-12-01.json).
     word_dequant: bool = True
-    # The decoded W tile as the MMA's B operand (x @ W.T) rather than its A (W @ x.T). In the
-    # sm_90 loop of Llama-3-8B's gate_up (benchmarks/lowbit_sass.py), NVFP4 at 64 rows: 6.50 ->
-    # 5.41 instructions a weight and 221 -> 162 registers (the operand conversion's shared-memory
-    # load and its warpgroup waits go); at 128 rows 9.97 -> 7.84. Below 64 rows the MMA is
-    # mma.sync, with both operands in registers, and the gain is small or negative.
+    # The decoded W tile as the MMA's B operand (x @ W.T) rather than its A (W @ x.T): the
+    # default at 16 rows of x. There the MMA is mma.sync with x's 16 rows on its M side, and on
+    # the H200 Llama-3-8B's NVFP4 qkv / o / gate_up / down went from 20.4 / 12.7 / 66.1 / 33.4 to
+    # 16.9 / 12.0 / 47.9 / 29.7 us (MXFP4 alike; fp4_gemm_h200_wasb_2026-12-01.json); registers
+    # 177 -> 122 (gate_up, sm_90). From 64 rows it is wgmma reading W from shared memory: fewer
+    # instructions (gate_up at 64 rows 6.50 -> 5.41 a weight) but slower, 92.5 -> 116.2 us at 64
+    # rows and 217 -> 279 at 256, as the decode no longer overlaps the asynchronous MMA.
     w_as_b: bool = False
 
     def __post_init__(self) -> None:
@@ -409,7 +409,7 @@ def default_config(
     reads its x tile from L2 (at 64 W rows, four times the bytes of its weight tile), and wider W
     tiles halve that (Llama-3-8B gate_up, NVFP4 / MXFP4: 107.0 / 101.6 -> 93.4 / 90.4 us; split
     in two, 102.5 / 101.3; fp4_gemm_h200_splits_2026-12-01.json); narrower shapes need the K
-    split more. From 64 rows of x, W is the MMA's B operand (``Fp4GemmConfig.w_as_b``).
+    split more. At 16 rows of x, W is the MMA's B operand (``Fp4GemmConfig.w_as_b``).
     ``group``: values per block scale (NVFP4 16, MXFP4 32)."""
     if m <= GEMV_MAX_ROWS:
         return gemv_config(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
@@ -425,7 +425,7 @@ def default_config(
     splits = next((s for s in enough_k if tiles * s >= wanted), enough_k[-1])
     warps = 8 if block_m >= 128 and splits == 1 else 4
     stages = 4 if block_m <= 64 else 3
-    return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages, w_as_b=block_m >= 64)
+    return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages, w_as_b=block_m == 16)
 
 
 # Programs per SM the default splits K up to, below 128 rows of x (two programs fit an SM's
@@ -443,6 +443,10 @@ SWEEP_TILES = (
 )  # fmt: skip
 
 
+# (block_n, block_k, num_warps) of the 256-row x tiles swept above 128 rows (none is a default)
+WIDE_M_TILES = ((64, 128, 8), (128, 64, 8), (128, 128, 8), (64, 64, 4))
+
+
 def candidate_configs(
     m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
 ) -> list[Fp4GemmConfig | GemvConfig]:
@@ -458,7 +462,7 @@ def candidate_configs(
             continue
         tiles = -(-m // block_m) * -(-n // block_n)
         splits = split_options(tiles, -(-k // block_k), num_sms)[:3]
-        w_as_b = block_m >= 64
+        w_as_b = block_m == 16
         per_tile.append(
             [Fp4GemmConfig(block_n, block_k, block_m, s, warps, stages, w_as_b=w_as_b)
              for s in splits]
@@ -467,6 +471,12 @@ def candidate_configs(
     configs: list[Fp4GemmConfig | GemvConfig] = [default]
     if isinstance(default, Fp4GemmConfig):
         configs += _variants(default)
+    if m > MAX_BLOCK_M:  # one x tile of 256 rows: each W tile decoded once, not twice
+        for block_n, block_k, warps in WIDE_M_TILES:
+            stages = stages_that_fit(block_n, block_k, 2 * MAX_BLOCK_M, 3)
+            tiles = -(-m // (2 * MAX_BLOCK_M)) * -(-n // block_n)
+            split = split_options(tiles, -(-k // block_k), num_sms)[0]
+            configs.append(Fp4GemmConfig(block_n, block_k, 2 * MAX_BLOCK_M, split, warps, stages))
     for options in per_tile:
         options[1:1] = _variants(options[0])
     if m <= GEMV_ROWS:
