@@ -132,3 +132,13 @@ def test_every_linear_layer_takes_pdl_from_the_kernel_options(pdl: bool) -> None
     linears = [m for m in model.modules() if isinstance(m, Linear)]
     assert len(linears) == 4 * cfg.num_layers
     assert all(layer.launch_pdl is pdl for layer in linears)
+
+
+@pytest.mark.parametrize(
+    ("m", "w_as_b"), [(2, True), (16, True), (20, True), (64, False), (256, False)]
+)
+def test_fp4_mma_reads_w_as_the_b_operand_up_to_32_rows(m: int, w_as_b: bool) -> None:
+    cfg = default_config(m, 6144, 4096, num_sms=132)
+    assert isinstance(cfg, Fp4GemmConfig) and cfg.w_as_b == w_as_b
+    with pytest.raises(ValueError, match="at most 64 rows"):
+        Fp4GemmConfig(64, 128, 128, w_as_b=True)
