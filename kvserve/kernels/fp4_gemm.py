@@ -434,12 +434,14 @@ def default_config(
     """Up to GEMV_MAX_ROWS rows: the CUDA-core kernel. Else 64 rows of W by 128 of K per
     program (256 for up to 16 rows: the weight tile is half-byte data), K split until there are
     PROGRAMS_PER_SM programs for each SM (..._AT_128_ROWS at 128 rows of x); 8 warps only for
-    unsplit 128-row tiles (prefill).
+    unsplit 128-row tiles (of x, prefill; or of W, below).
     At 64 rows of x, 128 rows of W, unsplit, where those tiles alone fill the SMs: every program
     reads its x tile from L2 (at 64 W rows, four times the bytes of its weight tile), and wider W
     tiles halve that (Llama-3-8B gate_up, NVFP4 / MXFP4: 107.0 / 101.6 -> 93.4 / 90.4 us; split
     in two, 102.5 / 101.3; fp4_gemm_h200_splits_2026-12-01.json); narrower shapes need the K
-    split more. Up to 32 rows of x, W is the MMA's B operand (``Fp4GemmConfig.w_as_b``).
+    split more. Those tiles take 8 warps, half the registers a thread (Llama-3-8B gate_up,
+    NVFP4 / MXFP4: 93.3 / 90.1 -> 81.7 / 78.9 us; fp4_gemm_h200_wasb64_2026-12-02.json).
+    Up to 32 rows of x, W is the MMA's B operand (``Fp4GemmConfig.w_as_b``).
     ``group``: values per block scale (NVFP4 16, MXFP4 32)."""
     if m <= GEMV_MAX_ROWS:
         return gemv_config(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
@@ -453,7 +455,7 @@ def default_config(
     wanted = per_sm * num_sms if block_n == 64 else 0
     enough_k = _splits_with_enough_k(k_tiles)
     splits = next((s for s in enough_k if tiles * s >= wanted), enough_k[-1])
-    warps = 8 if block_m >= 128 and splits == 1 else 4
+    warps = 8 if (block_m >= 128 or block_n == 128) and splits == 1 else 4
     stages = 4 if block_m <= 64 else 3
     return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages, w_as_b=block_m <= 32)
 
