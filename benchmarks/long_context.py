@@ -41,6 +41,7 @@ from benchmarks.common import (
     random_prompts,
     release_memory,
     reset_prefix_cache,
+    step_weight_bytes,
     weight_bytes,
     write_result,
 )
@@ -68,7 +69,7 @@ def prefill_flops(core: EngineCore, length: int) -> float:
 
 
 def decode_ceiling_tok_s(core: EngineCore, ceil: dict, batch: int, ctx: float) -> float:
-    step_bytes = weight_bytes(core) + batch * ctx * kv_bytes_per_token(core)
+    step_bytes = step_weight_bytes(core) + batch * ctx * kv_bytes_per_token(core)
     return batch / (step_bytes / (ceil["copy_GBps"] * 1e9))
 
 

@@ -46,6 +46,7 @@ from benchmarks.common import (
     kv_bytes_per_token,
     kv_capacity_tokens,
     release_memory,
+    step_weight_bytes,
     weight_bytes,
     write_result,
 )
@@ -110,6 +111,7 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
             r["ceiling_tok_s"] = r["batch"] * ceil["copy_GBps"] * 1e9 / r["bytes_per_step"]
     out: dict[str, Any] = {
         "weight_bytes": wbytes,
+        "step_weight_bytes": step_weight_bytes(core),  # what bytes_per_step counts
         "kv_capacity_tokens": kv_tokens,
         "kv_bytes_per_token": kv_bytes_per_token(core),
         "decode": rows,

@@ -20,7 +20,7 @@ from benchmarks.common import (
     greedy,
     reference_model,
     reset_prefix_cache,
-    weight_bytes,
+    step_weight_bytes,
     write_result,
 )
 from kvserve import LLM, SamplingParams
@@ -87,7 +87,7 @@ def main() -> None:
         hf[b] = run_hf(ref, prompts, args.output_len, b)
         print(f"transformers batch {b}: {hf[b]['output_tok_s']:.1f} output tok/s", flush=True)
     best_hf = max(r["output_tok_s"] for r in hf.values())
-    wbytes = weight_bytes(llm.engine)
+    wbytes = step_weight_bytes(llm.engine)
     bw = copy_bandwidth_gbs("cpu")
     payload = {
         "model": "SmolLM2-135M-Instruct Q4_1 GGUF (dequantized)",
@@ -100,7 +100,7 @@ def main() -> None:
         "ratio_at_max_concurrency_vs_best_transformers": kv[max(levels)]["output_tok_s"] / best_hf,
         "ceiling": {
             "copy_bandwidth_GBps": bw,
-            "weight_bytes": wbytes,
+            "step_weight_bytes": wbytes,
             "decode_steps_per_s_ceiling": bw * 1e9 / wbytes,
             "note": "one read of the weights per decode step; KV reads excluded",
         },

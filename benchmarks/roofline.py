@@ -46,6 +46,7 @@ from benchmarks.common import (
     random_prompts,
     release_memory,
     reset_prefix_cache,
+    step_weight_bytes,
     timed_after_warmup,
     weight_bytes,
     write_result,
@@ -56,7 +57,7 @@ VLLM_0_26 = {"decode_b1": 202.7, "decode_b64": 8142, "decode_b256": 13726, "offl
 
 
 def run_decode(core: EngineCore, ceil: dict, batches: list[int], ctxs: list[int]) -> list[dict]:
-    rows, wbytes, kv_tok = [], weight_bytes(core), kv_bytes_per_token(core)
+    rows, wbytes, kv_tok = [], step_weight_bytes(core), kv_bytes_per_token(core)
     for ctx in ctxs:
         for b in batches:
             lo, hi = 64, 192
@@ -166,7 +167,7 @@ def offline_floor(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: 
     parts = {
         "prefill_matmul": num * in_len * 2 * params / flop_s,
         "decode_matmul": max(num * out_len * 2 * params / flop_s,
-                             steps * weight_bytes(core) / copy_bps),
+                             steps * step_weight_bytes(core) / copy_bps),
         "decode_kv_read": context_tokens * kv_bytes_per_token(core) / copy_bps,
     }  # fmt: skip
     return {"floor_s": sum(parts.values()), "floor_parts_s": parts}
