@@ -79,7 +79,8 @@ def test_fp4_default_config_passes_the_format_to_the_gemv(group: int) -> None:
     ("m", "n", "k", "split_k", "num_warps"),
     [
         (16, 4096, 14336, 4, 4),  # 64 tiles: 4 splits give 256 programs, >= 1.9 per SM
-        (64, 6144, 4096, 3, 4),  # 96 tiles: 3 splits (288); 2 would leave 192
+        (64, 6144, 4096, 2, 4),  # 96 tiles: 3 splits (288) overflow 2 an SM; 2 give 192
+        (64, 4096, 4096, 4, 4),  # 64 tiles: 4 splits (256) fill 2 an SM in one wave
         (64, 28672, 4096, 1, 8),  # 224 tiles of 128 W rows fill the SMs unsplit, at 8 warps
         (256, 4096, 4096, 2, 4),  # 128-row tiles, one program an SM: 1.2 per SM wanted
         (256, 6144, 4096, 1, 8),  # 192 tiles are enough; unsplit 128-row tiles take 8 warps

@@ -455,6 +455,9 @@ def default_config(
     wanted = per_sm * num_sms if block_n == 64 else 0
     enough_k = _splits_with_enough_k(k_tiles)
     splits = next((s for s in enough_k if tiles * s >= wanted), enough_k[-1])
+    if block_m == 64:  # no split that leaves a second wave of a few programs
+        one_wave = [s for s in enough_k if tiles * s <= PROGRAMS_AN_SM_HOLDS_AT_64_ROWS * num_sms]
+        splits = min(splits, max(one_wave, default=1))
     warps = 8 if (block_m >= 128 or block_n == 128) and splits == 1 else 4
     stages = 4 if block_m <= 64 else 3
     return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages, w_as_b=block_m <= 32)
@@ -466,6 +469,12 @@ def default_config(
 # from 49.8 / 70.8 / 179.4 us at the earlier default (fill the SMs once) to 32.7 / 45.7 / 110.2.
 PROGRAMS_PER_SM = 1.9
 PROGRAMS_PER_SM_AT_128_ROWS = 1.2
+# What an SM's shared memory holds of the 64-row default tile (four stages and the operand
+# conversion's buffer). qkv's 96 tiles at 3 splits made 288 programs, 24 of them a second wave:
+# 2 splits (192) ran faster in both sweeps that timed both, on two machines: NVFP4 32.0-32.5 ->
+# 27.4 us, MXFP4 36.2-36.4 -> 30.3-30.5 (fp4_gemm_h200_{splits,wasb64}_*.json; 4 splits, 384,
+# 29.8 / 33.2). o and down (64 tiles x 4) fit in one wave.
+PROGRAMS_AN_SM_HOLDS_AT_64_ROWS = 2
 
 
 # (block_n, block_k, num_warps) to sweep in benchmarks/fp4_gemm.py; (128, 128, 8): twice the
