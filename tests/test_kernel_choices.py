@@ -143,3 +143,13 @@ def test_fp4_mma_reads_w_as_the_b_operand_up_to_32_rows(m: int, w_as_b: bool) ->
     assert isinstance(cfg, Fp4GemmConfig) and cfg.w_as_b == w_as_b
     with pytest.raises(ValueError, match="at most 64 rows"):
         Fp4GemmConfig(64, 128, 128, w_as_b=True)
+
+
+def test_fp4_candidates_at_64_rows_try_fewer_stages_with_more_programs_an_sm() -> None:
+    from kvserve.kernels.fp4_gemm import HOLDS_AT_64_ROWS_BY_STAGES, candidate_configs
+
+    default, *others = candidate_configs(64, 6144, 4096, num_sms=132)
+    for stages, holds in HOLDS_AT_64_ROWS_BY_STAGES.items():
+        cfg = next(c for c in others if c.num_stages == stages and c.block_n == default.block_n)
+        programs = 96 * cfg.split_k  # 6144 / 64 W rows
+        assert 96 * default.split_k < programs <= holds * 132  # more, in one wave

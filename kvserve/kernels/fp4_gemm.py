@@ -453,14 +453,22 @@ def default_config(
     # the wide W tiles are taken where they fill the SMs unsplit (split, they were slower)
     per_sm = PROGRAMS_PER_SM if block_m <= 64 else PROGRAMS_PER_SM_AT_128_ROWS
     wanted = per_sm * num_sms if block_n == 64 else 0
-    enough_k = _splits_with_enough_k(k_tiles)
-    splits = next((s for s in enough_k if tiles * s >= wanted), enough_k[-1])
-    if block_m == 64:  # no split that leaves a second wave of a few programs
-        one_wave = [s for s in enough_k if tiles * s <= PROGRAMS_AN_SM_HOLDS_AT_64_ROWS * num_sms]
-        splits = min(splits, max(one_wave, default=1))
+    holds = PROGRAMS_AN_SM_HOLDS_AT_64_ROWS if block_m == 64 else 0
+    splits = _split_for(tiles, k_tiles, wanted, holds * num_sms)
     warps = 8 if (block_m >= 128 or block_n == 128) and splits == 1 else 4
     stages = 4 if block_m <= 64 else 3
     return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages, w_as_b=block_m <= 32)
+
+
+def _split_for(tiles: int, k_tiles: int, wanted: float, one_wave: int) -> int:
+    """The fewest splits giving ``wanted`` programs (the most if none does), but none that
+    overflows ``one_wave`` programs (what the SMs hold at once; 0: no such bound) into a second
+    wave of a few."""
+    enough_k = _splits_with_enough_k(k_tiles)
+    splits = next((s for s in enough_k if tiles * s >= wanted), enough_k[-1])
+    if one_wave:
+        splits = min(splits, max((s for s in enough_k if tiles * s <= one_wave), default=1))
+    return splits
 
 
 # Programs per SM the default splits K up to, below 128 rows of x (two programs fit an SM's
@@ -512,6 +520,8 @@ def candidate_configs(
     configs: list[Fp4GemmConfig | GemvConfig] = [default]
     if isinstance(default, Fp4GemmConfig):
         configs += _variants(default)
+    if isinstance(default, Fp4GemmConfig) and default.block_m == 64 and default.block_n == 64:
+        configs += _with_fewer_stages(default, m, n, k, num_sms)
     if m > MAX_BLOCK_M:  # one x tile of 256 rows: each W tile decoded once, not twice
         for block_n, block_k, warps in WIDE_M_TILES:
             stages = stages_that_fit(block_n, block_k, 2 * MAX_BLOCK_M, 3)
@@ -535,3 +545,20 @@ def _variants(cfg: Fp4GemmConfig) -> list[Fp4GemmConfig]:
     dequant."""
     flipped = [replace(cfg, w_as_b=not cfg.w_as_b)] if cfg.block_m <= 64 else []
     return [*flipped, replace(cfg, word_dequant=False)]
+
+
+# Programs of the 64-row default tile (64 W rows, 4 warps) an SM holds at 3 and at 2 pipeline
+# stages (shared memory, and registers at 2; compiled for sm_90: 64 / 44 KB against 84 KB at 4)
+HOLDS_AT_64_ROWS_BY_STAGES = {3: 3, 2: 4}
+
+
+def _with_fewer_stages(cfg: Fp4GemmConfig, m: int, n: int, k: int, num_sms: int) -> list:
+    """The 64-row default at fewer pipeline stages, so that more programs (more warps to hide
+    the decode's latency) share an SM, its K split to fill them in one wave."""
+    tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+    k_tiles = -(-k // cfg.block_k)
+    return [
+        replace(cfg, num_stages=stages, split_k=_split_for(
+            tiles, k_tiles, (holds - 0.1) * num_sms, holds * num_sms))
+        for stages, holds in HOLDS_AT_64_ROWS_BY_STAGES.items()
+    ]  # fmt: skip
