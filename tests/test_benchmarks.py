@@ -102,7 +102,7 @@ def test_lowbit_sass_counts_the_loop_of_the_first_backward_branch() -> None:
         loop_opcodes("        /*0000*/                   EXIT ;")
 
 
-@pytest.mark.parametrize("rows", [16, 64])
+@pytest.mark.parametrize("rows", [16, 32, 64])
 @pytest.mark.parametrize("words", [False, True], ids=["bytes", "words"])
 @pytest.mark.parametrize("group", [16, 32], ids=["nvfp4", "mxfp4"])
 def test_fp4_kernels_compile_for_sm90_with_either_dequant(
@@ -110,8 +110,8 @@ def test_fp4_kernels_compile_for_sm90_with_either_dequant(
 ) -> None:
     """ptxas, not the interpreter, is what rejects a kernel's Triton (the interpreter runs its
     Python): the FP4 MMA kernel compiles for sm_90 with W as bytes and as words, as either MMA
-    operand (mma.sync at 16 rows, wgmma at 64), and the MoE grouped kernel with bytes and words,
-    on any machine with Triton installed."""
+    operand up to 32 rows (A on wgmma, B on mma.sync), and the MoE grouped kernel with bytes and
+    words, on any machine with Triton installed."""
     pytest.importorskip("triton")
     from dataclasses import replace
 
@@ -119,6 +119,6 @@ def test_fp4_kernels_compile_for_sm90_with_either_dequant(
     from kvserve.kernels.fp4_gemm import default_config
 
     cfg = replace(default_config(rows, N, K, group=group), word_dequant=words)
-    for w_as_b in (False, True):
+    for w_as_b in (False, True) if rows <= 32 else (False,):
         assert compile_mma(replace(cfg, w_as_b=w_as_b), group)[:4] == b"\x7fELF"
     assert compile_moe(group, words)[:4] == b"\x7fELF"

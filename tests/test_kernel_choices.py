@@ -141,8 +141,8 @@ def test_every_linear_layer_takes_pdl_from_the_kernel_options(pdl: bool) -> None
 def test_fp4_mma_reads_w_as_the_b_operand_up_to_32_rows(m: int, w_as_b: bool) -> None:
     cfg = default_config(m, 6144, 4096, num_sms=132)
     assert isinstance(cfg, Fp4GemmConfig) and cfg.w_as_b == w_as_b
-    with pytest.raises(ValueError, match="at most 64 rows"):
-        Fp4GemmConfig(64, 128, 128, w_as_b=True)
+    with pytest.raises(ValueError, match="at most 32 rows"):
+        Fp4GemmConfig(64, 128, 64, w_as_b=True)
 
 
 def test_fp4_candidates_at_64_rows_try_fewer_stages_with_more_programs_an_sm() -> None:

@@ -74,13 +74,14 @@ class Fp4GemmConfig:
     # 66 / 105 / 218 us at 16 / 64 / 256 rows (fp4_gemm_h200_words_2026-12-01.json).
     word_dequant: bool = True
     # The decoded W tile as the MMA's B operand (x @ W.T) rather than its A (W @ x.T), on
-    # mma.sync with x's rows on its M side (at 64 rows as two 32-row dots sharing the decoded
-    # tile). The default up to 32 rows: on the H200 Llama-3-8B's NVFP4 qkv / o / gate_up / down
-    # went from 20.4 / 12.7 / 66.1 / 33.4 to 16.9 / 12.0 / 47.9 / 29.7 us at 16 rows and from
-    # 21.9 / 15.2 / 70.9 / 41.3 to 20.8 / 13.9 / 63.8 / 38.1 at 32 (MXFP4 alike;
-    # fp4_gemm_h200_wasb{,2}_2026-12-01.json). One 64-row dot would be wgmma reading W from
-    # shared memory, which was slower (gate_up 92.5 -> 116.2 us; its decode no longer overlaps
-    # the asynchronous MMA).
+    # mma.sync with x's rows on its M side; up to 32 rows of x, where it is the default. On the
+    # H200 Llama-3-8B's NVFP4 qkv / o / gate_up / down went from 20.4 / 12.7 / 66.1 / 33.4 to
+    # 16.9 / 12.0 / 47.9 / 29.7 us at 16 rows and from 21.9 / 15.2 / 70.9 / 41.3 to
+    # 20.8 / 13.9 / 63.8 / 38.1 at 32 (MXFP4 alike; fp4_gemm_h200_wasb{,2}_2026-12-01.json). At
+    # 64 rows both ways to do it lost: one dot is wgmma reading W from shared memory, whose
+    # decode no longer overlaps the asynchronous MMA (gate_up 92.5 -> 116.2 us), and two 32-row
+    # mma.sync dots on one decoded tile took batch-64 decode from 6,988 to 6,635 tok/s
+    # (lowbit_decode_wasb64_{head,h64}_2026-12-02.json).
     w_as_b: bool = False
 
     def __post_init__(self) -> None:
@@ -89,8 +90,8 @@ class Fp4GemmConfig:
             raise ValueError(f"blocks must be powers of two >= 16 (block_k >= 32): {self}")
         if self.split_k < 1:
             raise ValueError(f"split_k must be >= 1: {self}")
-        if self.w_as_b and self.block_m > 64:
-            raise ValueError(f"w_as_b takes at most 64 rows of x: {self}")
+        if self.w_as_b and self.block_m > 32:
+            raise ValueError(f"w_as_b takes at most 32 rows of x: {self}")
 
 
 @jit
@@ -170,23 +171,6 @@ def _dequant(
     return w
 
 
-@jit
-def _x_tile(x_ptrs, k0, rk, K, EVEN_K: tl.constexpr):
-    return tl.load(x_ptrs) if EVEN_K else tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
-
-
-@jit
-def _transposed_tile(acc, acc_hi, W_AS_B: tl.constexpr, HALVES: tl.constexpr):
-    """The program's fp32 tile as [BLOCK_N, BLOCK_M], as ``_finish_tile`` takes it: ``acc`` as
-    is (W as A), or transposed after stacking the upper half's rows (W as B)."""
-    if W_AS_B:
-        if HALVES:
-            stacked = tl.permute(tl.join(acc, acc_hi), (2, 0, 1))  # [2, BLOCK_M / 2, BLOCK_N]
-            acc = tl.reshape(stacked, (2 * acc.shape[0], acc.shape[1]))
-        acc = tl.trans(acc)
-    return acc
-
-
 @_jit
 def _fp4_gemm_kernel(
     x_ptr,
@@ -220,15 +204,11 @@ def _fp4_gemm_kernel(
     W_AS_B: tl.constexpr,  # Fp4GemmConfig.w_as_b: acc is [BLOCK_M, BLOCK_N] until the end
 ):
     PER_ELEMENT: tl.constexpr = 8 if WORD_DEQUANT else 2  # codes per element of w_ptr
-    # W as B at 64 rows: two 32-row dots on one decoded tile (mma.sync; one 64-row dot would be
-    # wgmma reading W from shared memory)
-    HALVES: tl.constexpr = W_AS_B and BLOCK_M == 64
-    DOT_M: tl.constexpr = BLOCK_M // 2 if HALVES else BLOCK_M
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rm = pid_m * BLOCK_M + tl.arange(0, DOT_M)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
     rb = tl.arange(0, BLOCK_K // PER_ELEMENT)
     rg = tl.arange(0, BLOCK_K // GROUP)
@@ -239,41 +219,35 @@ def _fp4_gemm_kernel(
     w_ptrs = w_ptr + rows_w * stride_wn + (k_start // PER_ELEMENT + rb)[None, :]
     s_ptrs = s_ptr + rows_w * stride_sn + (k_start // GROUP + rg)[None, :]
     x_ptrs = x_ptr + (rm % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
-    x_hi_ptrs = (
-        x_ptr + ((rm + DOT_M) % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
-    )
     dtype = x_ptr.dtype.element_ty
-    acc_hi = tl.zeros([DOT_M, BLOCK_N], dtype=tl.float32)  # rows DOT_M.. (HALVES)
     if W_AS_B:
-        acc = tl.zeros([DOT_M, BLOCK_N], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         if EVEN_K:
             p = tl.load(w_ptrs)
             s = tl.load(s_ptrs)
+            x = tl.load(x_ptrs)
         else:
             p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
             s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
-        x = _x_tile(x_ptrs, k0, rk, K, EVEN_K)
+            x = tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
         w = _dequant(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
         if W_AS_B:
             acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PRECISION)
-            if HALVES:
-                x_hi = _x_tile(x_hi_ptrs, k0, rk, K, EVEN_K)
-                acc_hi = tl.dot(x_hi, tl.trans(w), acc_hi, input_precision=DOT_PRECISION)
         else:
             acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
         w_ptrs += BLOCK_K // PER_ELEMENT
         s_ptrs += BLOCK_K // GROUP
         x_ptrs += BLOCK_K
-        x_hi_ptrs += BLOCK_K
 
+    if W_AS_B:
+        acc = tl.trans(acc)
     _finish_tile(
-        _transposed_tile(acc, acc_hi, W_AS_B, HALVES), pid_n * tl.num_programs(0) + pid_m, pid_k,
-        num_splits, ws_ptr, counter_ptr, rs_ptr, bias_ptr, out_ptr, rn,
-        pid_m * BLOCK_M + tl.arange(0, BLOCK_M), M, N, stride_om, BLOCK_N, BLOCK_M, HAS_ROW_SCALE,
-        HAS_BIAS, DIRECT,
+        acc, pid_n * tl.num_programs(0) + pid_m, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr,
+        bias_ptr, out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M, HAS_ROW_SCALE, HAS_BIAS,
+        DIRECT,
     )  # fmt: skip
 
 
@@ -541,9 +515,9 @@ def candidate_configs(
 
 
 def _variants(cfg: Fp4GemmConfig) -> list[Fp4GemmConfig]:
-    """``cfg`` with W as the other MMA operand (up to 64 rows of x), then with the byte
+    """``cfg`` with W as the other MMA operand (up to 32 rows of x), then with the byte
     dequant."""
-    flipped = [replace(cfg, w_as_b=not cfg.w_as_b)] if cfg.block_m <= 64 else []
+    flipped = [replace(cfg, w_as_b=not cfg.w_as_b)] if cfg.block_m <= 32 else []
     return [*flipped, replace(cfg, word_dequant=False)]
 
 
