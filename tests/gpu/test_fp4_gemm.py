@@ -117,6 +117,20 @@ def test_both_dequants_match_reference(
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("split_k", [1, 3])
 @pytest.mark.parametrize(("n", "k"), SMALL_SHAPES)
+@pytest.mark.parametrize("m", [3, 20, 40])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_w_as_b_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, dtype) -> None:
+    """``Fp4GemmConfig.w_as_b`` (x @ W.T, W the MMA's B operand) with the byte dequant, which
+    the interpreter runs too: rows wrapping inside a tile (3, 20) and across two (40)."""
+    weight = fp4_weight(fmt, n, k)
+    x = activations(m, k, dtype)
+    cfg = Fp4GemmConfig(64, 64, min(32, block_m_for(m)), split_k, 4, 3, False, True)
+    check(fp4_linear(x, *weight, config=cfg), x, weight)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize(("n", "k"), SMALL_SHAPES)
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_gemv_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, dtype) -> None:
