@@ -224,7 +224,9 @@ def test_candidate_configs_are_valid(m: int, n: int, k: int) -> None:
         if isinstance(cfg, GemvConfig):
             assert m <= 4 and -(-n // cfg.block_n) * cfg.split_k <= 8 * 132
             continue
-        assert cfg.block_m == block_m_for(m) and cfg.block_k % 32 == 0
+        # above 128 rows the candidates also take x in one 256-row tile
+        assert cfg.block_m in (block_m_for(m), 256 if m > 128 else 0) and cfg.block_k % 32 == 0
+        assert not cfg.w_as_b or cfg.block_m <= 32
         programs = -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k
         assert cfg.split_k == 1 or programs <= 4 * 132
 
