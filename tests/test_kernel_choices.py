@@ -12,7 +12,12 @@ import torch
 from kvserve.config import ModelConfig
 from kvserve.engine.runner.warmup import STEPS, step_shapes
 from kvserve.kernels import fused_moe_fp4
-from kvserve.kernels.fp4_gemm import Fp4GemmConfig, default_config
+from kvserve.kernels.fp4_gemm import (
+    Fp4GemmConfig,
+    block_m_for,
+    candidate_configs,
+    default_config,
+)
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
 from kvserve.kernels.options import KernelOptions
 from kvserve.kernels.prefill_attention import num_prefill_kv_splits
@@ -153,3 +158,20 @@ def test_fp4_candidates_at_64_rows_try_fewer_stages_with_more_programs_an_sm() -
         cfg = next(c for c in others if c.num_stages == stages and c.block_n == default.block_n)
         programs = 96 * cfg.split_k  # 6144 / 64 W rows
         assert 96 * default.split_k < programs <= holds * 132  # more, in one wave
+
+
+@pytest.mark.parametrize(("n", "k"), [(6144, 4096), (4096, 14336), (28672, 4096), (4096, 4096)])
+@pytest.mark.parametrize("m", [1, 16, 64, 256])
+def test_candidate_configs_are_valid(m: int, n: int, k: int) -> None:
+    configs = candidate_configs(m, n, k, num_sms=132)
+    assert configs[0] == default_config(m, n, k, num_sms=132)
+    assert len(set(configs)) == len(configs) >= 4
+    for cfg in configs:
+        if isinstance(cfg, GemvConfig):
+            assert m <= 4 and -(-n // cfg.block_n) * cfg.split_k <= 8 * 132
+            continue
+        # above 128 rows the candidates also take x in one 256-row tile
+        assert cfg.block_m in (block_m_for(m), 256 if m > 128 else 0) and cfg.block_k % 32 == 0
+        assert not cfg.w_as_b or cfg.block_m <= 32
+        programs = -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k
+        assert cfg.split_k == 1 or programs <= 4 * 132
