@@ -29,7 +29,7 @@ INTERPRETED_KERNEL_TESTS := tests/gpu/test_word_gemv.py tests/gpu/test_skinny_ge
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q -ra
 	KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:cacheprovider \
-		--noconftest $(INTERPRETED_KERNEL_TESTS) -k "not test_fp4_gemm or matches_reference"
+		--noconftest $(INTERPRETED_KERNEL_TESTS) -k "not test_fp4_gemm or matches_reference or refused or bias or deterministic or more_splits"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kvserve tests benchmarks
