@@ -473,11 +473,13 @@ WIDE_M_TILES = ((64, 128, 8), (128, 64, 8), (128, 128, 8), (64, 64, 4))
 def candidate_configs(
     m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
 ) -> list[Fp4GemmConfig | GemvConfig]:
-    """Configs worth timing for one shape, the default first (an MMA default then with W as the
-    other MMA operand, then with the byte dequant), then every tile shape with its best-filling
-    split in the same three variants, before any tile's second choice (so a short list still
-    spans tiles)."""
+    """Configs worth timing for one shape, the default first: an MMA default, then it with W as
+    the other MMA operand (up to 32 rows) and with the byte dequant, at fewer pipeline stages (64
+    rows) and the 256-row x tiles (above 128 rows); then every tile shape with its best-filling
+    split in the same variants, before any tile's second choice (so a short list still spans
+    tiles)."""
     block_m = block_m_for(m)
+    w_as_b = block_m <= 32
     per_tile = []
     for block_n, block_k, warps in SWEEP_TILES:
         stages = stages_that_fit(block_n, block_k, block_m, 3 if block_m >= 128 else 4)
@@ -485,7 +487,6 @@ def candidate_configs(
             continue
         tiles = -(-m // block_m) * -(-n // block_n)
         splits = split_options(tiles, -(-k // block_k), num_sms)[:3]
-        w_as_b = block_m <= 32
         per_tile.append(
             [Fp4GemmConfig(block_n, block_k, block_m, s, warps, stages, w_as_b=w_as_b)
              for s in splits]
@@ -496,12 +497,8 @@ def candidate_configs(
         configs += _variants(default)
     if isinstance(default, Fp4GemmConfig) and default.block_m == 64 and default.block_n == 64:
         configs += _with_fewer_stages(default, m, n, k, num_sms)
-    if m > MAX_BLOCK_M:  # one x tile of 256 rows: each W tile decoded once, not twice
-        for block_n, block_k, warps in WIDE_M_TILES:
-            stages = stages_that_fit(block_n, block_k, 2 * MAX_BLOCK_M, 3)
-            tiles = -(-m // (2 * MAX_BLOCK_M)) * -(-n // block_n)
-            split = split_options(tiles, -(-k // block_k), num_sms)[0]
-            configs.append(Fp4GemmConfig(block_n, block_k, 2 * MAX_BLOCK_M, split, warps, stages))
+    if m > MAX_BLOCK_M:
+        configs += _wide_m_configs(m, n, k, num_sms)
     for options in per_tile:
         options[1:1] = _variants(options[0])
     if m <= GEMV_ROWS:
@@ -526,7 +523,22 @@ def _variants(cfg: Fp4GemmConfig) -> list[Fp4GemmConfig]:
 HOLDS_AT_64_ROWS_BY_STAGES = {3: 3, 2: 4}
 
 
-def _with_fewer_stages(cfg: Fp4GemmConfig, m: int, n: int, k: int, num_sms: int) -> list:
+def _wide_m_configs(m: int, n: int, k: int, num_sms: int) -> list[Fp4GemmConfig]:
+    """WIDE_M_TILES, x in tiles of 256 rows: each W tile is decoded once for a 256-token step,
+    not twice."""
+    block_m = 2 * MAX_BLOCK_M
+    configs = []
+    for block_n, block_k, warps in WIDE_M_TILES:
+        tiles = -(-m // block_m) * -(-n // block_n)
+        split = split_options(tiles, -(-k // block_k), num_sms)[0]
+        stages = stages_that_fit(block_n, block_k, block_m, 3)
+        configs.append(Fp4GemmConfig(block_n, block_k, block_m, split, warps, stages))
+    return configs
+
+
+def _with_fewer_stages(
+    cfg: Fp4GemmConfig, m: int, n: int, k: int, num_sms: int
+) -> list[Fp4GemmConfig]:
     """The 64-row default at fewer pipeline stages, so that more programs (more warps to hide
     the decode's latency) share an SM, its K split to fill them in one wave."""
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
