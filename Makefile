@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# The low-bit GEMM/GEMV kernels' GPU tests that Triton's interpreter runs on a CPU (about four
+# The low-bit GEMM/GEMV kernels' GPU tests that Triton's interpreter runs on a CPU (about three
 # minutes on two cores): their indexing, masking and split-K logic against the torch references.
 INTERPRETED_KERNEL_TESTS := tests/gpu/test_word_gemv.py tests/gpu/test_skinny_gemm.py \
 	tests/gpu/test_fused_moe_quant.py tests/gpu/test_fp4_gemm.py
