@@ -262,19 +262,44 @@ def weight_bytes(core: EngineCore) -> int:
     return sum(p.numel() * p.element_size() for _, p in model_parameters(core))
 
 
-def step_weight_bytes(core: EngineCore) -> int:
-    """Weight bytes one decode step reads: every parameter but the input embedding table, of
-    which a step reads one row per token, unless the output head is tied to it and reads it
-    whole. (Llama-3-8B's untied table is 1.05 GB: a sixth of the NVFP4 model's bytes.)"""
+def _lookup_only_embedding(core: EngineCore) -> torch.Tensor | None:
+    """The input embedding table when the output head is not tied to it: a token reads one row
+    of it and multiplies by none of it. (Llama-3-8B's is 1.05 GB, a sixth of the NVFP4 model.)"""
     model = core.runner.model
-    embed = model.model.embed_tokens.weight
-    tied = model.lm_head.tied is not None
-    return weight_bytes(core) - (0 if tied else embed.numel() * embed.element_size())
+    return None if model.lm_head.tied is not None else model.model.embed_tokens.weight
+
+
+def _head_params(core: EngineCore) -> int:
+    head = core.runner.model.lm_head
+    return (head.tied.weight if head.tied is not None else head.weight).numel()
+
+
+def step_weight_bytes(core: EngineCore) -> int:
+    """Weight bytes one decode step reads: every parameter but a lookup-only embedding table."""
+    lookup = _lookup_only_embedding(core)
+    return weight_bytes(core) - (0 if lookup is None else lookup.numel() * lookup.element_size())
 
 
 def matmul_params(core: EngineCore) -> int:
-    """Parameters a token's forward pass multiplies by (the embedding is a lookup)."""
-    return sum(p.numel() for n, p in model_parameters(core) if "embed" not in n)
+    """Parameters a sampled token's forward pass multiplies by: all but a lookup-only embedding
+    table."""
+    lookup = _lookup_only_embedding(core)
+    total = sum(p.numel() for _, p in model_parameters(core))
+    return total - (0 if lookup is None else lookup.numel())
+
+
+def prefill_matmul_flops(core: EngineCore, length: int) -> float:
+    """Matmul FLOPs of one prompt of ``length`` tokens: each token through the layers, the
+    output head for the last one only (the engine computes logits for sampled rows only)."""
+    head = _head_params(core)
+    return 2 * (matmul_params(core) - head) * length + 2 * head
+
+
+def prefill_flops(core: EngineCore, length: int) -> float:
+    """``prefill_matmul_flops`` plus causal attention: QK^T and PV over the keys each row sees."""
+    cfg = core.model_config
+    attn = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * length * (length + 1) / 2
+    return prefill_matmul_flops(core, length) + attn
 
 
 def kv_bytes_per_token(core: EngineCore) -> int:

@@ -37,7 +37,7 @@ from benchmarks.common import (
     greedy,
     kv_bytes_per_token,
     kv_capacity_tokens,
-    matmul_params,
+    prefill_flops,
     random_prompts,
     release_memory,
     reset_prefix_cache,
@@ -58,14 +58,6 @@ BEFORE = {
     "decode_32k_b32_tok_s": 453,
     "decode_1k_tok_s": {1: 212, 64: 8616, 256: 15083},
 }
-
-
-def prefill_flops(core: EngineCore, length: int) -> float:
-    """Matmul FLOPs of every token plus causal attention (QK^T and PV over the keys each row
-    sees)."""
-    cfg = core.model_config
-    attn = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * length * (length + 1) / 2
-    return 2 * matmul_params(core) * length + attn
 
 
 def decode_ceiling_tok_s(core: EngineCore, ceil: dict, batch: int, ctx: float) -> float:

@@ -37,8 +37,8 @@ from benchmarks.common import (
     gpu_ceilings,
     kv_bytes_per_token,
     kv_capacity_tokens,
-    model_parameters,
     release_memory,
+    step_weight_bytes,
     write_result,
 )
 from benchmarks.lowbit_decode import FORMATS, model_dir
@@ -58,7 +58,7 @@ def weight_split(core: EngineCore) -> dict[str, float]:
     expert_total = sum(_stack_bytes(m) for m in _moe_layers(core))
     first = _moe_layers(core)[0]
     per_expert = _stack_bytes(first) / first.cfg.num_experts
-    other = sum(p.nbytes for n, p in model_parameters(core) if "embed" not in n) - expert_total
+    other = step_weight_bytes(core) - expert_total
     return {"expert_bytes_total": expert_total, "bytes_per_expert": per_expert,
             "non_expert_bytes": other}  # fmt: skip
 

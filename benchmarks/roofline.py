@@ -43,6 +43,8 @@ from benchmarks.common import (
     matmul_params,
     max_running_requests,
     preemptions,
+    prefill_flops,
+    prefill_matmul_flops,
     random_prompts,
     release_memory,
     reset_prefix_cache,
@@ -124,12 +126,6 @@ def step_breakdown(core: EngineCore, batch: int, ctx: int, steps: int = 40) -> d
     return res
 
 
-def prefill_flops(core: EngineCore, length: int) -> float:
-    cfg = core.model_config
-    attn = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * length * length / 2
-    return 2 * matmul_params(core) * length + attn
-
-
 def run_prefill(core: EngineCore, ceil: dict, lengths: list[int], budget: int) -> list[dict]:
     rows = []
     vocab = core.model_config.vocab_size
@@ -165,7 +161,7 @@ def offline_floor(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: 
     steps = out_len * -(-num // max_running_requests(core))
     context_tokens = num * (out_len * in_len + out_len * (out_len - 1) / 2)
     parts = {
-        "prefill_matmul": num * in_len * 2 * params / flop_s,
+        "prefill_matmul": num * prefill_matmul_flops(core, in_len) / flop_s,
         "decode_matmul": max(num * out_len * 2 * params / flop_s,
                              steps * step_weight_bytes(core) / copy_bps),
         "decode_kv_read": context_tokens * kv_bytes_per_token(core) / copy_bps,

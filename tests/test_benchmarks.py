@@ -55,8 +55,12 @@ def test_engine_helpers_drive_a_dummy_engine(tiny_dir: str) -> None:
     assert rate["tok_s"] > 0 and rate["step_ms"] > 0 and not core.has_unfinished()
     assert common.kv_bytes_per_token(core) == 2 * 2 * 2 * 16 * 4  # K+V, layers, kv heads, D, fp32
     assert common.weight_bytes(core) > 4 * common.matmul_params(core) > 0
-    embed_bytes = TINY_LLAMA["vocab_size"] * TINY_LLAMA["hidden_size"] * 4  # untied, fp32
-    assert common.step_weight_bytes(core) == common.weight_bytes(core) - embed_bytes
+    table = TINY_LLAMA["vocab_size"] * TINY_LLAMA["hidden_size"]  # embedding, untied; the head
+    assert common.step_weight_bytes(core) == common.weight_bytes(core) - 4 * table  # fp32
+    # a 9-token prompt: 9 tokens through the layers, the head for the last one, causal attention
+    attn = 4 * 2 * 4 * 16 * 9 * 10 / 2  # layers, heads, head_dim, 9 rows over 1..9 keys
+    layers = common.matmul_params(core) - table
+    assert common.prefill_flops(core, 9) == 2 * layers * 9 + 2 * table + attn
     assert common.kv_capacity_tokens(core) == common.kv_pages(core) * 16
     assert common.decode_graphs(core) is None and common.max_running_requests(core) == 8
     common.add_decode_batch(core, 3, 16, 5, seed=1, min_outputs=2)
@@ -68,6 +72,7 @@ def test_a_tied_head_reads_the_whole_embedding_each_step(tmp_path: Path) -> None
     (tmp_path / "config.json").write_text(json.dumps({**TINY_LLAMA, "tie_word_embeddings": True}))
     core = common.build_engine(str(tmp_path), device="cpu", dtype="float32")
     assert common.step_weight_bytes(core) == common.weight_bytes(core)
+    assert common.matmul_params(core) * 4 == common.weight_bytes(core)  # the table is the head
 
 
 def test_code_ab_worker_measures_with_the_public_api(tiny_dir: str) -> None:
