@@ -427,10 +427,10 @@ def default_config(
     # the wide W tiles are taken where they fill the SMs unsplit (split, they were slower)
     per_sm = PROGRAMS_PER_SM if block_m <= 64 else PROGRAMS_PER_SM_AT_128_ROWS
     wanted = per_sm * num_sms if block_n == 64 else 0
-    holds = PROGRAMS_AN_SM_HOLDS_AT_64_ROWS if block_m == 64 else 0
+    stages = 4 if block_m <= 64 else 3
+    holds = HOLDS_AT_64_ROWS_BY_STAGES[stages] if block_m == 64 else 0
     splits = _split_for(tiles, k_tiles, wanted, holds * num_sms)
     warps = 8 if (block_m >= 128 or block_n == 128) and splits == 1 else 4
-    stages = 4 if block_m <= 64 else 3
     return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages, w_as_b=block_m <= 32)
 
 
@@ -451,12 +451,14 @@ def _split_for(tiles: int, k_tiles: int, wanted: float, one_wave: int) -> int:
 # from 49.8 / 70.8 / 179.4 us at the earlier default (fill the SMs once) to 32.7 / 45.7 / 110.2.
 PROGRAMS_PER_SM = 1.9
 PROGRAMS_PER_SM_AT_128_ROWS = 1.2
-# What an SM's shared memory holds of the 64-row default tile (four stages and the operand
-# conversion's buffer). qkv's 96 tiles at 3 splits made 288 programs, 24 of them a second wave:
-# 2 splits (192) ran faster in both sweeps that timed both, on two machines: NVFP4 32.0-32.5 ->
-# 27.4 us, MXFP4 36.2-36.4 -> 30.3-30.5 (fp4_gemm_h200_{splits,wasb64}_*.json; 4 splits, 384,
-# 29.8 / 33.2). o and down (64 tiles x 4) fit in one wave.
-PROGRAMS_AN_SM_HOLDS_AT_64_ROWS = 2
+# Programs of a 64-row tile an SM holds at 4 (the default), 3 and 2 pipeline stages: shared
+# memory, 84 / 64 / 44 KB compiled for sm_90 (operand conversion's buffer included), and
+# registers at 2. The default splits no further than one wave of them: qkv's 96 tiles at 3
+# splits made 288 programs, 24 of them a second wave, and 2 splits (192) ran faster in both
+# sweeps that timed both, on two machines: NVFP4 32.0-32.5 -> 27.4 us, MXFP4 36.2-36.4 ->
+# 30.3-30.5 (fp4_gemm_h200_{splits,wasb64}_*.json; 4 splits, 384, 29.8 / 33.2). o and down
+# (64 tiles x 4) fit in one wave.
+HOLDS_AT_64_ROWS_BY_STAGES = {4: 2, 3: 3, 2: 4}
 
 
 # (block_n, block_k, num_warps) to sweep in benchmarks/fp4_gemm.py; (128, 128, 8): twice the
@@ -518,11 +520,6 @@ def _variants(cfg: Fp4GemmConfig) -> list[Fp4GemmConfig]:
     return [*flipped, replace(cfg, word_dequant=False)]
 
 
-# Programs of the 64-row default tile (64 W rows, 4 warps) an SM holds at 3 and at 2 pipeline
-# stages (shared memory, and registers at 2; compiled for sm_90: 64 / 44 KB against 84 KB at 4)
-HOLDS_AT_64_ROWS_BY_STAGES = {3: 3, 2: 4}
-
-
 def _wide_m_configs(m: int, n: int, k: int, num_sms: int) -> list[Fp4GemmConfig]:
     """WIDE_M_TILES, x in tiles of 256 rows: each W tile is decoded once for a 256-token step,
     not twice."""
@@ -547,4 +544,5 @@ def _with_fewer_stages(
         replace(cfg, num_stages=stages, split_k=_split_for(
             tiles, k_tiles, (holds - 0.1) * num_sms, holds * num_sms))
         for stages, holds in HOLDS_AT_64_ROWS_BY_STAGES.items()
+        if stages < cfg.num_stages
     ]  # fmt: skip
