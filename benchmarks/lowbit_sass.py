@@ -179,10 +179,10 @@ def measure() -> list[dict[str, Any]]:
         rows.append({**row, **describe(compile_gemv(cfg, group), weights)})
     for fmt, group in (("nvfp4", NVFP4_GROUP), ("mxfp4", MXFP4_GROUP)):
         for m, words, flip in itertools.product(MMA_ROWS, (False, True), (False, True)):
-            cfg = replace(default_config(m, N, K, group=group), word_dequant=words)
             if flip and m > 32:
                 continue  # W as B takes at most 32 rows
-            cfg = replace(cfg, w_as_b=not cfg.w_as_b if flip else cfg.w_as_b)
+            cfg = default_config(m, N, K, group=group)
+            cfg = replace(cfg, word_dequant=words, w_as_b=cfg.w_as_b != flip)
             weights = cfg.block_n * cfg.block_k // (cfg.num_warps * THREADS_PER_WARP)
             row = {"kernel": "FP4 MMA", "format": fmt, "rows": m, "config": vars(cfg)}
             rows.append({**row, **describe(compile_mma(cfg, group), weights)})
