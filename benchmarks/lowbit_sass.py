@@ -143,6 +143,23 @@ def compile_moe(group: int, words: bool) -> bytes:
     return _compile(_fp4_grouped_gemm_kernel, pointers, _MOE_INTS, constants, options)
 
 
+def compile_dequantize(group: int, words: bool) -> bytes:
+    """The cubin of ``fp4_dequantize``'s kernel (W whole to bf16, for large steps) at its
+    default tile, W read as words or bytes."""
+    from kvserve.kernels.fp4_dequantize import DequantGemmConfig, _dequantize_kernel
+
+    cfg = DequantGemmConfig()
+    constants = {
+        "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP": group,
+        "SCALE_E8M0": group == MXFP4_GROUP, "HAS_ROW_SCALE": group == NVFP4_GROUP,
+        "WORD_DEQUANT": words,
+    }  # fmt: skip
+    pointers = {"w_ptr": "*i32" if words else "*u8", "s_ptr": "*u8", "rs_ptr": "*fp32",
+                "out_ptr": "*bf16"}  # fmt: skip
+    ints = ["N", "K", "stride_wn", "stride_sn"]
+    return _compile(_dequantize_kernel, pointers, ints, constants, {"num_warps": cfg.num_warps})
+
+
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
 _BRANCH = re.compile(r"BRA\s+0x([0-9a-f]+)")
 

@@ -115,15 +115,17 @@ def test_fp4_kernels_compile_for_sm90_with_either_dequant(
 ) -> None:
     """ptxas, not the interpreter, is what rejects a kernel's Triton (the interpreter runs its
     Python): the FP4 MMA kernel compiles for sm_90 with W as bytes and as words, as either MMA
-    operand up to 32 rows (A on wgmma, B on mma.sync), and the MoE grouped kernel with bytes and
-    words, on any machine with Triton installed."""
+    operand up to 32 rows (A on wgmma, B on mma.sync), and the MoE grouped kernel and the
+    dequantizing kernel of large steps with bytes and words, on any machine with Triton
+    installed."""
     pytest.importorskip("triton")
     from dataclasses import replace
 
-    from benchmarks.lowbit_sass import K, N, compile_mma, compile_moe
+    from benchmarks.lowbit_sass import K, N, compile_dequantize, compile_mma, compile_moe
     from kvserve.kernels.fp4_gemm import default_config
 
     cfg = replace(default_config(rows, N, K, group=group), word_dequant=words)
     for w_as_b in (False, True) if rows <= 32 else (False,):
         assert compile_mma(replace(cfg, w_as_b=w_as_b), group)[:4] == b"\x7fELF"
     assert compile_moe(group, words)[:4] == b"\x7fELF"
+    assert compile_dequantize(group, words)[:4] == b"\x7fELF"

@@ -12,7 +12,9 @@ import torch
 from kvserve.config import ModelConfig
 from kvserve.engine.runner.warmup import STEPS, step_shapes
 from kvserve.kernels import fused_moe_fp4
+from kvserve.kernels.fp4_dequantize import DequantGemmConfig
 from kvserve.kernels.fp4_gemm import (
+    DEQUANT_GEMM_MIN_ROWS,
     Fp4GemmConfig,
     block_m_for,
     candidate_configs,
@@ -78,6 +80,15 @@ def test_fp4_default_config_passes_the_format_to_the_gemv(group: int) -> None:
     assert isinstance(one_row, GemvConfig)
     assert one_row.maxnreg == (128 if group == MXFP4_GROUP else 0)
     assert isinstance(default_config(64, 6144, 4096, group=group), Fp4GemmConfig)
+
+
+@pytest.mark.parametrize("m", [DEQUANT_GEMM_MIN_ROWS, 8192])
+def test_fp4_steps_of_many_rows_dequantize_then_run_cublas(m: int) -> None:
+    assert default_config(m, 28672, 4096) == DequantGemmConfig()
+    below = default_config(DEQUANT_GEMM_MIN_ROWS - 1, 28672, 4096)
+    assert isinstance(below, Fp4GemmConfig)
+    # the kernel benchmark times the MMA kernel's default beside it
+    assert below.block_m == 128 and below in candidate_configs(m, 28672, 4096)
 
 
 @pytest.mark.parametrize(
@@ -162,14 +173,17 @@ def test_fp4_candidates_at_64_rows_try_fewer_stages_with_more_programs_an_sm() -
 
 
 @pytest.mark.parametrize(("n", "k"), [(6144, 4096), (4096, 14336), (28672, 4096), (4096, 4096)])
-@pytest.mark.parametrize("m", [1, 16, 64, 256])
+@pytest.mark.parametrize("m", [1, 16, 64, 256, 1024])
 def test_candidate_configs_are_valid(m: int, n: int, k: int) -> None:
     configs = candidate_configs(m, n, k, num_sms=132)
     assert configs[0] == default_config(m, n, k, num_sms=132)
     assert len(set(configs)) == len(configs) >= 4
+    assert (DequantGemmConfig() in configs) == (m > 128)
     for cfg in configs:
         if isinstance(cfg, GemvConfig):
             assert m <= 4 and -(-n // cfg.block_n) * cfg.split_k <= 8 * 132
+            continue
+        if isinstance(cfg, DequantGemmConfig):
             continue
         # above 128 rows the candidates also take x in one 256-row tile
         assert cfg.block_m in (block_m_for(m), 256 if m > 128 else 0) and cfg.block_k % 32 == 0

@@ -12,16 +12,10 @@ computes ``x_tile @ W_tile.T`` on mma.sync instead, x's rows on its M side. Grid
 ``(M tiles, N tiles, splits)``; K is split when the tiles alone would leave SMs idle, with the
 same deterministic last-arrival reduction as the skinny GEMM.
 
-Dequantization of one packed byte (two E2M1 codes ``s e1 e0 m``) takes bit operations only: the
-code's three magnitude bits moved under an FP8 e4m3 byte's exponent/mantissa boundary give an
-e4m3 number worth exactly ``value * 2**-6`` (the zero-exponent code lands on e4m3's subnormals,
-which are exact), so ``(c & 7) << 2 | (c & 8) << 4`` is the e4m3 byte; the hardware converts it,
-and the 2**6 is folded into the block scale. E2M1 times an e4m3 or power-of-two scale has at most
-six significant bits, so the scaled weight is exact in bf16. The per-row (NVFP4 per-tensor)
-scale and the bias are applied to the fp32 accumulator in the epilogue. By default
-(``Fp4GemmConfig.word_dequant``) the same trick runs on 32-bit words, eight codes at a time
-(``word_decode.fp4_word_to_halves``); bytes where W's rows are not word-aligned and under
-Triton's interpreter (``code_words``).
+Each W tile is decoded in registers by ``fp4_tile.dequant_tile`` (exact in bf16; the per-row
+(NVFP4 per-tensor) scale and the bias are applied to the fp32 accumulator in the epilogue).
+From ``DEQUANT_GEMM_MIN_ROWS`` rows of x, a step large enough to amortize it, the weight is
+instead dequantized whole and multiplied by cuBLAS (``fp4_dequantize.py``).
 
 No host synchronization; the split-K arrival counters reset themselves, so launches can be
 captured in CUDA graphs.
@@ -33,13 +27,14 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kvserve.kernels._triton import interpreting, jit, next_pow2, require_triton, sm_count, tl
+from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
+from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
 from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
+from kvserve.kernels.fp4_tile import code_words, dequant_tile
 
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
 # as is: the reduction does not depend on how the tiles were computed.
 from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
-from kvserve.kernels.word_decode import fp4_word_to_halves
 from kvserve.kernels.word_gemv import (
     FP4_PER_WORD,
     GEMV_ROWS,
@@ -57,6 +52,8 @@ MAX_BLOCK_M = 128
 # one (benchmarks/results/fp4_gemm_h200_gemv1_2026-12-01.json).
 GEMV_MAX_ROWS = 1
 _SMEM_MAX = 220 * 1024
+# Rows from which the default dequantizes W whole and runs cuBLAS (fp4_dequantize.py).
+DEQUANT_GEMM_MIN_ROWS = 512
 
 
 @dataclass(frozen=True)
@@ -94,81 +91,8 @@ class Fp4GemmConfig:
             raise ValueError(f"w_as_b takes at most 32 rows of x: {self}")
 
 
-@jit
-def _dequant_tile(
-    p,
-    s,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP: tl.constexpr,
-    SCALE_E8M0: tl.constexpr,
-    DTYPE: tl.constexpr,
-):
-    """Packed codes p uint8 [BLOCK_N, BLOCK_K/2] and the raw bytes s uint8
-    [BLOCK_N, BLOCK_K/GROUP] of the block scales -> the weight tile [BLOCK_N, BLOCK_K] in DTYPE,
-    exact (without the row scale)."""
-    lo = ((p & 0x07) << 2) | ((p & 0x08) << 4)
-    hi = ((p >> 2) & 0x1C) | (p & 0x80)
-    codes = tl.interleave(lo, hi)  # element 2j from the low nibble
-    w = codes.to(tl.float8e4nv, bitcast=True).to(DTYPE)
-    scale = _scale_times_64(s, SCALE_E8M0)
-    w = tl.reshape(w, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * scale.to(DTYPE)[:, :, None]
-    return tl.reshape(w, (BLOCK_N, BLOCK_K))
-
-
-@jit
-def _scale_times_64(s, SCALE_E8M0: tl.constexpr):
-    """Block scale bytes -> fp32 times 2**6 (the unit of the e4m3-decoded codes). Not
-    ``word_decode._block_scale`` times 64: E8M0 takes the 6 as an integer add to its exponent,
-    where the multiply cost MXFP4's loop 8-22 more sm_90 instructions (benchmarks/lowbit_sass)."""
-    if SCALE_E8M0:
-        # 2**(e - 127) * 2**6 built as fp32 bits; e == 0 gives 0 instead of 2**-121
-        return ((s.to(tl.int32) + 6) << 23).to(tl.float32, bitcast=True)
-    return s.to(tl.float8e4nv, bitcast=True).to(tl.float32) * 64.0
-
-
-@jit
-def _dequant_words(
-    q,
-    s,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP: tl.constexpr,
-    SCALE_E8M0: tl.constexpr,
-    DTYPE: tl.constexpr,
-):
-    """``_dequant_tile`` from int32 words q [BLOCK_N, BLOCK_K / 8] (eight codes each, lowest
-    nibble first): the codes decode eight at a time to f16, and the joins put them back in K
-    order (code 4a + 2b + c at [a, b, c] of each word's 2 x 2 x 2)."""
-    c0, c1, c2, c3, c4, c5, c6, c7 = fp4_word_to_halves(q)
-    even = tl.join(tl.join(c0, c4), tl.join(c2, c6))
-    odd = tl.join(tl.join(c1, c5), tl.join(c3, c7))
-    w = tl.reshape(tl.join(even, odd), (BLOCK_N, BLOCK_K // GROUP, GROUP))
-    scale = _scale_times_64(s, SCALE_E8M0)
-    if SCALE_E8M0:  # powers of two beyond f16's range
-        return tl.reshape((w.to(tl.float32) * scale[:, :, None]).to(DTYPE), (BLOCK_N, BLOCK_K))
-    # code * 2**-6 times an e4m3 scale * 2**6 has six significant bits and lies in 2**-10 .. 2688:
-    # exact in f16
-    return tl.reshape((w * scale.to(tl.float16)[:, :, None]).to(DTYPE), (BLOCK_N, BLOCK_K))
-
-
-@jit
-def _dequant(
-    p,
-    s,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP: tl.constexpr,
-    SCALE_E8M0: tl.constexpr,
-    DTYPE: tl.constexpr,
-    WORD_DEQUANT: tl.constexpr,
-):
-    """The weight tile from words (``_dequant_words``) or bytes (``_dequant_tile``) of codes."""
-    if WORD_DEQUANT:  # both branches written out: Triton compiles a statement after an if
-        w = _dequant_words(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
-    else:
-        w = _dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
-    return w
+# What fp4_linear runs: the MMA kernel, the CUDA-core GEMV, or dequantize-then-cuBLAS
+Fp4Config = Fp4GemmConfig | GemvConfig | DequantGemmConfig
 
 
 @_jit
@@ -233,7 +157,7 @@ def _fp4_gemm_kernel(
             p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
             s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
             x = tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
-        w = _dequant(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
+        w = dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
         if W_AS_B:
             acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PRECISION)
         else:
@@ -275,14 +199,15 @@ def fp4_linear(
     block_scale: torch.Tensor,
     row_scale: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
-    config: Fp4GemmConfig | GemvConfig | None = None,
+    config: Fp4Config | None = None,
     *,
     pdl: bool = False,
 ) -> torch.Tensor:
     """``x`` [..., K] @ W.T (+ bias) -> [..., N] in x's dtype; W in the layout of
     ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. A
     ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``, with
-    programmatic dependent launch if ``pdl``."""
+    programmatic dependent launch if ``pdl``; a ``DequantGemmConfig`` dequantizes W and runs
+    cuBLAS (``fp4_dequantize.py``)."""
     group = _check(x, packed, block_scale, row_scale)
     if x.device.type == "cpu" and not interpreting():
         return fp4_linear_reference(x, packed, block_scale, row_scale, bias)
@@ -298,6 +223,8 @@ def fp4_linear(
         cfg = config or default_config(m, n, k, num_sms=sm_count(x.device), group=group)
         if isinstance(cfg, Fp4GemmConfig):
             _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
+        elif isinstance(cfg, DequantGemmConfig):
+            dequant_gemm(x2, packed, block_scale, row_scale, bias, out, cfg)
         else:
             launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group, pdl=pdl)
     return out.view(*lead, n)
@@ -365,16 +292,6 @@ def _launch(
     )
 
 
-def code_words(packed: torch.Tensor) -> torch.Tensor:
-    """The packed codes (uint8, K last and contiguous) as int32 words of eight codes where
-    their rows allow it and the kernel runs compiled (the interpreter runs no inline PTX);
-    else ``packed`` as is, for the byte dequant."""
-    aligned = not (
-        packed.shape[-1] % 4 or any(st % 4 for st in packed.stride()[:-1]) or packed.data_ptr() % 4
-    )
-    return packed.view(torch.int32) if aligned and not interpreting() else packed
-
-
 def block_m_for(m: int) -> int:
     return min(MAX_BLOCK_M, max(16, next_pow2(m)))
 
@@ -404,21 +321,29 @@ def stages_that_fit(block_n: int, block_k: int, block_m: int, want: int) -> int:
 
 def default_config(
     m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
-) -> Fp4GemmConfig | GemvConfig:
-    """Up to GEMV_MAX_ROWS rows: the CUDA-core kernel. Else 64 rows of W by 128 of K per
-    program (256 for up to 16 rows: the weight tile is half-byte data), K split until there are
-    PROGRAMS_PER_SM programs for each SM (..._AT_128_ROWS at 128 rows of x); 8 warps only for
-    unsplit 128-row tiles (of x, prefill; or of W, below).
+) -> Fp4Config:
+    """Up to GEMV_MAX_ROWS rows: the CUDA-core kernel; from DEQUANT_GEMM_MIN_ROWS, W dequantized
+    whole and cuBLAS; between, the MMA kernel (``mma_config``).
+    ``group``: values per block scale (NVFP4 16, MXFP4 32)."""
+    if m <= GEMV_MAX_ROWS:
+        return gemv_config(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
+    if m >= DEQUANT_GEMM_MIN_ROWS:
+        return DequantGemmConfig()
+    return mma_config(m, n, k, num_sms=num_sms)
+
+
+def mma_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig:
+    """64 rows of W by 128 of K per program (256 for up to 16 rows: the weight tile is
+    half-byte data), K split until there are PROGRAMS_PER_SM programs for each SM
+    (..._AT_128_ROWS at 128 rows of x); 8 warps only for unsplit 128-row tiles (of x, prefill;
+    or of W, below).
     At 64 rows of x, 128 rows of W, unsplit, where those tiles alone fill the SMs: every program
     reads its x tile from L2 (at 64 W rows, four times the bytes of its weight tile), and wider W
     tiles halve that (Llama-3-8B gate_up, NVFP4 / MXFP4: 107.0 / 101.6 -> 93.4 / 90.4 us; split
     in two, 102.5 / 101.3; fp4_gemm_h200_splits_2026-12-01.json); narrower shapes need the K
     split more. Those tiles take 8 warps, half the registers a thread (Llama-3-8B gate_up,
     NVFP4 / MXFP4: 93.3 / 90.1 -> 81.7 / 78.9 us; fp4_gemm_h200_wasb64_2026-12-02.json).
-    Up to 32 rows of x, W is the MMA's B operand (``Fp4GemmConfig.w_as_b``).
-    ``group``: values per block scale (NVFP4 16, MXFP4 32)."""
-    if m <= GEMV_MAX_ROWS:
-        return gemv_config(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
+    Up to 32 rows of x, W is the MMA's B operand (``Fp4GemmConfig.w_as_b``)."""
     block_m = block_m_for(m)
     block_k = 256 if block_m == 16 else 128
     block_n = 128 if block_m == 64 and -(-n // 128) >= num_sms else 64
@@ -474,12 +399,12 @@ WIDE_M_TILES = ((64, 128, 8), (128, 64, 8), (128, 128, 8), (64, 64, 4))
 
 def candidate_configs(
     m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
-) -> list[Fp4GemmConfig | GemvConfig]:
-    """Configs worth timing for one shape, the default first: an MMA default, then it with W as
-    the other MMA operand (up to 32 rows) and with the byte dequant, at fewer pipeline stages (64
-    rows) and the 256-row x tiles (above 128 rows); then every tile shape with its best-filling
-    split in the same variants, before any tile's second choice (so a short list still spans
-    tiles)."""
+) -> list[Fp4Config]:
+    """Configs worth timing for one shape, the default first: the MMA kernel's default, then it
+    with W as the other MMA operand (up to 32 rows) and with the byte dequant, at fewer pipeline
+    stages (64 rows), the 256-row x tiles and dequantize-then-cuBLAS (above 128 rows); then every
+    tile shape with its best-filling split in the same variants, before any tile's second choice
+    (so a short list still spans tiles)."""
     block_m = block_m_for(m)
     w_as_b = block_m <= 32
     per_tile = []
@@ -494,13 +419,16 @@ def candidate_configs(
              for s in splits]
         )  # fmt: skip
     default = default_config(m, n, k, num_sms=num_sms, group=group)
-    configs: list[Fp4GemmConfig | GemvConfig] = [default]
-    if isinstance(default, Fp4GemmConfig):
-        configs += _variants(default)
-    if isinstance(default, Fp4GemmConfig) and default.block_m == 64 and default.block_n == 64:
-        configs += _with_fewer_stages(default, m, n, k, num_sms)
+    configs: list[Fp4Config] = [default]
+    mma = mma_config(m, n, k, num_sms=num_sms)
+    if m > GEMV_MAX_ROWS:
+        configs += [c for c in (mma, *_variants(mma)) if c != default]
+    if mma.block_m == 64 and mma.block_n == 64:
+        configs += _with_fewer_stages(mma, m, n, k, num_sms)
     if m > MAX_BLOCK_M:
         configs += _wide_m_configs(m, n, k, num_sms)
+    if m > MAX_BLOCK_M and DequantGemmConfig() not in configs:
+        configs.append(DequantGemmConfig())
     for options in per_tile:
         options[1:1] = _variants(options[0])
     if m <= GEMV_ROWS:

@@ -1,6 +1,6 @@
 """Mixture of experts with weight-only FP4 experts (NVFP4 or MXFP4, the layout of
 ``fp4_reference.py`` per expert): the grouped GEMMs of ``fused_moe.py`` with each weight tile
-unpacked and scaled in registers (``fp4_gemm._dequant``: eight codes of a 32-bit word at a time
+unpacked and scaled in registers (``fp4_tile.dequant_tile``: eight codes of a 32-bit word at a time
 where the experts' rows are word-aligned), the MMA in the activation dtype with fp32
 accumulation.
 
@@ -21,8 +21,8 @@ import os
 import torch
 
 from kvserve.kernels._triton import jit, sm_count, tl, triton
-from kvserve.kernels.fp4_gemm import _dequant, code_words
 from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
+from kvserve.kernels.fp4_tile import code_words, dequant_tile
 from kvserve.kernels.fused_moe import (
     SortedSlots,
     _block_slots,
@@ -118,7 +118,7 @@ def _fp4_grouped_gemm_kernel(
         p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
         s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
         a = tl.load(a_ptrs, mask=row_ok[:, None] & (k0 + rk < K)[None, :], other=0.0)
-        w = _dequant(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
+        w = dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
         acc = tl.dot(a, tl.trans(w), acc, input_precision=DOT_PRECISION)
         w_ptrs += BLOCK_K // PER_ELEMENT
         s_ptrs += BLOCK_K // GROUP

@@ -22,6 +22,7 @@ from kernel_test_device import (  # noqa: E402
 )
 
 from kvserve.kernels import skinny_gemm  # noqa: E402
+from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequantize_fp4_dense  # noqa: E402
 from kvserve.kernels.fp4_gemm import (  # noqa: E402
     Fp4GemmConfig,
     block_m_for,
@@ -90,6 +91,30 @@ def test_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, dtype
     weight = fp4_weight(fmt, n, k)
     x = activations(m, k, dtype)
     check(fp4_linear(x, *weight, config=small_config(m, split_k)), x, weight)
+
+
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.float16])
+@pytest.mark.parametrize(("n", "k"), [*SMALL_SHAPES, (130, 1056)])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dequantize_matches_reference(fmt: str, n: int, k: int, dtype: torch.dtype) -> None:
+    """Bit for bit: the same fp32 products (code x block scale exact, times the row scale) and
+    one rounding to ``dtype``; N and K tails of the 64 x 256 tile (words or, interpreted, bytes)."""
+    weight = fp4_weight(fmt, n, k)
+    dense = dequantize_fp4_dense(*weight, dtype)
+    assert torch.equal(dense, dequantize_fp4(*weight, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 100, 600])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dequant_gemm_matches_reference(fmt: str, m: int, dtype: torch.dtype) -> None:
+    n, k = 200, 160
+    weight = fp4_weight(fmt, n, k)
+    bias = torch.linspace(-1, 1, n, device=DEVICE).to(dtype)
+    x = activations(m, k, dtype)
+    out = fp4_linear(x.view(1, m, k), *weight, bias, config=DequantGemmConfig())
+    check(out.view(m, n), x, weight, bias)
+    check(fp4_linear(x, *weight, config=DequantGemmConfig(block_n=32, block_k=64)), x, weight)
 
 
 @NEEDS_PTX
@@ -169,7 +194,7 @@ def test_gemv_reads_16_bit_x_of_any_alignment_and_size(fmt: str, dtype, m: int) 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("n", "k"), [*SMALL_SHAPES, *LLAMA_SHAPES])
-@pytest.mark.parametrize("m", [1, 16, 64, 256])
+@pytest.mark.parametrize("m", [1, 16, 64, 256, 1024])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_default_config(fmt: str, m: int, n: int, k: int, dtype) -> None:
     weight = fp4_weight(fmt, n, k)
