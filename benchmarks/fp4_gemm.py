@@ -1,14 +1,17 @@
 """Weight-only FP4 GEMMs (NVFP4, MXFP4; ``kvserve/kernels/fp4_gemm.py``) at decode shapes
 against their bytes ceiling and against bf16 cuBLAS on the same shapes, in one run.
 
-The floor of a decode step's linear is its weight bytes / bandwidth (the copy ceiling of this
-run): 0.5 byte per value plus the block scales (1 byte per 16 or 32 values) for FP4, 2 bytes
-for bf16. Timing as in ``benchmarks/skinny_gemm.py``: one CUDA graph runs the op over L distinct
-weights (>= 256 MB of them, over 4x the L2), time per op = replay time / L, median over
-replays; each config is checked against the torch reference before and after. Shapes:
-Llama-3-8B's fused projections at M = 1, 16, 64, 256; the default config and up to
---max-configs candidates per row (at M <= 4 the default is the CUDA-core GEMV, GemvConfig;
-the MMA kernel's tiles follow).
+The floor of a linear is the larger of its weight bytes / bandwidth (the copy ceiling of this
+run: 0.5 byte per value plus the block scales, 1 byte per 16 or 32 values, for FP4; 2 bytes for
+bf16) and its FLOPs / the run's bf16 matmul rate (what bounds prefill-sized M). Timing as in
+``benchmarks/skinny_gemm.py``: one CUDA graph runs the op over L distinct weights (>= 256 MB of
+them, over 4x the L2), time per op = replay time / L, median over replays; each config is
+checked against the torch reference before and after. Shapes: Llama-3-8B's fused projections
+at M = 1, 16, 64, 256 (``--rows`` takes prefill sizes too); the default config and up to
+--max-configs candidates per row (at M <= 4 the default is the CUDA-core GEMV, GemvConfig; from
+``DEQUANT_GEMM_MIN_ROWS`` dequantize-then-cuBLAS, DequantGemmConfig; the MMA kernel's tiles
+follow). Above 128 rows the dequantizing kernel is also timed alone, against its bytes floor
+(codes and scales read, the dense bf16 weight written).
 About four minutes on an H200, mostly Triton compiles.
 
     python -m benchmarks.fp4_gemm --out-dir $OUT
@@ -26,11 +29,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import copy_bandwidth_gbs, write_result
+from benchmarks.common import copy_bandwidth_gbs, matmul_tflops, write_result
 from benchmarks.skinny_gemm import graph_us, rel_err
-from kvserve.kernels.fp4_gemm import Fp4GemmConfig, candidate_configs, fp4_linear
+from kvserve.kernels.fp4_dequantize import dequantize_fp4_dense
+from kvserve.kernels.fp4_gemm import MAX_BLOCK_M, Fp4Config, candidate_configs, fp4_linear
 from kvserve.kernels.fp4_reference import fp4_linear_reference, group_size_of
-from kvserve.kernels.word_gemv import GemvConfig
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 ROWS = [1, 16, 64, 256]
@@ -56,7 +59,7 @@ def fp4_bytes(weight: Fp4Weight) -> int:
 
 
 def time_config(
-    cfg: Fp4GemmConfig | GemvConfig, xs: list[torch.Tensor], weights: list[Fp4Weight],
+    cfg: Fp4Config, xs: list[torch.Tensor], weights: list[Fp4Weight],
     ref: torch.Tensor, replays: int,
 ) -> dict[str, Any]:  # fmt: skip
     def op(x: torch.Tensor, w: Fp4Weight) -> torch.Tensor:
@@ -77,17 +80,20 @@ def time_config(
 
 def time_row(
     fmt: str, name: str, weights: list[Fp4Weight], bf16: list[torch.Tensor], m: int,
-    copy_gbs: float, args: argparse.Namespace,
+    ceil: dict[str, float], args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
     n, k = weights[0][0].shape[0], weights[0][0].shape[1] * 2
     xs = [torch.randn(m, k, dtype=torch.bfloat16, device="cuda") for _ in weights]
     ref = fp4_linear_reference(xs[0], *weights[0])
-    floor_us = fp4_bytes(weights[0]) / (copy_gbs * 1e3)
-    bf16_floor_us = n * k * 2 / (copy_gbs * 1e3)
+    matmul_floor_us = 2 * m * n * k / (ceil["bf16_matmul_TFLOPs"] * 1e6)
+    floor_us = max(fp4_bytes(weights[0]) / (ceil["copy_GBps"] * 1e3), matmul_floor_us)
+    bf16_floor_us = max(n * k * 2 / (ceil["copy_GBps"] * 1e3), matmul_floor_us)
     cublas_us, _ = graph_us(F.linear, xs[: len(bf16)], bf16, args.replays)
     row: dict[str, Any] = {"format": fmt, "shape": name, "N": n, "K": k, "M": m}
     row |= {"layers": len(weights), "floor_us": floor_us, "bf16_floor_us": bf16_floor_us}
-    row |= {"cublas_bf16_us": cublas_us}
+    row |= {"matmul_floor_us": matmul_floor_us, "cublas_bf16_us": cublas_us}
+    if m > MAX_BLOCK_M:
+        row |= time_dequantize(weights, xs, ceil["copy_GBps"], args.replays)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     group = group_size_of(weights[0][1])
     configs = candidate_configs(m, n, k, num_sms=sms, group=group)[: args.max_configs or None]
@@ -109,6 +115,17 @@ def time_row(
     return row
 
 
+def time_dequantize(
+    weights: list[Fp4Weight], xs: list[torch.Tensor], copy_gbs: float, replays: int
+) -> dict[str, float]:
+    """The dequantizing kernel of DequantGemmConfig alone, against reading the FP4 weight and
+    writing it in bf16 at the copy rate."""
+    n, k = weights[0][0].shape[0], weights[0][0].shape[1] * 2
+    us, _ = graph_us(lambda x, w: dequantize_fp4_dense(*w, x.dtype), xs, weights, replays)
+    floor_us = (fp4_bytes(weights[0]) + 2 * n * k) / (copy_gbs * 1e3)
+    return {"dequantize_us": us, "dequantize_share_of_copy": floor_us / us}
+
+
 def describe(row: dict[str, Any]) -> str:
     line = (
         f"{row['format']} {row['shape']:8s} M={row['M']:4d}: floor {row['floor_us']:6.1f} us"
@@ -121,6 +138,8 @@ def describe(row: dict[str, Any]) -> str:
             f" x{row['speedup_vs_cublas_bf16']:.2f} vs bf16) {row['best_kind']} {c};"
             f" default {row.get('default_us', float('nan')):.1f} us"
         )
+    if "dequantize_us" in row:
+        line += f" | dequantize alone {row['dequantize_us']:.1f} us"
     if row.get("failed"):
         line += f" [{row['failed']} configs failed]"
     return line
@@ -136,8 +155,8 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=10, help="timed graph replays per op")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    copy_gbs = copy_bandwidth_gbs()
-    print(f"copy ceiling {copy_gbs:.0f} GB/s", flush=True)
+    ceil = {"copy_GBps": copy_bandwidth_gbs(), "bf16_matmul_TFLOPs": matmul_tflops()}
+    print(f"ceilings {ceil}", flush=True)
     gc.freeze()  # each graph capture runs gc.collect(); leave the imported modules out of it
     rows = []
     for name in args.shapes.split(","):
@@ -148,13 +167,13 @@ def main() -> None:
         for fmt in args.formats.split(","):
             weights = [random_fp4(fmt, n, k) for _ in range(layers)]
             for m in [int(v) for v in args.rows.split(",")]:
-                row = time_row(fmt, name, weights, bf16, m, copy_gbs, args)
+                row = time_row(fmt, name, weights, bf16, m, ceil, args)
                 rows.append(row)
                 print(f"[{time.perf_counter() - t0:5.0f} s] {describe(row)}", flush=True)
             del weights
         del bf16
         torch.cuda.empty_cache()
-    payload = {"copy_GBps": copy_gbs, "span_bytes": SPAN_BYTES, "rows": rows}
+    payload = {**ceil, "span_bytes": SPAN_BYTES, "rows": rows}
     print(write_result("fp4_gemm", payload, args.out_dir))
 
 

@@ -7,8 +7,11 @@ Llama-3-8B shape, dummy (random) weights, one engine per format, built and dropp
 Decode tok/s at each batch size and 1K context, measured as benchmarks/roofline.py's decode part
 (tokens between two output lengths over the time between them), with the share of the
 bytes-moved ceiling: (weight bytes of that format + KV read per step) / copy bandwidth; the
-ceiling tok/s is what that share would be at 100%. ``--offline`` adds 1000 x (1024 in, 1024
-out) per format (minutes each). Formats:
+ceiling tok/s is what that share would be at 100%. ``--prefill-lengths`` adds prefill
+throughput at those prompt lengths (roofline's prefill part: full steps of the engine's token
+budget, share of the run's bf16 matmul ceiling, since every format's GEMMs run in bf16 or FP8
+on Hopper and the FP8 ones are still counted against bf16). ``--offline`` adds 1000 x (1024
+in, 1024 out) per format (minutes each). Formats:
 
   bf16       the unquantized model
   fp8        --quantization fp8: per-channel FP8 weights, dynamic per-token FP8 activations
@@ -50,7 +53,7 @@ from benchmarks.common import (
     weight_bytes,
     write_result,
 )
-from benchmarks.roofline import run_decode, run_offline
+from benchmarks.roofline import run_decode, run_offline, run_prefill
 from kvserve.quant.fp8_method import W8A16_ROWS_ENV, w8a16_max_rows
 
 # format -> (--quantization, quantization_config written into a copy of config.json)
@@ -105,7 +108,11 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     wbytes = weight_bytes(core)
     kv_tokens = kv_capacity_tokens(core)
     print(f"{name}: weights {wbytes / 1e9:.2f} GB, KV pool {kv_tokens} tokens", flush=True)
-    rows = run_decode(core, ceil, args.batches, args.contexts)
+    prefill = []
+    if args.prefill_lengths:
+        budget = core.config.scheduler.max_num_batched_tokens
+        prefill = run_prefill(core, ceil, args.prefill_lengths, budget)
+    rows = run_decode(core, ceil, args.batches, args.contexts) if args.batches else []
     for r in rows:
         if "tok_s" in r:
             r["ceiling_tok_s"] = r["batch"] * ceil["copy_GBps"] * 1e9 / r["bytes_per_step"]
@@ -115,6 +122,7 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
         "kv_capacity_tokens": kv_tokens,
         "kv_bytes_per_token": kv_bytes_per_token(core),
         "decode": rows,
+        "prefill": prefill,
     }
     if args.offline:
         out["offline"] = run_offline(core, ceil, args.offline_requests, 1024, 1024)
@@ -129,6 +137,7 @@ def main() -> None:
     ap.add_argument("--formats", default="bf16,fp8,fp8-block")
     ap.add_argument("--batches", default="1,64,256")
     ap.add_argument("--contexts", default="1024", help="comma list of context lengths")
+    ap.add_argument("--prefill-lengths", default="", help="comma list of prompt lengths")
     ap.add_argument("--max-running", type=int, default=256)
     ap.add_argument("--offline", action="store_true", help="also 1000 x (1024 in, 1024 out)")
     ap.add_argument("--offline-requests", type=int, default=1000)
@@ -137,7 +146,8 @@ def main() -> None:
                     help="the +w8a16 suffix's row limit (1: the engine's default)")  # fmt: skip
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
-    args.batches = [int(b) for b in args.batches.split(",")]
+    args.batches = [int(b) for b in args.batches.split(",") if b]
+    args.prefill_lengths = [int(n) for n in args.prefill_lengths.split(",") if n]
     args.contexts = [int(c) for c in args.contexts.split(",")]
     formats = args.formats.split(",")
     unknown = [f for f in formats if not known_format(f)]
