@@ -281,11 +281,14 @@ def step_weight_bytes(core: EngineCore) -> int:
 
 
 def matmul_params(core: EngineCore) -> int:
-    """Parameters a sampled token's forward pass multiplies by: all but a lookup-only embedding
-    table."""
-    lookup = _lookup_only_embedding(core)
-    total = sum(p.numel() for _, p in model_parameters(core))
-    return total - (0 if lookup is None else lookup.numel())
+    """Weights a sampled token's forward pass of a dense model multiplies by, counted as values
+    whatever their storage (an FP4 byte holds two; block scales are not weights): every linear
+    layer's in x out features, and the output head."""
+    from kvserve.layers.linear import Linear
+
+    modules = core.runner.model.modules()
+    linears = sum(m.in_features * m.out_features for m in modules if isinstance(m, Linear))
+    return linears + _head_params(core)
 
 
 def prefill_matmul_flops(core: EngineCore, length: int) -> float:

@@ -72,7 +72,23 @@ def test_a_tied_head_reads_the_whole_embedding_each_step(tmp_path: Path) -> None
     (tmp_path / "config.json").write_text(json.dumps({**TINY_LLAMA, "tie_word_embeddings": True}))
     core = common.build_engine(str(tmp_path), device="cpu", dtype="float32")
     assert common.step_weight_bytes(core) == common.weight_bytes(core)
-    assert common.matmul_params(core) * 4 == common.weight_bytes(core)  # the table is the head
+    norms = sum(p.numel() for name, p in common.model_parameters(core) if "norm" in name)
+    # the table is the head: every weight but the norms' multiplies
+    assert (common.matmul_params(core) + norms) * 4 == common.weight_bytes(core)
+
+
+@pytest.mark.parametrize("quantization", ["nvfp4", "fp8"])
+def test_matmul_flops_count_values_not_bytes_of_quantized_weights(
+    tiny_dir: str, quantization: str
+) -> None:
+    """An FP4 byte holds two weights and FP8 weights carry scales: the FLOP floors of prefill
+    must not change with the storage (they did for FP4, halving its prefill floor)."""
+    plain = common.build_engine(tiny_dir, device="cpu", dtype="float32")
+    quantized = common.build_engine(
+        tiny_dir, device="cpu", dtype="float32", quantization=quantization
+    )
+    assert common.matmul_params(quantized) == common.matmul_params(plain)
+    assert common.weight_bytes(quantized) < common.weight_bytes(plain)
 
 
 def test_code_ab_worker_measures_with_the_public_api(tiny_dir: str) -> None:
