@@ -19,6 +19,7 @@ from kvserve.kernels.fp4_gemm import (
     block_m_for,
     candidate_configs,
     default_config,
+    mma_config,
 )
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
 from kvserve.kernels.options import KernelOptions
@@ -95,8 +96,8 @@ def test_fp4_steps_of_many_rows_dequantize_then_run_cublas(m: int) -> None:
     ("m", "n", "k", "split_k", "num_warps"),
     [
         (16, 4096, 14336, 4, 4),  # 64 tiles: 4 splits give 256 programs, >= 1.9 per SM
-        (64, 6144, 4096, 2, 4),  # 96 tiles: 3 splits (288) overflow 2 an SM; 2 give 192
-        (64, 4096, 4096, 4, 4),  # 64 tiles: 4 splits (256) fill 2 an SM in one wave
+        (64, 6144, 4096, 4, 4),  # 96 tiles, 3 stages: 4 splits (384) fill 3 an SM in one wave
+        (64, 4096, 4096, 6, 4),  # 64 tiles: 6 splits (384); 8 would overflow 3 an SM
         (64, 28672, 4096, 1, 8),  # 224 tiles of 128 W rows fill the SMs unsplit, at 8 warps
         (256, 4096, 4096, 2, 4),  # 128-row tiles, one program an SM: 1.2 per SM wanted
         (256, 6144, 4096, 1, 8),  # 192 tiles are enough; unsplit 128-row tiles take 8 warps
@@ -106,7 +107,7 @@ def test_fp4_steps_of_many_rows_dequantize_then_run_cublas(m: int) -> None:
 def test_fp4_mma_default_splits_k_to_the_programs_an_sm_wants(
     m: int, n: int, k: int, split_k: int, num_warps: int
 ) -> None:
-    cfg = default_config(m, n, k, num_sms=132)
+    cfg = mma_config(m, n, k, num_sms=132)
     assert isinstance(cfg, Fp4GemmConfig) and cfg.word_dequant
     assert (cfg.split_k, cfg.num_warps) == (split_k, num_warps)
     # 128 W rows only at 64 rows of x and where their tiles alone fill the SMs
@@ -152,7 +153,7 @@ def test_every_linear_layer_takes_pdl_from_the_kernel_options(pdl: bool) -> None
 
 
 @pytest.mark.parametrize(
-    ("m", "w_as_b"), [(2, True), (16, True), (20, True), (64, False), (256, False)]
+    ("m", "w_as_b"), [(2, True), (16, True), (20, True), (64, False), (128, False)]
 )
 def test_fp4_mma_reads_w_as_the_b_operand_up_to_32_rows(m: int, w_as_b: bool) -> None:
     cfg = default_config(m, 6144, 4096, num_sms=132)
@@ -161,15 +162,15 @@ def test_fp4_mma_reads_w_as_the_b_operand_up_to_32_rows(m: int, w_as_b: bool) ->
         Fp4GemmConfig(64, 128, 64, w_as_b=True)
 
 
-def test_fp4_candidates_at_64_rows_try_fewer_stages_with_more_programs_an_sm() -> None:
+def test_fp4_candidates_at_64_rows_try_each_stage_count_at_one_wave_of_its_programs() -> None:
     from kvserve.kernels.fp4_gemm import HOLDS_AT_64_ROWS_BY_STAGES, candidate_configs
 
     default, *others = candidate_configs(64, 6144, 4096, num_sms=132)
-    fewer = {st: h for st, h in HOLDS_AT_64_ROWS_BY_STAGES.items() if st < default.num_stages}
-    for stages, holds in fewer.items():
-        cfg = next(c for c in others if c.num_stages == stages and c.block_n == default.block_n)
+    assert (default.num_stages, default.split_k) == (3, 4)  # 384 programs, 3 an SM hold
+    for stages, holds in HOLDS_AT_64_ROWS_BY_STAGES.items():
+        cfg = next(c for c in [default, *others] if c.num_stages == stages and c.block_n == 64)
         programs = 96 * cfg.split_k  # 6144 / 64 W rows
-        assert 96 * default.split_k < programs <= holds * 132  # more, in one wave
+        assert programs <= holds * 132 < programs + 96 * cfg.split_k  # one wave, more than half
 
 
 @pytest.mark.parametrize(("n", "k"), [(6144, 4096), (4096, 14336), (28672, 4096), (4096, 4096)])

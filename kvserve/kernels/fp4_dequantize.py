@@ -4,10 +4,10 @@ dtype, for the steps of many rows where the FP4 GEMM (``fp4_gemm.py``) chooses
 
 Why: the fused kernel decodes each W tile once per tile of x rows (128), so a prefill chunk of
 M rows decodes the weight M / 128 times, and the decode competes with the MMA for issue slots.
-Writing the dense weight once costs 2 bytes a value of extra traffic (about 50 us for Llama-3-8B's
-gate_up on an H200), which a GEMM of a few hundred rows or more already exceeds in compute.
-The crossover, measured per shape by ``benchmarks/fp4_gemm.py``, is in
-``fp4_gemm.DEQUANT_GEMM_MIN_ROWS``.
+Writing the dense weight once costs 2 bytes a value of extra traffic (Llama-3-8B's gate_up:
+about 90 us on an H200), which pays from two x tiles on (``fp4_gemm.DEQUANT_GEMM_MIN_ROWS``,
+measured by ``benchmarks/fp4_gemm.py``). Engine prefill of Llama-3-8B went from 0.46-0.50x to
+0.96-1.01x of bf16's rate with it.
 
 The decode is ``fp4_tile.dequant_tile`` (exact in fp32); the per-row (NVFP4 per-tensor) scale is
 multiplied in fp32 before the one rounding to x's dtype, the weight's bf16 rounding that the CPU

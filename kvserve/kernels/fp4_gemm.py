@@ -52,8 +52,13 @@ MAX_BLOCK_M = 128
 # one (benchmarks/results/fp4_gemm_h200_gemv1_2026-12-01.json).
 GEMV_MAX_ROWS = 1
 _SMEM_MAX = 220 * 1024
-# Rows from which the default dequantizes W whole and runs cuBLAS (fp4_dequantize.py).
-DEQUANT_GEMM_MIN_ROWS = 512
+# Rows from which the default dequantizes W whole and runs cuBLAS (fp4_dequantize.py): past one
+# x tile of the MMA kernel, which decodes W once per tile. Llama-3-8B qkv / o / gate_up / down,
+# NVFP4, us: at 256 rows 60.3 / 35.9 / 216.6 / 108.5 (MMA default) -> 44.1 / 30.1 / 180.8 / 96.1
+# (the best 256-row MMA tiles 53.9 / 35.7 / 177.4 / 87.9); at 512 / 4096 rows the dequantizing
+# path is 0.65 / 0.87-0.99x of cuBLAS bf16 on the dense weight
+# (fp4_gemm_h200_{stages,dequant}_2026-12-02.json).
+DEQUANT_GEMM_MIN_ROWS = MAX_BLOCK_M + 1
 
 
 @dataclass(frozen=True)
@@ -349,11 +354,15 @@ def mma_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig:
     block_n = 128 if block_m == 64 and -(-n // 128) >= num_sms else 64
     tiles = -(-m // block_m) * -(-n // block_n)
     k_tiles = -(-k // block_k)
-    # the wide W tiles are taken where they fill the SMs unsplit (split, they were slower)
-    per_sm = PROGRAMS_PER_SM if block_m <= 64 else PROGRAMS_PER_SM_AT_128_ROWS
-    wanted = per_sm * num_sms if block_n == 64 else 0
-    stages = 4 if block_m <= 64 else 3
+    narrow_at_64 = block_m == 64 and block_n == 64
+    stages = STAGES_AT_64_ROWS if narrow_at_64 else 4 if block_m <= 64 else 3
     holds = HOLDS_AT_64_ROWS_BY_STAGES[stages] if block_m == 64 else 0
+    # at 64 rows, up to a full wave of what an SM holds; the wide W tiles are taken where they
+    # fill the SMs unsplit (split, they were slower)
+    per_sm = PROGRAMS_PER_SM_AT_128_ROWS if block_m > 64 else PROGRAMS_PER_SM
+    if holds:
+        per_sm = holds - 0.1
+    wanted = per_sm * num_sms if block_n == 64 else 0
     splits = _split_for(tiles, k_tiles, wanted, holds * num_sms)
     warps = 8 if (block_m >= 128 or block_n == 128) and splits == 1 else 4
     return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages, w_as_b=block_m <= 32)
@@ -370,20 +379,23 @@ def _split_for(tiles: int, k_tiles: int, wanted: float, one_wave: int) -> int:
     return splits
 
 
-# Programs per SM the default splits K up to, below 128 rows of x (two programs fit an SM's
+# Programs per SM the default splits K up to, below 64 rows of x (two programs fit an SM's
 # shared memory there) and at 128. From the full sweep of benchmarks/fp4_gemm.py on Llama-3-8B's
 # projections, M = 16 / 64 / 256 (fp4_gemm_h200_splits_2026-12-01.json): e.g. NVFP4 down went
 # from 49.8 / 70.8 / 179.4 us at the earlier default (fill the SMs once) to 32.7 / 45.7 / 110.2.
 PROGRAMS_PER_SM = 1.9
 PROGRAMS_PER_SM_AT_128_ROWS = 1.2
-# Programs of a 64-row tile an SM holds at 4 (the default), 3 and 2 pipeline stages: shared
-# memory, 84 / 64 / 44 KB compiled for sm_90 (operand conversion's buffer included), and
-# registers at 2. The default splits no further than one wave of them: qkv's 96 tiles at 3
-# splits made 288 programs, 24 of them a second wave, and 2 splits (192) ran faster in both
-# sweeps that timed both, on two machines: NVFP4 32.0-32.5 -> 27.4 us, MXFP4 36.2-36.4 ->
-# 30.3-30.5 (fp4_gemm_h200_{splits,wasb64}_*.json; 4 splits, 384, 29.8 / 33.2). o and down
-# (64 tiles x 4) fit in one wave.
+# Programs of a 64-row tile an SM holds at 4, 3 and 2 pipeline stages: shared memory,
+# 84 / 64 / 44 KB compiled for sm_90 (operand conversion's buffer included), and registers at 2.
+# At 64 rows the default splits K to fill one wave of them, no further: qkv's 96 tiles at 4
+# stages and 3 splits made 288 programs, 24 of them a second wave, and 2 splits (192) ran
+# faster (NVFP4 32.0-32.5 -> 27.4 us; fp4_gemm_h200_{splits,wasb64}_*.json).
 HOLDS_AT_64_ROWS_BY_STAGES = {4: 2, 3: 3, 2: 4}
+# The 64 x 64 tile's stages at 64 rows: 3 programs an SM, more warps to hide the decode's
+# latency. Llama-3-8B qkv / o / down, 4 stages -> 3 (4 / 6 / 6 splits): NVFP4 26.8 / 17.4 / 44.9
+# -> 20.7 / 17.5 / 41.2 us, MXFP4 30.1 / 18.7 / 51.3 -> 22.1 / 18.6 / 44.6; 2 stages (4 / 8 / 8
+# splits) 21.1 / 21.7 / 55.0 and 22.5 / 17.2 / 40.1 (fp4_gemm_h200_stages_2026-12-02.json).
+STAGES_AT_64_ROWS = 3
 
 
 # (block_n, block_k, num_warps) to sweep in benchmarks/fp4_gemm.py; (128, 128, 8): twice the
@@ -401,7 +413,7 @@ def candidate_configs(
     m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
 ) -> list[Fp4Config]:
     """Configs worth timing for one shape, the default first: the MMA kernel's default, then it
-    with W as the other MMA operand (up to 32 rows) and with the byte dequant, at fewer pipeline
+    with W as the other MMA operand (up to 32 rows) and with the byte dequant, at other pipeline
     stages (64 rows), the 256-row x tiles and dequantize-then-cuBLAS (above 128 rows); then every
     tile shape with its best-filling split in the same variants, before any tile's second choice
     (so a short list still spans tiles)."""
@@ -424,7 +436,7 @@ def candidate_configs(
     if m > GEMV_MAX_ROWS:
         configs += [c for c in (mma, *_variants(mma)) if c != default]
     if mma.block_m == 64 and mma.block_n == 64:
-        configs += _with_fewer_stages(mma, m, n, k, num_sms)
+        configs += _with_other_stages(mma, m, n, k, num_sms)
     if m > MAX_BLOCK_M:
         configs += _wide_m_configs(m, n, k, num_sms)
     if m > MAX_BLOCK_M and DequantGemmConfig() not in configs:
@@ -461,16 +473,17 @@ def _wide_m_configs(m: int, n: int, k: int, num_sms: int) -> list[Fp4GemmConfig]
     return configs
 
 
-def _with_fewer_stages(
+def _with_other_stages(
     cfg: Fp4GemmConfig, m: int, n: int, k: int, num_sms: int
 ) -> list[Fp4GemmConfig]:
-    """The 64-row default at fewer pipeline stages, so that more programs (more warps to hide
-    the decode's latency) share an SM, its K split to fill them in one wave."""
+    """The 64-row default tile at the other pipeline stage counts, its K split to fill the
+    programs an SM then holds in one wave (fewer stages: more programs, more warps to hide the
+    decode's latency)."""
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     k_tiles = -(-k // cfg.block_k)
     return [
         replace(cfg, num_stages=stages, split_k=_split_for(
             tiles, k_tiles, (holds - 0.1) * num_sms, holds * num_sms))
         for stages, holds in HOLDS_AT_64_ROWS_BY_STAGES.items()
-        if stages < cfg.num_stages
+        if stages != cfg.num_stages
     ]  # fmt: skip

@@ -257,6 +257,8 @@ def test_replays_in_cuda_graph(fmt: str) -> None:
     cfg = Fp4GemmConfig(64, 128, 16, 4, 4, 4)
     check_graph_replay(x, weight, cfg)
     check_graph_replay(x[:2], weight, GemvConfig(128, 32, 4))
+    # decode steps past 128 rows dequantize in the graph; the dense weight is graph memory
+    check_graph_replay(activations(200, 4096, torch.bfloat16), weight, DequantGemmConfig())
 
 
 def check_graph_replay(x: torch.Tensor, weight: tuple, cfg) -> None:  # noqa: ANN001
