@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import copy_bandwidth_gbs, matmul_tflops, write_result
 from benchmarks.skinny_gemm import graph_us, rel_err
-from kvserve.kernels.fp4_dequantize import dequantize_fp4_dense
+from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequantize_fp4_dense
 from kvserve.kernels.fp4_gemm import MAX_BLOCK_M, Fp4Config, candidate_configs, fp4_linear
 from kvserve.kernels.fp4_reference import fp4_linear_reference, group_size_of
 
@@ -115,15 +115,27 @@ def time_row(
     return row
 
 
+# (block_n, block_k, num_warps) of the dequantizing kernel timed alone; the default first
+DEQUANTIZE_TILES = ((64, 256, 4), (32, 512, 4), (128, 256, 8), (64, 512, 8), (16, 1024, 4))
+
+
 def time_dequantize(
     weights: list[Fp4Weight], xs: list[torch.Tensor], copy_gbs: float, replays: int
-) -> dict[str, float]:
-    """The dequantizing kernel of DequantGemmConfig alone, against reading the FP4 weight and
-    writing it in bf16 at the copy rate."""
+) -> dict[str, Any]:
+    """The dequantizing kernel of DequantGemmConfig alone at DEQUANTIZE_TILES, against reading
+    the FP4 weight and writing it in bf16 at the copy rate."""
     n, k = weights[0][0].shape[0], weights[0][0].shape[1] * 2
-    us, _ = graph_us(lambda x, w: dequantize_fp4_dense(*w, x.dtype), xs, weights, replays)
     floor_us = (fp4_bytes(weights[0]) + 2 * n * k) / (copy_gbs * 1e3)
-    return {"dequantize_us": us, "dequantize_share_of_copy": floor_us / us}
+    tiles = []
+    for block_n, block_k, warps in DEQUANTIZE_TILES:
+        cfg = DequantGemmConfig(block_n, block_k, warps)
+        us, _ = graph_us(
+            lambda x, w, cfg=cfg: dequantize_fp4_dense(*w, x.dtype, cfg), xs, weights, replays
+        )
+        tiles.append({"config": asdict(cfg), "us": us, "share_of_copy": floor_us / us})
+    default = tiles[0]
+    return {"dequantize_us": default["us"], "dequantize_share_of_copy": default["share_of_copy"],
+            "dequantize_tiles": tiles}  # fmt: skip
 
 
 def describe(row: dict[str, Any]) -> str:
@@ -139,7 +151,12 @@ def describe(row: dict[str, Any]) -> str:
             f" default {row.get('default_us', float('nan')):.1f} us"
         )
     if "dequantize_us" in row:
-        line += f" | dequantize alone {row['dequantize_us']:.1f} us"
+        best = min(row["dequantize_tiles"], key=lambda t: t["us"])
+        line += (
+            f" | dequantize alone {row['dequantize_us']:.1f} us"
+            f" ({100 * row['dequantize_share_of_copy']:.0f}% of copy; best tile"
+            f" {best['us']:.1f} us, {100 * best['share_of_copy']:.0f}%)"
+        )
     if row.get("failed"):
         line += f" [{row['failed']} configs failed]"
     return line
