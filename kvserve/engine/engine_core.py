@@ -33,7 +33,7 @@ from kvserve.engine.core.stats import EngineStats
 from kvserve.engine.runner.device import resolve_device, resolve_dtype
 from kvserve.engine.runner.launched_step import LaunchedStep
 from kvserve.engine.runner.model_runner import ModelRunner
-from kvserve.errors import ConfigError, InvalidRequestError
+from kvserve.errors import InvalidRequestError
 from kvserve.loader import ModelSource, open_model_source
 
 log = logging.getLogger("kvserve.engine")
@@ -61,8 +61,6 @@ class EngineCore:
             self.close()
             raise
         kv_tokens = self.runner.num_pages * config.cache.page_size
-        if kv_tokens < config.cache.page_size:
-            raise ConfigError("no memory is left for the KV cache: raise --mem-fraction-static")
         self.context_length = min(max_len, kv_tokens)
         self.kv = KVCacheManager(
             self.runner.num_pages, config.cache.page_size, config.cache.enable_prefix_cache

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from kvserve.engine.config_builder import build_engine_config
 from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.engine_core import EngineCore
+from kvserve.errors import ConfigError
 from kvserve.layers import moe as moe_layer
 from kvserve.models.decoder import Attention
 
@@ -65,6 +66,16 @@ def _greedy(core: EngineCore, n_tokens: int = 24) -> list[list[int]]:
             out[o.request_id] += o.new_token_ids
     core.check_integrity()
     return [out[str(i)] for i in range(len(PROMPTS))]
+
+
+def test_no_memory_for_kv_pages_is_refused_before_the_warm_up(tmp_path) -> None:
+    """Too small a --mem-fraction-static (or another engine holding the GPU) leaves no KV pages;
+    the warm-up and graph capture read page 0, so the engine must refuse before them (it
+    crashed with an illegal memory access, which poisons the process's CUDA context)."""
+    path = _tiny_checkpoint("LlamaForCausalLM", tmp_path)
+    with pytest.raises(ConfigError, match="no GPU memory is left for the KV cache"):
+        EngineCore(build_engine_config(path, device="cuda", mem_fraction_static=0.0001))
+    assert torch.zeros(1, device="cuda").item() == 0  # the context is still usable
 
 
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])

@@ -83,7 +83,8 @@ def test_steps_past_128_rows_dequantize_and_match_cpu(fmt: str, tmp_path) -> Non
     as the CPU reference's, and as eager's."""
     path = _tiny_checkpoint(tmp_path)
     prompts = [[(37 * i + 11 * j) % 1000 + 1 for j in range(20 + i % 50)] for i in range(160)]
-    settings = {"dtype": "float32", "quantization": fmt}
+    # a token budget, so that the second GPU engine finds memory for its pool
+    settings = {"dtype": "float32", "quantization": fmt, "max_total_tokens": 16384}
     cpu = _greedy_many(EngineCore(build_engine_config(path, device="cpu", **settings)), prompts, 4)
     graphs = EngineCore(build_engine_config(path, device="cuda", **settings))
     assert graphs.runner.graphs is not None and graphs.runner.graphs.max_bs >= 160

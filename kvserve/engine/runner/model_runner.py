@@ -77,9 +77,10 @@ class ModelRunner:
             self.model.load_weights(weights)
         self.model.eval()
         self.sampler = Sampler()
-        geometry = PageGeometry.of(
-            self.kv_model_config, self._size_kv_cache(context_length, kv_dtype), self.page_size
-        )
+        pages = self._size_kv_cache(context_length, kv_dtype)
+        if pages < 1:  # before the warm-up and graph capture, which read page 0
+            raise ConfigError(_no_kv_memory(config, device))
+        geometry = PageGeometry.of(self.kv_model_config, pages, self.page_size)
         self.kv = KVPool.allocate(geometry, kv_dtype, device)
         if self.kv.is_fp8:
             for layer, (k_scale, v_scale) in self.model.kv_cache_scales.by_layer.items():
@@ -189,3 +190,14 @@ def _resolve_pdl(setting: bool | None, device: torch.device) -> bool:
     if setting and not supported:
         raise ConfigError("programmatic dependent launch (enable_pdl) needs an sm_90+ GPU")
     return supported if setting is None else setting
+
+
+def _no_kv_memory(config: EngineConfig, device: torch.device) -> str:
+    """Why a GPU has no KV pages (on CPU the config guarantees one page at least)."""
+    free, total = torch.cuda.mem_get_info(device)
+    return (
+        f"no GPU memory is left for the KV cache: {(total - free) / 2**30:.1f} of "
+        f"{total / 2**30:.1f} GiB in use after the weights and a largest step, above "
+        f"--mem-fraction-static {config.cache.mem_fraction_static}; raise it, lower "
+        "--max-num-batched-tokens, or free the GPU (another process or engine holds memory)"
+    )
