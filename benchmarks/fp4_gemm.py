@@ -116,7 +116,7 @@ def time_row(
 
 
 # (block_n, block_k, num_warps) of the dequantizing kernel timed alone; the default first
-DEQUANTIZE_TILES = ((64, 256, 4), (32, 512, 4), (128, 256, 8), (64, 512, 8), (16, 1024, 4))
+DEQUANTIZE_TILES = ((32, 512, 4), (64, 256, 4), (128, 256, 8), (64, 512, 8), (16, 1024, 4))
 
 
 def time_dequantize(
