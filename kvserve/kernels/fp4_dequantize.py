@@ -30,8 +30,8 @@ from kvserve.kernels.fp4_tile import code_words, dequant_tile
 class DequantGemmConfig:
     """Dequantize W, then cuBLAS. The tile is the dequantizing kernel's: rows of W by K values
     a program. 32 x 512 against 64 x 256, Llama-3-8B qkv / o / gate_up / down on an H200, NVFP4:
-    21.8 / 16.2 / 90.5 / 46.1 -> 20.4 / 15.3 / 87.2 / 44.0 us (74-81% of the copy rate at the
-    larger two), MXFP4 alike; five tiles in fp4_gemm_h200_dqtiles_2026-12-02.json."""
+    21.8 / 16.2 / 90.5 / 46.1 -> 20.4 / 15.3 / 87.2 / 44.0 us (74 / 65 / 81 / 80% of the copy
+    rate), MXFP4 alike; five tiles in fp4_gemm_h200_dqtiles_2026-12-02.json."""
 
     block_n: int = 32
     block_k: int = 512
