@@ -281,14 +281,21 @@ def step_weight_bytes(core: EngineCore) -> int:
 
 
 def matmul_params(core: EngineCore) -> int:
-    """Weights a sampled token's forward pass of a dense model multiplies by, counted as values
-    whatever their storage (an FP4 byte holds two; block scales are not weights): every linear
-    layer's in x out features, and the output head."""
+    """Weights a sampled token's forward pass multiplies by, counted as values whatever their
+    storage (an FP4 byte holds two; block scales are not weights): every linear layer's in x out
+    features, each mixture-of-experts layer's router and its top-k experts' three matrices, and
+    the output head."""
     from kvserve.layers.linear import Linear
+    from kvserve.layers.moe import SparseMoE
 
-    modules = core.runner.model.modules()
-    linears = sum(m.in_features * m.out_features for m in modules if isinstance(m, Linear))
-    return linears + _head_params(core)
+    total = _head_params(core)
+    for m in core.runner.model.modules():
+        if isinstance(m, Linear):
+            total += m.in_features * m.out_features
+        elif isinstance(m, SparseMoE):
+            expert = 3 * m.hidden_size * m.cfg.expert_intermediate_size  # gate, up, down
+            total += m.gate.weight.numel() + m.cfg.top_k * expert
+    return total
 
 
 def prefill_matmul_flops(core: EngineCore, length: int) -> float:

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from benchmarks import roofline
 from benchmarks.common import (
     build_engine,
     decode_rate,
@@ -85,26 +86,15 @@ def experts_touched(core: EngineCore, batch: int) -> float:
 
 
 def offline_floor(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int) -> dict:
-    """roofline.py's floor with the MoE's active parameters: a token multiplies by the
-    non-expert weights and its top-k experts; a decode step of ``max_running_requests`` rows
-    reads the experts that many tokens touch."""
+    """roofline.py's floor, its FLOPs from the MoE's active parameters (``common.matmul_params``:
+    the non-expert weights and a token's top-k experts) and a decode step of
+    ``max_running_requests`` rows reading the experts that many tokens touch."""
     split, layers = weight_split(core), _moe_layers(core)
-    cfg = layers[0].cfg
-    active = (split["non_expert_bytes"] + cfg.top_k * len(layers) * split["bytes_per_expert"]) / 2
     rows = core.config.scheduler.max_running_requests
-    step_bytes = (
-        split["non_expert_bytes"]
-        + experts_touched(core, rows) * len(layers) * split["bytes_per_expert"]
+    touched = experts_touched(core, rows) * len(layers) * split["bytes_per_expert"]
+    return roofline.offline_floor(
+        core, ceil, num, in_len, out_len, step_bytes=split["non_expert_bytes"] + touched
     )
-    flop_s, copy_bps = ceil["bf16_matmul_TFLOPs"] * 1e12, ceil["copy_GBps"] * 1e9
-    steps = out_len * -(-num // rows)
-    context_tokens = num * (out_len * in_len + out_len * (out_len - 1) / 2)
-    parts = {
-        "prefill_matmul": num * in_len * 2 * active / flop_s,
-        "decode_matmul": max(num * out_len * 2 * active / flop_s, steps * step_bytes / copy_bps),
-        "decode_kv_read": context_tokens * kv_bytes_per_token(core) / copy_bps,
-    }
-    return {"floor_s": sum(parts.values()), "floor_parts_s": parts}
 
 
 def run_decode(core: EngineCore, ceil: dict, batches: list[int], ctx: int) -> list[dict]:

@@ -149,13 +149,18 @@ def run_prefill(core: EngineCore, ceil: dict, lengths: list[int], budget: int) -
     return rows
 
 
-def offline_floor(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int) -> dict:
+def offline_floor(
+    core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int,
+    step_bytes: float | None = None,
+) -> dict:  # fmt: skip
     """A lower bound on the offline run's time from this run's ceilings: every prompt token's
     matmul FLOPs at the matmul ceiling, every output token's matmul FLOPs at the same ceiling
-    (or, when fewer rows than that share per step, one weight read per step at copy bandwidth),
-    and every output token's read of its whole context's KV at copy bandwidth. Attention FLOPs
-    and everything else count zero, so the bound is low."""
+    (or, when fewer rows than that share per step, one weight read per step at copy bandwidth:
+    ``step_bytes``, by default every weight a step reads), and every output token's read of its
+    whole context's KV at copy bandwidth. Attention FLOPs and everything else count zero, so
+    the bound is low."""
     params = matmul_params(core)
+    step_bytes = step_weight_bytes(core) if step_bytes is None else step_bytes
     flop_s = ceil["bf16_matmul_TFLOPs"] * 1e12
     copy_bps = ceil["copy_GBps"] * 1e9
     steps = out_len * -(-num // max_running_requests(core))
@@ -163,7 +168,7 @@ def offline_floor(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: 
     parts = {
         "prefill_matmul": num * prefill_matmul_flops(core, in_len) / flop_s,
         "decode_matmul": max(num * out_len * 2 * params / flop_s,
-                             steps * step_weight_bytes(core) / copy_bps),
+                             steps * step_bytes / copy_bps),
         "decode_kv_read": context_tokens * kv_bytes_per_token(core) / copy_bps,
     }  # fmt: skip
     return {"floor_s": sum(parts.values()), "floor_parts_s": parts}

@@ -145,3 +145,20 @@ def test_fp4_kernels_compile_for_sm90_with_either_dequant(
         assert compile_mma(replace(cfg, w_as_b=w_as_b), group)[:4] == b"\x7fELF"
     assert compile_moe(group, words)[:4] == b"\x7fELF"
     assert compile_dequantize(group, words)[:4] == b"\x7fELF"
+
+
+def test_matmul_params_of_a_moe_count_the_routers_and_top_k_experts(tiny_model_dir) -> None:
+    """A token multiplies by its top-k experts, not by all of them: from the parameters, every
+    weight but the embedding table, the norms and each sparse layer's unchosen experts."""
+    from model_factory import MOE_TINY
+
+    tiny = MOE_TINY["Qwen3MoeForCausalLM"]
+    path = str(tiny_model_dir("Qwen3MoeForCausalLM", **tiny))
+    core = common.build_engine(path, device="cpu", dtype="float32")
+    params = dict(common.model_parameters(core))
+    kept = sum(p.numel() for name, p in params.items() if "norm" not in name)
+    embedding = core.runner.model.model.embed_tokens.weight.numel()
+    hidden = core.model_config.hidden_size
+    expert = 3 * hidden * tiny["moe_intermediate_size"]
+    unchosen = (tiny["num_experts"] - tiny["num_experts_per_tok"]) * expert  # one sparse layer
+    assert common.matmul_params(core) == kept - embedding - unchosen
