@@ -17,7 +17,8 @@ touches, and the KV cache. Experts touched per layer are counted from the router
 for a batch of random hidden states of that size, so the ceiling follows the routing the
 weights produce. Offline 1000 x (1024 in, 1024 out) is reported with roofline.py's floor
 counted with the active parameters (non-expert weights + top-k experts per token) and the
-experts a full decode step touches.
+experts a full decode step touches. ``--prefill-lengths`` adds roofline.py's prefill part
+(its FLOPs from the same active parameters, causal attention included).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from benchmarks.common import (
     write_result,
 )
 from benchmarks.lowbit_decode import FORMATS, model_dir
-from benchmarks.roofline import run_offline
+from benchmarks.roofline import run_offline, run_prefill
 from kvserve.engine.engine_core import EngineCore
 from kvserve.layers.moe import SparseMoE
 from kvserve.layers.moe_router import select_experts
@@ -145,7 +146,12 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     print(f"{name}: experts {gb['expert_bytes_total']:.1f} GB, other "
           f"{gb['non_expert_bytes']:.1f} GB, start {core.startup_s:.0f} s", flush=True)  # fmt: skip
     out: dict[str, Any] = {"startup_s": getattr(core, "startup_s", None), "weights": split}
-    out["decode"] = run_decode(core, ceil, [int(b) for b in args.batches.split(",")], args.context)
+    lengths = [int(n) for n in args.prefill_lengths.split(",") if n]
+    if lengths:
+        budget = core.config.scheduler.max_num_batched_tokens
+        out["prefill"] = run_prefill(core, ceil, lengths, budget)
+    batches = [int(b) for b in args.batches.split(",") if b]
+    out["decode"] = run_decode(core, ceil, batches, args.context)
     if args.offline:
         off = run_offline(core, ceil, args.offline, 1024, 1024)
         off.update(offline_floor(core, ceil, args.offline, 1024, 1024))
@@ -164,6 +170,7 @@ def main() -> None:
     p.add_argument("--formats", default="bf16", help=f"comma-separated: {', '.join(FORMATS)}")
     p.add_argument("--batches", default="1,64,256")
     p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--prefill-lengths", default="", help="prompt lengths to time prefill at")
     p.add_argument("--offline", type=int, default=0, help="offline requests (0: skip)")
     p.add_argument("--tag", default="h200")
     p.add_argument("--out-dir", default=None)
