@@ -354,18 +354,22 @@ def mma_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig:
     block_n = 128 if block_m == 64 and -(-n // 128) >= num_sms else 64
     tiles = -(-m // block_m) * -(-n // block_n)
     k_tiles = -(-k // block_k)
-    narrow_at_64 = block_m == 64 and block_n == 64
-    stages = STAGES_AT_64_ROWS if narrow_at_64 else 4 if block_m <= 64 else 3
-    holds = HOLDS_AT_64_ROWS_BY_STAGES[stages] if block_m == 64 else 0
-    # at 64 rows, up to a full wave of what an SM holds; the wide W tiles are taken where they
-    # fill the SMs unsplit (split, they were slower)
-    per_sm = PROGRAMS_PER_SM_AT_128_ROWS if block_m > 64 else PROGRAMS_PER_SM
-    if holds:
-        per_sm = holds - 0.1
-    wanted = per_sm * num_sms if block_n == 64 else 0
-    splits = _split_for(tiles, k_tiles, wanted, holds * num_sms)
+    if block_n == 128:  # taken where these tiles fill the SMs unsplit (split, they were slower)
+        stages, splits = 4, 1
+    elif block_m == 64:
+        stages = STAGES_AT_64_ROWS
+        splits = _wave_split(tiles, k_tiles, HOLDS_AT_64_ROWS_BY_STAGES[stages], num_sms)
+    else:
+        stages, per_sm = (4, PROGRAMS_PER_SM) if block_m < 64 else (3, PROGRAMS_PER_SM_AT_128_ROWS)
+        splits = _split_for(tiles, k_tiles, per_sm * num_sms, 0)
     warps = 8 if (block_m >= 128 or block_n == 128) and splits == 1 else 4
     return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages, w_as_b=block_m <= 32)
+
+
+def _wave_split(tiles: int, k_tiles: int, holds: int, num_sms: int) -> int:
+    """Splits that fill the ``holds`` programs an SM holds (of a 64-row tile at some pipeline
+    stages) in one wave, and no further."""
+    return _split_for(tiles, k_tiles, (holds - 0.1) * num_sms, holds * num_sms)
 
 
 def _split_for(tiles: int, k_tiles: int, wanted: float, one_wave: int) -> int:
@@ -439,8 +443,7 @@ def candidate_configs(
         configs += _with_other_stages(mma, m, n, k, num_sms)
     if m > MAX_BLOCK_M:
         configs += _wide_m_configs(m, n, k, num_sms)
-    if m > MAX_BLOCK_M and DequantGemmConfig() not in configs:
-        configs.append(DequantGemmConfig())
+        configs += [c for c in [DequantGemmConfig()] if c != default]
     for options in per_tile:
         options[1:1] = _variants(options[0])
     if m <= GEMV_ROWS:
@@ -482,8 +485,7 @@ def _with_other_stages(
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     k_tiles = -(-k // cfg.block_k)
     return [
-        replace(cfg, num_stages=stages, split_k=_split_for(
-            tiles, k_tiles, (holds - 0.1) * num_sms, holds * num_sms))
+        replace(cfg, num_stages=stages, split_k=_wave_split(tiles, k_tiles, holds, num_sms))
         for stages, holds in HOLDS_AT_64_ROWS_BY_STAGES.items()
         if stages != cfg.num_stages
-    ]  # fmt: skip
+    ]
