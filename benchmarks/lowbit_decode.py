@@ -110,8 +110,7 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     print(f"{name}: weights {wbytes / 1e9:.2f} GB, KV pool {kv_tokens} tokens", flush=True)
     prefill = []
     if args.prefill_lengths:
-        budget = core.config.scheduler.max_num_batched_tokens
-        prefill = run_prefill(core, ceil, args.prefill_lengths, budget)
+        prefill = run_prefill(core, ceil, args.prefill_lengths)
     rows = run_decode(core, ceil, args.batches, args.contexts) if args.batches else []
     for r in rows:
         if "tok_s" in r:

@@ -148,8 +148,7 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     out: dict[str, Any] = {"startup_s": getattr(core, "startup_s", None), "weights": split}
     lengths = [int(n) for n in args.prefill_lengths.split(",") if n]
     if lengths:
-        budget = core.config.scheduler.max_num_batched_tokens
-        out["prefill"] = run_prefill(core, ceil, lengths, budget)
+        out["prefill"] = run_prefill(core, ceil, lengths)
     batches = [int(b) for b in args.batches.split(",") if b]
     out["decode"] = run_decode(core, ceil, batches, args.context)
     if args.offline:

@@ -126,7 +126,9 @@ def step_breakdown(core: EngineCore, batch: int, ctx: int, steps: int = 40) -> d
     return res
 
 
-def run_prefill(core: EngineCore, ceil: dict, lengths: list[int], budget: int) -> list[dict]:
+def run_prefill(core: EngineCore, ceil: dict, lengths: list[int]) -> list[dict]:
+    """Prefill of ``lengths``-token prompts, as many a step as the engine's token budget takes."""
+    budget = core.config.scheduler.max_num_batched_tokens
     rows = []
     vocab = core.model_config.vocab_size
     for length in lengths:
@@ -245,7 +247,7 @@ def run_engine_parts(args: argparse.Namespace, parts: set[str], ceil: dict, resu
                         "weights_GB": weight_bytes(core) / 1e9}  # fmt: skip
     print(f"engine: {result['engine']}", flush=True)
     if "prefill" in parts:
-        result["prefill"] = run_prefill(core, ceil, ints(args.prefill_lengths), budget)
+        result["prefill"] = run_prefill(core, ceil, ints(args.prefill_lengths))
         save()
     if "decode" in parts:
         result["decode"] = run_decode(core, ceil, ints(args.batches), ints(args.contexts))
