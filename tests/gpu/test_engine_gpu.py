@@ -56,16 +56,23 @@ def _tiny_checkpoint(arch: str, path) -> str:  # noqa: ANN001
     return str(path)
 
 
-def _greedy(core: EngineCore, n_tokens: int = 24) -> list[list[int]]:
+def _greedy(
+    core: EngineCore, n_tokens: int = 24, prompts: list[list[int]] = PROMPTS, min_width: int = 0
+) -> list[list[int]]:
+    """Greedy tokens of each prompt; ``min_width``: some step must output that many rows."""
     params = SamplingParams(temperature=0, max_tokens=n_tokens, ignore_eos=True)
-    for i, p in enumerate(PROMPTS):
+    for i, p in enumerate(prompts):
         core.add_request(str(i), p, params)
-    out: dict[str, list[int]] = {str(i): [] for i in range(len(PROMPTS))}
+    out: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
+    widest = 0
     while core.has_unfinished():
-        for o in core.step():
+        step = core.step()
+        widest = max(widest, len(step))
+        for o in step:
             out[o.request_id] += o.new_token_ids
     core.check_integrity()
-    return [out[str(i)] for i in range(len(PROMPTS))]
+    assert widest >= min_width
+    return [out[str(i)] for i in range(len(prompts))]
 
 
 def test_no_memory_for_kv_pages_is_refused_before_the_warm_up(tmp_path) -> None:

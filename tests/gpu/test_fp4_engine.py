@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from kvserve.engine.config_builder import build_engine_config
-from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.engine_core import EngineCore
 
 pytestmark = pytest.mark.gpu
@@ -60,22 +59,6 @@ def test_dummy_fp4_cuda_graphs_match_eager(fmt: str, tmp_path) -> None:
     assert _greedy(graphs) == _greedy(eager)
 
 
-def _greedy_many(core: EngineCore, prompts: list[list[int]], n_tokens: int) -> list[list[int]]:
-    params = SamplingParams(temperature=0, max_tokens=n_tokens, ignore_eos=True)
-    for i, p in enumerate(prompts):
-        core.add_request(str(i), p, params)
-    out: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
-    widest = 0
-    while core.has_unfinished():
-        step = core.step()
-        widest = max(widest, len(step))
-        for o in step:
-            out[o.request_id] += o.new_token_ids
-    core.check_integrity()
-    assert widest > 128  # decode steps past one x tile of the MMA kernel
-    return [out[str(i)] for i in range(len(prompts))]
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_steps_past_128_rows_dequantize_and_match_cpu(fmt: str, tmp_path) -> None:
     """Prefill chunks and decode batches of more than 128 rows dequantize W and run cuBLAS
@@ -85,9 +68,10 @@ def test_steps_past_128_rows_dequantize_and_match_cpu(fmt: str, tmp_path) -> Non
     prompts = [[(37 * i + 11 * j) % 1000 + 1 for j in range(20 + i % 50)] for i in range(160)]
     # a token budget, so that the second GPU engine finds memory for its pool
     settings = {"dtype": "float32", "quantization": fmt, "max_total_tokens": 16384}
-    cpu = _greedy_many(EngineCore(build_engine_config(path, device="cpu", **settings)), prompts, 4)
+    wide = {"n_tokens": 4, "prompts": prompts, "min_width": 129}  # past one x tile of the MMA
+    cpu = _greedy(EngineCore(build_engine_config(path, device="cpu", **settings)), **wide)
     graphs = EngineCore(build_engine_config(path, device="cuda", **settings))
     assert graphs.runner.graphs is not None and graphs.runner.graphs.max_bs >= 160
-    assert _greedy_many(graphs, prompts, 4) == cpu
+    assert _greedy(graphs, **wide) == cpu
     eager = EngineCore(build_engine_config(path, device="cuda", enforce_eager=True, **settings))
-    assert _greedy_many(eager, prompts, 4) == cpu
+    assert _greedy(eager, **wide) == cpu
