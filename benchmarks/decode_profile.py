@@ -7,6 +7,9 @@ For each batch size: ``batch`` requests of ``--context`` random tokens are prefi
 ``--steps`` decode steps run under the profiler exactly as the engine runs them (CUDA graphs
 unless ``--enforce-eager``). Reports per step: wall time, summed kernel time, the idle gap
 between them, and kernel time grouped by kernel name. Writes decode_profile_<tag>_<date>.json.
+
+``--prefill-lengths`` profiles prefill instead: as many prompts of each length as one step's
+token budget takes (roofline.py's prefill part), after one untimed run of the same.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from benchmarks.common import (
     add_decode_batch,
     build_engine,
     drain,
+    greedy,
+    random_prompts,
     reset_prefix_cache,
     write_result,
 )
@@ -58,18 +63,43 @@ def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dic
         core.abort_request(r.request_id)
     drain(core)
     reset_prefix_cache(core)
+    row = summarize(prof, steps, wall_ms, f"b={batch}")
+    return {"batch": batch, "context": context} | row
+
+
+def summarize(prof: torch.profiler.profile, steps: int, wall_ms: float, what: str) -> dict:
     totals, launches = kernel_times(prof)
     per_step = {k: v / steps / 1e3 for k, v in totals.items()}  # ms per step
     busy = sum(per_step.values())
     top = dict(sorted(per_step.items(), key=lambda kv: -kv[1])[:20])
-    print(f"b={batch}: wall {wall_ms:.3f} ms/step, kernels {busy:.3f} ms, "
+    print(f"{what}: wall {wall_ms:.3f} ms/step, kernels {busy:.3f} ms, "
           f"idle {wall_ms - busy:.3f} ms, {launches / steps:.0f} kernels", flush=True)  # fmt: skip
     for name, ms in top.items():
         print(f"    {ms:8.4f} ms  {100 * ms / busy:5.1f}%  {name[:110]}", flush=True)
-    return {"batch": batch, "context": context, "wall_ms_per_step": wall_ms,
-            "kernel_ms_per_step": busy, "idle_ms_per_step": wall_ms - busy,
-            "kernels_per_step": launches / steps,
+    return {"wall_ms_per_step": wall_ms, "kernel_ms_per_step": busy,
+            "idle_ms_per_step": wall_ms - busy, "kernels_per_step": launches / steps,
             "top_kernels_ms_per_step": top}  # fmt: skip
+
+
+def profile_prefill(core: EngineCore, length: int) -> dict[str, Any]:
+    """The prefill of one token budget's worth of ``length``-token prompts (one output each)."""
+    n = max(1, core.config.scheduler.max_num_batched_tokens // length)
+    vocab = core.model_config.vocab_size
+    for timed in (False, True):
+        for i, p in enumerate(random_prompts(n, length, vocab, seed=length + timed)):
+            core.add_request(f"prefill{length}-{timed}-{i}", p, greedy(1))
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            t = time.perf_counter()
+            steps = 0
+            while core.has_unfinished():
+                core.step()
+                steps += 1
+            torch.cuda.synchronize()
+            wall_ms = (time.perf_counter() - t) * 1e3
+        reset_prefix_cache(core)
+    row = summarize(prof, 1, wall_ms, f"prefill {n}x{length} ({steps} steps)")
+    return {"prompt_len": length, "prompts": n, "steps": steps} | row
 
 
 def main() -> None:
@@ -78,6 +108,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,64,256")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--prefill-lengths", default="", help="profile prefill at these lengths")
     ap.add_argument("--enforce-eager", action="store_true")
     ap.add_argument("--disable-overlap-schedule", action="store_true")
     ap.add_argument("--out-dir", default=None)
@@ -89,7 +120,12 @@ def main() -> None:
         disable_overlap_schedule=args.disable_overlap_schedule,
         quantization=args.quantization,
     )  # fmt: skip
-    rows = [profile_batch(core, int(b), args.context, args.steps) for b in args.batches.split(",")]
+    if args.prefill_lengths:
+        lengths = [int(n) for n in args.prefill_lengths.split(",")]
+        rows = [profile_prefill(core, n) for n in lengths]
+    else:
+        batches = [int(b) for b in args.batches.split(",")]
+        rows = [profile_batch(core, b, args.context, args.steps) for b in batches]
     result = {"model": args.model, "quantization": args.quantization,
               "enforce_eager": args.enforce_eager, "rows": rows}  # fmt: skip
     print(f"wrote {write_result(f'decode_profile_{args.tag}', result, args.out_dir)}")
