@@ -98,7 +98,7 @@ def profile_prefill(core: EngineCore, length: int) -> dict[str, Any]:
             torch.cuda.synchronize()
             wall_ms = (time.perf_counter() - t) * 1e3
         reset_prefix_cache(core)
-    row = summarize(prof, 1, wall_ms, f"prefill {n}x{length} ({steps} steps)")
+    row = summarize(prof, 1, wall_ms, f"prefill {n}x{length} ({steps} steps together)")
     return {"prompt_len": length, "prompts": n, "steps": steps} | row
 
 

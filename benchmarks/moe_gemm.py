@@ -42,14 +42,14 @@ from kvserve.loader.hf_moe_config import moe_config_of
 CONFIGS = Path(__file__).parent / "configs"
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), timed after the default
 TILES = (
-    (128, 128, 64, 8, 4),
     (128, 256, 64, 8, 3),
+    (128, 256, 64, 8, 4),
     (256, 128, 64, 8, 3),
+    (128, 128, 64, 8, 4),
     (128, 128, 128, 8, 3),
-    (128, 64, 64, 4, 4),
-    (64, 128, 64, 4, 4),
-    (128, 128, 64, 4, 4),
     (64, 256, 64, 8, 4),
+    (128, 128, 64, 4, 4),
+    (64, 128, 64, 4, 4),
 )
 
 

@@ -92,6 +92,42 @@ def sort_slots_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int)
 
 
 @jit
+def _lay_out_blocks(
+    counts,  # [BINS] int32 slots per expert (0 past NUM_EXPERTS)
+    cursor_ptr,  # [BINS] int32 out: first row of each expert
+    block_expert_ptr,  # [max_rows // BLOCK_M] int32 out
+    max_rows,
+    NUM_EXPERTS: tl.constexpr,
+    BINS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_CHUNK: tl.constexpr,  # blocks per loop step (a [BLOCK_CHUNK, BINS] compare)
+):
+    """Pad each expert's count to whole blocks, store where its rows start, and name each
+    block's expert."""
+    experts = tl.arange(0, BINS)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    end = tl.cumsum(padded, axis=0)
+    tl.store(cursor_ptr + experts, end - padded)
+    for start in range(0, max_rows // BLOCK_M, BLOCK_CHUNK):
+        blocks = start + tl.arange(0, BLOCK_CHUNK)
+        row = blocks * BLOCK_M
+        owner = tl.sum((end[None, :] <= row[:, None]).to(tl.int32), axis=1)
+        owner = tl.where(owner < NUM_EXPERTS, owner, -1)
+        tl.store(block_expert_ptr + blocks, owner, mask=blocks < max_rows // BLOCK_M)
+
+
+@jit
+def _place_slots(ids_ptr, slots_ptr, cursor_ptr, offs, num_slots):
+    """Each slot of ``offs`` to the next free row of its expert. Rows within an expert are
+    handed out by atomics, so their order varies from run to run; each row is computed on its
+    own, so the result does not."""
+    live = offs < num_slots
+    ids = tl.load(ids_ptr + offs, mask=live, other=0)
+    row = tl.atomic_add(cursor_ptr + ids, 1, mask=live)
+    tl.store(slots_ptr + row, offs, mask=live)
+
+
+@jit
 def _sort_slots_kernel(
     ids_ptr,  # [num_slots] int32 expert of each slot
     slots_ptr,  # [max_rows] int32 out
@@ -103,12 +139,9 @@ def _sort_slots_kernel(
     BINS: tl.constexpr,  # a power of two > NUM_EXPERTS; bin NUM_EXPERTS collects masked lanes
     BLOCK_M: tl.constexpr,
     CHUNK: tl.constexpr,  # slots per loop step
-    BLOCK_CHUNK: tl.constexpr,  # blocks per loop step (a [BLOCK_CHUNK, BINS] compare)
+    BLOCK_CHUNK: tl.constexpr,
 ):
-    """One program: count slots per expert, pad each count to whole blocks, name each block's
-    expert, then place every slot in its expert's rows. Rows within an expert are handed out
-    by atomics, so their order varies from run to run; each row is computed on its own, so
-    the result does not."""
+    """One program: count slots per expert, lay out the blocks, pad, place every slot."""
     experts = tl.arange(0, BINS)
     counts = tl.zeros([BINS], dtype=tl.int32)
     for start in range(0, num_slots, CHUNK):
@@ -116,44 +149,82 @@ def _sort_slots_kernel(
         ids = tl.load(ids_ptr + offs, mask=offs < num_slots, other=NUM_EXPERTS)
         counts += tl.histogram(ids, BINS)
     counts = tl.where(experts < NUM_EXPERTS, counts, 0)
-    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    end = tl.cumsum(padded, axis=0)
-    tl.store(cursor_ptr + experts, end - padded)
-    for start in range(0, max_rows // BLOCK_M, BLOCK_CHUNK):
-        blocks = start + tl.arange(0, BLOCK_CHUNK)
-        row = blocks * BLOCK_M
-        owner = tl.sum((end[None, :] <= row[:, None]).to(tl.int32), axis=1)
-        owner = tl.where(owner < NUM_EXPERTS, owner, -1)
-        tl.store(block_expert_ptr + blocks, owner, mask=blocks < max_rows // BLOCK_M)
+    _lay_out_blocks(
+        counts, cursor_ptr, block_expert_ptr, max_rows, NUM_EXPERTS, BINS, BLOCK_M, BLOCK_CHUNK
+    )
     for start in range(0, max_rows, CHUNK):
         offs = start + tl.arange(0, CHUNK)
         tl.store(slots_ptr + offs, tl.full([CHUNK], 0, tl.int32) + num_slots, mask=offs < max_rows)
     tl.debug_barrier()  # the padding and cursors are written before any slot is placed
     for start in range(0, num_slots, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        live = offs < num_slots
-        ids = tl.load(ids_ptr + offs, mask=live, other=0)
-        row = tl.atomic_add(cursor_ptr + ids, 1, mask=live)
-        tl.store(slots_ptr + row, offs, mask=live)
+        _place_slots(ids_ptr, slots_ptr, cursor_ptr, start + tl.arange(0, CHUNK), num_slots)
+
+
+@jit
+def _count_slots_kernel(
+    ids_ptr, counts_ptr, num_slots, NUM_EXPERTS: tl.constexpr, BINS: tl.constexpr,
+    CHUNK: tl.constexpr,
+):  # fmt: skip
+    offs = tl.program_id(0) * CHUNK + tl.arange(0, CHUNK)
+    ids = tl.load(ids_ptr + offs, mask=offs < num_slots, other=NUM_EXPERTS)
+    counts = tl.histogram(ids, BINS)
+    experts = tl.arange(0, BINS)
+    tl.atomic_add(counts_ptr + experts, counts, mask=(experts < NUM_EXPERTS) & (counts > 0))
+
+
+@jit
+def _lay_out_blocks_kernel(
+    counts_ptr, cursor_ptr, block_expert_ptr, max_rows, NUM_EXPERTS: tl.constexpr,
+    BINS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_CHUNK: tl.constexpr,
+):  # fmt: skip
+    counts = tl.load(counts_ptr + tl.arange(0, BINS))
+    _lay_out_blocks(
+        counts, cursor_ptr, block_expert_ptr, max_rows, NUM_EXPERTS, BINS, BLOCK_M, BLOCK_CHUNK
+    )
+
+
+@jit
+def _place_slots_kernel(ids_ptr, slots_ptr, cursor_ptr, num_slots, CHUNK: tl.constexpr):
+    offs = tl.program_id(0) * CHUNK + tl.arange(0, CHUNK)
+    _place_slots(ids_ptr, slots_ptr, cursor_ptr, offs, num_slots)
+
+
+# From this many slots the sort runs as three grid-wide passes (count, lay out, place) instead
+# of one program: that program took 0.37 ms at 65,536 slots (Qwen3-30B-A3B, an 8K-token
+# prefill step) on the H200, 16.6 ms of a 158 ms prefill (decode_profile_h200_qwen_prefill,
+# 2026-12-02); a decode batch of 256 has 2,048 slots and keeps the one launch.
+PARALLEL_SORT_MIN_SLOTS = 4096
+_SORT_CHUNK = 1024
 
 
 def sort_slots_by_expert_kernel(
-    topk_ids: torch.Tensor, num_experts: int, block_m: int
+    topk_ids: torch.Tensor, num_experts: int, block_m: int, parallel: bool | None = None
 ) -> SortedSlots:
-    """``sort_slots_by_expert`` in one Triton program (the same padded layout; rows within an
-    expert in any order)."""
+    """``sort_slots_by_expert`` in Triton (the same padded layout; rows within an expert in any
+    order): one program, or three grid-wide passes from ``PARALLEL_SORT_MIN_SLOTS`` slots
+    (``parallel`` forces either)."""
     require_triton()
     flat = topk_ids.flatten().to(torch.int32)
     num_slots = flat.numel()
     max_rows = -(-(num_slots + num_experts * (block_m - 1)) // block_m) * block_m
-    slots = torch.empty(max_rows, dtype=torch.int32, device=flat.device)
     block_expert = torch.empty(max_rows // block_m, dtype=torch.int32, device=flat.device)
     bins = 1 << num_experts.bit_length()  # > num_experts
     cursor = torch.empty(bins, dtype=torch.int32, device=flat.device)
-    _sort_slots_kernel[(1,)](
-        flat, slots, block_expert, cursor, num_slots, max_rows, NUM_EXPERTS=num_experts,
-        BINS=bins, BLOCK_M=block_m, CHUNK=1024, BLOCK_CHUNK=max(16, 8192 // bins), num_warps=4,
-    )  # fmt: skip
+    shape = {"NUM_EXPERTS": num_experts, "BINS": bins}
+    layout = shape | {"BLOCK_M": block_m, "BLOCK_CHUNK": max(16, 8192 // bins)}
+    if not (num_slots >= PARALLEL_SORT_MIN_SLOTS if parallel is None else parallel):
+        slots = torch.empty(max_rows, dtype=torch.int32, device=flat.device)
+        _sort_slots_kernel[(1,)](
+            flat, slots, block_expert, cursor, num_slots, max_rows, CHUNK=_SORT_CHUNK,
+            num_warps=4, **layout,
+        )  # fmt: skip
+        return SortedSlots(slots, block_expert, block_m)
+    grid = (triton.cdiv(num_slots, _SORT_CHUNK),)
+    counts = torch.zeros(bins, dtype=torch.int32, device=flat.device)
+    _count_slots_kernel[grid](flat, counts, num_slots, CHUNK=_SORT_CHUNK, num_warps=4, **shape)
+    _lay_out_blocks_kernel[(1,)](counts, cursor, block_expert, max_rows, num_warps=4, **layout)
+    slots = torch.full((max_rows,), num_slots, dtype=torch.int32, device=flat.device)
+    _place_slots_kernel[grid](flat, slots, cursor, num_slots, CHUNK=_SORT_CHUNK, num_warps=4)
     return SortedSlots(slots, block_expert, block_m)
 
 
@@ -199,6 +270,23 @@ def block_tables(blocks: SortedSlots | torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 @jit
+def _program_tile(block_expert_ptr, N, BLOCK_N: tl.constexpr):
+    """(row block, column tile, expert; -1 past the last block) of this program. Column tiles
+    vary fastest: the tiles of a row block run side by side, so its A rows come from DRAM once
+    (with row blocks fastest, once per column tile: 12 times for Qwen3-30B-A3B's gate/up at
+    prefill), and an expert's row blocks follow each other, so its weight tiles stay in L2."""
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    pid_m = pid // tiles_n
+    return pid_m, pid - pid_m * tiles_n, tl.load(block_expert_ptr + pid_m)
+
+
+def grouped_grid(block_expert: torch.Tensor, n: int, block_n: int) -> tuple[int]:
+    """The launch grid of a grouped GEMM kernel (see ``_program_tile``)."""
+    return (block_expert.numel() * triton.cdiv(n, block_n),)
+
+
+@jit
 def _grouped_gemm_kernel(
     a_ptr,  # [rows of A, K]: tokens (A_PER_TOKEN) or slots
     w_ptr,  # [E, N, K]
@@ -222,9 +310,7 @@ def _grouped_gemm_kernel(
     BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,  # "ieee" for float32 (no TF32 rounding of the inputs)
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    expert = tl.load(block_expert_ptr + pid_m)
+    pid_m, pid_n, expert = _program_tile(block_expert_ptr, N, BLOCK_N)
     if expert < 0:
         return
     slots, row_ok, a_rows = _block_slots(
@@ -276,7 +362,7 @@ def _grouped_gemm(
     n, k = w.shape[1], w.shape[2]
     tiles = {key: config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
     block_expert, slots, one_slot = block_tables(blocks)
-    grid = (block_expert.numel(), triton.cdiv(n, tiles["BLOCK_N"]))
+    grid = grouped_grid(block_expert, n, tiles["BLOCK_N"])
     out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
     _grouped_gemm_kernel[grid](
         a, w, out, slots, block_expert, row_weights if row_weights is not None else out,

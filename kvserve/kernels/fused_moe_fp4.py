@@ -20,16 +20,18 @@ import os
 
 import torch
 
-from kvserve.kernels._triton import jit, sm_count, tl, triton
+from kvserve.kernels._triton import jit, sm_count, tl
 from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
 from kvserve.kernels.fp4_tile import code_words, dequant_tile
 from kvserve.kernels.fused_moe import (
     SortedSlots,
     _block_slots,
+    _program_tile,
     _store_slots,
     block_tables,
     fused_moe_reference,
     fused_moe_with,
+    grouped_grid,
 )
 from kvserve.kernels.word_gemv import MoeSlots, gemv_config, launch_word_gemv
 
@@ -94,9 +96,7 @@ def _fp4_grouped_gemm_kernel(
     WORD_DEQUANT: tl.constexpr,
 ):
     PER_ELEMENT: tl.constexpr = 8 if WORD_DEQUANT else 2  # codes per element of w_ptr
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    expert = tl.load(block_expert_ptr + pid_m)
+    pid_m, pid_n, expert = _program_tile(block_expert_ptr, N, BLOCK_N)
     if expert < 0:
         return
     slots, row_ok, a_rows = _block_slots(
@@ -144,7 +144,7 @@ def _fp4_grouped_gemm(
     block_expert, slots, one_slot = block_tables(blocks)
     scales = block_scale.view(torch.uint8)
     w = code_words(packed)
-    grid = (block_expert.numel(), triton.cdiv(n, config["BLOCK_N"]))
+    grid = grouped_grid(block_expert, n, config["BLOCK_N"])
     _fp4_grouped_gemm_kernel[grid](
         a, w, scales, row_scale if row_scale is not None else out, out, slots, block_expert,
         row_weights if row_weights is not None else out, num_slots, n, k, a.stride(0),

@@ -19,15 +19,17 @@ from functools import partial
 
 import torch
 
-from kvserve.kernels._triton import jit, tl, triton
+from kvserve.kernels._triton import jit, tl
 from kvserve.kernels.fp8_quant import dequantize_fp8_activation, quantize_fp8
 from kvserve.kernels.fused_moe import (
     SortedSlots,
     _block_slots,
+    _program_tile,
     _store_slots,
     block_tables,
     fused_moe_reference,
     fused_moe_with,
+    grouped_grid,
 )
 
 
@@ -96,9 +98,7 @@ def _fp8_grouped_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    expert = tl.load(block_expert_ptr + pid_m)
+    pid_m, pid_n, expert = _program_tile(block_expert_ptr, N, BLOCK_N)
     if expert < 0:
         return
     slots, row_ok, a_rows = _block_slots(
@@ -154,7 +154,7 @@ def _fp8_grouped_gemm(
     block_k = block[1] if block else config["BLOCK_K"]
     block_n = min(config["BLOCK_N"], block[0]) if block else config["BLOCK_N"]
     block_expert, slots, one_slot = block_tables(blocks)
-    grid = (block_expert.numel(), triton.cdiv(n, block_n))
+    grid = grouped_grid(block_expert, n, block_n)
     _fp8_grouped_gemm_kernel[grid](
         aq, a_scale, w, ws, out, slots, block_expert,
         row_weights if row_weights is not None else out, num_slots, n, k,

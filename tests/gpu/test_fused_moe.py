@@ -73,14 +73,15 @@ def test_fused_moe_replays_from_a_cuda_graph() -> None:
     ("tokens", "experts", "k", "block_m"),
     [(1, 8, 2, 16), (5, 8, 2, 4), (64, 128, 8, 16), (300, 64, 8, 64), (2048, 128, 8, 64)],
 )
-def test_sort_kernel_gives_each_expert_its_slots(tokens, experts, k, block_m) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("parallel", [False, True], ids=["one_program", "three_passes"])
+def test_sort_kernel_gives_each_expert_its_slots(tokens, experts, k, block_m, parallel) -> None:  # noqa: ANN001
     """Same block owners as the torch sort and the same slots in each expert's blocks (the
-    kernel places an expert's slots in any order across its blocks)."""
+    kernels place an expert's slots in any order across its blocks), in either form."""
     gen = torch.Generator().manual_seed(tokens)
     ids = torch.randint(0, experts, (tokens, k), generator=gen)
     ids[: tokens // 2] = experts - 2  # one overloaded expert, likely some empty ones
     ref = sort_slots_by_expert(ids, experts, block_m)
-    got = sort_slots_by_expert_kernel(ids.to(DEVICE), experts, block_m)
+    got = sort_slots_by_expert_kernel(ids.to(DEVICE), experts, block_m, parallel)
     assert got.block_expert.tolist() == ref.block_expert.tolist()
 
     def per_expert(s) -> dict[int, list[int]]:  # noqa: ANN001
