@@ -17,6 +17,7 @@ pytest.importorskip("triton")
 
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS  # noqa: E402
 
+from kvserve.kernels import fused_moe_fp4 as fused_moe_fp4_module  # noqa: E402
 from kvserve.kernels.fused_moe_fp4 import (  # noqa: E402
     MOE_GEMV_ENV,
     fused_moe_fp4,
@@ -81,6 +82,33 @@ def test_fp4_experts_match_reference(tokens, load, fmt, shape, grouped_mma) -> N
     x, w13, w2, weights, ids = _case(tokens, *shape, load)
     s13, s2 = quantize_fp4_experts(w13, fmt), quantize_fp4_experts(w2, fmt)
     got = fused_moe_fp4(x, s13, s2, weights, ids)
+    want = fused_moe_fp4_reference(x.float(), s13, s2, weights, ids)
+    _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
+
+
+@pytest.mark.parametrize("load", ["random", "one_expert"])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_fp4_prefill_dequantized_in_chunks_matches_reference(fmt, load, monkeypatch) -> None:  # noqa: ANN001
+    """A step with DEQUANT_MIN_SLOTS_PER_EXPERT slots an expert: the experts are dequantized a
+    chunk at a time (2 of 8 a chunk for gate/up, 4 for down here) and multiplied by the
+    grouped GEMM of fused_moe; every chunk's rows land, and no others are overwritten."""
+    experts, hidden, inter, k = 8, 256, 128, 2
+    tokens = fused_moe_fp4_module.DEQUANT_MIN_SLOTS_PER_EXPERT * experts // k
+    x, w13, w2, weights, ids = _case(tokens, experts, hidden, inter, k, load)
+    s13, s2 = quantize_fp4_experts(w13, fmt), quantize_fp4_experts(w2, fmt)
+    chunks = []  # rows of each dequantized chunk
+    dequantize = fused_moe_fp4_module.dequantize_fp4_dense
+    chunk_bytes = 2 * 2 * inter * hidden * 4
+    monkeypatch.setattr(fused_moe_fp4_module, "DEQUANT_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(
+        fused_moe_fp4_module, "dequantize_fp4_dense",
+        lambda *args: chunks.append(args[0].shape[0]) or dequantize(*args),
+    )  # fmt: skip
+    got = fused_moe_fp4(x, s13, s2, weights, ids)
+    per13 = chunk_bytes // (2 * inter * hidden * x.element_size())  # 2 in fp32, 4 in bf16
+    per2 = chunk_bytes // (hidden * inter * x.element_size())
+    want_chunks = [per13 * 2 * inter] * (experts // per13) + [per2 * hidden] * (experts // per2)
+    assert chunks == want_chunks
     want = fused_moe_fp4_reference(x.float(), s13, s2, weights, ids)
     _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
 
