@@ -42,12 +42,15 @@ from kvserve.kernels.fused_moe import (
 from kvserve.kernels.word_gemv import MoeSlots, gemv_config, launch_word_gemv
 
 MOE_GEMV_ENV = "KVSERVE_FP4_MOE_GEMV"
-# From this many slots an expert on average (a 4K-token step at top-8 of 128 experts), the experts
-# are dequantized and multiplied by the half-precision grouped GEMM. On the H200 at an 8K-token
-# step (512 an expert) that took gate/up + down from 1.53 + 0.77 ms (the in-register decode) to
-# 0.28 + 0.89 and 0.16 + 0.51 ms for Qwen3-30B-A3B NVFP4, from 5.40 + 2.60 to 1.07 + 3.35 and
-# 0.55 + 1.74 ms for GLM-4.5-Air (moe_gemm_h200_prefill_order_2026-12-02.json).
-DEQUANT_MIN_SLOTS_PER_EXPERT = 256
+# From this many slots an expert on average, the experts are dequantized and multiplied by the
+# half-precision grouped GEMM. On the H200 at 8K-token steps (512 an expert at top-8 of 128) that
+# took gate/up + down from 1.53 + 0.77 ms (the in-register decode) to 0.28 + 0.89 and 0.16 +
+# 0.51 ms for Qwen3-30B-A3B NVFP4, from 5.40 + 2.60 to 1.07 + 3.35 and 0.55 + 1.74 ms for
+# GLM-4.5-Air (moe_gemm_h200_prefill_order_2026-12-02.json); the dequantize is a fixed cost a
+# step, so it pays only for large steps. Engine prefill, one machine: 8K-token steps +10.6% (GLM)
+# / +14.7% (Qwen3); 4K-token steps (256 an expert) -2.7% / +6.4% (moe_decode_h200_dqmoe_*).
+# Between the two measured points: 4K-token steps keep the in-register kernel.
+DEQUANT_MIN_SLOTS_PER_EXPERT = 384
 # The dequantized experts of one call live in chunks of at most this many bytes (GLM-4.5-Air's
 # gate/up stack is 2.95 GB in bf16; one chunk holds 21 of its 128 experts).
 DEQUANT_CHUNK_BYTES = 512 << 20
