@@ -162,3 +162,13 @@ def test_matmul_params_of_a_moe_count_the_routers_and_top_k_experts(tiny_model_d
     expert = 3 * hidden * tiny["moe_intermediate_size"]
     unchosen = (tiny["num_experts"] - tiny["num_experts_per_tok"]) * expert  # one sparse layer
     assert common.matmul_params(core) == kept - embedding - unchosen
+
+
+def test_moe_gemm_reads_each_configs_expert_shape() -> None:
+    """The grouped-GEMM benchmark's shapes come from the bundled configs, per family's names."""
+    pytest.importorskip("triton")
+    from benchmarks.moe_gemm import moe_shape
+
+    qwen = {"experts": 128, "top_k": 8, "hidden": 2048, "inter": 768}
+    assert moe_shape("qwen3-30b-a3b") == qwen
+    assert moe_shape("glm-4.5-air") == {"experts": 128, "top_k": 8, "hidden": 4096, "inter": 1408}
