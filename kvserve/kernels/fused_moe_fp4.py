@@ -52,7 +52,8 @@ MOE_GEMV_ENV = "KVSERVE_FP4_MOE_GEMV"
 # Between the two measured points: 4K-token steps keep the in-register kernel.
 DEQUANT_MIN_SLOTS_PER_EXPERT = 384
 # The dequantized experts of one call live in chunks of at most this many bytes (GLM-4.5-Air's
-# gate/up stack is 2.95 GB in bf16; one chunk holds 21 of its 128 experts).
+# gate/up stack is 2.95 GB in bf16; one chunk holds 23 of its 128 experts). The engine's
+# activation profile, a largest step, counts one chunk before it sizes the KV pool.
 DEQUANT_CHUNK_BYTES = 512 << 20
 
 Fp4Stack = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # packed, block, row scales
