@@ -67,18 +67,22 @@ def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dic
     return {"batch": batch, "context": context} | row
 
 
-def summarize(prof: torch.profiler.profile, steps: int, wall_ms: float, what: str) -> dict:
+def summarize(
+    prof: torch.profiler.profile, count: int, wall_ms: float, what: str, unit: str = "step"
+) -> dict:
+    """Kernel time by name per ``unit`` (``count`` of them in the profile; ``wall_ms`` is per
+    unit already)."""
     totals, launches = kernel_times(prof)
-    per_step = {k: v / steps / 1e3 for k, v in totals.items()}  # ms per step
-    busy = sum(per_step.values())
-    top = dict(sorted(per_step.items(), key=lambda kv: -kv[1])[:20])
-    print(f"{what}: wall {wall_ms:.3f} ms/step, kernels {busy:.3f} ms, "
-          f"idle {wall_ms - busy:.3f} ms, {launches / steps:.0f} kernels", flush=True)  # fmt: skip
+    per_unit = {k: v / count / 1e3 for k, v in totals.items()}  # ms
+    busy = sum(per_unit.values())
+    top = dict(sorted(per_unit.items(), key=lambda kv: -kv[1])[:20])
+    print(f"{what}: wall {wall_ms:.3f} ms/{unit}, kernels {busy:.3f} ms, "
+          f"idle {wall_ms - busy:.3f} ms, {launches / count:.0f} kernels", flush=True)  # fmt: skip
     for name, ms in top.items():
         print(f"    {ms:8.4f} ms  {100 * ms / busy:5.1f}%  {name[:110]}", flush=True)
-    return {"wall_ms_per_step": wall_ms, "kernel_ms_per_step": busy,
-            "idle_ms_per_step": wall_ms - busy, "kernels_per_step": launches / steps,
-            "top_kernels_ms_per_step": top}  # fmt: skip
+    return {f"wall_ms_per_{unit}": wall_ms, f"kernel_ms_per_{unit}": busy,
+            f"idle_ms_per_{unit}": wall_ms - busy, f"kernels_per_{unit}": launches / count,
+            f"top_kernels_ms_per_{unit}": top}  # fmt: skip
 
 
 def profile_prefill(core: EngineCore, length: int) -> dict[str, Any]:
@@ -98,7 +102,7 @@ def profile_prefill(core: EngineCore, length: int) -> dict[str, Any]:
             torch.cuda.synchronize()
             wall_ms = (time.perf_counter() - t) * 1e3
         reset_prefix_cache(core)
-    row = summarize(prof, 1, wall_ms, f"prefill {n}x{length} ({steps} steps together)")
+    row = summarize(prof, 1, wall_ms, f"prefill {n}x{length} in {steps} steps", "prefill")
     return {"prompt_len": length, "prompts": n, "steps": steps} | row
 
 
