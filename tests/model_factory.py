@@ -161,38 +161,43 @@ def llama_cpp_permute(weight: torch.Tensor, n_head: int) -> torch.Tensor:
 
 
 def make_tiny_gguf(
-    arch: str, out_dir: Path, tensor_type: str = "Q8_0", **overrides: Any
+    arch: str, out_dir: Path, tensor_type: str = "Q8_0", nextn_layers: int = 0, **overrides: Any
 ) -> tuple[Path, Path]:
     """Convert a tiny HF model (see make_tiny_model) to GGUF as llama.cpp would.
 
     2-D weights are stored as ``tensor_type`` (F32, F16, BF16, Q8_0, Q4_0, Q4_1), 1-D as F32;
-    returns (gguf file, HF directory it came from).
+    ``nextn_layers`` random multi-token-prediction blocks are appended (GLM-4.5's; transformers
+    drops them from its models); returns (gguf file, HF directory it came from).
     """
     import gguf
     from gguf.quants import quantize
     from safetensors.torch import load_file
 
     from kvserve.loader.architectures import GGUF_ARCHITECTURES
-    from kvserve.loader.gguf_names import GGUF_BLOCK_NAMES, GGUF_GLOBAL_NAMES
 
     hf_dir = make_tiny_model(arch, out_dir / "hf", **overrides)
     config = json.loads((hf_dir / "config.json").read_text())
     gguf_arch = {v: k for k, v in GGUF_ARCHITECTURES.items()}[arch]
-    to_gguf = {f"{v}.": f"{k}." for k, v in GGUF_GLOBAL_NAMES.items()}
-    to_gguf_block = {f".{v}.": f".{k}." for k, v in GGUF_BLOCK_NAMES.items()}
     path = out_dir / f"tiny-{gguf_arch}-{tensor_type}.gguf"
     writer = gguf.GGUFWriter(str(path), gguf_arch)
-    _write_gguf_metadata(writer, config)
+    _write_gguf_metadata(writer, config, nextn_layers)
     kind = gguf.GGMLQuantizationType[tensor_type]
     tensors = _stack_experts(load_file(str(hf_dir / "model.safetensors")))
-    for name, weight in sorted(tensors.items()):
-        if arch == "LlamaForCausalLM" and name.endswith(("q_proj.weight", "k_proj.weight")):
-            heads = config["num_attention_heads" if "q_proj" in name else "num_key_value_heads"]
+    tensors |= _nextn_block(config, nextn_layers)
+    # llama.cpp's own HF -> GGUF tensor names (gguf-py), per architecture
+    names = gguf.get_tensor_name_map(
+        {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[gguf_arch],
+        config["num_hidden_layers"] + nextn_layers,
+    )  # fmt: skip
+    for hf_name, weight in sorted(tensors.items()):
+        if arch == "LlamaForCausalLM" and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = config["num_attention_heads" if "q_proj" in hf_name else "num_key_value_heads"]
             weight = llama_cpp_permute(weight, heads)
         array = weight.float().numpy()
-        for hf, gg in (to_gguf_block if ".layers." in name else to_gguf).items():
-            name = name.replace(hf, gg)
-        name = name.replace("model.layers.", "blk.")
+        # the converter's rename of GLM-4.5's router bias, to the ``exp_probs_b.bias`` it maps
+        hf_name = hf_name.replace("e_score_correction_bias", "e_score_correction.bias")
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        assert name is not None, f"gguf-py has no {gguf_arch} name for {hf_name}"
         if array.ndim == 1:
             writer.add_tensor(name, array)
         else:
@@ -228,10 +233,24 @@ _GGUF_ARCHS = {
 }
 
 
-def _write_gguf_metadata(writer: Any, config: dict[str, Any]) -> None:
+def _nextn_block(config: dict[str, Any], nextn_layers: int) -> dict[str, torch.Tensor]:
+    """HF-named tensors of GLM-4.5's multi-token-prediction blocks past the decoder's layers:
+    their own projections and norms, and an attention like any layer's."""
+    h, first = config["hidden_size"], config["num_hidden_layers"]
+    out: dict[str, torch.Tensor] = {}
+    for layer in range(first, first + nextn_layers):
+        p = f"model.layers.{layer}."
+        out[p + "eh_proj.weight"] = torch.randn(h, 2 * h)
+        for norm in ("enorm", "hnorm", "input_layernorm", "shared_head.norm"):
+            out[p + norm + ".weight"] = torch.ones(h)
+        out[p + "self_attn.q_proj.weight"] = torch.randn(h, h)
+    return out
+
+
+def _write_gguf_metadata(writer: Any, config: dict[str, Any], nextn_layers: int = 0) -> None:
     import gguf
 
-    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_block_count(config["num_hidden_layers"] + nextn_layers)
     writer.add_embedding_length(config["hidden_size"])
     writer.add_feed_forward_length(config["intermediate_size"])
     writer.add_head_count(config["num_attention_heads"])
@@ -243,15 +262,34 @@ def _write_gguf_metadata(writer: Any, config: dict[str, Any]) -> None:
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
-    experts = config.get("num_experts") or config.get("num_local_experts")
+    names = ("num_experts", "num_local_experts", "n_routed_experts")
+    experts = next((config[n] for n in names if config.get(n)), None)
     if experts:
         writer.add_expert_count(experts)
         writer.add_expert_used_count(config["num_experts_per_tok"])
         writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
         writer.add_expert_weights_norm(config["norm_topk_prob"])
+    if "n_routed_experts" in config:  # GLM-4.5
+        _write_glm4_moe_metadata(writer, config, nextn_layers)
     scaling = config["rope_parameters"]
     if scaling.get("rope_type") in ("linear", "yarn"):
         writer.add_rope_scaling_type(gguf.RopeScalingType(scaling["rope_type"]))
         writer.add_rope_scaling_factor(scaling["factor"])
         if "original_max_position_embeddings" in scaling:
             writer.add_rope_scaling_orig_ctx_len(scaling["original_max_position_embeddings"])
+
+
+def _write_glm4_moe_metadata(writer: Any, config: dict[str, Any], nextn_layers: int) -> None:
+    import gguf
+
+    writer.add_expert_shared_count(config["n_shared_experts"])
+    writer.add_leading_dense_block_count(config["first_k_dense_replace"])
+    writer.add_expert_weights_scale(config["routed_scaling_factor"])
+    writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    writer.add_expert_group_count(config["n_group"])
+    writer.add_expert_group_used_count(config["topk_group"])
+    factor = config.get("partial_rotary_factor") or config["rope_parameters"].get(
+        "partial_rotary_factor", 1.0
+    )
+    writer.add_rope_dimension_count(int(config["head_dim"] * factor))
+    writer.add_nextn_predict_layers(nextn_layers)

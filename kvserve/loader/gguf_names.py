@@ -19,6 +19,7 @@ GGUF_BLOCK_NAMES = {
     "attn_k_norm": "self_attn.k_norm",
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
+    "post_attention_norm": "post_attention_layernorm",  # glm4moe's name for it
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
@@ -28,9 +29,17 @@ GGUF_BLOCK_NAMES = {
     "ffn_gate_exps": "mlp.experts.gate_proj",
     "ffn_up_exps": "mlp.experts.up_proj",
     "ffn_down_exps": "mlp.experts.down_proj",
+    # GLM-4.5: the shared expert, and the router's score-correction bias (``.bias`` in GGUF)
+    "ffn_gate_shexp": "mlp.shared_experts.gate_proj",
+    "ffn_up_shexp": "mlp.shared_experts.up_proj",
+    "ffn_down_shexp": "mlp.shared_experts.down_proj",
+    "exp_probs_b": "mlp.gate.e_score_correction",
 }
+# GGUF block tensors whose HF name is not <module>.<weight|bias>
+_JOINED_SUFFIX = {"mlp.gate.e_score_correction.bias": "mlp.gate.e_score_correction_bias"}
 
 _BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+_BLOCK_INDEX_RE = re.compile(r"blk\.(\d+)\.")
 _GLOBAL_RE = re.compile(r"(\w+)\.(weight|bias)")
 
 # Tensors llama.cpp stores that have no HF parameter: rope_freqs holds precomputed llama3 rope
@@ -43,9 +52,18 @@ def hf_name(gguf_name: str) -> str | None:
     if match := _BLOCK_RE.fullmatch(gguf_name):
         layer, kind, suffix = match.groups()
         module = GGUF_BLOCK_NAMES.get(kind)
-        return None if module is None else f"model.layers.{layer}.{module}.{suffix}"
+        if module is None:
+            return None
+        name = f"{module}.{suffix}"
+        return f"model.layers.{layer}.{_JOINED_SUFFIX.get(name, name)}"
     if match := _GLOBAL_RE.fullmatch(gguf_name):
         kind, suffix = match.groups()
         module = GGUF_GLOBAL_NAMES.get(kind)
         return None if module is None else f"{module}.{suffix}"
     return None
+
+
+def block_index(gguf_name: str) -> int | None:
+    """The block a GGUF tensor belongs to (``blk.<i>.``), or None for a global tensor."""
+    match = _BLOCK_INDEX_RE.match(gguf_name)
+    return None if match is None else int(match.group(1))

@@ -11,7 +11,7 @@ import torch
 from kvserve.config import ModelConfig
 from kvserve.errors import ModelLoadError
 from kvserve.loader.files import one_line
-from kvserve.loader.gguf_names import IGNORED_GGUF_TENSORS, hf_name
+from kvserve.loader.gguf_names import IGNORED_GGUF_TENSORS, block_index, hf_name
 
 SUPPORTED_GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
 
@@ -21,7 +21,7 @@ def iter_gguf_weights(
 ) -> Iterator[tuple[str, torch.Tensor]]:
     unpermute = config.architecture == "LlamaForCausalLM"
     for tensor in reader.tensors:
-        if tensor.name in IGNORED_GGUF_TENSORS:
+        if tensor.name in IGNORED_GGUF_TENSORS or _past_the_decoder(tensor.name, config):
             continue
         name = hf_name(tensor.name)
         if name is None:
@@ -35,6 +35,13 @@ def iter_gguf_weights(
             yield from _per_expert(name, array)
             continue
         yield name, torch.from_numpy(np.require(array, requirements=("C", "W")))
+
+
+def _past_the_decoder(gguf_name: str, config: ModelConfig) -> bool:
+    """A block past the decoder's layers: GLM-4.5's multi-token-prediction layers
+    (``blk.<n>.nextn.*`` and that block's attention and experts), unused by decoding."""
+    block = block_index(gguf_name)
+    return block is not None and block >= config.num_layers
 
 
 def _per_expert(name: str, stacked: np.ndarray) -> Iterator[tuple[str, torch.Tensor]]:

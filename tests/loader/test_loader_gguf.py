@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import gguf
@@ -15,6 +16,9 @@ from model_factory import (
 )
 from safetensors.torch import load_file
 
+from kvserve import SamplingParams
+from kvserve.engine.config_builder import build_engine_config
+from kvserve.engine.engine_core import EngineCore
 from kvserve.loader import open_model_source
 from kvserve.loader.gguf_weights import unpermute_rope_rows
 
@@ -107,6 +111,37 @@ def test_qwen3_moe_gguf_stacked_experts_load_per_expert(tmp_path: Path) -> None:
     assert set(ours) == set(reference)
     for name, weight in reference.items():
         assert torch.equal(ours[name], weight), name
+
+
+def test_glm4_moe_gguf_loads_as_its_hf_checkpoint(tmp_path: Path) -> None:
+    """llama.cpp's glm4moe layout, named by gguf-py's own tensor map: the same config as the HF
+    checkpoint's (grouped sigmoid routing, shared expert, dense first layer, partial rotary,
+    q/k/v biases), the same weights, the multi-token-prediction block skipped, and the same
+    greedy tokens from the engine."""
+    overrides = {**MOE_TINY["Glm4MoeForCausalLM"], "num_layers": 3}
+    glm = "Glm4MoeForCausalLM"
+    path, hf_dir = make_tiny_gguf(glm, tmp_path, "F32", nextn_layers=1, **overrides)
+    src, hf = open_model_source(str(path)), open_model_source(str(hf_dir))
+    assert src.config.num_layers == 3 and src.config.rotary_dim == 8
+    eps = pytest.approx(hf.config.rms_norm_eps)  # GGUF stores it as float32
+    assert replace(src.config, rms_norm_eps=eps) == hf.config
+    reference = load_file(str(hf_dir / "model.safetensors"))
+    ours = dict(src.weights())
+    assert set(ours) == set(reference)  # blk.3 (the nextn block) is not read
+    for name, weight in reference.items():
+        assert torch.equal(ours[name], weight), name
+    prompt = [5, 17, 300, 42, 9, 77, 1000, 3]
+    assert _greedy(str(path), prompt) == _greedy(str(hf_dir), prompt)
+
+
+def _greedy(model: str, prompt: list[int], n: int = 12) -> list[int]:
+    config = build_engine_config(model, device="cpu", dtype="float32", max_running_requests=2)
+    core = EngineCore(config)
+    core.add_request("r", prompt, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
+    tokens: list[int] = []
+    while core.has_unfinished():
+        tokens += [t for out in core.step() for t in out.new_token_ids]
+    return tokens
 
 
 @pytest.mark.parametrize("tensor_type", ["Q4_K", "Q5_K", "Q6_K"])
