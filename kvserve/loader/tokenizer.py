@@ -110,12 +110,20 @@ def _load_gguf(path: str) -> Tokenizer:
 
 
 def _convert_gguf(path: str) -> tuple[Any, str | None, list[int]]:
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     reader = open_gguf(path)
     directory, filename = os.path.split(path)
+    load = {"gguf_file": filename, "local_files_only": True}
     try:
-        hf = AutoTokenizer.from_pretrained(directory, gguf_file=filename, local_files_only=True)
+        try:
+            hf = AutoTokenizer.from_pretrained(directory, **load)
+        except ValueError as exc:
+            if "is not supported yet" not in str(exc):
+                raise
+            # transformers reads the model config first and knows fewer GGUF architectures
+            # than kvserve (glm4moe); the vocabulary alone converts whatever the architecture
+            hf = PreTrainedTokenizerFast.from_pretrained(directory, **load)
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot load the tokenizer: {one_line(exc)}") from exc
     eos = list(gguf_eos_token_ids(reader))

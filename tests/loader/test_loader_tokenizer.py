@@ -161,3 +161,28 @@ def test_directory_without_tokenizer_is_a_model_load_error(tmp_path: Path) -> No
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ModelLoadError, match="tokenizer"):
         load_tokenizer(str(tmp_path))
+
+
+def test_vocabulary_of_an_unknown_architecture_converts(tok: Tokenizer, tmp_path) -> None:  # noqa: ANN001
+    """transformers refuses a GGUF whose architecture it cannot configure (glm4moe): the
+    vocabulary converts on its own, here the bundled one under a glm4moe header."""
+    import gguf
+    import numpy as np
+
+    source = gguf.GGUFReader(bundled_model_path())
+    path = tmp_path / "vocab-glm4moe.gguf"
+    writer = gguf.GGUFWriter(str(path), "glm4moe")
+    for name, field in source.fields.items():
+        if name.startswith("tokenizer."):
+            sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(name, field.contents(), field.types[0], sub_type=sub_type)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    glm = load_tokenizer(str(path))
+    for text in TEXTS:
+        assert glm.encode(text) == tok.encode(text), text
+        assert glm.decode(glm.encode(text), skip_special_tokens=False) == text
+    assert glm.eos_token_ids == tok.eos_token_ids and glm.chat_template == tok.chat_template
