@@ -244,6 +244,10 @@ def _nextn_block(config: dict[str, Any], nextn_layers: int) -> dict[str, torch.T
         for norm in ("enorm", "hnorm", "input_layernorm", "shared_head.norm"):
             out[p + norm + ".weight"] = torch.ones(h)
         out[p + "self_attn.q_proj.weight"] = torch.randn(h, h)
+        experts, inter = config.get("n_routed_experts", 0), config.get("moe_intermediate_size")
+        if experts:  # its own routed experts, stacked as the decoder's are
+            out[p + "mlp.experts.gate_proj.weight"] = torch.randn(experts, inter, h)
+            out[p + "mlp.experts.down_proj.weight"] = torch.randn(experts, h, inter)
     return out
 
 

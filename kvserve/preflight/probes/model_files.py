@@ -17,6 +17,8 @@ GGUF_ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "qwen3moe": "Qwen3MoeForCausalLM",
+    "glm4moe": "Glm4MoeForCausalLM",
 }
 _MAX_HEADER = 100 * 2**20  # a larger safetensors header means a corrupt file
 
@@ -116,7 +118,10 @@ def read_gguf(path: Path) -> ModelFacts:
     arch = _field(reader, "general.architecture")
     facts.files = 1
     facts.architecture = GGUF_ARCHITECTURES.get(arch, f"gguf:{arch}")
-    facts.num_layers = _field(reader, f"{arch}.block_count")
+    blocks = _field(reader, f"{arch}.block_count")
+    # GLM-4.5's multi-token-prediction blocks are counted in block_count; serving skips them
+    nextn = _field(reader, f"{arch}.nextn_predict_layers") or 0
+    facts.num_layers = None if blocks is None else blocks - nextn
     facts.num_heads = _field(reader, f"{arch}.attention.head_count")
     facts.num_kv_heads = _field(reader, f"{arch}.attention.head_count_kv") or facts.num_heads
     facts.hidden_size = _field(reader, f"{arch}.embedding_length")
@@ -125,7 +130,21 @@ def read_gguf(path: Path) -> ModelFacts:
     file_type = _field(reader, "general.file_type")
     facts.gguf_file_type = None if file_type is None else LlamaFileType(file_type).name
     facts.weight_bytes = path.stat().st_size
+    _apply_gguf_experts(reader, arch, facts)
     return facts
+
+
+def _apply_gguf_experts(reader: Any, arch: str, facts: ModelFacts) -> None:
+    """llama.cpp stacks each layer's routed experts in ``blk.<i>.ffn_*_exps``: their bytes in
+    the decoder's blocks, and how many of ``expert_count`` a token reads."""
+    facts.num_experts = _field(reader, f"{arch}.expert_count")
+    facts.experts_per_token = _field(reader, f"{arch}.expert_used_count")
+    layers = facts.num_layers or 0
+    facts.expert_bytes = sum(
+        int(t.n_bytes)
+        for t in reader.tensors
+        if "_exps." in t.name and int(t.name.split(".")[1]) < layers  # blk.<i>.ffn_*_exps
+    )
 
 
 def probe_model(path: Path) -> ModelFacts:
