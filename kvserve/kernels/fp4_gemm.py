@@ -416,11 +416,11 @@ WIDE_M_TILES = ((64, 128, 8), (128, 64, 8), (128, 128, 8), (64, 64, 4))
 def candidate_configs(
     m: int, n: int, k: int, *, num_sms: int = 132, group: int = NVFP4_GROUP
 ) -> list[Fp4Config]:
-    """Configs worth timing for one shape, the default first: the MMA kernel's default, then it
-    with W as the other MMA operand (up to 32 rows) and with the byte dequant, at other pipeline
-    stages (64 rows), the 256-row x tiles and dequantize-then-cuBLAS (above 128 rows); then every
-    tile shape with its best-filling split in the same variants, before any tile's second choice
-    (so a short list still spans tiles)."""
+    """Configs worth timing for one shape, ``default_config`` first (above 128 rows that is
+    dequantize-then-cuBLAS); then the MMA kernel's default, with W as the other MMA operand (up
+    to 32 rows) and with the byte dequant, at other pipeline stages (64 rows), and the 256-row x
+    tiles (above 128 rows); then every tile shape with its best-filling split in the same
+    variants, before any tile's second choice (so a short list still spans tiles)."""
     block_m = block_m_for(m)
     w_as_b = block_m <= 32
     per_tile = []
@@ -443,7 +443,6 @@ def candidate_configs(
         configs += _with_other_stages(mma, m, n, k, num_sms)
     if m > MAX_BLOCK_M:
         configs += _wide_m_configs(m, n, k, num_sms)
-        configs += [c for c in [DequantGemmConfig()] if c != default]
     for options in per_tile:
         options[1:1] = _variants(options[0])
     if m <= GEMV_ROWS:
