@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
-from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE  # noqa: E402
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, NEEDS_CUDA_GRAPHS  # noqa: E402
 
 from kvserve.kernels.fused_moe import (  # noqa: E402
     fused_moe,
@@ -55,9 +55,8 @@ def test_fused_moe_matches_reference(tokens, load, experts, hidden, inter, k, dt
     assert (got - want).abs().max().item() <= 2e-2 * scale
 
 
+@NEEDS_CUDA_GRAPHS
 def test_fused_moe_replays_from_a_cuda_graph() -> None:
-    if DEVICE.type != "cuda":
-        pytest.skip("CUDA graphs need a GPU")
     x, w13, w2, weights, ids = _case(64, 16, 256, 128, 4, "random", torch.bfloat16)
     fused_moe(x, w13, w2, weights, ids)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
