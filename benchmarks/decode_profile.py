@@ -86,24 +86,30 @@ def summarize(
 
 
 def profile_prefill(core: EngineCore, length: int) -> dict[str, Any]:
-    """The prefill of one token budget's worth of ``length``-token prompts (one output each)."""
+    """The prefill of one token budget's worth of ``length``-token prompts (one output each),
+    profiled after an unprofiled run of the same (compiles, first-size allocations)."""
     n = max(1, core.config.scheduler.max_num_batched_tokens // length)
-    vocab = core.model_config.vocab_size
-    for timed in (False, True):
-        for i, p in enumerate(random_prompts(n, length, vocab, seed=length + timed)):
-            core.add_request(f"prefill{length}-{timed}-{i}", p, greedy(1))
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            t = time.perf_counter()
-            steps = 0
-            while core.has_unfinished():
-                core.step()
-                steps += 1
-            torch.cuda.synchronize()
-            wall_ms = (time.perf_counter() - t) * 1e3
-        reset_prefix_cache(core)
+    _prefill(core, length, n, "warm-up")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        steps, wall_ms = _prefill(core, length, n, "profiled")
     row = summarize(prof, 1, wall_ms, f"prefill {n}x{length} in {steps} steps", "prefill")
     return {"prompt_len": length, "prompts": n, "steps": steps} | row
+
+
+def _prefill(core: EngineCore, length: int, n: int, tag: str) -> tuple[int, float]:
+    """``n`` random prompts of ``length`` tokens run to their one output: (steps, wall ms)."""
+    for i, p in enumerate(random_prompts(n, length, core.model_config.vocab_size, seed=length)):
+        core.add_request(f"prefill{length}-{tag}-{i}", p, greedy(1))
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    steps = 0
+    while core.has_unfinished():
+        core.step()
+        steps += 1
+    torch.cuda.synchronize()
+    wall_ms = (time.perf_counter() - t) * 1e3
+    reset_prefix_cache(core)  # the same prompts again must not hit the cache
+    return steps, wall_ms
 
 
 def main() -> None:
