@@ -1,11 +1,21 @@
-"""Router logits of a decode batch, ``x @ W.T`` in float32, in one Triton launch: x read in its own
-dtype and widened in registers, W the router's float32 weight [E, H].
+"""Router logits ``x @ W.T`` in float32, in one Triton launch: x read in its own dtype, W the
+router's float32 weight [E, H].
 
 The torch path (``F.linear(x.float(), W)``) is three launches at decode (the cast of x and
 cuBLAS's two-kernel float GEMV), which at one token per step cost more than the bytes they
-move. Each program owns ``BLOCK_E`` experts and ``BLOCK_T`` tokens and sums products over H
-on the CUDA cores in float32, so the logits are as exact as the torch path's up to summation
-order. Larger token counts (prefill) keep cuBLAS: there the GEMM is worth its launches.
+move; at prefill it is a float32 GEMM on the CUDA cores plus a float32 copy of x (7.2 of 158 ms
+of a Qwen3-30B-A3B prefill of 8 x 1K prompts on the H200:
+decode_profile_h200_qwen_prefill_2026-12-02.json).
+
+- Up to ``MAX_KERNEL_TOKENS`` tokens, ``_router_logits_kernel``: each program owns
+  ``BLOCK_E`` experts and ``BLOCK_T`` tokens and sums products over H on the CUDA cores in
+  float32.
+- Past it, with x in bf16 or fp16, ``_router_logits_mma_kernel`` on the tensor cores: W splits
+  in registers into a high part (W rounded to x's dtype) and a low part (the remainder, rounded
+  again), and two MMAs with float32 accumulation sum ``x @ hi.T + x @ lo.T``. Each product of
+  two 16-bit operands is exact in float32, and hi + lo holds W to about 16 mantissa bits, so
+  the logits equal the float32 GEMM's up to summation order and that last rounding of W (none
+  when the checkpoint's router was bf16).
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ import torch.nn.functional as F
 
 from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
 
-# Up to this many tokens the Triton kernel computes the logits; past it, cuBLAS. On the H200
+# Up to this many tokens the CUDA-core kernel computes the logits. On the H200
 # (Qwen3-30B-A3B shape, moe_decode_h200_qwen_*_2026-12-01.json) the kernel's first version,
 # which reduced over H every step, took batch 1 from 251 to 262 tok/s but batch 64 from 3,295
 # to 3,023: the launches it saves matter only at the smallest batches.
@@ -56,16 +66,61 @@ def _router_logits_kernel(
     tl.store(out, logits, mask=t_ok & (experts < E)[None, :])
 
 
+@jit
+def _router_logits_mma_kernel(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    T,
+    E,
+    H,
+    stride_x,
+    stride_w,
+    stride_out,
+    BLOCK_T: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    experts = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)
+    dims = tl.arange(0, BLOCK_H)
+    x_rows = x_ptr + tokens.to(tl.int64)[:, None] * stride_x
+    w_rows = w_ptr + experts.to(tl.int64)[:, None] * stride_w
+    t_ok, e_ok = (tokens < T)[:, None], (experts < E)[:, None]
+    acc = tl.zeros([BLOCK_T, BLOCK_E], dtype=tl.float32)
+    for h0 in range(0, H, BLOCK_H):
+        h = h0 + dims[None, :]
+        x = tl.load(x_rows + h, mask=t_ok & (h < H), other=0.0)
+        w = tl.load(w_rows + h, mask=e_ok & (h < H), other=0.0)
+        hi = w.to(x.dtype)
+        lo = (w - hi.to(tl.float32)).to(x.dtype)
+        acc = tl.dot(x, tl.trans(hi), acc=acc)
+        acc = tl.dot(x, tl.trans(lo), acc=acc)
+    out = out_ptr + tokens.to(tl.int64)[:, None] * stride_out + experts[None, :]
+    tl.store(out, acc, mask=t_ok & (experts < E)[None, :])
+
+
 def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``F.linear(x.float(), weight)`` for x [T, H] (any float dtype), weight [E, H] float32."""
     tokens, hidden = x.shape
     experts = weight.shape[0]
-    if tokens == 0 or tokens > MAX_KERNEL_TOKENS:
+    split_mma = x.dtype in (torch.bfloat16, torch.float16)
+    if tokens == 0 or (tokens > MAX_KERNEL_TOKENS and not split_mma):
         return F.linear(x.float(), weight)
     require_triton()
     assert weight.shape[1] == hidden and weight.stride(1) == 1
     x = x if x.stride(1) == 1 else x.contiguous()
     out = torch.empty(tokens, experts, dtype=torch.float32, device=x.device)
+    if tokens > MAX_KERNEL_TOKENS:
+        # 64 experts a program (32 below 1K tokens: twice the programs over W's bytes)
+        block_e = min(64 if tokens >= 1024 else 32, max(16, next_pow2(experts)))
+        grid = (-(-tokens // 64), -(-experts // block_e))
+        _router_logits_mma_kernel[grid](
+            x, weight, out, tokens, experts, hidden, x.stride(0), weight.stride(0),
+            out.stride(0), BLOCK_T=64, BLOCK_E=block_e, BLOCK_H=64, num_warps=4,
+            num_stages=3,
+        )  # fmt: skip
+        return out
     # Few tokens: 4 experts a program, so a decode step's weight reads spread over >= E / 4 SMs
     block_t = next_pow2(tokens)
     block_e = 4 if tokens <= 4 else 8

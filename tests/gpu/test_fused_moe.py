@@ -113,11 +113,15 @@ def test_softmax_topk_kernel_matches_reference(tokens, experts, k, renormalize) 
         (37, 160, 512),
         (256, 128, 256),
         (300, 8, 64),
+        (1000, 128, 2048),
+        (517, 160, 4096),
+        (2048, 60, 1000),
     ],  # fmt: skip
 )
 def test_router_logits_kernel_matches_float32_linear(tokens, experts, hidden, dtype) -> None:  # noqa: ANN001
-    """Decode-size batches on the Triton kernel, 300 tokens on cuBLAS: both F.linear in fp32
-    up to summation order."""
+    """Decode-size batches on the CUDA-core kernel; more tokens on the split-W tensor-core
+    kernel (bf16, fp16) or cuBLAS (fp32): all F.linear in fp32 up to summation order (and W's
+    rounding to 16 mantissa bits in the split)."""
     gen = torch.Generator().manual_seed(tokens * experts)
     x = torch.randn(tokens, hidden + 8, generator=gen).to(dtype).to(DEVICE)[:, :hidden]
     weight = (torch.randn(experts, hidden, generator=gen) / hidden**0.5).to(DEVICE)
