@@ -10,12 +10,12 @@ decode_profile_h200_qwen_prefill_2026-12-02.json).
 - Up to ``MAX_KERNEL_TOKENS`` tokens, ``_router_logits_kernel``: each program owns
   ``BLOCK_E`` experts and ``BLOCK_T`` tokens and sums products over H on the CUDA cores in
   float32.
-- Past it, with x in bf16 or fp16, ``_router_logits_mma_kernel`` on the tensor cores: W splits
-  in registers into a high part (W rounded to x's dtype) and a low part (the remainder, rounded
-  again), and two MMAs with float32 accumulation sum ``x @ hi.T + x @ lo.T``. Each product of
-  two 16-bit operands is exact in float32, and hi + lo holds W to about 16 mantissa bits, so
-  the logits equal the float32 GEMM's up to summation order and that last rounding of W (none
-  when the checkpoint's router was bf16).
+- From ``MIN_MMA_TOKENS``, with x in bf16 or fp16, ``_router_logits_mma_kernel`` on the tensor
+  cores: W splits in registers into a high part (W rounded to x's dtype) and a low part (the
+  remainder, rounded again), and two MMAs with float32 accumulation sum
+  ``x @ hi.T + x @ lo.T``. Each product of two 16-bit operands is exact in float32, and
+  hi + lo holds W to about 16 mantissa bits, so the logits equal the float32 GEMM's up to
+  summation order and that last rounding of W (none when the checkpoint's router was bf16).
 """
 
 from __future__ import annotations
@@ -30,6 +30,12 @@ from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
 # which reduced over H every step, took batch 1 from 251 to 262 tok/s but batch 64 from 3,295
 # to 3,023: the launches it saves matter only at the smallest batches.
 MAX_KERNEL_TOKENS = 16
+# From this many tokens (16-bit x) the split-W tensor-core kernel; between the two, torch. On the
+# H200 (Qwen3-30B-A3B bf16, moe_decode_h200_router_{head,base}_2026-12-02.json, one machine) it
+# took prefill of 8 x 1K / 2 x 4K prompts from 60,159 / 50,423 to 63,155 / 52,298 tok/s, but
+# decode at batch 64 from 3,467 to 3,392: its 64-token programs are too few there. Decode
+# batches (at most 256 tokens) stay on torch.
+MIN_MMA_TOKENS = 512
 
 
 @jit
@@ -104,16 +110,16 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``F.linear(x.float(), weight)`` for x [T, H] (any float dtype), weight [E, H] float32."""
     tokens, hidden = x.shape
     experts = weight.shape[0]
-    split_mma = x.dtype in (torch.bfloat16, torch.float16)
+    split_mma = x.dtype in (torch.bfloat16, torch.float16) and tokens >= MIN_MMA_TOKENS
     if tokens == 0 or (tokens > MAX_KERNEL_TOKENS and not split_mma):
         return F.linear(x.float(), weight)
     require_triton()
     assert weight.shape[1] == hidden and weight.stride(1) == 1
     x = x if x.stride(1) == 1 else x.contiguous()
     out = torch.empty(tokens, experts, dtype=torch.float32, device=x.device)
-    if tokens > MAX_KERNEL_TOKENS:
-        # 64 experts a program (32 below 1K tokens: twice the programs over W's bytes)
-        block_e = min(64 if tokens >= 1024 else 32, max(16, next_pow2(experts)))
+    if split_mma:
+        # 64 experts a program (32 below 2K tokens: twice the programs over W's bytes)
+        block_e = min(64 if tokens >= 2048 else 32, max(16, next_pow2(experts)))
         grid = (-(-tokens // 64), -(-experts // block_e))
         _router_logits_mma_kernel[grid](
             x, weight, out, tokens, experts, hidden, x.stride(0), weight.stride(0),

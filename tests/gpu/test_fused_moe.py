@@ -24,7 +24,7 @@ from kvserve.kernels.moe_routing import (  # noqa: E402
     softmax_topk,
     softmax_topk_reference,
 )
-from kvserve.kernels.router_logits import router_logits  # noqa: E402
+from kvserve.kernels.router_logits import MIN_MMA_TOKENS, router_logits  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -119,15 +119,24 @@ def test_softmax_topk_kernel_matches_reference(tokens, experts, k, renormalize) 
     ],  # fmt: skip
 )
 def test_router_logits_kernel_matches_float32_linear(tokens, experts, hidden, dtype) -> None:  # noqa: ANN001
-    """Decode-size batches on the CUDA-core kernel; more tokens on the split-W tensor-core
-    kernel (bf16, fp16) or cuBLAS (fp32): all F.linear in fp32 up to summation order (and W's
-    rounding to 16 mantissa bits in the split)."""
+    """Decode-size batches on the CUDA-core kernel; prefill-size ones on the split-W
+    tensor-core kernel (bf16, fp16); the rest on torch: all F.linear in fp32 up to summation
+    order (and W's rounding to about 16 mantissa bits in the split)."""
     gen = torch.Generator().manual_seed(tokens * experts)
     x = torch.randn(tokens, hidden + 8, generator=gen).to(dtype).to(DEVICE)[:, :hidden]
     weight = (torch.randn(experts, hidden, generator=gen) / hidden**0.5).to(DEVICE)
     got = router_logits(x, weight)
     want = F.linear(x.float(), weight)
     assert got.dtype == torch.float32 and got.shape == (tokens, experts)
+    if dtype != torch.float32 and tokens >= MIN_MMA_TOKENS:
+        # The split keeps W to about 16 mantissa bits: within 2^-16 of |x| @ |W|.T of the
+        # float32 GEMM, and equal to the GEMM of the split halves up to summation order
+        bound = 2.0**-16 * F.linear(x.float().abs(), weight.abs())
+        assert ((got - want).abs() <= bound + 1e-5).all()
+        hi = weight.to(dtype)
+        lo = (weight - hi.float()).to(dtype)
+        x64 = x.double()
+        want = (F.linear(x64, hi.double()) + F.linear(x64, lo.double())).float()
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
