@@ -225,6 +225,7 @@ def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: di
         args.model, context_length=CONTEXT, enable_prefix_cache=False,
         max_num_batched_tokens=args.budget, chunked_prefill_size=args.chunk,
         kv_cache_dtype=args.kv_cache_dtype, chunk_attention_budget=args.chunk_attention_budget,
+        prefill_attention_backend=args.prefill_attention_backend,
     )  # fmt: skip
     sched = core.config.scheduler
     result["engine"] = {"startup_s": time.perf_counter() - t, "kv_tokens": kv_capacity_tokens(core),
@@ -262,6 +263,7 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, help="chunked_prefill_size (engine default)")
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8_e4m3")
     ap.add_argument("--chunk-attention-budget", type=int, help="the scheduler's (default off)")
+    ap.add_argument("--prefill-attention-backend", default="auto", help="auto, triton or cudnn")
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
@@ -269,6 +271,7 @@ def main() -> None:
     parts = all_parts if args.parts == "all" else set(args.parts.split(","))
     result: dict[str, Any] = {"model": args.model, "dtype": "bfloat16", "weights": "dummy",
                               "kv_cache_dtype": args.kv_cache_dtype,
+                              "prefill_attention_backend": args.prefill_attention_backend,
                               "context_length": CONTEXT}  # fmt: skip
     out_dir = None if args.out_dir is None else Path(args.out_dir)
 

@@ -215,6 +215,9 @@ class EngineConfig:
     dist_init_addr: str | None = None  # host:port of rank 0's rendezvous (needed when nnodes > 1)
     context_length: int | None = None  # None = the model's max_position_embeddings
     attention_backend: str = "auto"  # "torch" everywhere; "triton" on GPU
+    # The triton backend's prefill: "triton" (its kernel), "cudnn" (cuDNN's paged SDPA for large
+    # steps), "auto" (cudnn where it can run: kvserve.layers.attention.cudnn_prefill)
+    prefill_attention_backend: str = "auto"
     load_format: str = "auto"  # "auto" or "dummy" (random weights from config.json)
     # None/"auto": the checkpoint's own; a scheme name on an unquantized checkpoint quantizes it
     # at load (online); kvserve.quant.registry lists the schemes.
@@ -237,6 +240,10 @@ class EngineConfig:
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
         if self.attention_backend not in ("auto", "torch", "triton"):
             raise ConfigError(f"unknown attention backend {self.attention_backend!r}")
+        if self.prefill_attention_backend not in ("auto", "triton", "cudnn"):
+            raise ConfigError(
+                f"unknown prefill attention backend {self.prefill_attention_backend!r}"
+            )
         if self.load_format not in ("auto", "dummy"):
             raise ConfigError(f"load_format must be auto or dummy, got {self.load_format!r}")
         from kvserve.quant.registry import check_flag

@@ -161,6 +161,13 @@ FLAGS: list[Flag] = [
         choices=("auto", "torch", "triton"),
     ),  # fmt: skip
     Flag(
+        ("--prefill-attention-backend",),
+        "prefill attention of the triton backend: its kernel (triton), cuDNN's paged SDPA for "
+        "large steps (cudnn; needs nvidia-cudnn-frontend), or cudnn where it can run (auto)",
+        engine=True,
+        choices=("auto", "triton", "cudnn"),
+    ),  # fmt: skip
+    Flag(
         ("--load-format",),
         "auto, or dummy (random weights)",
         engine=True,

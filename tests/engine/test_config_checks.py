@@ -112,3 +112,29 @@ def test_the_engine_refuses_a_context_longer_than_the_model(tiny_model_dir, monk
     path = str(tiny_model_dir("LlamaForCausalLM"))  # max_position_embeddings 4096
     with pytest.raises(ConfigError, match="context_length 8192 is longer"):
         LLM(model=path, context_length=8192, device="cpu", max_total_tokens=256)
+
+
+def test_prefill_attention_backend_flag_and_choice(tiny_model_dir) -> None:
+    """The flag reaches the config; ``auto`` on CPU keeps the torch backend's own prefill;
+    asking for cuDNN where it cannot run is refused at start with the reason."""
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    args = parser.parse_args(["--prefill-attention-backend", "triton"])
+    assert build_engine_config(**engine_settings(args)).prefill_attention_backend == "triton"
+    with pytest.raises(ConfigError, match="unknown prefill attention backend 'flash'"):
+        build_engine_config(prefill_attention_backend="flash")
+    path = str(tiny_model_dir("LlamaForCausalLM"))
+    llm = LLM(model=path, device="cpu", max_total_tokens=256)
+    assert llm.engine.config.prefill_attention_backend == "auto"
+    assert llm.generate([[1, 2, 3]])[0].outputs[0].token_ids
+    with pytest.raises(ConfigError, match="cudnn needs the triton attention backend"):
+        LLM(model=path, device="cpu", max_total_tokens=256, prefill_attention_backend="cudnn")
+
+
+def test_cudnn_prefill_reasons_on_cpu() -> None:
+    import torch
+
+    from kvserve.layers.attention.cudnn_prefill import cudnn_prefill_unavailable
+
+    cpu = torch.device("cpu")
+    assert "CUDA" in cudnn_prefill_unavailable(cpu, torch.bfloat16, torch.bfloat16, 128)

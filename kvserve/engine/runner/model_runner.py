@@ -27,7 +27,7 @@ from kvserve.engine.runner.tp_step import SampleRow, launch_parallel
 from kvserve.engine.runner.warmup import warm_up_eager
 from kvserve.errors import ConfigError
 from kvserve.kernels.options import KernelOptions
-from kvserve.layers.attention import create_attention_backend
+from kvserve.layers.attention import create_attention_backend, create_prefill_library
 from kvserve.layers.sampler import Sampler, SamplerOutput
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.registry import model_class
@@ -57,7 +57,11 @@ class ModelRunner:
         self.page_size = config.cache.page_size
         kv_dtype = resolve_kv_dtype(config.cache.kv_cache_dtype, dtype)
         pdl = _resolve_pdl(config.enable_pdl, device)
-        self.backend = create_attention_backend(config.attention_backend, device, pdl)
+        prefill = create_prefill_library(
+            config.prefill_attention_backend, config.attention_backend, device, dtype, kv_dtype,
+            model_config.head_dim,
+        )  # fmt: skip
+        self.backend = create_attention_backend(config.attention_backend, device, pdl, prefill)
         # Chosen once: the layers with a Triton kernel run it with the triton backend.
         self.kernels = KernelOptions(triton=self.backend.name == "triton", pdl=pdl)
         quant = resolve_quantization(model_config.quantization, config.quantization)

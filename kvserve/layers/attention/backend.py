@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+import logging
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from kvserve.errors import ConfigError
 from kvserve.kernels.store_kv_cache import KVScales
 from kvserve.layers.attention.metadata import AttentionMetadata
+
+if TYPE_CHECKING:
+    from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
+
+log = logging.getLogger(__name__)
 
 
 class AttentionBackend(Protocol):
@@ -41,10 +47,11 @@ class AttentionBackend(Protocol):
 
 
 def create_attention_backend(
-    name: str, device: torch.device, pdl: bool = False
+    name: str, device: torch.device, pdl: bool = False, prefill: CudnnPrefill | None = None
 ) -> AttentionBackend:
     """``auto`` is triton on CUDA when Triton is importable, torch otherwise. ``pdl``: launch
-    the Triton kernels with programmatic dependent launch (sm_90+)."""
+    the Triton kernels with programmatic dependent launch (sm_90+). ``prefill``: the library
+    that takes the triton backend's large prefill steps (``create_prefill_library``)."""
     if name == "auto":
         name = "triton" if device.type == "cuda" and _triton_available() else "torch"
     if name == "torch":
@@ -56,8 +63,40 @@ def create_attention_backend(
             raise ConfigError("the triton attention backend needs a CUDA device")
         from kvserve.layers.attention.triton_backend import TritonAttentionBackend
 
-        return TritonAttentionBackend(pdl)
+        return TritonAttentionBackend(pdl, prefill)
     raise ConfigError(f"unknown attention backend {name!r} (choose auto, torch or triton)")
+
+
+def create_prefill_library(
+    name: str,
+    attention_backend: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    kv_dtype: torch.dtype,
+    head_dim: int,
+) -> CudnnPrefill | None:
+    """The prefill attention of the triton backend: ``triton`` (its own kernel), ``cudnn``
+    (cuDNN's paged SDPA for large steps; refused where it cannot run) or ``auto`` (cuDNN where
+    it can run, else the kernel)."""
+    if name not in ("auto", "triton", "cudnn"):
+        raise ConfigError(f"unknown prefill attention backend {name!r} (auto, triton or cudnn)")
+    uses_triton = attention_backend == "triton" or (
+        attention_backend == "auto" and device.type == "cuda" and _triton_available()
+    )
+    if name == "triton" or (name == "auto" and not uses_triton):
+        return None
+    if not uses_triton:
+        raise ConfigError("--prefill-attention-backend cudnn needs the triton attention backend")
+    from kvserve.layers.attention.cudnn_prefill import CudnnPrefill, cudnn_prefill_unavailable
+
+    reason = cudnn_prefill_unavailable(device, dtype, kv_dtype, head_dim)
+    if reason is not None:
+        if name == "cudnn":
+            raise ConfigError(f"--prefill-attention-backend cudnn cannot run here: {reason}")
+        log.info("prefill attention: the Triton kernel (cuDNN not used: %s)", reason)
+        return None
+    log.info("prefill attention: cuDNN's paged SDPA for large steps, else the Triton kernel")
+    return CudnnPrefill(device)
 
 
 def _triton_available() -> bool:

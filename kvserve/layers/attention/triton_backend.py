@@ -1,13 +1,16 @@
 """Attention on GPU through the Triton kernels in ``kvserve/kernels``.
 
 Same contract as ``TorchAttentionBackend`` (its reference): store the new k/v, then one decode
-kernel when every sequence has one new row, else one variable-length prefill kernel for the
-whole batch (decode rows included). ``attend`` is the second half alone, for callers that stored
-k/v themselves (``kvserve.kernels.rotary_store_kv``). No host syncs: only ``meta``'s tensors and
-host ints.
+kernel when every sequence has one new row, else the decode kernel for a mixed step's leading
+decodes and one variable-length prefill kernel for its chunks (or cuDNN's paged SDPA, when the
+engine enabled it and the chunks' attention is large: ``cudnn_prefill``). ``attend`` is the
+second half alone, for callers that stored k/v themselves (``kvserve.kernels.rotary_store_kv``).
+No host syncs: only ``meta``'s tensors and host ints.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -16,6 +19,9 @@ from kvserve.kernels.prefill_attention import paged_prefill_attention
 from kvserve.kernels.store_kv_cache import KVScales, store_kv_cache
 from kvserve.layers.attention.metadata import AttentionMetadata
 
+if TYPE_CHECKING:
+    from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
+
 
 class TritonAttentionBackend:
     name = "triton"
@@ -23,8 +29,9 @@ class TritonAttentionBackend:
     # and call ``attend``.
     fuses_rotary_store = True
 
-    def __init__(self, pdl: bool = False) -> None:
+    def __init__(self, pdl: bool = False, prefill: CudnnPrefill | None = None) -> None:
         self.pdl = pdl  # programmatic dependent launch of the kernels (sm_90+)
+        self.prefill_library = prefill  # takes the prefill steps it finds large enough
 
     def forward(
         self,
@@ -73,8 +80,8 @@ class TritonAttentionBackend:
         out[nd:] = self._prefill(q[nd:], kv_cache, starts, meta, nd, scale, kv_scales)
         return out
 
-    @staticmethod
     def _prefill(
+        self,
         q: torch.Tensor,
         kv_cache: torch.Tensor,
         query_start_loc: torch.Tensor,
@@ -83,6 +90,10 @@ class TritonAttentionBackend:
         scale: float,
         kv_scales: KVScales | None,
     ) -> torch.Tensor:
+        if self.prefill_library is not None:
+            inputs = self.prefill_library.step_inputs(meta, first_seq)
+            if inputs is not None:
+                return self.prefill_library(q, kv_cache, inputs, scale)
         return paged_prefill_attention(
             q,
             kv_cache,

@@ -1,0 +1,111 @@
+"""cuDNN's paged SDPA as the triton backend's prefill (``kvserve.layers.attention.cudnn_prefill``)
+against the torch backend in fp32: mixed steps (leading decodes, chunks behind cached prefixes,
+fresh prompts), pages in random order, q as a strided view of a fused qkv, and the shape buckets
+that decide how many graphs cuDNN builds. Needs an sm_90 GPU and ``nvidia-cudnn-frontend``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_test_device import DEVICE
+from test_attention_kernels import TOL, make_batch, reference
+
+from kvserve.layers.attention import cudnn_prefill
+from kvserve.layers.attention.cudnn_prefill import CudnnPrefill, cudnn_prefill_unavailable
+from kvserve.layers.attention.triton_backend import TritonAttentionBackend
+
+pytestmark = pytest.mark.gpu
+pytest.importorskip("cudnn")
+if DEVICE.type != "cuda" or cudnn_prefill_unavailable(DEVICE, torch.bfloat16, torch.bfloat16, 128):
+    pytest.skip("cuDNN prefill needs an sm_90 GPU", allow_module_level=True)
+
+# (query lens, sequence lens): leading decodes then chunks (the scheduler's order); a chunk
+# behind a prefix ending mid-page; a fresh prompt; one long chunk; batches that pad to 4 and 8
+CASES = [
+    ([1, 1, 37, 200], [50, 900, 37, 1000]),
+    ([513], [513]),
+    ([64, 3, 100], [64, 300, 2000]),
+    ([1, 256, 256, 17, 90], [7, 256, 4096, 17, 91]),
+]
+# (head_dim, Hq, Hkv, page_size, dtype)
+SHAPES = [(128, 32, 8, 16, torch.bfloat16), (64, 8, 4, 64, torch.float16),
+          (128, 8, 8, 32, torch.bfloat16)]  # fmt: skip
+
+
+@pytest.fixture
+def every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small test steps take cuDNN too (the engine's threshold keeps them on Triton)."""
+    monkeypatch.setattr(cudnn_prefill, "MIN_PAIRS", 0)
+
+
+@pytest.mark.usefixtures("every_step")
+@pytest.mark.parametrize("strided_q", [False, True])
+@pytest.mark.parametrize(("head_dim", "hq", "hkv", "page", "dtype"), SHAPES)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_cudnn_prefill_matches_reference(
+    case: int, head_dim: int, hq: int, hkv: int, page: int, dtype: torch.dtype, strided_q: bool
+) -> None:
+    qlens, slens = CASES[case]
+    b = make_batch(qlens, slens, page_size=page, num_heads=hq, num_kv_heads=hkv,
+                   head_dim=head_dim, dtype=dtype, seed=case)  # fmt: skip
+    q = b.q
+    if strided_q:  # the attention layer's q: the first Hq heads of each token's fused qkv row
+        qkv = torch.randn(q.shape[0], hq + 2 * hkv, head_dim, dtype=dtype, device=DEVICE)
+        qkv[:, :hq] = q
+        q = qkv[:, :hq]
+    want = reference(b)
+    backend = TritonAttentionBackend(prefill=CudnnPrefill(DEVICE))
+    got = backend.forward(q, b.k, b.v, b.kv_cache, b.meta, head_dim**-0.5)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), want, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.usefixtures("every_step")
+def test_one_graph_per_bucket() -> None:
+    """Steps whose batch and longest chunk round to the same powers of two share a graph."""
+    library = CudnnPrefill(DEVICE)
+    backend = TritonAttentionBackend(prefill=library)
+    steps = [([100, 70], [100, 300]), ([120, 1], [500, 640]), ([65, 128], [65, 128]),
+             ([300], [300])]  # fmt: skip
+    for qlens, slens in steps:
+        spare = 100 - sum(-(-n // 16) for n in slens)  # one pool size for every step
+        b = make_batch(qlens, slens, page_size=16, num_heads=8, num_kv_heads=2, head_dim=64,
+                       dtype=torch.bfloat16, spare_pages=spare, min_table_width=64)  # fmt: skip
+        got = backend.forward(b.q, b.k, b.v, b.kv_cache, b.meta, 0.125)
+        torch.testing.assert_close(got.float(), reference(b), atol=TOL[torch.bfloat16],
+                                   rtol=TOL[torch.bfloat16])  # fmt: skip
+    # batches 2, 2, 2, 1 and longest chunks 100, 120, 128, 300: buckets (2, 128), (1, 512)
+    assert sorted((shape.batch, shape.max_query) for shape in library._graphs) == [
+        (1, 512),
+        (2, 128),
+    ]
+
+
+def test_small_steps_stay_on_triton() -> None:
+    library = CudnnPrefill(DEVICE)
+    b = make_batch([1, 40], [30, 40], page_size=16, num_heads=8, num_kv_heads=2, head_dim=64,
+                   dtype=torch.bfloat16)  # fmt: skip
+    assert library.step_inputs(b.meta, 1) is None
+    backend = TritonAttentionBackend(prefill=library)
+    got = backend.forward(b.q, b.k, b.v, b.kv_cache, b.meta, 0.125)
+    torch.testing.assert_close(got.float(), reference(b), atol=TOL[torch.bfloat16],
+                               rtol=TOL[torch.bfloat16])  # fmt: skip
+    assert not library._graphs
+
+
+@pytest.mark.usefixtures("every_step")
+def test_engine_with_cudnn_prefill_gives_the_triton_tokens(tmp_path) -> None:  # noqa: ANN001
+    """Every prefill step of a bf16 engine on cuDNN: the greedy tokens of the Triton kernel."""
+    from test_engine_gpu import _greedy, _tiny_checkpoint
+
+    from kvserve.engine.config_builder import build_engine_config
+    from kvserve.engine.engine_core import EngineCore
+
+    path = _tiny_checkpoint("LlamaForCausalLM", tmp_path)
+    settings = {"device": "cuda", "dtype": "bfloat16", "max_total_tokens": 8192}  # two engines
+    on = EngineCore(build_engine_config(path, prefill_attention_backend="cudnn", **settings))
+    off = EngineCore(build_engine_config(path, prefill_attention_backend="triton", **settings))
+    assert on.runner.backend.prefill_library is not None
+    assert off.runner.backend.prefill_library is None
+    assert _greedy(on) == _greedy(off)
+    assert on.runner.backend.prefill_library._graphs  # the prompts went through cuDNN
