@@ -109,27 +109,41 @@ def _first_token_logprobs(core, prompts: list[list[int]]) -> list:  # noqa: ANN0
 
 
 @pytest.mark.usefixtures("every_step")
-def test_engine_with_cudnn_prefill_gives_the_triton_logits(tmp_path) -> None:  # noqa: ANN001
+def test_engine_with_cudnn_prefill_is_as_close_to_float32_as_triton(tmp_path) -> None:  # noqa: ANN001
     """Every prefill step of a bf16 engine on cuDNN, prompts in 256-token chunks (so chunks run
-    behind cached prefixes): each prompt's first token and top-5 logprobs as with the Triton
-    kernel, within bf16 rounding (greedy continuations part at near-ties, as any two bf16
-    kernels' sums do)."""
+    behind cached prefixes): the prompts' top-5 first-token logprobs are as close to a float32
+    engine's as the bf16 Triton kernel's are. A wiring fault (wrong pages, rows or lengths) would
+    be far off; bf16 rounding is not, and greedy continuations of two bf16 engines part at
+    near-ties, so tokens are compared only where the float32 margin is clear."""
     from test_engine_gpu import PROMPTS, _tiny_checkpoint
 
     from kvserve.engine.config_builder import build_engine_config
     from kvserve.engine.engine_core import EngineCore
 
     path = _tiny_checkpoint("LlamaForCausalLM", tmp_path)
-    settings = {"device": "cuda", "dtype": "bfloat16", "max_total_tokens": 8192,
-                "chunked_prefill_size": 256, "max_num_batched_tokens": 512}  # fmt: skip
-    on = EngineCore(build_engine_config(path, prefill_attention_backend="cudnn", **settings))
-    off = EngineCore(build_engine_config(path, prefill_attention_backend="triton", **settings))
-    assert on.runner.backend.prefill_library is not None
-    assert off.runner.backend.prefill_library is None
+    settings = {"device": "cuda", "max_total_tokens": 8192, "chunked_prefill_size": 256,
+                "max_num_batched_tokens": 512}  # fmt: skip
     prompts = [*PROMPTS, list(range(5, 905)), [9, 8, 7] * 200]
-    for cudnn, triton in zip(_first_token_logprobs(on, prompts),
-                             _first_token_logprobs(off, prompts), strict=True):  # fmt: skip
-        assert cudnn.token_id == triton.token_id
-        got, want = [lp for _, lp in cudnn.top], [lp for _, lp in triton.top]
-        torch.testing.assert_close(got, want, atol=0.05, rtol=0)
-    assert on.runner.backend.prefill_library._graphs  # the prompts went through cuDNN
+    runs = {}
+    for name, dtype, prefill in [("cudnn", "bfloat16", "cudnn"), ("triton", "bfloat16", "triton"),
+                                 ("fp32", "float32", "triton")]:  # fmt: skip
+        core = EngineCore(build_engine_config(path, dtype=dtype, prefill_attention_backend=prefill,
+                                              **settings))  # fmt: skip
+        assert (core.runner.backend.prefill_library is not None) == (name == "cudnn")
+        runs[name] = _first_token_logprobs(core, prompts)
+        if name == "cudnn":
+            assert core.runner.backend.prefill_library._graphs  # the prompts went through it
+        del core
+    errors = {"cudnn": [], "triton": []}
+    for cudnn, triton, exact in zip(*runs.values(), strict=True):
+        ref = torch.tensor([lp for _, lp in exact.top])
+        for name, run in (("cudnn", cudnn), ("triton", triton)):
+            errors[name].append((torch.tensor([lp for _, lp in run.top]) - ref).abs().max().item())
+        # bf16 logits of this wide model are coarse (0.1-0.5 apart in logprob from float32's on
+        # either kernel): a token is compared only where float32's margin exceeds that
+        worst = max(errors["cudnn"][-1], errors["triton"][-1])
+        if exact.top[0][1] - exact.top[1][1] > 2 * worst + 0.05:
+            assert cudnn.token_id == exact.token_id, errors
+    mean = {name: sum(e) / len(e) for name, e in errors.items()}
+    assert mean["cudnn"] <= 1.5 * mean["triton"] + 0.05, errors
+    assert max(errors["cudnn"]) <= 2 * max(errors["triton"]) + 0.1, errors
