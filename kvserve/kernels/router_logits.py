@@ -12,10 +12,11 @@ decode_profile_h200_qwen_prefill_2026-12-02.json).
   float32.
 - From ``MIN_MMA_TOKENS``, with x in bf16 or fp16, ``_router_logits_mma_kernel`` on the tensor
   cores: W splits in registers into a high part (W rounded to x's dtype) and a low part (the
-  remainder, rounded again), and two MMAs with float32 accumulation sum
-  ``x @ hi.T + x @ lo.T``. Each product of two 16-bit operands is exact in float32, and
-  hi + lo holds W to about 16 mantissa bits, so the logits equal the float32 GEMM's up to
-  summation order and that last rounding of W (none when the checkpoint's router was bf16).
+  remainder, rounded again; kept scaled by ``2^LO_SHIFT``), and two MMAs with float32
+  accumulation sum ``x @ hi.T + x @ lo.T``. Each product of two 16-bit operands is exact in
+  float32, and hi + lo holds W to about 16 mantissa bits, so the logits equal the float32
+  GEMM's up to summation order and that last rounding of W (none when the checkpoint's router
+  was bf16).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ MAX_KERNEL_TOKENS = 16
 # decode at batch 64 from 3,467 to 3,392: its 64-token programs are too few there. Decode
 # batches (at most 256 tokens) stay on torch.
 MIN_MMA_TOKENS = 512
+LO_SHIFT = 12  # the low half of W is kept times 2^12 (|W - hi| <= 2^-11 |W| in fp16)
 
 
 @jit
@@ -86,6 +88,7 @@ def _router_logits_mma_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_E: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    LO_SHIFT: tl.constexpr,
 ):
     tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     experts = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -94,16 +97,20 @@ def _router_logits_mma_kernel(
     w_rows = w_ptr + experts.to(tl.int64)[:, None] * stride_w
     t_ok, e_ok = (tokens < T)[:, None], (experts < E)[:, None]
     acc = tl.zeros([BLOCK_T, BLOCK_E], dtype=tl.float32)
+    acc_lo = tl.zeros([BLOCK_T, BLOCK_E], dtype=tl.float32)
     for h0 in range(0, H, BLOCK_H):
         h = h0 + dims[None, :]
         x = tl.load(x_rows + h, mask=t_ok & (h < H), other=0.0)
         w = tl.load(w_rows + h, mask=e_ok & (h < H), other=0.0)
         hi = w.to(x.dtype)
-        lo = (w - hi.to(tl.float32)).to(x.dtype)
+        # The remainder scaled up by 2^LO_SHIFT (exact) so that in fp16 it stays a normal
+        # number: fp16 subnormals lost it on the H200 (logits 2e-4 off at H = 4096)
+        lo = ((w - hi.to(tl.float32)) * (1 << LO_SHIFT)).to(x.dtype)
         acc = tl.dot(x, tl.trans(hi), acc=acc)
-        acc = tl.dot(x, tl.trans(lo), acc=acc)
+        acc_lo = tl.dot(x, tl.trans(lo), acc=acc_lo)
+    logits = acc + acc_lo * (1.0 / (1 << LO_SHIFT))
     out = out_ptr + tokens.to(tl.int64)[:, None] * stride_out + experts[None, :]
-    tl.store(out, acc, mask=t_ok & (experts < E)[None, :])
+    tl.store(out, logits, mask=t_ok & (experts < E)[None, :])
 
 
 def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -123,8 +130,8 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         grid = (-(-tokens // 64), -(-experts // block_e))
         _router_logits_mma_kernel[grid](
             x, weight, out, tokens, experts, hidden, x.stride(0), weight.stride(0),
-            out.stride(0), BLOCK_T=64, BLOCK_E=block_e, BLOCK_H=64, num_warps=4,
-            num_stages=3,
+            out.stride(0), BLOCK_T=64, BLOCK_E=block_e, BLOCK_H=64, LO_SHIFT=LO_SHIFT,
+            num_warps=4, num_stages=3,
         )  # fmt: skip
         return out
     # Few tokens: 4 experts a program, so a decode step's weight reads spread over >= E / 4 SMs

@@ -24,7 +24,11 @@ from kvserve.kernels.moe_routing import (  # noqa: E402
     softmax_topk,
     softmax_topk_reference,
 )
-from kvserve.kernels.router_logits import MIN_MMA_TOKENS, router_logits  # noqa: E402
+from kvserve.kernels.router_logits import (  # noqa: E402
+    LO_SHIFT,
+    MIN_MMA_TOKENS,
+    router_logits,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -134,9 +138,9 @@ def test_router_logits_kernel_matches_float32_linear(tokens, experts, hidden, dt
         bound = 2.0**-16 * F.linear(x.float().abs(), weight.abs())
         assert ((got - want).abs() <= bound + 1e-5).all()
         hi = weight.to(dtype)
-        lo = (weight - hi.float()).to(dtype)
+        lo = ((weight - hi.float()) * 2.0**LO_SHIFT).to(dtype).double() / 2.0**LO_SHIFT
         x64 = x.double()
-        want = (F.linear(x64, hi.double()) + F.linear(x64, lo.double())).float()
+        want = (F.linear(x64, hi.double()) + F.linear(x64, lo)).float()
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
