@@ -250,6 +250,10 @@ def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: di
     if "mixed" in parts:
         result["mixed"] = run_mixed(core, 16)
         save()
+    library = getattr(core.runner.backend, "prefill_library", None)
+    if library is not None:  # cuDNN's graphs: built once per shape bucket, on first use
+        result["engine"]["cudnn_graph_builds"] = library.builds
+        save()
     del core
     release_memory()
 

@@ -62,22 +62,26 @@ def test_cudnn_prefill_matches_reference(
 
 @pytest.mark.usefixtures("every_step")
 def test_one_graph_per_bucket() -> None:
-    """Steps whose batch and longest chunk round to the same powers of two share a graph."""
+    """Steps whose batch, longest chunk and page-table width round to the same powers of two
+    share a graph (the engine's tables are as wide as a step's longest sequence)."""
     library = CudnnPrefill(DEVICE)
     backend = TritonAttentionBackend(prefill=library)
-    steps = [([100, 70], [100, 300]), ([120, 1], [500, 640]), ([65, 128], [65, 128]),
-             ([300], [300])]  # fmt: skip
-    for qlens, slens in steps:
+    # (query lens, sequence lens, table width)
+    steps = [([100, 70], [100, 300], 40), ([120, 1], [500, 640], 64), ([65, 128], [65, 128], 33),
+             ([300], [300], 24), ([300], [600], 40)]  # fmt: skip
+    for qlens, slens, width in steps:
         spare = 100 - sum(-(-n // 16) for n in slens)  # one pool size for every step
         b = make_batch(qlens, slens, page_size=16, num_heads=8, num_kv_heads=2, head_dim=64,
-                       dtype=torch.bfloat16, spare_pages=spare, min_table_width=64)  # fmt: skip
+                       dtype=torch.bfloat16, spare_pages=spare, min_table_width=width)  # fmt: skip
+        assert b.meta.block_tables.shape[1] == width
         got = backend.forward(b.q, b.k, b.v, b.kv_cache, b.meta, 0.125)
         torch.testing.assert_close(got.float(), reference(b), atol=TOL[torch.bfloat16],
                                    rtol=TOL[torch.bfloat16])  # fmt: skip
-    # batches 2, 2, 2, 1 and longest chunks 100, 120, 128, 300: buckets (2, 128), (1, 512)
-    assert sorted((shape.batch, shape.max_query) for shape in library._graphs) == [
-        (1, 512),
-        (2, 128),
+    # (batch, longest chunk, width) buckets: (2, 128, 64) x 3, (1, 512, 32), (1, 512, 64)
+    assert sorted((g.batch, g.max_query, g.table_width) for g in library._graphs) == [
+        (1, 512, 32),
+        (1, 512, 64),
+        (2, 128, 64),
     ]
 
 

@@ -11,9 +11,10 @@ dtype, and the step's attention is large enough (``MIN_PAIRS``) for the library'
 variant pack per call, a graph built once per shape) not to matter; every other step stays on
 the Triton kernel.
 
-cuDNN builds a graph for fixed dimensions. The batch and the longest chunk round up to powers
-of two (a sequence's rows past its own length, and padded sequences of length 0, do nothing), so
-a serving run builds a handful of graphs; the page table's width and the pool are fixed.
+cuDNN builds a graph for fixed dimensions. The batch, the longest chunk and the page table's
+width round up to powers of two (a sequence's rows past its own length, padded sequences of
+length 0 and table entries past a sequence's pages are never read), so a serving run builds a
+few dozen graphs at most, each once; the pool's size is fixed.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class _Shape:
 
     batch: int  # bucketed
     max_query: int  # bucketed
-    table_width: int
+    table_width: int  # bucketed
     num_pages: int
     page_size: int
     num_heads: int
@@ -84,7 +85,7 @@ class _StepInputs:
     seq_q: torch.Tensor  # int32 [Bb, 1, 1, 1]
     seq_kv: torch.Tensor  # int32 [Bb, 1, 1, 1]
     q_start: torch.Tensor  # int32 [Bb + 1, 1, 1, 1]: first row of each sequence, in tokens
-    table: torch.Tensor  # int32 [Bb, 1, W, 1]
+    table: torch.Tensor  # int32 [Bb, 1, W, 1], W a power of two
     _offsets: dict[int, torch.Tensor] | None = None
 
     def offsets(self, token_stride: int) -> torch.Tensor:
@@ -159,6 +160,7 @@ class CudnnPrefill:
         with torch.cuda.device(device):
             self._handle = cudnn.create_handle()
         self._graphs: dict[_Shape, _Graph] = {}
+        self.builds: list[dict[str, float]] = []  # each graph built: its buckets and seconds
         self._step: tuple[AttentionMetadata, int, _StepInputs | None] | None = None
 
     def step_inputs(self, meta: AttentionMetadata, first_seq: int) -> _StepInputs | None:
@@ -206,9 +208,12 @@ class CudnnPrefill:
     def _build(self, shape: _Shape) -> _Graph:
         start = time.perf_counter()
         graph = self._graphs[shape] = _Graph(shape, self._handle)
+        seconds = time.perf_counter() - start
+        self.builds.append({"batch": shape.batch, "max_query": shape.max_query,
+                            "table_width": shape.table_width, "seconds": seconds})  # fmt: skip
         log.info(
-            "cuDNN prefill graph for %d sequences x %d rows built in %.2f s",
-            shape.batch, shape.max_query, time.perf_counter() - start,
+            "cuDNN prefill graph for %d sequences x %d rows (table width %d) built in %.2f s",
+            shape.batch, shape.max_query, shape.table_width, seconds,
         )  # fmt: skip
         return graph
 
@@ -226,7 +231,10 @@ def _pad_step(meta: AttentionMetadata, first_seq: int, batch: int) -> _StepInput
     q_start[: n + 1, 0, 0, 0] = qsl
     q_start[n + 1 :] = qsl[-1]  # padded sequences: empty, at the end
     tables = meta.block_tables[first_seq:]
-    table = torch.zeros(batch, 1, tables.shape[1], 1, dtype=torch.int32, device=device)
-    table[:n, 0, :, 0] = tables
+    # The engine's tables are as wide as the step's longest sequence: padded to a power of two
+    # (zeros, as the tail of a table), so that a long prompt's chunks do not build a graph each
+    width = next_pow2(tables.shape[1])
+    table = torch.zeros(batch, 1, width, 1, dtype=torch.int32, device=device)
+    table[:n, 0, : tables.shape[1], 0] = tables
     max_query = max(_MIN_QUERY_BUCKET, next_pow2(max(meta.query_lens_cpu[first_seq:])))
     return _StepInputs(batch, max_query, seq_q, seq_kv, q_start, table)
