@@ -7,7 +7,9 @@ prefill launches (a whole prompt; a chunk of new rows behind a cached prefix).
   causal for a chunk, GQA by ``enable_gqa``); ``gather_ms`` is what copying a sequence's pages
   into such a buffer costs.
 - ``cudnn_paged``: cuDNN's SDPA through ``nvidia-cudnn-frontend`` reading the paged cache in
-  place (page table, bottom-right causal); its output is checked against the Triton kernel's.
+  place (page table, bottom-right causal), as the engine calls it
+  (``kvserve.layers.attention.cudnn_prefill``); its output is checked against the Triton
+  kernel's.
 
 Causal FLOPs (4 per query-key pair and dim) against a bf16 matmul measured in the same run.
 Llama-3-8B heads (32 q, 8 kv, D = 128), bf16, page 16.
@@ -59,54 +61,27 @@ def gather_ms(seq_len: int) -> float:
     return median_ms(lambda: kv_cache[:, pages].permute(0, 3, 1, 2, 4).contiguous())
 
 
-class CudnnPagedPrefill:
-    """One cuDNN SDPA graph for one sequence: q [T, Hq, D], the cache read through its page
-    table with bottom-right causal masking."""
+def cudnn_paged_call(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    qsl: torch.Tensor,
+    seq_lens: torch.Tensor,
+    tables: torch.Tensor,
+) -> Callable[[], torch.Tensor]:
+    """The engine's cuDNN prefill (``CudnnPrefill``) on one sequence's step."""
+    from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
+    from kvserve.layers.attention.metadata import AttentionMetadata
 
-    def __init__(self, q: torch.Tensor, kv_cache: torch.Tensor, tables: torch.Tensor) -> None:
-        import cudnn
-
-        qlen, seq_len = q.shape[0], tables.shape[1] * PAGE
-        self.q = q.unsqueeze(0).permute(0, 2, 1, 3)  # [1, Hq, T, D], token-major in memory
-        self.out = torch.empty_like(q).unsqueeze(0).permute(0, 2, 1, 3)
-        self.k = kv_cache[0].permute(0, 2, 1, 3)  # [pages, Hkv, PAGE, D]
-        self.v = kv_cache[1].permute(0, 2, 1, 3)
-        self.table = tables[:, None, :, None].contiguous()  # [1, 1, pages, 1]
-        self.seq_q = torch.full((1, 1, 1, 1), qlen, dtype=torch.int32, device="cuda")
-        self.seq_kv = torch.full((1, 1, 1, 1), seq_len, dtype=torch.int32, device="cuda")
-        graph = cudnn.pygraph(
-            io_data_type=cudnn.data_type.BFLOAT16,
-            intermediate_data_type=cudnn.data_type.FLOAT,
-            compute_data_type=cudnn.data_type.FLOAT,
-        )
-        self.tensors = {
-            name: graph.tensor_like(t)
-            for name, t in [("q", self.q), ("k", self.k), ("v", self.v), ("table", self.table),
-                            ("seq_q", self.seq_q), ("seq_kv", self.seq_kv)]
-        }  # fmt: skip
-        t = self.tensors
-        o, _ = graph.sdpa(
-            name="sdpa", q=t["q"], k=t["k"], v=t["v"], is_inference=True, attn_scale=SCALE,
-            use_causal_mask_bottom_right=True, use_padding_mask=True, seq_len_q=t["seq_q"],
-            seq_len_kv=t["seq_kv"], paged_attention_k_table=t["table"],
-            paged_attention_v_table=t["table"], paged_attention_max_seq_len_kv=seq_len,
-        )  # fmt: skip
-        o.set_output(True).set_dim(list(self.out.shape)).set_stride(list(self.out.stride()))
-        t["o"] = o
-        graph.validate()
-        graph.build_operation_graph()
-        graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        graph.check_support()
-        graph.build_plans()
-        self.graph = graph
-        self.workspace = torch.empty(graph.get_workspace_size(), dtype=torch.uint8, device="cuda")
-
-    def __call__(self) -> torch.Tensor:
-        t = self.tensors
-        pack = {t["q"]: self.q, t["k"]: self.k, t["v"]: self.v, t["table"]: self.table,
-                t["seq_q"]: self.seq_q, t["seq_kv"]: self.seq_kv, t["o"]: self.out}  # fmt: skip
-        self.graph.execute(pack, self.workspace)
-        return self.out.permute(0, 2, 1, 3)[0]  # [T, Hq, D]
+    qlen, seq_len = q.shape[0], tables.shape[1] * PAGE
+    meta = AttentionMetadata(
+        query_start_loc=qsl, seq_lens=seq_lens, block_tables=tables,
+        slot_mapping=torch.empty(0, dtype=torch.int64, device=q.device), max_query_len=qlen,
+        max_seq_len=seq_len, query_lens_cpu=[qlen], seq_lens_cpu=[seq_len],
+    )  # fmt: skip
+    library = CudnnPrefill(q.device)
+    inputs = library.step_inputs(meta, 0)
+    assert inputs is not None, "below the size the engine hands to cuDNN"
+    return lambda: library(q, kv_cache, inputs, SCALE)
 
 
 def library_rows(qlen: int, seq_len: int, mm_tflops: float) -> list[dict]:
@@ -125,7 +100,7 @@ def library_rows(qlen: int, seq_len: int, mm_tflops: float) -> list[dict]:
     for name, run in runs.items():
         rows.append(timed_row(name, run, flops, mm_tflops))
     try:
-        cudnn_call = CudnnPagedPrefill(q, kv_cache, tables)
+        cudnn_call = cudnn_paged_call(q, kv_cache, qsl, seq_lens, tables)
         err = (cudnn_call().float() - triton().float()).abs().max().item()
         row = timed_row("cudnn_paged", lambda: median_ms(cudnn_call), flops, mm_tflops)
         row["max_abs_diff_vs_triton"] = err

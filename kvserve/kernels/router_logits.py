@@ -41,6 +41,20 @@ LO_SHIFT = 12  # the low half of W is kept times 2^12 (|W - hi| <= 2^-11 |W| in 
 
 
 @jit
+def _tile(
+    x_ptr, w_ptr, t_block, e_block, T, E, stride_x, stride_w,
+    BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
+):  # fmt: skip
+    """A program's tokens and experts, their row pointers ([BLOCK_T, 1], [BLOCK_E, 1]) and
+    masks."""
+    tokens = t_block * BLOCK_T + tl.arange(0, BLOCK_T)
+    experts = e_block * BLOCK_E + tl.arange(0, BLOCK_E)
+    x_rows = x_ptr + tokens.to(tl.int64)[:, None] * stride_x
+    w_rows = w_ptr + experts.to(tl.int64)[:, None] * stride_w
+    return tokens, experts, x_rows, w_rows, (tokens < T)[:, None], (experts < E)[:, None]
+
+
+@jit
 def _router_logits_kernel(
     x_ptr,
     w_ptr,
@@ -55,12 +69,11 @@ def _router_logits_kernel(
     BLOCK_E: tl.constexpr,
     BLOCK_H: tl.constexpr,
 ):
-    tokens = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
-    experts = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
+    tokens, experts, x_rows, w_rows, t_ok, e_ok = _tile(
+        x_ptr, w_ptr, tl.program_id(1), tl.program_id(0), T, E, stride_x, stride_w, BLOCK_T,
+        BLOCK_E,
+    )  # fmt: skip
     dims = tl.arange(0, BLOCK_H)
-    x_rows = x_ptr + tokens.to(tl.int64)[:, None] * stride_x  # [BLOCK_T, 1]
-    w_rows = w_ptr + experts.to(tl.int64)[:, None] * stride_w  # [BLOCK_E, 1]
-    t_ok, e_ok = (tokens < T)[:, None], (experts < E)[:, None]
     # Products summed per lane of H in the loop, across lanes once at the end: a reduction
     # every step would cost more shuffles than the FMAs
     acc = tl.zeros([BLOCK_T, BLOCK_E, BLOCK_H], dtype=tl.float32)
@@ -90,12 +103,11 @@ def _router_logits_mma_kernel(
     BLOCK_H: tl.constexpr,
     LO_SHIFT: tl.constexpr,
 ):
-    tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    experts = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)
+    tokens, experts, x_rows, w_rows, t_ok, e_ok = _tile(
+        x_ptr, w_ptr, tl.program_id(0), tl.program_id(1), T, E, stride_x, stride_w, BLOCK_T,
+        BLOCK_E,
+    )  # fmt: skip
     dims = tl.arange(0, BLOCK_H)
-    x_rows = x_ptr + tokens.to(tl.int64)[:, None] * stride_x
-    w_rows = w_ptr + experts.to(tl.int64)[:, None] * stride_w
-    t_ok, e_ok = (tokens < T)[:, None], (experts < E)[:, None]
     acc = tl.zeros([BLOCK_T, BLOCK_E], dtype=tl.float32)
     acc_lo = tl.zeros([BLOCK_T, BLOCK_E], dtype=tl.float32)
     for h0 in range(0, H, BLOCK_H):
