@@ -89,7 +89,8 @@ class _StepInputs:
     _offsets: dict[int, torch.Tensor] | None = None
 
     def offsets(self, token_stride: int) -> torch.Tensor:
-        """Ragged offsets in elements: each sequence's first row times ``token_stride``."""
+        """Ragged offsets in elements: each sequence's first row times ``token_stride`` (int32:
+        a step's rows times a token's stride stay far below 2^31)."""
         self._offsets = self._offsets or {}
         if token_stride not in self._offsets:
             self._offsets[token_stride] = self.q_start * token_stride
