@@ -87,6 +87,10 @@ class TorchCudaFacts:
     kernel_error: str = ""
     capabilities: list[tuple[int, int]] = field(default_factory=list)
     reason: str = ""
+    # What takes a bf16 model's large prefill steps on GPU 0 (the engine's own choice):
+    # "cudnn ..." with versions, or "triton" and why not cuDNN; None: not probed
+    prefill_attention: str | None = None
+    prefill_attention_reason: str = ""
 
 
 @dataclass

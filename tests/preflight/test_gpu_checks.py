@@ -126,6 +126,33 @@ def test_capability_row_says_which_path_runs(fixtures: Path) -> None:
     assert "FP8 tensor cores" in fp8["cuda: capability vs quant"].observed
 
 
+@pytest.mark.parametrize(
+    ("library", "reason", "status"),
+    [
+        ("cudnn (nvidia-cudnn-frontend 1.32.0, cuDNN 91900)", "", Status.PASS),
+        ("triton", "nvidia-cudnn-frontend is not installed (pip install ...)", Status.WARN),
+        ("triton", "it is enabled on sm_90 (Hopper) only, where it was measured", Status.PASS),
+        (None, "", Status.SKIP),
+    ],
+)
+def test_prefill_attention_row_names_the_library(
+    fixtures: Path, library: str | None, reason: str, status: Status
+) -> None:
+    """cuDNN where the engine would take it; a warning only where an sm_90 node lacks the
+    package (its long prefills then run about 1.3x slower), with the install as the fix."""
+    gpu = _gpu(fixtures, "nvml_hgx_h100_healthy.json")
+    torch_facts = _torch("12.4")
+    torch_facts.prefill_attention, torch_facts.prefill_attention_reason = library, reason
+    row = _by_name(check_cuda(gpu, torch_facts, None, PreflightOptions()))[
+        "cuda: prefill attention"
+    ]
+    assert row.status is status
+    if library == "triton":
+        assert row.observed.startswith("the Triton kernel: ") and reason in row.observed
+    if status is Status.WARN:
+        assert "kvserve[cudnn]" in row.fix
+
+
 def test_no_gpu_skips_with_the_reason_once() -> None:
     gpu = GpuFacts(source=None, unavailable_reason="no NVIDIA GPU found (nvml: no library)")
     rows = check_gpus(gpu, CLEAN_LOG, PreflightOptions())

@@ -28,4 +28,22 @@ def probe_torch() -> TorchCudaFacts:
     except RuntimeError as exc:
         facts.kernel_ok = False
         facts.kernel_error = str(exc).splitlines()[0]
+    _probe_prefill_attention(facts)
     return facts
+
+
+def _probe_prefill_attention(facts: TorchCudaFacts) -> None:
+    """The engine's rule (``cudnn_prefill_unavailable``) for a bf16 model with 128-dim heads."""
+    import torch
+
+    from kvserve.layers.attention.cudnn_prefill import cudnn_prefill_unavailable
+
+    reason = cudnn_prefill_unavailable(torch.device("cuda:0"), torch.bfloat16, torch.bfloat16, 128)
+    if reason is not None:
+        facts.prefill_attention, facts.prefill_attention_reason = "triton", reason
+        return
+    import cudnn
+
+    facts.prefill_attention = (
+        f"cudnn (nvidia-cudnn-frontend {cudnn.__version__}, cuDNN {cudnn.backend_version()})"
+    )
