@@ -2,9 +2,9 @@
 KV cache in place: ragged query rows, one page table per sequence, causal masking aligned to
 the bottom right (row j of a chunk sees its sequence's cached prefix and the chunk up to j).
 
-On the H200 it ran at 1.29-1.32x the speed of the Triton kernel (``paged_prefill_attention``),
-at 4K-128K tokens, on whole prompts and on 2K / 16K chunks behind long prefixes alike: 520-551
-against 395-427 TFLOP/s (``python -m benchmarks.attention_libraries``,
+On the H200 it ran at 1.28-1.62x the speed of the Triton kernel (``paged_prefill_attention``),
+at 4K-128K tokens, on whole prompts and on 2K / 16K chunks behind long prefixes alike: 464-551
+against 286-427 TFLOP/s (``python -m benchmarks.attention_libraries``,
 attention_libraries_2026-12-02.json). The Triton backend hands it a step's prefill rows when the
 library imports, the GPU is sm_90 (where it was measured), the cache holds the model's 16-bit
 dtype, and the step's attention is large enough (``MIN_PAIRS``) for the library's host work (a
