@@ -131,10 +131,36 @@ def test_prefill_attention_backend_flag_and_choice(tiny_model_dir) -> None:
         LLM(model=path, device="cpu", max_total_tokens=256, prefill_attention_backend="cudnn")
 
 
-def test_cudnn_prefill_reasons_on_cpu() -> None:
+def test_cudnn_prefill_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each reason ``auto`` falls back to the Triton kernel for, in one line. The GPU and the
+    package do not exist here: an sm_90 device and a missing or broken package are stood in."""
+    import sys
+    import types
+
     import torch
 
     from kvserve.layers.attention.cudnn_prefill import cudnn_prefill_unavailable
 
-    cpu = torch.device("cpu")
-    assert "CUDA" in cudnn_prefill_unavailable(cpu, torch.bfloat16, torch.bfloat16, 128)
+    bf16, fp8 = torch.bfloat16, torch.float8_e4m3fn
+    assert "CUDA" in cudnn_prefill_unavailable(torch.device("cpu"), bf16, bf16, 128)
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert "sm_90" in cudnn_prefill_unavailable(gpu, bf16, bf16, 128)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert "same dtype" in cudnn_prefill_unavailable(gpu, bf16, fp8, 128)
+    assert "head_dim 96" in cudnn_prefill_unavailable(gpu, bf16, bf16, 96)
+    monkeypatch.setitem(sys.modules, "cudnn", None)  # import cudnn raises ImportError
+    assert "not installed" in cudnn_prefill_unavailable(gpu, bf16, bf16, 128)
+
+    def no_library() -> int:
+        raise OSError("libcudnn.so.9: cannot open shared object file")
+
+    broken = types.ModuleType("cudnn")
+    broken.backend_version = no_library
+    monkeypatch.setitem(sys.modules, "cudnn", broken)
+    reason = cudnn_prefill_unavailable(gpu, bf16, bf16, 128)
+    assert reason.startswith("nvidia-cudnn-frontend does not load (OSError: libcudnn.so.9")
+    old = types.ModuleType("cudnn")
+    old.backend_version = lambda: 90100
+    monkeypatch.setitem(sys.modules, "cudnn", old)
+    assert "older than 9.5" in cudnn_prefill_unavailable(gpu, bf16, bf16, 128)

@@ -52,10 +52,14 @@ def cudnn_prefill_unavailable(
         return f"head_dim {head_dim} was not tried with it (64 and 128 were)"
     try:
         import cudnn
+
+        version = cudnn.backend_version()
     except ImportError:
         return "nvidia-cudnn-frontend is not installed (pip install nvidia-cudnn-frontend)"
-    if cudnn.backend_version() < _MIN_CUDNN_VERSION:
-        return f"cuDNN {cudnn.backend_version()} is older than 9.5 (no paged caches)"
+    except Exception as exc:  # noqa: BLE001 - a broken install must not stop an auto start
+        return f"nvidia-cudnn-frontend does not load ({type(exc).__name__}: {exc})"[:300]
+    if version < _MIN_CUDNN_VERSION:
+        return f"cuDNN {version} is older than 9.5 (no paged caches)"
     return None
 
 
