@@ -11,15 +11,19 @@ prefill launches (a whole prompt; a chunk of new rows behind a cached prefix).
   (``kvserve.layers.attention.cudnn_prefill``); its output is checked against the Triton
   kernel's.
 
+``--parts widths``: cuDNN's speed on the same sequence with its page table as wide as the
+sequence and as wide as a 128K context (one graph width for every step, if it costs nothing).
+
 Causal FLOPs (4 per query-key pair and dim) against a bf16 matmul measured in the same run.
 Llama-3-8B heads (32 q, 8 kv, D = 128), bf16, page 16.
 
-    python -m benchmarks.attention_libraries [--out-dir DIR]
+    python -m benchmarks.attention_libraries [--parts libraries,widths] [--out-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 
 import torch
@@ -67,12 +71,16 @@ def cudnn_paged_call(
     qsl: torch.Tensor,
     seq_lens: torch.Tensor,
     tables: torch.Tensor,
+    width: int | None = None,
 ) -> Callable[[], torch.Tensor]:
-    """The engine's cuDNN prefill (``CudnnPrefill``) on one sequence's step."""
+    """The engine's cuDNN prefill (``CudnnPrefill``) on one sequence's step; ``width``: its page
+    table padded with zeros to that many columns (the graph takes the next power of two)."""
     from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
     from kvserve.layers.attention.metadata import AttentionMetadata
 
     qlen, seq_len = q.shape[0], tables.shape[1] * PAGE
+    if width is not None and width > tables.shape[1]:
+        tables = torch.nn.functional.pad(tables, (0, width - tables.shape[1]))
     meta = AttentionMetadata(
         query_start_loc=qsl, seq_lens=seq_lens, block_tables=tables,
         slot_mapping=torch.empty(0, dtype=torch.int64, device=q.device), max_query_len=qlen,
@@ -116,6 +124,26 @@ def library_rows(qlen: int, seq_len: int, mm_tflops: float) -> list[dict]:
     return rows
 
 
+# (new rows, sequence length): whether a graph built for a wide page table (the engine's
+# longest context, so that one width serves every step) reads a short sequence as fast
+WIDTH_SHAPES = [(2048, 4096), (2048, 32768), (16384, 32768)]
+WIDE_TABLE = 131072 // PAGE
+
+
+def width_rows(mm_tflops: float) -> list[dict]:
+    rows = []
+    for qlen, seq_len in WIDTH_SHAPES:
+        q, kv_cache, qsl, seq_lens, tables = prefill_inputs(seq_len, qlen)
+        for width in (tables.shape[1], WIDE_TABLE):
+            call = cudnn_paged_call(q, kv_cache, qsl, seq_lens, tables, width)
+            run = functools.partial(median_ms, call)
+            row = timed_row("cudnn_paged", run, attention_flops(qlen, seq_len), mm_tflops)
+            rows.append({**row, "qlen": qlen, "seq_len": seq_len, "table_width": width})
+            print(f"q={qlen:6d} L={seq_len:6d} table width {width:5d}: "
+                  f"{row.get('tflops', float('nan')):5.0f} TFLOP/s", flush=True)  # fmt: skip
+    return rows
+
+
 def timed_row(name: str, run: Callable[[], float], flops: float, mm_tflops: float) -> dict:
     try:
         ms = run()
@@ -128,7 +156,9 @@ def timed_row(name: str, run: Callable[[], float], flops: float, mm_tflops: floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--parts", default="libraries", help="libraries, widths (comma list)")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     mm_tflops = matmul_tflops()
     versions = {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
     try:
@@ -139,21 +169,24 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001
         versions["cudnn_frontend"] = f"unavailable: {exc}"
     print(f"bf16 matmul {mm_tflops:.0f} TFLOP/s; {versions}", flush=True)
-    rows = []
-    for qlen, seq_len in SHAPES:
-        rows += library_rows(qlen, seq_len, mm_tflops)
-    gathers = [{"seq_len": n, "gather_ms": gather_ms(n)} for n in (32768, 131072)]
-    print(gathers, flush=True)
+    rows, gathers, widths = [], [], []
+    if "libraries" in parts:
+        for qlen, seq_len in SHAPES:
+            rows += library_rows(qlen, seq_len, mm_tflops)
+        gathers = [{"seq_len": n, "gather_ms": gather_ms(n)} for n in (32768, 131072)]
+        print(gathers, flush=True)
+    if "widths" in parts:
+        widths = width_rows(mm_tflops)
     # The first matmul of a fresh process can read high (795 TFLOP/s on the H200 against
     # 679-701 later in other runs): shares are against the rate after the sustained load above
     sustained = matmul_tflops()
-    for row in rows:
+    for row in rows + widths:
         if "tflops" in row:
             row["of_matmul"] = row["tflops"] / sustained
     write_result(
         "attention_libraries",
         {"matmul_tflops": sustained, "matmul_tflops_at_start": mm_tflops, "versions": versions,
-         "rows": rows, "gather": gathers,
+         "rows": rows, "gather": gathers, "table_widths": widths,
          "shape": {"hq": HQ, "hkv": HKV, "head_dim": HEAD_DIM, "page": PAGE}},
         args.out_dir,
     )  # fmt: skip
