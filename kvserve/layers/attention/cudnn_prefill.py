@@ -102,7 +102,7 @@ class _StepInputs:
 
 
 class _Graph:
-    def __init__(self, shape: _Shape, handle: object) -> None:
+    def __init__(self, shape: _Shape, handle: object, device: torch.device) -> None:
         import cudnn
 
         s = shape
@@ -152,7 +152,7 @@ class _Graph:
         graph.check_support()
         graph.build_plans()
         self.graph = graph
-        self.workspace = torch.empty(graph.get_workspace_size(), dtype=torch.uint8, device="cuda")
+        self.workspace = torch.empty(graph.get_workspace_size(), dtype=torch.uint8, device=device)
 
 
 class CudnnPrefill:
@@ -161,8 +161,8 @@ class CudnnPrefill:
     def __init__(self, device: torch.device) -> None:
         import cudnn
 
-        self._cudnn = cudnn
-        with torch.cuda.device(device):
+        self._cudnn, self.device = cudnn, device
+        with torch.cuda.device(device):  # a tensor-parallel rank's own GPU, not the current one
             self._handle = cudnn.create_handle()
         self._graphs: dict[_Shape, _Graph] = {}
         self.builds: list[dict[str, float]] = []  # each graph built: its buckets and seconds
@@ -212,7 +212,8 @@ class CudnnPrefill:
 
     def _build(self, shape: _Shape) -> _Graph:
         start = time.perf_counter()
-        graph = self._graphs[shape] = _Graph(shape, self._handle)
+        with torch.cuda.device(self.device):
+            graph = self._graphs[shape] = _Graph(shape, self._handle, self.device)
         seconds = time.perf_counter() - start
         self.builds.append({"batch": shape.batch, "max_query": shape.max_query,
                             "table_width": shape.table_width, "seconds": seconds})  # fmt: skip
