@@ -16,8 +16,9 @@ from kvserve.layers.attention.triton_backend import TritonAttentionBackend
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("cudnn")
-if DEVICE.type != "cuda" or cudnn_prefill_unavailable(DEVICE, torch.bfloat16, torch.bfloat16, 128):
-    pytest.skip("cuDNN prefill needs an sm_90 GPU", allow_module_level=True)
+_REASON = cudnn_prefill_unavailable(DEVICE, torch.bfloat16, torch.bfloat16, 128)
+if _REASON is not None:  # a CPU, a GPU other than sm_90, or a cuDNN without paged caches
+    pytest.skip(f"cuDNN prefill cannot run here: {_REASON}", allow_module_level=True)
 
 # (query lens, sequence lens): leading decodes then chunks (the scheduler's order); a chunk
 # behind a prefix ending mid-page; a fresh prompt; one long chunk; batches that pad to 4 and 8

@@ -49,11 +49,10 @@ class AttentionBackend(Protocol):
 def create_attention_backend(
     name: str, device: torch.device, pdl: bool = False, prefill: CudnnPrefill | None = None
 ) -> AttentionBackend:
-    """``auto`` is triton on CUDA when Triton is importable, torch otherwise. ``pdl``: launch
-    the Triton kernels with programmatic dependent launch (sm_90+). ``prefill``: the library
-    that takes the triton backend's large prefill steps (``create_prefill_library``)."""
-    if name == "auto":
-        name = "triton" if device.type == "cuda" and _triton_available() else "torch"
+    """``name``: auto, torch or triton (``_resolve``). ``pdl``: launch the Triton kernels with
+    programmatic dependent launch (sm_90+). ``prefill``: the library that takes the triton
+    backend's large prefill steps (``create_prefill_library``)."""
+    name = _resolve(name, device)
     if name == "torch":
         from kvserve.layers.attention.torch_backend import TorchAttentionBackend
 
@@ -80,9 +79,7 @@ def create_prefill_library(
     it can run, else the kernel)."""
     if name not in ("auto", "triton", "cudnn"):
         raise ConfigError(f"unknown prefill attention backend {name!r} (auto, triton or cudnn)")
-    uses_triton = attention_backend == "triton" or (
-        attention_backend == "auto" and device.type == "cuda" and _triton_available()
-    )
+    uses_triton = _resolve(attention_backend, device) == "triton"
     if name == "triton" or (name == "auto" and not uses_triton):
         return None
     if not uses_triton:
@@ -97,6 +94,14 @@ def create_prefill_library(
         return None
     log.info("prefill attention: cuDNN's paged SDPA for large steps, else the Triton kernel")
     return CudnnPrefill(device)
+
+
+def _resolve(name: str, device: torch.device) -> str:
+    """The attention backend ``name`` stands for: ``auto`` is triton on CUDA when Triton is
+    importable, torch otherwise."""
+    if name != "auto":
+        return name
+    return "triton" if device.type == "cuda" and _triton_available() else "torch"
 
 
 def _triton_available() -> bool:
