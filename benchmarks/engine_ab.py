@@ -26,13 +26,12 @@ from benchmarks.common import (
     release_memory,
     write_result,
 )
+from benchmarks.roofline import PREFILL_ENGINE, run_prefill
 
 
 def measure(
     model: str, settings: dict[str, object], batches: list[int], prefill: list[int], ceil: dict
 ) -> dict[str, float]:
-    from benchmarks.roofline import run_prefill
-
     core = build_engine(model, **settings)
     rates = {f"decode_b{b}_tok_s": decode_rate(core, b, 1024, 64, 192)["tok_s"] for b in batches}
     for row in run_prefill(core, ceil, prefill) if prefill else []:
@@ -68,9 +67,8 @@ def main() -> None:
     for r in range(args.rounds):
         for value in map(setting_value, args.values.split(",")):
             settings = {args.setting: value, "quantization": args.quantization}
-            if prefill:  # roofline's prefill engine: 16K-token steps and chunks
-                settings.update(max_num_batched_tokens=16384, chunked_prefill_size=16384,
-                                context_length=32768)  # fmt: skip
+            if prefill:
+                settings.update(PREFILL_ENGINE)
             rates = measure(args.model, settings, batches, prefill, ceil)
             runs.append({"round": r, args.setting: value, **rates})
             print(runs[-1], flush=True)
