@@ -11,13 +11,15 @@ prefill launches (a whole prompt; a chunk of new rows behind a cached prefix).
   (``kvserve.layers.attention.cudnn_prefill``); its output is checked against the Triton
   kernel's.
 
-``--parts widths``: cuDNN's speed on the same sequence with its page table as wide as the
-sequence and as wide as a 128K context (one graph width for every step, if it costs nothing).
+``--parts buckets``: cuDNN's speed on a step through a graph built for more than the step
+(a page table as wide as a 128K context, a longer chunk, a larger batch of empty sequences):
+what one graph serving many steps would cost them. ``--parts pages``: its speed at page sizes
+16-128.
 
 Causal FLOPs (4 per query-key pair and dim) against a bf16 matmul measured in the same run.
 Llama-3-8B heads (32 q, 8 kv, D = 128), bf16, page 16.
 
-    python -m benchmarks.attention_libraries [--parts libraries,widths] [--out-dir DIR]
+    python -m benchmarks.attention_libraries [--parts libraries,buckets,pages] [--out-dir DIR]
 """
 
 from __future__ import annotations
@@ -71,16 +73,15 @@ def cudnn_paged_call(
     qsl: torch.Tensor,
     seq_lens: torch.Tensor,
     tables: torch.Tensor,
-    width: int | None = None,
+    buckets: dict[str, int] | None = None,
 ) -> Callable[[], torch.Tensor]:
-    """The engine's cuDNN prefill (``CudnnPrefill``) on one sequence's step; ``width``: its page
-    table padded with zeros to that many columns (the graph takes the next power of two)."""
-    from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
+    """The engine's cuDNN prefill (``CudnnPrefill``) on one sequence's step. ``buckets``: the
+    graph's batch / max_query / width (its page table's columns) when not the engine's own
+    rounding of this step (padded sequences are empty; padded table columns are zeros)."""
+    from kvserve.layers.attention.cudnn_prefill import CudnnPrefill, pad_step_inputs
     from kvserve.layers.attention.metadata import AttentionMetadata
 
-    qlen, seq_len = q.shape[0], tables.shape[1] * PAGE
-    if width is not None and width > tables.shape[1]:
-        tables = torch.nn.functional.pad(tables, (0, width - tables.shape[1]))
+    qlen, seq_len = q.shape[0], tables.shape[1] * kv_cache.shape[2]
     meta = AttentionMetadata(
         query_start_loc=qsl, seq_lens=seq_lens, block_tables=tables,
         slot_mapping=torch.empty(0, dtype=torch.int64, device=q.device), max_query_len=qlen,
@@ -89,6 +90,8 @@ def cudnn_paged_call(
     library = CudnnPrefill(q.device)
     inputs = library.step_inputs(meta, 0)
     assert inputs is not None, "below the size the engine hands to cuDNN"
+    if buckets:
+        inputs = pad_step_inputs(meta, 0, **{"batch": inputs.shape_batch, **buckets})
     return lambda: library(q, kv_cache, inputs, SCALE)
 
 
@@ -124,23 +127,46 @@ def library_rows(qlen: int, seq_len: int, mm_tflops: float) -> list[dict]:
     return rows
 
 
-# (new rows, sequence length): whether a graph built for a wide page table (the engine's
-# longest context, so that one width serves every step) reads a short sequence as fast
-WIDTH_SHAPES = [(2048, 4096), (2048, 32768), (16384, 32768)]
-WIDE_TABLE = 131072 // PAGE
+# (new rows, sequence length) and graph buckets padded past the step's own: whether one graph
+# for many steps (a page table as wide as the engine's longest context, the longest chunk the
+# scheduler makes, a batch of empty sequences) costs the steps it serves anything
+BUCKET_SHAPES = [(2048, 4096), (2048, 32768), (8192, 32768), (2048, 131072)]
+BUCKET_PADDINGS = [{}, {"width": 131072 // PAGE}, {"max_query": 8192}, {"max_query": 16384},
+                   {"batch": 8}, {"batch": 64}, {"width": 131072 // PAGE, "max_query": 8192,
+                                                 "batch": 8}]  # fmt: skip
 
 
-def width_rows(mm_tflops: float) -> list[dict]:
+def bucket_rows(mm_tflops: float) -> list[dict]:
     rows = []
-    for qlen, seq_len in WIDTH_SHAPES:
+    for qlen, seq_len in BUCKET_SHAPES:
         q, kv_cache, qsl, seq_lens, tables = prefill_inputs(seq_len, qlen)
-        for width in (tables.shape[1], WIDE_TABLE):
-            call = cudnn_paged_call(q, kv_cache, qsl, seq_lens, tables, width)
+        for padding in BUCKET_PADDINGS:
+            call = cudnn_paged_call(q, kv_cache, qsl, seq_lens, tables, padding)
             run = functools.partial(median_ms, call)
             row = timed_row("cudnn_paged", run, attention_flops(qlen, seq_len), mm_tflops)
-            rows.append({**row, "qlen": qlen, "seq_len": seq_len, "table_width": width})
-            print(f"q={qlen:6d} L={seq_len:6d} table width {width:5d}: "
+            rows.append({**row, "qlen": qlen, "seq_len": seq_len, "padded": padding})
+            print(f"q={qlen:6d} L={seq_len:6d} padded {padding}: {row.get('ms', 0):.3f} ms "
                   f"{row.get('tflops', float('nan')):5.0f} TFLOP/s", flush=True)  # fmt: skip
+    return rows
+
+
+# (new rows, sequence length) at each page size: cuDNN gathers keys a page at a time
+PAGE_SHAPES = [(32768, 32768), (2048, 32768), (16384, 131072)]
+PAGE_SIZES = [16, 32, 64, 128]
+
+
+def page_rows(mm_tflops: float) -> list[dict]:
+    rows = []
+    for qlen, seq_len in PAGE_SHAPES:
+        for page in PAGE_SIZES:
+            q, kv_cache, qsl, seq_lens, tables = prefill_inputs(seq_len, qlen, page)
+            call = cudnn_paged_call(q, kv_cache, qsl, seq_lens, tables)
+            run = functools.partial(median_ms, call)
+            row = timed_row("cudnn_paged", run, attention_flops(qlen, seq_len), mm_tflops)
+            rows.append({**row, "qlen": qlen, "seq_len": seq_len, "page": page})
+            print(f"q={qlen:6d} L={seq_len:6d} page {page:3d}: "
+                  f"{row.get('tflops', float('nan')):5.0f} TFLOP/s", flush=True)  # fmt: skip
+            del q, kv_cache
     return rows
 
 
@@ -156,7 +182,7 @@ def timed_row(name: str, run: Callable[[], float], flops: float, mm_tflops: floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", default=None)
-    ap.add_argument("--parts", default="libraries", help="libraries, widths (comma list)")
+    ap.add_argument("--parts", default="libraries", help="libraries, buckets, pages (comma list)")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     mm_tflops = matmul_tflops()
@@ -169,24 +195,26 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001
         versions["cudnn_frontend"] = f"unavailable: {exc}"
     print(f"bf16 matmul {mm_tflops:.0f} TFLOP/s; {versions}", flush=True)
-    rows, gathers, widths = [], [], []
+    rows, gathers, buckets, pages = [], [], [], []
     if "libraries" in parts:
         for qlen, seq_len in SHAPES:
             rows += library_rows(qlen, seq_len, mm_tflops)
         gathers = [{"seq_len": n, "gather_ms": gather_ms(n)} for n in (32768, 131072)]
         print(gathers, flush=True)
-    if "widths" in parts:
-        widths = width_rows(mm_tflops)
+    if "buckets" in parts:
+        buckets = bucket_rows(mm_tflops)
+    if "pages" in parts:
+        pages = page_rows(mm_tflops)
     # The first matmul of a fresh process can read high (795 TFLOP/s on the H200 against
     # 679-701 later in other runs): shares are against the rate after the sustained load above
     sustained = matmul_tflops()
-    for row in rows + widths:
+    for row in rows + buckets + pages:
         if "tflops" in row:
             row["of_matmul"] = row["tflops"] / sustained
     write_result(
         "attention_libraries",
         {"matmul_tflops": sustained, "matmul_tflops_at_start": mm_tflops, "versions": versions,
-         "rows": rows, "gather": gathers, "table_widths": widths,
+         "rows": rows, "gather": gathers, "buckets": buckets, "pages": pages,
          "shape": {"hq": HQ, "hkv": HKV, "head_dim": HEAD_DIM, "page": PAGE}},
         args.out_dir,
     )  # fmt: skip

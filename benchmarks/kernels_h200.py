@@ -123,12 +123,14 @@ class DecodeShapes:
         return (t1 - t0) / calls * 1e6
 
 
-def prefill_inputs(seq_len: int, qlen: int | None = None) -> tuple[torch.Tensor, ...]:
+def prefill_inputs(
+    seq_len: int, qlen: int | None = None, page: int = PAGE
+) -> tuple[torch.Tensor, ...]:
     """One sequence of ``seq_len`` cached tokens whose last ``qlen`` (default: all) are the
-    new rows, its pages in random order."""
+    new rows, its pages (``page`` tokens each) in random order."""
     qlen = seq_len if qlen is None else qlen
-    pages = seq_len // PAGE
-    kv_cache = torch.randn(2, pages, PAGE, HKV, HEAD_DIM, dtype=DTYPE, device="cuda")
+    pages = seq_len // page
+    kv_cache = torch.randn(2, pages, page, HKV, HEAD_DIM, dtype=DTYPE, device="cuda")
     tables = torch.randperm(pages, device="cuda").to(torch.int32)[None, :]
     q = torch.randn(qlen, HQ, HEAD_DIM, dtype=DTYPE, device="cuda")
     qsl = torch.tensor([0, qlen], dtype=torch.int32, device="cuda")

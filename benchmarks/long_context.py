@@ -7,7 +7,9 @@ Parts (``--parts``: a comma list or ``all``):
   kernels  decode attention alone (one layer) at 32K x 32 and 128K x 8 against the bytes ceiling
            (K/V read once at copy bandwidth); prefill attention of a 32K prompt and of a chunk at
            the end of a 128K prompt against the matmul ceiling (causal FLOPs)
-  run32k   32 requests x 32K-token prompts x 256 output tokens: wall time; the decode rate
+  run32k   32 requests x 32K-token prompts x 256 output tokens (``--outputs``): wall time
+           against its floor (the prefill FLOPs at the matmul ceiling plus every later output
+           token's KV read at copy bandwidth, whichever step it rides in); the decode rate
            while all are decoding against its ceiling (weights + every resident sequence's KV
            read once per step at copy bandwidth); how many sequences the KV pool held
   prefill  one 32K and one 128K prompt, each after an untimed one of its length: time against
@@ -99,15 +101,21 @@ def run_32k(core: EngineCore, ceil: dict, n: int, ctx: int, out: int) -> dict:
     tok_s = dec["tokens"] / dec["s"]
     ceiling = decode_ceiling_tok_s(core, ceil, batch, mean_ctx)
     prefill_floor = n * prefill_flops(core, ctx) / (ceil["bf16_matmul_TFLOPs"] * 1e12)
+    # every output token after the first reads its sequence's KV once, whichever step it is in
+    decode_kv_bytes = n * (out - 1) * (ctx + out / 2) * kv_bytes_per_token(core)
+    decode_kv_floor = decode_kv_bytes / (ceil["copy_GBps"] * 1e9)
     res = {"requests": n, "prompt": ctx, "output": out, "wall_s": wall,
            "all_first_token_s": t_first - t0, "prefill_floor_s": prefill_floor,
+           "decode_kv_floor_s": decode_kv_floor,
+           "floor_s": prefill_floor + decode_kv_floor,
            "decode_steps": dec["steps"], "decode_mean_batch": batch,
            "decode_mean_context": mean_ctx,
            "decode_tok_s": tok_s, "decode_ceiling_tok_s": ceiling,
            "decode_share_of_ceiling": tok_s / ceiling, "max_running": resident,
            "preemptions_total": preempted, "vllm_0_26": VLLM_0_26, "before": BEFORE}  # fmt: skip
     print(f"run32k: {n} x {ctx} x {out}: {wall:.1f} s (all first tokens {t_first - t0:.1f} s, "
-          f"prefill floor {prefill_floor:.1f} s); decode-only steps {dec['steps']} at mean batch "
+          f"prefill floor {prefill_floor:.1f} s, decode KV reads {decode_kv_floor:.1f} s); "
+          f"decode-only steps {dec['steps']} at mean batch "
           f"{batch:.1f}: {tok_s:.0f} tok/s = {100 * tok_s / ceiling:.0f}% of {ceiling:.0f}; "
           f"max running {resident}, preemptions so far {preempted}", flush=True)  # fmt: skip
     return res
@@ -245,7 +253,7 @@ def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: di
         result["cold"] = run_cold(core, [1, 64, 256])
         save()
     if "run32k" in parts:
-        result["run32k"] = run_32k(core, ceil, args.requests, 32768, 256)
+        result["run32k"] = run_32k(core, ceil, args.requests, 32768, args.outputs)
         save()
     if "prefill" in parts:
         result["prefill"] = run_prefill(core, ceil, [32768, LONG_PROMPT])
@@ -269,6 +277,7 @@ def main() -> None:
     ap.add_argument("--model", default=LLAMA_31_8B)
     ap.add_argument("--parts", default="all")
     ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--outputs", type=int, default=256, help="run32k's output tokens each")
     ap.add_argument("--budget", type=int, help="max_num_batched_tokens (engine default)")
     ap.add_argument("--chunk", type=int, help="chunked_prefill_size (engine default)")
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8_e4m3")

@@ -177,7 +177,7 @@ class CudnnPrefill:
         pairs = sum(q * s for q, s in zip(qlens, slens, strict=True))
         inputs = None
         if pairs >= MIN_PAIRS:
-            inputs = _pad_step(meta, first_seq, next_pow2(len(qlens)))
+            inputs = pad_step_inputs(meta, first_seq, next_pow2(len(qlens)))
         self._step = (meta, first_seq, inputs)
         return inputs
 
@@ -224,7 +224,15 @@ class CudnnPrefill:
         return graph
 
 
-def _pad_step(meta: AttentionMetadata, first_seq: int, batch: int) -> _StepInputs:
+def pad_step_inputs(
+    meta: AttentionMetadata,
+    first_seq: int,
+    batch: int,
+    max_query: int | None = None,
+    width: int | None = None,
+) -> _StepInputs:
+    """Sequences ``first_seq:`` of a step padded to ``batch`` sequences, a graph's longest chunk
+    ``max_query`` and a page table ``width`` columns wide (by default: their powers of two)."""
     qsl = meta.query_start_loc[first_seq:]
     qsl = qsl - qsl[0]  # rows of the chunks start at 0 in the q handed to cuDNN
     n = qsl.shape[0] - 1
@@ -239,8 +247,9 @@ def _pad_step(meta: AttentionMetadata, first_seq: int, batch: int) -> _StepInput
     tables = meta.block_tables[first_seq:]
     # The engine's tables are as wide as the step's longest sequence: padded to a power of two
     # (zeros, as the tail of a table), so that a long prompt's chunks do not build a graph each
-    width = next_pow2(tables.shape[1])
+    width = width or next_pow2(tables.shape[1])
     table = torch.zeros(batch, 1, width, 1, dtype=torch.int32, device=device)
     table[:n, 0, : tables.shape[1], 0] = tables
-    max_query = max(_MIN_QUERY_BUCKET, next_pow2(max(meta.query_lens_cpu[first_seq:])))
+    longest = max(meta.query_lens_cpu[first_seq:])
+    max_query = max_query or max(_MIN_QUERY_BUCKET, next_pow2(longest))
     return _StepInputs(batch, max_query, seq_q, seq_kv, q_start, table)
