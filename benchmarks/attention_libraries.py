@@ -130,10 +130,13 @@ def library_rows(qlen: int, seq_len: int, mm_tflops: float) -> list[dict]:
 # (new rows, sequence length) and graph buckets padded past the step's own: whether one graph
 # for many steps (a page table as wide as the engine's longest context, the longest chunk the
 # scheduler makes, a batch of empty sequences) costs the steps it serves anything
-BUCKET_SHAPES = [(2048, 4096), (2048, 32768), (8192, 32768), (2048, 131072)]
+# (the engine's graphs: its longest chunk, widest table, batch up to its most running requests;
+# (64, 65536) is about the smallest step the engine hands cuDNN, in the largest graph)
+BUCKET_SHAPES = [(64, 65536), (2048, 4096), (2048, 32768), (8192, 32768), (2048, 131072)]
+ENGINE_GRAPH = {"width": 131072 // PAGE, "max_query": 8192}
 BUCKET_PADDINGS = [{}, {"width": 131072 // PAGE}, {"max_query": 8192}, {"max_query": 16384},
-                   {"batch": 8}, {"batch": 64}, {"width": 131072 // PAGE, "max_query": 8192,
-                                                 "batch": 8}]  # fmt: skip
+                   {"batch": 8}, {"batch": 64}, {**ENGINE_GRAPH, "batch": 8},
+                   {**ENGINE_GRAPH, "batch": 256}]  # fmt: skip
 
 
 def bucket_rows(mm_tflops: float) -> list[dict]:

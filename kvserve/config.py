@@ -147,7 +147,12 @@ class CacheConfig:
 class SchedulerConfig:
     max_running_requests: int = 256
     max_num_batched_tokens: int = 8192  # token budget of one step (prefill chunks + decodes)
-    chunked_prefill_size: int = 2048  # most prompt tokens one request may prefill in a step
+    chunked_prefill_size: int = 8192  # most prompt tokens one request may prefill in a step
+    # ... while other requests decode or wait: a decode's time per token is the step's time, and
+    # a waiting request is admitted in what the step's budget has left. On the H200 a
+    # 32K / 130K prompt alone prefilled at 87% / 84% of its FLOP floor in 8K chunks, 83% / 78%
+    # in 2K ones; beside a 130K prefill in 2K chunks 16 short requests took 183 ms a token.
+    prefill_chunk_while_decoding: int = 2048
     max_queued_requests: int | None = None  # waiting-queue bound (None = unbounded)
     # While other requests decode, a prefill chunk ending at context c gets at most
     # chunk_attention_budget / c tokens (never fewer than MIN_CAPPED_CHUNK). 0, the default: off.
@@ -157,7 +162,9 @@ class SchedulerConfig:
     chunk_attention_budget: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("max_running_requests", "max_num_batched_tokens", "chunked_prefill_size"):
+        names = ("max_running_requests", "max_num_batched_tokens", "chunked_prefill_size",
+                 "prefill_chunk_while_decoding")  # fmt: skip
+        for name in names:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.chunk_attention_budget < 0:

@@ -137,8 +137,15 @@ FLAGS: list[Flag] = [
         engine=True,
     ),  # fmt: skip
     Flag(
+        ("--prefill-chunk-while-decoding",),
+        "most prompt tokens one request prefills per step while others decode or wait (a "
+        "decode's time per token is the step's)",
+        type=int,
+        engine=True,
+    ),  # fmt: skip
+    Flag(
         ("--chunk-attention-budget",),
-        "while others decode, a prefill chunk at context c takes at most this / c tokens "
+        "while others decode or wait, a prefill chunk at context c takes at most this / c tokens "
         "(0, the default: off; 33554432 = 2048 x 16K)",
         type=int,
         engine=True,

@@ -236,7 +236,7 @@ def test_overlap_gives_the_same_tokens_under_preemption() -> None:
 
 def test_long_context_chunks_shrink_while_others_decode() -> None:
     """chunk_attention_budget: beside a decoding request, a chunk ending at context c takes at
-    most budget / c tokens (never under 256); with nothing decoding, full chunks."""
+    most budget / c tokens (never under 256); with nothing decoding or waiting, full chunks."""
     cfg = {"chunked_prefill_size": 1024, "max_num_batched_tokens": 4096}
     sched, kv = make_scheduler(2048, chunk_attention_budget=1024 * 2048, **cfg)
     long = make_request("long", list(range(1, 6001)), max_tokens=2)
@@ -252,6 +252,28 @@ def test_long_context_chunks_shrink_while_others_decode() -> None:
     start = chunks["long"].start  # 4096 + the chunk before
     assert chunks["long"].num_new_tokens == max(256, 1024 * 2048 // (start + 1024))
     assert chunks["long"].num_new_tokens < 1024
+
+
+def test_prefill_takes_whole_chunks_alone_and_short_ones_beside_others() -> None:
+    """chunked_prefill_size bounds a chunk when no other request decodes or waits;
+    prefill_chunk_while_decoding while one does, which leaves the step's budget room to admit
+    a new request; the chunks grow back once the others are gone."""
+    cfg = {"chunked_prefill_size": 1024, "prefill_chunk_while_decoding": 256,
+           "max_num_batched_tokens": 1024}  # fmt: skip
+    sched, kv = make_scheduler(2048, **cfg)
+    long = make_request("long", list(range(1, 8001)), max_tokens=2)
+    sched.add(long)
+    assert run_step(sched, kv).chunks[0].num_new_tokens == 1024  # alone: the whole chunk
+    short = make_request("short", [1, 2, 3], max_tokens=3)
+    sched.add(short)
+    plan = run_step(sched, kv)  # short waits: long takes 256 and short is admitted beside it
+    assert {c.request.request_id: c.num_new_tokens for c in plan.chunks} == {
+        "long": 256, "short": 3}  # fmt: skip
+    while short.status is not RequestStatus.FINISHED:
+        plan = run_step(sched, kv)
+        chunks = {c.request.request_id: c.num_new_tokens for c in plan.chunks}
+        assert chunks == {"short": 1, "long": 256}  # short decodes
+    assert run_step(sched, kv).chunks[0].num_new_tokens == 1024  # short is gone
 
 
 def test_chunk_attention_budget_is_off_by_default() -> None:

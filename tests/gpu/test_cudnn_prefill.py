@@ -152,3 +152,38 @@ def test_engine_with_cudnn_prefill_is_as_close_to_float32_as_triton(tmp_path) ->
     mean = {name: sum(e) / len(e) for name, e in errors.items()}
     assert mean["cudnn"] <= 1.5 * mean["triton"] + 0.05, errors
     assert max(errors["cudnn"]) <= 2 * max(errors["triton"]) + 0.1, errors
+
+
+def test_engine_builds_every_graph_at_start(tmp_path) -> None:  # noqa: ANN001
+    """The engine's graphs are built before it is ready, one per batch bucket up to its most
+    running requests, for its longest chunk and page table: prompts after start build none."""
+    from test_engine_gpu import _tiny_checkpoint
+
+    from kvserve.engine.config_builder import build_engine_config
+    from kvserve.engine.core.sampling_params import SamplingParams
+    from kvserve.engine.engine_core import EngineCore
+
+    path = _tiny_checkpoint("LlamaForCausalLM", tmp_path)
+    core = EngineCore(build_engine_config(
+        path, dtype="bfloat16", prefill_attention_backend="cudnn", device="cuda",
+        max_total_tokens=16384, max_running_requests=8,
+    ))  # fmt: skip
+    library = core.runner.backend.prefill_library
+    assert sorted(g.batch for g in library._graphs) == [1, 2, 4, 8]
+    assert {(g.max_query, g.table_width) for g in library._graphs} == {(8192, 128)}
+    built = len(library.builds)
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    for i in range(4):  # one step of four 1500-row chunks: 9M pairs, past MIN_PAIRS
+        core.add_request(str(i), [(7 * i + j) % 1000 + 1 for j in range(1500)], params)
+    taken, step_inputs = [], library.step_inputs
+
+    def counted(meta, first_seq):  # noqa: ANN001, ANN202
+        inputs = step_inputs(meta, first_seq)
+        taken.append(inputs is not None)
+        return inputs
+
+    library.step_inputs = counted
+    while core.has_unfinished():
+        core.step()
+    assert any(taken)  # the four chunks went to cuDNN
+    assert len(library.builds) == built

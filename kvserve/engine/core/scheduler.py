@@ -75,10 +75,9 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
-        # a request in decode this step (looked for only when chunk_attention_budget is on)
-        decoding = bool(self.config.chunk_attention_budget) and any(
-            r.num_tokens_with_pending - r.num_computed_tokens <= 1 for r in self.running
-        )
+        # a request decodes this step: prefill chunks beside it are kept short (so are they
+        # while other requests wait)
+        decoding = any(r.num_tokens_with_pending - r.num_computed_tokens <= 1 for r in self.running)
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
@@ -87,7 +86,7 @@ class Scheduler:
                 continue
             n = min(
                 req.num_tokens_with_pending - req.num_computed_tokens,
-                self._chunk_limit(req.num_computed_tokens, decoding),
+                self._chunk_limit(req.num_computed_tokens, decoding or bool(self.waiting)),
                 budget,
             )
             if self._reserve(req, req.num_computed_tokens + n):
@@ -106,12 +105,15 @@ class Scheduler:
             self._advance(chunk)
         return out
 
-    def _chunk_limit(self, start: int, decoding: bool) -> int:
-        """Most tokens a chunk starting at ``start`` may take (``chunk_attention_budget``
-        applies while some request decodes)."""
+    def _chunk_limit(self, start: int, shared: bool) -> int:
+        """Most tokens a chunk starting at ``start`` may take (``prefill_chunk_while_decoding``
+        and ``chunk_attention_budget`` apply while other requests decode or wait)."""
         limit = self.config.chunked_prefill_size
+        if not shared:
+            return limit
+        limit = min(limit, self.config.prefill_chunk_while_decoding)
         work = self.config.chunk_attention_budget
-        if work and decoding:
+        if work:
             limit = min(limit, max(MIN_CAPPED_CHUNK, work // (start + limit)))
         return limit
 
@@ -149,7 +151,8 @@ class Scheduler:
             # Leave at least one token to compute, so the step yields logits to sample from.
             cached_pages = self.kv.match_prefix(req.token_ids(0, req.num_tokens - 1))
             num_cached = len(cached_pages) * self.page_size
-            n = min(req.num_tokens - num_cached, self._chunk_limit(num_cached, decoding), budget)
+            shared = decoding or len(self.waiting) > 1
+            n = min(req.num_tokens - num_cached, self._chunk_limit(num_cached, shared), budget)
             self.kv.acquire(cached_pages)
             new_pages = None
             owed = self._pages_owed() if owed < 0 else owed

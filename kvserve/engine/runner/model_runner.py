@@ -24,7 +24,7 @@ from kvserve.engine.runner.kv_pool import KVPool, PageGeometry, resolve_kv_dtype
 from kvserve.engine.runner.launched_step import LaunchedStep
 from kvserve.engine.runner.sampling_batch import build_sampling_batch
 from kvserve.engine.runner.tp_step import SampleRow, launch_parallel
-from kvserve.engine.runner.warmup import warm_up_eager
+from kvserve.engine.runner.warmup import warm_up_eager, warm_up_prefill_library
 from kvserve.errors import ConfigError
 from kvserve.kernels.options import KernelOptions
 from kvserve.layers.attention import create_attention_backend, create_prefill_library
@@ -114,6 +114,11 @@ class ModelRunner:
             )  # fmt: skip
         if device.type == "cuda" and self.backend.name == "triton":
             warm_up_eager(self.model, self.kv, self.backend, device, context_length)
+            library = getattr(self.backend, "prefill_library", None)
+            if library is not None:
+                warm_up_prefill_library(
+                    self.model, self.kv, self.backend, library, context_length, config.scheduler
+                )
 
     def release_graphs(self) -> None:
         """Free the captured decode graphs. NCCL will not tear down a communicator while a

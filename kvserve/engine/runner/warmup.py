@@ -16,9 +16,11 @@ import time
 
 import torch
 
+from kvserve.config import SchedulerConfig
 from kvserve.engine.runner.kv_pool import KVPool
 from kvserve.kernels.prefill_attention import SPLIT_MIN_CONTEXT
-from kvserve.layers.attention import AttentionBackend, AttentionMetadata
+from kvserve.layers.attention import AttentionBackend, AttentionMetadata, cudnn_prefill
+from kvserve.layers.attention.cudnn_prefill import CudnnPrefill, GraphDims
 from kvserve.models.forward_context import ForwardContext
 
 log = logging.getLogger("kvserve.warmup")
@@ -42,10 +44,18 @@ def step_shapes(context_length: int, page_size: int) -> list[tuple[int, int, int
 
 
 def step_meta(
-    decodes: int, prefill: int, width: int, device: torch.device, prefix: int = 0
+    decodes: int,
+    prefill: int,
+    width: int,
+    device: torch.device,
+    prefix: int = 0,
+    prefills: int = 1,
 ) -> AttentionMetadata:
-    query_lens = [1] * decodes + ([prefill] if prefill else [])
-    seq_lens = [DECODE_CONTEXT] * decodes + ([prefix + prefill] if prefill else [])
+    """``decodes`` rows, then ``prefills`` chunks of ``prefill`` rows behind ``prefix`` cached
+    tokens each."""
+    prefills = prefills if prefill else 0
+    query_lens = [1] * decodes + [prefill] * prefills
+    seq_lens = [DECODE_CONTEXT] * decodes + [prefix + prefill] * prefills
     starts = [0]
     for n in query_lens:
         starts.append(starts[-1] + n)
@@ -77,13 +87,69 @@ def warm_up_eager(
     t = time.perf_counter()
     shapes = step_shapes(context_length, kv.page_size)
     for decodes, prefill, width, prefix in shapes:
-        meta = step_meta(decodes, prefill, width, device, prefix)
-        positions = [DECODE_CONTEXT - 1] * decodes + list(range(prefix, prefix + prefill))
-        pos = torch.tensor(positions, dtype=torch.int64, device=device)
-        hidden = model(torch.zeros_like(pos), pos, ForwardContext(meta, kv, backend))
-        model.compute_logits(hidden[: meta.num_seqs])
+        _forward(model, kv, backend, step_meta(decodes, prefill, width, device, prefix))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elapsed = time.perf_counter() - t
     log.info("eager warm-up (%d step shapes) took %.1f s", len(shapes), elapsed)
+    return elapsed
+
+
+def _forward(
+    model: torch.nn.Module, kv: KVPool, backend: AttentionBackend, meta: AttentionMetadata
+) -> None:
+    """One step over ``meta``'s rows (token 0 at each row's position), then the LM head."""
+    positions = []
+    for q, s in zip(meta.query_lens_cpu, meta.seq_lens_cpu, strict=True):
+        positions += range(s - q, s)
+    pos = torch.tensor(positions, dtype=torch.int64, device=meta.seq_lens.device)
+    hidden = model(torch.zeros_like(pos), pos, ForwardContext(meta, kv, backend))
+    model.compute_logits(hidden[: meta.num_seqs])
+
+
+def library_step(
+    max_chunk: int, budget: int, context_length: int, max_chunks: int, min_pairs: int
+) -> tuple[int, int, int] | None:
+    """(chunks, rows each, cached prefix each) of a step whose attention reaches ``min_pairs``
+    query-key pairs within what the engine schedules: chunks of at most ``max_chunk`` rows,
+    ``budget`` rows in all, ``max_chunks`` of them, sequences of at most ``context_length``.
+    None when no step reaches it: the prefill library is never called."""
+    rows = min(max_chunk, budget, context_length)
+    prefix = min(context_length - rows, max(0, -(-min_pairs // rows) - rows))
+    chunks = max(1, -(-min_pairs // (rows * (prefix + rows))))
+    if chunks > max_chunks or chunks * rows > budget:
+        return None
+    return chunks, rows, prefix
+
+
+@torch.inference_mode()
+def warm_up_prefill_library(
+    model: torch.nn.Module,
+    kv: KVPool,
+    backend: AttentionBackend,
+    library: CudnnPrefill,
+    context_length: int,
+    scheduler: SchedulerConfig,
+) -> float:
+    """Fixes ``library``'s graph dimensions to what ``scheduler`` can send it, runs one step
+    large enough for it (building that step's graph), then has it build the graph of every
+    other batch; returns the seconds it took."""
+    t = time.perf_counter()
+    budget = scheduler.max_num_batched_tokens
+    max_chunk = min(scheduler.chunked_prefill_size, budget)
+    max_chunks = min(scheduler.max_running_requests, budget)
+    widest = kv.geometry.pages_for(context_length)
+    library.fix_dims(GraphDims.for_engine(max_chunk, widest, max_chunks))
+    step = library_step(max_chunk, budget, context_length, max_chunks, cudnn_prefill.MIN_PAIRS)
+    if step is None:
+        log.info("prefill library: no step this engine schedules is large enough for it")
+        return 0.0
+    chunks, rows, prefix = step
+    width = kv.geometry.pages_for(prefix + rows)
+    _forward(model, kv, backend, step_meta(0, rows, width, kv.device, prefix, chunks))
+    library.build_batches()
+    torch.cuda.synchronize(kv.device)
+    elapsed = time.perf_counter() - t
+    log.info("prefill library: %d cuDNN graphs built at start in %.1f s", len(library.builds),
+             elapsed)  # fmt: skip
     return elapsed

@@ -11,14 +11,19 @@ dtype, and the step's attention is large enough (``MIN_PAIRS``) for the library'
 variant pack per call, a graph built once per shape) not to matter; every other step stays on
 the Triton kernel.
 
-cuDNN builds a graph for fixed dimensions. The batch, the longest chunk and the page table's
-width round up to powers of two (a sequence's rows past its own length, padded sequences of
-length 0 and table entries past a sequence's pages are never read), so a serving run builds a
-few dozen graphs at most, each once; the pool's size is fixed.
+cuDNN builds a graph for fixed dimensions: the batch, the longest chunk, the page table's
+width, the pool. A graph built for more than a step holds serves it at no cost: a sequence's
+rows past its own length, padded sequences of length 0 and table entries past a sequence's pages
+are never read, and on the H200 a 2K-row step ran as fast through a graph for 16K rows, a
+128K-token table or 64 sequences as through its own (``python -m benchmarks.attention_libraries
+--parts buckets``). So the engine fixes the longest chunk and the widest table it can schedule
+(``fix_dims``), rounds only the batch up to a power of two, and builds each batch's graph at
+start (``build_batches``); standalone, every dimension rounds up to a power of two.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -78,6 +83,25 @@ class _Shape:
     q_token_stride: int
     dtype: torch.dtype
     scale: float
+
+
+@dataclass(frozen=True)
+class GraphDims:
+    """What the engine can schedule: its longest prefill chunk, widest page table (both
+    powers of two; 0: each step's own, rounded up) and most prefill chunks in a step."""
+
+    max_query: int
+    table_width: int
+    max_batch: int
+
+    @classmethod
+    def for_engine(cls, max_chunk: int, max_pages_per_seq: int, max_chunks: int) -> GraphDims:
+        max_query = max(_MIN_QUERY_BUCKET, next_pow2(max_chunk))
+        return cls(max_query, next_pow2(max_pages_per_seq), next_pow2(max_chunks))
+
+
+def _pow2_up_to(n: int) -> list[int]:
+    return [1 << i for i in range(n.bit_length()) if 1 << i <= n]
 
 
 @dataclass
@@ -167,6 +191,22 @@ class CudnnPrefill:
         self._graphs: dict[_Shape, _Graph] = {}
         self.builds: list[dict[str, float]] = []  # each graph built: its buckets and seconds
         self._step: tuple[AttentionMetadata, int, _StepInputs | None] | None = None
+        self.dims: GraphDims | None = None
+
+    def fix_dims(self, dims: GraphDims) -> None:
+        """Every graph from now on takes ``dims``' longest chunk and table width (the most the
+        engine schedules), so graphs differ by batch alone."""
+        self.dims = dims
+
+    def build_batches(self) -> None:
+        """After one step has built a graph: the graphs of every other batch bucket up to
+        ``dims.max_batch``, so that no request pays a build."""
+        assert self.dims is not None and self._graphs, "fix_dims, then run one step"
+        template = next(iter(self._graphs))
+        for batch in _pow2_up_to(self.dims.max_batch):
+            shape = dataclasses.replace(template, batch=batch)
+            if shape not in self._graphs:
+                self._build(shape)
 
     def step_inputs(self, meta: AttentionMetadata, first_seq: int) -> _StepInputs | None:
         """This step's padded inputs for sequences ``first_seq:`` (the prefill chunks), or
@@ -177,7 +217,9 @@ class CudnnPrefill:
         pairs = sum(q * s for q, s in zip(qlens, slens, strict=True))
         inputs = None
         if pairs >= MIN_PAIRS:
-            inputs = pad_step_inputs(meta, first_seq, next_pow2(len(qlens)))
+            dims = self.dims or GraphDims(0, 0, 0)
+            inputs = pad_step_inputs(meta, first_seq, next_pow2(len(qlens)),
+                                     dims.max_query, dims.table_width)  # fmt: skip
         self._step = (meta, first_seq, inputs)
         return inputs
 
@@ -232,7 +274,8 @@ def pad_step_inputs(
     width: int | None = None,
 ) -> _StepInputs:
     """Sequences ``first_seq:`` of a step padded to ``batch`` sequences, a graph's longest chunk
-    ``max_query`` and a page table ``width`` columns wide (by default: their powers of two)."""
+    ``max_query`` and a page table ``width`` columns wide (by default, or where the step needs
+    more: the step's own, rounded up to powers of two)."""
     qsl = meta.query_start_loc[first_seq:]
     qsl = qsl - qsl[0]  # rows of the chunks start at 0 in the q handed to cuDNN
     n = qsl.shape[0] - 1
@@ -247,9 +290,9 @@ def pad_step_inputs(
     tables = meta.block_tables[first_seq:]
     # The engine's tables are as wide as the step's longest sequence: padded to a power of two
     # (zeros, as the tail of a table), so that a long prompt's chunks do not build a graph each
-    width = width or next_pow2(tables.shape[1])
+    width = max(width or 0, next_pow2(tables.shape[1]))
     table = torch.zeros(batch, 1, width, 1, dtype=torch.int32, device=device)
     table[:n, 0, : tables.shape[1], 0] = tables
     longest = max(meta.query_lens_cpu[first_seq:])
-    max_query = max_query or max(_MIN_QUERY_BUCKET, next_pow2(longest))
+    max_query = max(max_query or 0, _MIN_QUERY_BUCKET, next_pow2(longest))
     return _StepInputs(batch, max_query, seq_q, seq_kv, q_start, table)
