@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvserve.config import SchedulerConfig
 from kvserve.engine.runner.warmup import library_step, step_meta
 from kvserve.layers.attention.cudnn_prefill import GraphDims, pad_step_inputs
 
@@ -37,9 +38,15 @@ def test_the_warm_up_step_reaches_the_library_within_the_engine_limits(
 
 
 def test_graph_dims_round_the_engine_limits_up_to_powers_of_two() -> None:
-    assert GraphDims.for_engine(8192, 8192, 256) == GraphDims(8192, 8192, 256)
-    assert GraphDims.for_engine(3000, 100, 5) == GraphDims(4096, 128, 8)
-    assert GraphDims.for_engine(10, 1, 1) == GraphDims(64, 1, 1)  # the smallest chunk bucket
+    def dims(chunk: int, budget: int, running: int, pages: int) -> GraphDims:
+        config = SchedulerConfig(max_running_requests=running, max_num_batched_tokens=budget,
+                                 chunked_prefill_size=chunk)  # fmt: skip
+        return GraphDims.for_engine(config, pages)
+
+    assert dims(8192, 8192, 256, 8192) == GraphDims(8192, 8192, 256)  # the defaults, 128K
+    assert dims(3000, 8192, 5, 100) == GraphDims(4096, 128, 8)
+    assert dims(8192, 2000, 256, 1) == GraphDims(2048, 1, 256)  # chunks within the budget
+    assert dims(10, 16, 1, 1) == GraphDims(64, 1, 1)  # the smallest chunk bucket
 
 
 def test_a_step_is_padded_to_the_fixed_dims_or_to_its_own_when_larger() -> None:

@@ -27,7 +27,9 @@ from kvserve.engine.runner.tp_step import SampleRow, launch_parallel
 from kvserve.engine.runner.warmup import warm_up_eager, warm_up_prefill_library
 from kvserve.errors import ConfigError
 from kvserve.kernels.options import KernelOptions
+from kvserve.kv_layout import pages_for
 from kvserve.layers.attention import create_attention_backend, create_prefill_library
+from kvserve.layers.attention.cudnn_prefill import GraphDims
 from kvserve.layers.sampler import Sampler, SamplerOutput
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.registry import model_class
@@ -61,6 +63,9 @@ class ModelRunner:
             config.prefill_attention_backend, config.attention_backend, device, dtype, kv_dtype,
             model_config.head_dim,
         )  # fmt: skip
+        if prefill is not None:  # before its first step: the activation profile's
+            pages = pages_for(context_length, self.page_size)
+            prefill.fix_dims(GraphDims.for_engine(config.scheduler, pages))
         self.backend = create_attention_backend(config.attention_backend, device, pdl, prefill)
         # Chosen once: the layers with a Triton kernel run it with the triton backend.
         self.kernels = KernelOptions(triton=self.backend.name == "triton", pdl=pdl)

@@ -20,7 +20,7 @@ from kvserve.config import SchedulerConfig
 from kvserve.engine.runner.kv_pool import KVPool
 from kvserve.kernels.prefill_attention import SPLIT_MIN_CONTEXT
 from kvserve.layers.attention import AttentionBackend, AttentionMetadata, cudnn_prefill
-from kvserve.layers.attention.cudnn_prefill import CudnnPrefill, GraphDims
+from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
 from kvserve.models.forward_context import ForwardContext
 
 log = logging.getLogger("kvserve.warmup")
@@ -131,23 +131,21 @@ def warm_up_prefill_library(
     context_length: int,
     scheduler: SchedulerConfig,
 ) -> float:
-    """Fixes ``library``'s graph dimensions to what ``scheduler`` can send it, runs one step
-    large enough for it (building that step's graph), then has it build the graph of every
-    other batch; returns the seconds it took."""
+    """Runs one step on the engine's pool large enough for ``library`` (building that step's
+    graph), then has it build and run the graph of every other batch ``scheduler`` can send
+    it; returns the seconds it took."""
     t = time.perf_counter()
     budget = scheduler.max_num_batched_tokens
     max_chunk = min(scheduler.chunked_prefill_size, budget)
     max_chunks = min(scheduler.max_running_requests, budget)
-    widest = kv.geometry.pages_for(context_length)
-    library.fix_dims(GraphDims.for_engine(max_chunk, widest, max_chunks))
     step = library_step(max_chunk, budget, context_length, max_chunks, cudnn_prefill.MIN_PAIRS)
     if step is None:
         log.info("prefill library: no step this engine schedules is large enough for it")
         return 0.0
     chunks, rows, prefix = step
-    width = kv.geometry.pages_for(prefix + rows)
-    _forward(model, kv, backend, step_meta(0, rows, width, kv.device, prefix, chunks))
-    library.build_batches()
+    meta = step_meta(0, rows, kv.geometry.pages_for(prefix + rows), kv.device, prefix, chunks)
+    _forward(model, kv, backend, meta)
+    library.warm_batches(kv.layer(0), meta)
     torch.cuda.synchronize(kv.device)
     elapsed = time.perf_counter() - t
     log.info("prefill library: %d cuDNN graphs built at start in %.1f s", len(library.builds),

@@ -17,19 +17,20 @@ rows past its own length, padded sequences of length 0 and table entries past a 
 are never read, and on the H200 a 2K-row step ran as fast through a graph for 16K rows, a
 128K-token table or 64 sequences as through its own (``python -m benchmarks.attention_libraries
 --parts buckets``). So the engine fixes the longest chunk and the widest table it can schedule
-(``fix_dims``), rounds only the batch up to a power of two, and builds each batch's graph at
-start (``build_batches``); standalone, every dimension rounds up to a power of two.
+(``fix_dims``, before its first step), rounds only the batch up to a power of two, and builds
+and runs each batch's graph at start (``warm_batches``); standalone, every dimension rounds up
+to a power of two.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 
 import torch
 
+from kvserve.config import SchedulerConfig
 from kvserve.kernels._triton import next_pow2
 from kvserve.layers.attention.metadata import AttentionMetadata
 
@@ -95,7 +96,10 @@ class GraphDims:
     max_batch: int
 
     @classmethod
-    def for_engine(cls, max_chunk: int, max_pages_per_seq: int, max_chunks: int) -> GraphDims:
+    def for_engine(cls, scheduler: SchedulerConfig, max_pages_per_seq: int) -> GraphDims:
+        budget = scheduler.max_num_batched_tokens
+        max_chunk = min(scheduler.chunked_prefill_size, budget)
+        max_chunks = min(scheduler.max_running_requests, budget)
         max_query = max(_MIN_QUERY_BUCKET, next_pow2(max_chunk))
         return cls(max_query, next_pow2(max_pages_per_seq), next_pow2(max_chunks))
 
@@ -192,21 +196,28 @@ class CudnnPrefill:
         self.builds: list[dict[str, float]] = []  # each graph built: its buckets and seconds
         self._step: tuple[AttentionMetadata, int, _StepInputs | None] | None = None
         self.dims: GraphDims | None = None
+        self._last: _Shape | None = None  # the shape of the latest call
 
     def fix_dims(self, dims: GraphDims) -> None:
         """Every graph from now on takes ``dims``' longest chunk and table width (the most the
         engine schedules), so graphs differ by batch alone."""
         self.dims = dims
 
-    def build_batches(self) -> None:
-        """After one step has built a graph: the graphs of every other batch bucket up to
-        ``dims.max_batch``, so that no request pays a build."""
-        assert self.dims is not None and self._graphs, "fix_dims, then run one step"
-        template = next(iter(self._graphs))
-        for batch in _pow2_up_to(self.dims.max_batch):
-            shape = dataclasses.replace(template, batch=batch)
-            if shape not in self._graphs:
-                self._build(shape)
+    def warm_batches(self, kv_cache: torch.Tensor, meta: AttentionMetadata) -> None:
+        """Builds and runs once the graph of every batch bucket up to ``dims.max_batch``, on
+        ``meta``'s step (the latest call's, on ``kv_cache``'s pool) padded with empty sequences:
+        a graph's first run costs too, not only its build."""
+        assert self.dims is not None and self._last is not None, "fix_dims, then run a step"
+        last, dims = self._last, self.dims
+        rows = sum(meta.query_lens_cpu)
+        rows_buffer = torch.zeros(rows * last.q_token_stride, dtype=last.dtype, device=self.device)
+        q = rows_buffer.as_strided(
+            (rows, last.num_heads, last.head_dim), (last.q_token_stride, last.head_dim, 1)
+        )  # the latest call's q: a view of the engine's fused rows
+        for batch in _pow2_up_to(dims.max_batch):
+            if batch >= meta.num_seqs:
+                inputs = pad_step_inputs(meta, 0, batch, dims.max_query, dims.table_width)
+                self(q, kv_cache, inputs, last.scale)
 
     def step_inputs(self, meta: AttentionMetadata, first_seq: int) -> _StepInputs | None:
         """This step's padded inputs for sequences ``first_seq:`` (the prefill chunks), or
@@ -238,6 +249,7 @@ class CudnnPrefill:
             q.shape[1], num_kv_heads, head_dim, q.stride(0), q.dtype, scale,
         )  # fmt: skip
         graph = self._graphs.get(shape) or self._build(shape)
+        self._last = shape
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         self._cudnn.set_stream(self._handle, torch.cuda.current_stream(q.device).cuda_stream)
         g = graph
