@@ -192,23 +192,42 @@ def run_mixed(core: EngineCore, n_short: int) -> dict:
 
 def run_cold(core: EngineCore, batches: list[int]) -> list[dict]:
     """The first batch of each size against the same batch again: what a request still pays
-    for compiles or captures after start."""
+    for compiles or captures after start; the first round's slowest steps (with the running
+    and waiting requests before each) against the second round's same steps say where."""
     rows = []
     vocab = core.model_config.vocab_size
     for b in batches:
-        times = []
+        times, steps = [], []
         for rep in range(2):
             prompts = random_prompts(b, 1024, vocab, seed=100 * b + rep)
             torch.cuda.synchronize()
             t = time.perf_counter()
             for i, p in enumerate(prompts):
                 core.add_request(f"cold-{b}-{rep}-{i}", p, greedy(16))
-            drain(core)
+            steps.append(timed_steps(core))
             times.append(time.perf_counter() - t)
             reset_prefix_cache(core)
-        rows.append({"batch": b, "first_s": times[0], "second_s": times[1]})
-        print(f"cold b={b}: first {times[0]:.2f} s, second {times[1]:.2f} s", flush=True)
+        slowest = sorted(range(len(steps[0])), key=lambda i: -steps[0][i]["s"])[:3]
+        second = [steps[1][i] if i < len(steps[1]) else None for i in slowest]
+        rows.append({"batch": b, "first_s": times[0], "second_s": times[1],
+                     "slowest_first": [steps[0][i] | {"step": i} for i in slowest],
+                     "same_steps_second": second})  # fmt: skip
+        print(f"cold b={b}: first {times[0]:.2f} s, second {times[1]:.2f} s; slowest first "
+              f"steps {rows[-1]['slowest_first']}, second {second}", flush=True)  # fmt: skip
     return rows
+
+
+def timed_steps(core: EngineCore) -> list[dict]:
+    """Steps until every request is done: each one's seconds, and the running and waiting
+    requests before it."""
+    steps = []
+    while core.has_unfinished():
+        stats = core.stats()
+        t = time.perf_counter()
+        core.step()
+        steps.append({"s": time.perf_counter() - t, "running": stats.num_running,
+                      "waiting": stats.num_waiting})  # fmt: skip
+    return steps
 
 
 def run_kernels(ceil: dict) -> dict:
@@ -250,7 +269,7 @@ def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: di
     result["engine"]["engine_startup_s"] = core.startup_s  # as the startup log says
     print(f"engine: {result['engine']}", flush=True)
     if "cold" in parts:
-        result["cold"] = run_cold(core, [1, 64, 256])
+        result["cold"] = run_cold(core, args.cold_batches)
         save()
     if "run32k" in parts:
         result["run32k"] = run_32k(core, ceil, args.requests, 32768, args.outputs)
@@ -278,6 +297,8 @@ def main() -> None:
     ap.add_argument("--parts", default="all")
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--outputs", type=int, default=256, help="run32k's output tokens each")
+    ap.add_argument("--cold-batches", type=lambda v: [int(b) for b in v.split(",")],
+                    default=[1, 64, 256], help="cold's batches (comma list)")  # fmt: skip
     ap.add_argument("--budget", type=int, help="max_num_batched_tokens (engine default)")
     ap.add_argument("--chunk", type=int, help="chunked_prefill_size (engine default)")
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8_e4m3")
