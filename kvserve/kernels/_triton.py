@@ -26,18 +26,29 @@ except ImportError:  # CPU-only install: the torch references still work
     HAS_TRITON = False
 
 
-def jit(fn: Callable[..., Any] | None = None, *, do_not_specialize: tuple[str, ...] = ()) -> Any:
+def jit(
+    fn: Callable[..., Any] | None = None,
+    *,
+    do_not_specialize: tuple[str, ...] = (),
+    do_not_specialize_on_alignment: tuple[str, ...] = (),
+) -> Any:
     """``triton.jit``; ``@jit(do_not_specialize=(...))`` names int arguments that vary from call
     to call and only bound loops or masks, so that a value of 1 or a multiple of 16 does not
-    compile another kernel (one more compile a request could pay for after warm-up)."""
+    compile another kernel (one more compile a request could pay for after warm-up);
+    ``do_not_specialize_on_alignment`` names pointers that may or may not be 16-byte aligned
+    from call to call (views of a step's tensors from row ``i``), for the same reason."""
     if fn is None:
-        return lambda f: jit(f, do_not_specialize=do_not_specialize)
+        return lambda f: jit(
+            f,
+            do_not_specialize=do_not_specialize,
+            do_not_specialize_on_alignment=do_not_specialize_on_alignment,
+        )
     if not HAS_TRITON:
         return fn
-    return (
-        triton.jit(fn, do_not_specialize=list(do_not_specialize))
-        if do_not_specialize
-        else triton.jit(fn)
+    return triton.jit(
+        fn,
+        do_not_specialize=list(do_not_specialize) or None,
+        do_not_specialize_on_alignment=list(do_not_specialize_on_alignment) or None,
     )
 
 

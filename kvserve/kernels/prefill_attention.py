@@ -161,7 +161,12 @@ def _attend_tile(
 
 
 # kv_splits unspecialized: one compile serves every split count (the engine's warm-up runs one)
-@jit(do_not_specialize=("stride_bt", "kv_splits"))
+# seq_lens and block_tables are a mixed step's from its first prefill sequence on: aligned or
+# not by where the decodes end
+@jit(
+    do_not_specialize=("stride_bt", "kv_splits"),
+    do_not_specialize_on_alignment=("seq_lens_ptr", "block_tables_ptr"),
+)
 def _prefill_kernel(
     q_ptr,
     k_cache_ptr,
