@@ -582,15 +582,22 @@ def test_decoder_fused_rotary_store_equals_unfused_path(
     for backend in (TritonAttentionBackend(), _UnfusedTritonBackend()):
         caches = [b.kv_cache.clone() for _ in range(2)]
         ctx = ForwardContext(b.meta, KVPool(caches), backend)
-        fused = backend.name == "triton" and not qk_norm
-        assert attn._fuses_rotary_store(ctx) == fused
+        assert attn._fuses_rotary_store(ctx) == backend.fuses_rotary_store  # q/k norm too
         with torch.inference_mode():
             results.append((model(token_ids, positions, ctx), caches))
     (fused_out, fused_caches), (out, caches) = results
     assert torch.isfinite(out).all()
-    assert torch.equal(fused_out, out)
+    if not qk_norm:  # rotary and store: the same arithmetic, fused or not
+        assert torch.equal(fused_out, out)
+        for fused_cache, cache in zip(fused_caches, caches, strict=True):
+            assert torch.equal(fused_cache, cache)
+        return
+    # q/k norm runs inside the fused kernel on one path and in the RMSNorm kernel on the other:
+    # the same rounding, but sums over a head's dims may be taken in another order
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(fused_out, out, atol=tol, rtol=tol)
     for fused_cache, cache in zip(fused_caches, caches, strict=True):
-        assert torch.equal(fused_cache, cache)
+        torch.testing.assert_close(fused_cache, cache, atol=tol, rtol=tol)
 
 
 def test_eager_warm_up_runs_every_step_kind_and_leaves_the_pool_untouched() -> None:
