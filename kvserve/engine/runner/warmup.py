@@ -135,10 +135,10 @@ def warm_up_prefill_library(
     graph), then has it build and run the graph of every other batch ``scheduler`` can send
     it; returns the seconds it took."""
     t = time.perf_counter()
-    budget = scheduler.max_num_batched_tokens
-    max_chunk = min(scheduler.chunked_prefill_size, budget)
-    max_chunks = min(scheduler.max_running_requests, budget)
-    step = library_step(max_chunk, budget, context_length, max_chunks, cudnn_prefill.MIN_PAIRS)
+    step = library_step(
+        scheduler.longest_chunk, scheduler.max_num_batched_tokens, context_length,
+        scheduler.most_chunks, cudnn_prefill.MIN_PAIRS,
+    )  # fmt: skip
     if step is None:
         log.info("prefill library: no step this engine schedules is large enough for it")
         return 0.0

@@ -97,11 +97,8 @@ class GraphDims:
 
     @classmethod
     def for_engine(cls, scheduler: SchedulerConfig, max_pages_per_seq: int) -> GraphDims:
-        budget = scheduler.max_num_batched_tokens
-        max_chunk = min(scheduler.chunked_prefill_size, budget)
-        max_chunks = min(scheduler.max_running_requests, budget)
-        max_query = max(_MIN_QUERY_BUCKET, next_pow2(max_chunk))
-        return cls(max_query, next_pow2(max_pages_per_seq), next_pow2(max_chunks))
+        max_query = max(_MIN_QUERY_BUCKET, next_pow2(scheduler.longest_chunk))
+        return cls(max_query, next_pow2(max_pages_per_seq), next_pow2(scheduler.most_chunks))
 
 
 def _pow2_up_to(n: int) -> list[int]:
