@@ -14,9 +14,10 @@ the Triton kernel.
 cuDNN builds a graph for fixed dimensions: the batch, the longest chunk, the page table's
 width, the pool. A graph built for more than a step holds serves it at no cost: a sequence's
 rows past its own length, padded sequences of length 0 and table entries past a sequence's pages
-are never read, and on the H200 a 2K-row step ran as fast through a graph for 16K rows, a
-128K-token table or 64 sequences as through its own (``python -m benchmarks.attention_libraries
---parts buckets``). So the engine fixes the longest chunk and the widest table it can schedule
+are never read, and on the H200 a 2K-row step ran as fast (within 1%) through a graph for
+16K rows or a 128K-token table as through its own, though not through one for 64 or 256
+sequences on small steps (+3% / +14%: ``python -m benchmarks.attention_libraries --parts
+buckets``). So the engine fixes the longest chunk and the widest table it can schedule
 (``fix_dims``, before its first step), rounds only the batch up to a power of two, and builds
 and runs each batch's graph at start (``warm_batches``); standalone, every dimension rounds up
 to a power of two.
