@@ -59,13 +59,13 @@ class ModelRunner:
         self.page_size = config.cache.page_size
         kv_dtype = resolve_kv_dtype(config.cache.kv_cache_dtype, dtype)
         pdl = _resolve_pdl(config.enable_pdl, device)
+        graph_dims = GraphDims.for_engine(
+            config.scheduler, pages_for(context_length, self.page_size)
+        )
         prefill = create_prefill_library(
             config.prefill_attention_backend, config.attention_backend, device, dtype, kv_dtype,
-            model_config.head_dim,
+            model_config.head_dim, graph_dims,
         )  # fmt: skip
-        if prefill is not None:  # before its first step: the activation profile's
-            pages = pages_for(context_length, self.page_size)
-            prefill.fix_dims(GraphDims.for_engine(config.scheduler, pages))
         self.backend = create_attention_backend(config.attention_backend, device, pdl, prefill)
         # Chosen once: the layers with a Triton kernel run it with the triton backend.
         self.kernels = KernelOptions(triton=self.backend.name == "triton", pdl=pdl)
@@ -119,10 +119,9 @@ class ModelRunner:
             )  # fmt: skip
         if device.type == "cuda" and self.backend.name == "triton":
             warm_up_eager(self.model, self.kv, self.backend, device, context_length)
-            library = getattr(self.backend, "prefill_library", None)
-            if library is not None:
+            if prefill is not None:
                 warm_up_prefill_library(
-                    self.model, self.kv, self.backend, library, context_length, config.scheduler
+                    self.model, self.kv, self.backend, prefill, context_length, config.scheduler
                 )
 
     def release_graphs(self) -> None:

@@ -12,7 +12,7 @@ from kvserve.kernels.store_kv_cache import KVScales
 from kvserve.layers.attention.metadata import AttentionMetadata
 
 if TYPE_CHECKING:
-    from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
+    from kvserve.layers.attention.cudnn_prefill import CudnnPrefill, GraphDims
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +73,11 @@ def create_prefill_library(
     dtype: torch.dtype,
     kv_dtype: torch.dtype,
     head_dim: int,
+    dims: GraphDims | None = None,
 ) -> CudnnPrefill | None:
     """The prefill attention of the triton backend: ``triton`` (its own kernel), ``cudnn``
     (cuDNN's paged SDPA for large steps; refused where it cannot run) or ``auto`` (cuDNN where
-    it can run, else the kernel)."""
+    it can run, else the kernel). ``dims``: what the engine schedules (``GraphDims``)."""
     if name not in ("auto", "triton", "cudnn"):
         raise ConfigError(f"unknown prefill attention backend {name!r} (auto, triton or cudnn)")
     uses_triton = _resolve(attention_backend, device) == "triton"
@@ -93,7 +94,7 @@ def create_prefill_library(
         log.info("prefill attention: the Triton kernel (cuDNN not used: %s)", reason)
         return None
     log.info("prefill attention: cuDNN's paged SDPA for large steps, else the Triton kernel")
-    return CudnnPrefill(device)
+    return CudnnPrefill(device, dims)
 
 
 def _resolve(name: str, device: torch.device) -> str:

@@ -12,15 +12,14 @@ variant pack per call, a graph built once per shape) not to matter; every other 
 the Triton kernel.
 
 cuDNN builds a graph for fixed dimensions: the batch, the longest chunk, the page table's
-width, the pool. A graph built for more than a step holds serves it at no cost: a sequence's
-rows past its own length, padded sequences of length 0 and table entries past a sequence's pages
-are never read, and on the H200 a 2K-row step ran as fast (within 1%) through a graph for
-16K rows or a 128K-token table as through its own, though not through one for 64 or 256
-sequences on small steps (+3% / +14%: ``python -m benchmarks.attention_libraries --parts
-buckets``). So the engine fixes the longest chunk and the widest table it can schedule
-(``fix_dims``, before its first step), rounds only the batch up to a power of two, and builds
-and runs each batch's graph at start (``warm_batches``); standalone, every dimension rounds up
-to a power of two.
+width, the pool. A graph built for longer chunks or a wider table than a step's serves it at
+no cost: a sequence's rows past its own length and table entries past its pages are never read,
+and on the H200 a 2K-row step ran as fast (within 1%) through a graph for 16K rows or a
+128K-token table as through its own; padded sequences (of length 0) did cost small steps, +3%
+for 64 and +14% for 256 (``python -m benchmarks.attention_libraries --parts buckets``). So the
+engine fixes the longest chunk and the widest table it can schedule (``GraphDims``, given at
+construction), rounds only the batch up to a power of two, and builds and runs each batch's
+graph at start (``warm_batches``); standalone, every dimension rounds up to a power of two.
 """
 
 from __future__ import annotations
@@ -184,7 +183,9 @@ class _Graph:
 class CudnnPrefill:
     """Prefill attention of a step's chunks through cuDNN; graphs cached by shape."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, dims: GraphDims | None = None) -> None:
+        """``dims``: the engine's (graphs then differ by batch alone); None: every dimension
+        of a step rounds up to a power of two."""
         import cudnn
 
         self._cudnn, self.device = cudnn, device
@@ -193,19 +194,14 @@ class CudnnPrefill:
         self._graphs: dict[_Shape, _Graph] = {}
         self.builds: list[dict[str, float]] = []  # each graph built: its buckets and seconds
         self._step: tuple[AttentionMetadata, int, _StepInputs | None] | None = None
-        self.dims: GraphDims | None = None
-        self._last: _Shape | None = None  # the shape of the latest call
-
-    def fix_dims(self, dims: GraphDims) -> None:
-        """Every graph from now on takes ``dims``' longest chunk and table width (the most the
-        engine schedules), so graphs differ by batch alone."""
         self.dims = dims
+        self._last: _Shape | None = None  # the shape of the latest call
 
     def warm_batches(self, kv_cache: torch.Tensor, meta: AttentionMetadata) -> None:
         """Builds and runs once the graph of every batch bucket up to ``dims.max_batch``, on
         ``meta``'s step (the latest call's, on ``kv_cache``'s pool) padded with empty sequences:
         a graph's first run costs too, not only its build."""
-        assert self.dims is not None and self._last is not None, "fix_dims, then run a step"
+        assert self.dims is not None and self._last is not None, "engine dims, then a step"
         last, dims = self._last, self.dims
         rows = sum(meta.query_lens_cpu)
         rows_buffer = torch.zeros(rows * last.q_token_stride, dtype=last.dtype, device=self.device)
