@@ -16,12 +16,10 @@ the concurrent launch hid (``hidden``).
 from __future__ import annotations
 
 import argparse
-import statistics
-from collections.abc import Callable
 
 import torch
 
-from benchmarks.common import write_result
+from benchmarks.common import median_ms, write_result
 from benchmarks.kernels_h200 import DTYPE, HEAD_DIM, HKV, HQ, PAGE, SCALE
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention
 from kvserve.layers.attention.cudnn_prefill import CudnnPrefill, pad_step_inputs
@@ -58,21 +56,6 @@ def _decode_step(first_page: int) -> tuple[torch.Tensor, ...]:
     q = torch.randn(DECODES, HQ, HEAD_DIM, dtype=DTYPE, device="cuda")
     seq_lens = torch.full((DECODES,), CONTEXT, dtype=torch.int32, device="cuda")
     return q, perm.view(DECODES, pages), seq_lens
-
-
-def _timed(run: Callable[[], None], reps: int = 50) -> float:
-    """Median ms of ``run`` between events on the current stream, after warm-up."""
-    for _ in range(5):
-        run()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -114,7 +97,7 @@ def main() -> None:
         row = {"programs_per_sm": per_sm or "default"}
         for name, run in (("prefill", prefill), ("decode", decode), ("sequential", sequential),
                           ("concurrent", concurrent)):  # fmt: skip
-            row[f"{name}_ms"] = _timed(run)
+            row[f"{name}_ms"] = median_ms(run)  # the side stream joins the timed one
         row["hidden"] = (row["sequential_ms"] - row["concurrent_ms"]) / row["decode_ms"]
         rows.append(row)
         print(row, flush=True)
