@@ -91,6 +91,7 @@ class TorchCudaFacts:
     # "cudnn ..." with versions, or "triton" and why not cuDNN; None: not probed
     prefill_attention: str | None = None
     prefill_attention_reason: str = ""
+    prefill_attention_package_missing: bool = False  # the reason is only the missing package
 
 
 @dataclass

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import replay_runner
 
+from kvserve.layers.attention.cudnn_prefill import MISSING_PACKAGE
 from kvserve.preflight.checks.cuda import check_cuda
 from kvserve.preflight.checks.gpu import check_gpus
 from kvserve.preflight.checks.thermal import check_thermals
@@ -130,7 +131,7 @@ def test_capability_row_says_which_path_runs(fixtures: Path) -> None:
     ("library", "reason", "status"),
     [
         ("cudnn (nvidia-cudnn-frontend 1.32.0, cuDNN 91900)", "", Status.PASS),
-        ("triton", "nvidia-cudnn-frontend is not installed (pip install ...)", Status.WARN),
+        ("triton", MISSING_PACKAGE, Status.WARN),
         ("triton", "it is enabled on sm_90 (Hopper) only, where it was measured", Status.PASS),
         (None, "", Status.SKIP),
     ],
@@ -143,6 +144,7 @@ def test_prefill_attention_row_names_the_library(
     gpu = _gpu(fixtures, "nvml_hgx_h100_healthy.json")
     torch_facts = _torch("12.4")
     torch_facts.prefill_attention, torch_facts.prefill_attention_reason = library, reason
+    torch_facts.prefill_attention_package_missing = reason == MISSING_PACKAGE  # as the probe
     row = _by_name(check_cuda(gpu, torch_facts, None, PreflightOptions()))[
         "cuda: prefill attention"
     ]

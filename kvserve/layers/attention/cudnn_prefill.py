@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 MIN_PAIRS = 1 << 22
 _MIN_QUERY_BUCKET = 64
 _MIN_CUDNN_VERSION = 90500  # paged K/V caches in the SDPA graph
+MISSING_PACKAGE = "nvidia-cudnn-frontend is not installed (pip install nvidia-cudnn-frontend)"
 
 
 def cudnn_prefill_unavailable(
@@ -61,7 +62,7 @@ def cudnn_prefill_unavailable(
 
         version = cudnn.backend_version()
     except ImportError:
-        return "nvidia-cudnn-frontend is not installed (pip install nvidia-cudnn-frontend)"
+        return MISSING_PACKAGE
     except Exception as exc:  # noqa: BLE001 - a broken install must not stop an auto start
         return f"nvidia-cudnn-frontend does not load ({type(exc).__name__}: {exc})"[:300]
     if version < _MIN_CUDNN_VERSION:

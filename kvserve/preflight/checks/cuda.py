@@ -95,7 +95,7 @@ def check_prefill_attention(torch: TorchCudaFacts) -> CheckResult:
     if torch.prefill_attention.startswith("cudnn"):
         return CheckResult(NAMES[4], Status.PASS, torch.prefill_attention, expected)
     observed = f"the Triton kernel: {torch.prefill_attention_reason}"
-    if "not installed" in torch.prefill_attention_reason:
+    if torch.prefill_attention_package_missing:
         fix = "pip install 'kvserve[cudnn]' (nvidia-cudnn-frontend)"
         return CheckResult(NAMES[4], Status.WARN, observed, expected, fix)
     return CheckResult(NAMES[4], Status.PASS, observed, expected)

@@ -36,11 +36,12 @@ def _probe_prefill_attention(facts: TorchCudaFacts) -> None:
     """The engine's rule (``cudnn_prefill_unavailable``) for a bf16 model with 128-dim heads."""
     import torch
 
-    from kvserve.layers.attention.cudnn_prefill import cudnn_prefill_unavailable
+    from kvserve.layers.attention.cudnn_prefill import MISSING_PACKAGE, cudnn_prefill_unavailable
 
     reason = cudnn_prefill_unavailable(torch.device("cuda:0"), torch.bfloat16, torch.bfloat16, 128)
     if reason is not None:
         facts.prefill_attention, facts.prefill_attention_reason = "triton", reason
+        facts.prefill_attention_package_missing = reason == MISSING_PACKAGE
         return
     import cudnn
 
