@@ -102,6 +102,9 @@ class GraphDims:
         return cls(max_query, next_pow2(max_pages_per_seq), next_pow2(scheduler.most_chunks))
 
 
+STANDALONE = GraphDims(0, 0, 0)  # every dimension of a step rounded up to a power of two
+
+
 def _pow2_up_to(n: int) -> list[int]:
     return [1 << i for i in range(n.bit_length()) if 1 << i <= n]
 
@@ -185,8 +188,7 @@ class CudnnPrefill:
     """Prefill attention of a step's chunks through cuDNN; graphs cached by shape."""
 
     def __init__(self, device: torch.device, dims: GraphDims | None = None) -> None:
-        """``dims``: the engine's (graphs then differ by batch alone); None: every dimension
-        of a step rounds up to a power of two."""
+        """``dims``: the engine's (graphs then differ by batch alone); None: ``STANDALONE``."""
         import cudnn
 
         self._cudnn, self.device = cudnn, device
@@ -195,14 +197,14 @@ class CudnnPrefill:
         self._graphs: dict[_Shape, _Graph] = {}
         self.builds: list[dict[str, float]] = []  # each graph built: its buckets and seconds
         self._step: tuple[AttentionMetadata, int, _StepInputs | None] | None = None
-        self.dims = dims
+        self.dims = dims or STANDALONE
         self._last: _Shape | None = None  # the shape of the latest call
 
     def warm_batches(self, kv_cache: torch.Tensor, meta: AttentionMetadata) -> None:
         """Builds and runs once the graph of every batch bucket up to ``dims.max_batch``, on
         ``meta``'s step (the latest call's, on ``kv_cache``'s pool) padded with empty sequences:
         a graph's first run costs too, not only its build."""
-        assert self.dims is not None and self._last is not None, "engine dims, then a step"
+        assert self.dims.max_batch and self._last is not None, "engine dims, then a step"
         last, dims = self._last, self.dims
         rows = sum(meta.query_lens_cpu)
         rows_buffer = torch.zeros(rows * last.q_token_stride, dtype=last.dtype, device=self.device)
@@ -223,9 +225,8 @@ class CudnnPrefill:
         pairs = sum(q * s for q, s in zip(qlens, slens, strict=True))
         inputs = None
         if pairs >= MIN_PAIRS:
-            dims = self.dims or GraphDims(0, 0, 0)
             inputs = pad_step_inputs(meta, first_seq, next_pow2(len(qlens)),
-                                     dims.max_query, dims.table_width)  # fmt: skip
+                                     self.dims.max_query, self.dims.table_width)  # fmt: skip
         self._step = (meta, first_seq, inputs)
         return inputs
 
