@@ -32,8 +32,10 @@ def pd() -> Iterator[PDWorkers]:
     common = ("--disaggregation-transfer-backend", "tcp",
               "--disaggregation-transfer-timeout", TRANSFER_TIMEOUT_S)  # fmt: skip
     started = [
+        # 512-token chunks: a long prompt's prefill spans several steps, for a kill to land in
+        # (a prompt alone now prefills in 8K chunks)
         launch_server("--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port",
-                      str(port), *common),
+                      str(port), "--chunked-prefill-size", "512", *common),
         launch_server("--disaggregation-mode", "decode", *common),
         launch_server("--disaggregation-mode", "decode", *common),
     ]  # fmt: skip

@@ -18,9 +18,9 @@ from tests.router.test_router_http import _workers
 from tests.server.conftest import metrics
 
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.usefixtures("kv_integrity")]
-# ~2,600 tokens: a prefill long enough (two chunks, seconds on a CPU) that the kill below lands
-# while the prompt is in the engine; at ~500 tokens a quiet machine sometimes finished it between
-# two /metrics polls and the request succeeded
+# ~2,600 tokens: a prefill long enough (six chunks on the prefill worker, seconds on a CPU) that
+# the kill below lands while the prompt is in the engine; at ~500 tokens a quiet machine
+# sometimes finished it between two /metrics polls and the request succeeded
 LONG_PROMPT = "The river runs through the old city, past bridges and markets. " * 200
 
 
