@@ -1,6 +1,8 @@
 """Decode attention over an FP8 (e4m3) KV cache against the same kernel over bf16, one layer.
 
     python -m benchmarks.fp8_kv_decode --out-dir benchmarks/results
+    python -m benchmarks.fp8_kv_decode --sweep      # tiles, warps, stages, occupancy, modes
+    python -m benchmarks.fp8_kv_decode --prefill    # the prefill kernel, per widening mode
 
 Llama-3-8B heads (32 q, 8 kv, head_dim 128, page 16), batch x context 32 x 32K, 8 x 128K and
 64 x 1K. Each shape is timed inside one CUDA graph of several calls on different random page
@@ -26,7 +28,8 @@ from kvserve.kernels.decode_attention import (
     DecodeConfig,
     paged_decode_attention,
 )
-from kvserve.kernels.store_kv_cache import FP8_AS_FP16, FP8_AS_QDTYPE
+from kvserve.kernels.prefill_attention import default_prefill_config, paged_prefill_attention
+from kvserve.kernels.store_kv_cache import FP8_AS_FP16, FP8_AS_QDTYPE, FP8_IN_REGISTERS
 
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
 SHAPES = ((32, 32768), (8, 131072), (64, 1024), (1, 1024), (8, 4096))
@@ -49,16 +52,15 @@ FP8_CONFIGS = {
 
 
 def sweep_configs() -> dict[str, DecodeConfig]:
-    """--sweep: tiles, warps, stages and split counts for the widening modes."""
-    out = {}
-    for mode in (FP8_AS_FP16,):
-        for block_n, warps, stages, splits, fused in itertools.product(
-            (64, 128), (4, 8), (2, 3, 4), (None, 4, 8), (False, True)
-        ):
-            name = f"m{mode}_n{block_n}_w{warps}_s{stages}_sp{splits}_f{int(fused)}"
-            out[name] = DecodeConfig(
-                block_n, warps, stages, splits, fp8_mode=mode, fused_merge=fused
-            )
+    """--sweep: tiles, warps, stages and occupancy for widening in registers, with the fused
+    merge (the earlier sweeps' winner), and FP8_AS_FP16's default beside them."""
+    out = {"m1_default": replace(FP8_DECODE_CONFIG, fp8_mode=FP8_AS_FP16)}
+    for block_n, warps, stages, per_sm in itertools.product((64, 128), (4, 8), (2, 3), (4, 8)):
+        name = f"m{FP8_IN_REGISTERS}_n{block_n}_w{warps}_s{stages}_pps{per_sm}"
+        out[name] = DecodeConfig(
+            block_n, warps, stages, fp8_mode=FP8_IN_REGISTERS, programs_per_sm=per_sm,
+            fused_merge=True,
+        )  # fmt: skip
     return out
 
 
@@ -165,11 +167,59 @@ def compare_fused_merge(args: argparse.Namespace) -> None:
     print(f"wrote {write_result(f'fp8_kv_fused_merge_{args.tag}', out, args.out_dir)}")
 
 
+# (chunk rows, context) of one sequence: a whole 8K prompt, and 2K chunks behind 8K / 32K
+PREFILL_SHAPES = ((8192, 8192), (2048, 10240), (2048, 32768))
+
+
+def time_prefill(rows: int, ctx: int, cache: torch.Tensor, mode: int) -> float:
+    """ms of one prefill call: ``rows`` query rows ending a ``ctx``-token sequence."""
+    pages = ctx // PAGE
+    table = torch.randperm(cache.shape[1], device="cuda")[:pages].view(1, pages).to(torch.int32)
+    starts = torch.tensor([0, rows], dtype=torch.int32, device="cuda")
+    lens = torch.tensor([ctx], dtype=torch.int32, device="cuda")
+    q = torch.randn(rows, HQ, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+    one = torch.tensor([0.05], device="cuda")
+    fp8 = cache.dtype == torch.float8_e4m3fn
+    cfg = replace(default_prefill_config(HEAD_DIM, q.dtype), fp8_mode=mode)
+
+    def run() -> None:
+        paged_prefill_attention(q, cache, starts, lens, table, rows, HEAD_DIM**-0.5,
+                                (one, one) if fp8 else None, config=cfg)  # fmt: skip
+
+    run()  # compile
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return graph_replay_ms(graph, replays=20, warmup=5)
+
+
+def compare_prefill(args: argparse.Namespace) -> None:
+    """The prefill kernel over a bf16 cache and over FP8 per widening mode: a prefill is
+    compute-bound, so an FP8 cache should cost no more than bf16."""
+    shape = (2, 2 * 32768 // PAGE, PAGE, HKV, HEAD_DIM)
+    out: dict[str, Any] = {}
+    for name, dtype, mode in (
+        ("bf16", torch.bfloat16, 0),
+        ("fp8_as_fp16", torch.float8_e4m3fn, FP8_AS_FP16),
+        ("fp8_in_registers", torch.float8_e4m3fn, FP8_IN_REGISTERS),
+    ):
+        cache = torch.randn(shape, dtype=torch.bfloat16, device="cuda").to(dtype)
+        out[name] = []
+        for rows, ctx in PREFILL_SHAPES:
+            ms = time_prefill(rows, ctx, cache, mode)
+            out[name].append({"rows": rows, "ctx": ctx, "ms": ms})
+            print(f"prefill {name} rows={rows} ctx={ctx}: {ms:.3f} ms", flush=True)
+        del cache
+    print(f"wrote {write_result(f'fp8_kv_prefill_{args.tag}', out, args.out_dir)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
-    ap.add_argument("--sweep", action="store_true", help="configs at 32 x 32K only")
+    ap.add_argument("--sweep", action="store_true", help="tiles, occupancy and modes")
+    ap.add_argument("--prefill", action="store_true", help="the prefill kernel per mode")
     ap.add_argument("--layouts", action="store_true", help="token-major vs heads-major pages")
     ap.add_argument("--fused-merge", action="store_true", help="merge kernel vs last arrival")
     args = ap.parse_args()
@@ -177,9 +227,11 @@ def main() -> None:
         return compare_layouts(args)
     if args.fused_merge:
         return compare_fused_merge(args)
+    if args.prefill:
+        return compare_prefill(args)
     copy_gbs = copy_bandwidth_gbs()
-    shapes = SHAPES[:1] if args.sweep else SHAPES
     configs = sweep_configs() if args.sweep else FP8_CONFIGS
+    shapes = SHAPES
     bf16 = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig(), shapes)
     fp8 = {n: measure(torch.float8_e4m3fn, copy_gbs, n, c, shapes) for n, c in configs.items()}
     speedup = {
@@ -189,7 +241,7 @@ def main() -> None:
     }  # fmt: skip
     ranked = sorted(((r["fp8_speedup"], n, r) for n, rows in speedup.items() for r in rows),
                     key=lambda t: -t[0])  # fmt: skip
-    for x, name, r in ranked[: 12 if args.sweep else len(ranked)]:
+    for x, name, r in ranked[: 40 if args.sweep else len(ranked)]:
         print(f"{name} B={r['batch']} ctx={r['ctx']}: FP8 KV {x:.2f}x bf16")
     result = {"heads": {"q": HQ, "kv": HKV, "head_dim": HEAD_DIM, "page": PAGE},
               "copy_GBps": copy_gbs, "bf16": bf16, "fp8_e4m3": fp8,
