@@ -52,15 +52,16 @@ FP8_CONFIGS = {
 
 
 def sweep_configs() -> dict[str, DecodeConfig]:
-    """--sweep: tiles, warps, stages and occupancy for widening in registers, with the fused
-    merge (the earlier sweeps' winner), and FP8_AS_FP16's default beside them."""
-    out = {"m1_default": replace(FP8_DECODE_CONFIG, fp8_mode=FP8_AS_FP16)}
-    for block_n, warps, stages, per_sm in itertools.product((64, 128), (4, 8), (2, 3), (4, 8)):
-        name = f"m{FP8_IN_REGISTERS}_n{block_n}_w{warps}_s{stages}_pps{per_sm}"
+    """--sweep: both fp16 widening modes over tiles, stages and occupancy (4 warps, the fused
+    merge: the earlier sweeps' winners)."""
+    out = {}
+    for mode, block_n, stages, per_sm in itertools.product(
+        (FP8_AS_FP16, FP8_IN_REGISTERS), (64, 128), (2, 3), (4, 8)
+    ):
+        name = f"m{mode}_n{block_n}_s{stages}_pps{per_sm}"
         out[name] = DecodeConfig(
-            block_n, warps, stages, fp8_mode=FP8_IN_REGISTERS, programs_per_sm=per_sm,
-            fused_merge=True,
-        )  # fmt: skip
+            block_n, 4, stages, fp8_mode=mode, programs_per_sm=per_sm, fused_merge=True
+        )
     return out
 
 

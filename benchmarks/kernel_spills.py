@@ -32,11 +32,19 @@ CONFIGS = [
 _ARGS = {
     "q_ptr": "*bf16", "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "part_out_ptr": "*fp32",
     "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "counter_ptr": "*i32", "k_scale_ptr": "*fp32",
-    "v_scale_ptr": "*fp32", "scale_log2": "fp32", "page_size": "i32", "stride_qb": "i32",
+    "v_scale_ptr": "*fp32", "scale_log2": "fp32", "stride_qb": "i32",
     "stride_qh": "i32", "stride_cache_page": "i64", "stride_cache_tok": "i32",
     "stride_cache_head": "i32", "stride_bt": "i32", "stride_ob": "i32", "stride_oh": "i32",
     "num_splits": "i32", "min_split": "i32",
 }  # fmt: skip
+# The strides a launch on Llama-3-8B heads passes (page 16 x 8 heads x 128 dims, 32 q heads):
+# multiples of 16, which Triton specializes on, and without which it cannot prove the 16-byte
+# contiguity of a row: compiled without them (as before 2026-12-02) the kernel loads a byte or
+# an element at a time and spills, which no real launch does.
+_LAUNCH_MULTIPLES_OF_16 = (
+    "stride_qb", "stride_qh", "stride_cache_page", "stride_cache_tok", "stride_cache_head",
+    "stride_ob", "stride_oh",
+)  # fmt: skip
 
 
 def compile_sm90(
@@ -71,12 +79,14 @@ def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> byt
     fp8 = cache == "fp8"
     pointer = "*fp8e4nv" if fp8 else "*bf16"
     constants = {
-        "GROUP": 4, "BLOCK_H": 16, "BLOCK_N": block_n, "HEAD_DIM": 128, "DIRECT": False,
-        "DOT_PRECISION": "tf32", "FP8": fp8, "FP8_MODE": FP8_AS_FP16, "USE_PDL": True,
-        "FUSED_MERGE": fused, "BLOCK_S": 32,
+        "PAGE_SIZE": 16, "GROUP": 4, "BLOCK_H": 16, "BLOCK_N": block_n, "HEAD_DIM": 128,
+        "DIRECT": False, "DOT_PRECISION": "tf32", "FP8": fp8, "FP8_MODE": FP8_AS_FP16,
+        "USE_PDL": True, "FUSED_MERGE": fused, "BLOCK_S": 32,
     }  # fmt: skip
     signature = {**_ARGS, "k_cache_ptr": pointer, "v_cache_ptr": pointer}
-    return compile_sm90(_decode_split_kernel, signature, constants, {"num_warps": num_warps})
+    divisible = tuple(name for name, kind in signature.items() if kind.startswith("*"))
+    return compile_sm90(_decode_split_kernel, signature, constants, {"num_warps": num_warps},
+                        divisible + _LAUNCH_MULTIPLES_OF_16)  # fmt: skip
 
 
 def cuobjdump(cubin: bytes, flag: str) -> str:

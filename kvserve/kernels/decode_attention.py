@@ -98,7 +98,6 @@ def _decode_split_kernel(
     k_scale_ptr,
     v_scale_ptr,
     scale_log2,
-    page_size,
     stride_qb,
     stride_qh,
     stride_cache_page,
@@ -109,6 +108,7 @@ def _decode_split_kernel(
     stride_oh,
     num_splits,
     min_split,  # a multiple of BLOCK_N
+    PAGE_SIZE: tl.constexpr,  # a constant: // and % by it are shifts, not division sequences
     GROUP: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -154,8 +154,8 @@ def _decode_split_kernel(
     for n0 in range(start, end, BLOCK_N):
         toks = n0 + tl.arange(0, BLOCK_N)
         tok_mask = toks < end
-        page = tl.load(table + toks // page_size, mask=tok_mask, other=0).to(tl.int64)
-        kv_off = page * stride_cache_page + (toks % page_size) * stride_cache_tok
+        page = tl.load(table + toks // PAGE_SIZE, mask=tok_mask, other=0).to(tl.int64)
+        kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok
         kv_off = kv_off + kv_head * stride_cache_head
         kv_ptrs = kv_off[:, None] + dims[None, :]  # [BLOCK_N, D]
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
@@ -361,7 +361,6 @@ def paged_decode_attention(
         counters,
         *scale_args(kv_cache, kv_scales),
         scale * math.log2(math.e),
-        page_size,
         q.stride(0),
         q.stride(1),
         k_cache.stride(0),
@@ -372,6 +371,7 @@ def paged_decode_attention(
         out.stride(1),
         splits,
         min_split,
+        PAGE_SIZE=page_size,
         GROUP=group,
         BLOCK_H=max(16, next_pow2(group)),
         BLOCK_N=cfg.block_n,

@@ -107,10 +107,10 @@ def _attend_tile(
     q_pos,
     hi,
     kv_head_off,
-    page_size,
     stride_cache_page,
     stride_cache_tok,
     scale_log2,
+    PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     MASKED: tl.constexpr,
@@ -122,10 +122,10 @@ def _attend_tile(
     dims = tl.arange(0, HEAD_DIM)
     if MASKED:
         tok_mask = toks < hi
-        page = tl.load(table + toks // page_size, mask=tok_mask, other=0).to(tl.int64)
+        page = tl.load(table + toks // PAGE_SIZE, mask=tok_mask, other=0).to(tl.int64)
     else:
-        page = tl.load(table + toks // page_size).to(tl.int64)
-    kv_off = page * stride_cache_page + (toks % page_size) * stride_cache_tok + kv_head_off
+        page = tl.load(table + toks // PAGE_SIZE).to(tl.int64)
+    kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok + kv_head_off
     kv_ptrs = kv_off[:, None] + dims[None, :]  # [BLOCK_N, D]
     if MASKED:
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
@@ -182,7 +182,6 @@ def _prefill_kernel(
     k_scale_ptr,
     v_scale_ptr,
     scale_log2,
-    page_size,
     stride_qt,
     stride_qh,
     stride_ot,
@@ -192,6 +191,7 @@ def _prefill_kernel(
     stride_cache_head,
     stride_bt,
     kv_splits,
+    PAGE_SIZE: tl.constexpr,  # a constant: // and % by it are shifts, not division sequences
     GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -246,13 +246,13 @@ def _prefill_kernel(
     for n0 in range(full_lo, full_hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
-            page_size, stride_cache_page, stride_cache_tok, scale_log2,
+            stride_cache_page, stride_cache_tok, scale_log2, PAGE_SIZE,
             BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE, FP8_MODE,
         )  # fmt: skip
     for n0 in range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
-            page_size, stride_cache_page, stride_cache_tok, scale_log2,
+            stride_cache_page, stride_cache_tok, scale_log2, PAGE_SIZE,
             BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE, FP8_MODE,
         )  # fmt: skip
 
@@ -341,7 +341,6 @@ def paged_prefill_attention(
         block_tables,
         *scale_args(kv_cache, kv_scales),
         scale * math.log2(math.e),
-        page_size,
         q.stride(0),
         q.stride(1),
         out.stride(0),
@@ -351,6 +350,7 @@ def paged_prefill_attention(
         k_cache.stride(2),
         block_tables.stride(0),
         splits,
+        PAGE_SIZE=page_size,
         GROUP=num_heads // num_kv_heads,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
