@@ -38,7 +38,6 @@ from kvserve.kernels.store_kv_cache import (
     fp8_operand_mode,
     is_fp8_kv,
     scale_args,
-    widen_fp8,
 )
 
 # Split count, from sweeps on the H200 with the engine's graph-wide page tables
@@ -144,7 +143,7 @@ def _decode_split_kernel(
     q = tl.load(q_ptr + q_off, mask=row_mask[:, None], other=0.0)  # [BLOCK_H, D]
     if FP8:
         scale_log2 = scale_log2 * tl.load(k_scale_ptr)
-        if FP8_MODE != 0:
+        if FP8_MODE == 1:
             q = q.to(tl.float16)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
@@ -161,7 +160,7 @@ def _decode_split_kernel(
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
         v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
         if FP8:
-            k, v = widen_fp8(k, q, FP8_MODE), widen_fp8(v, q, FP8_MODE)
+            k, v = k.to(q.dtype), v.to(q.dtype)  # fp16 already for FP8_AS_FP16
 
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_H, N], unscaled
         s = tl.where(tok_mask[None, :], s, float("-inf"))
@@ -337,7 +336,7 @@ def paged_decode_attention(
         cfg.programs_per_sm,
     )  # fmt: skip
     min_split = -(-cfg.min_split_tokens // cfg.block_n) * cfg.block_n
-    fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype, q.device)
+    fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype)
     part_out = part_lse = counters = out  # placeholders, unused when splits == 1
     if splits > 1:
         part_out = torch.empty(

@@ -37,7 +37,6 @@ from kvserve.kernels.store_kv_cache import (
     fp8_operand_mode,
     is_fp8_kv,
     scale_args,
-    widen_fp8,
 )
 
 
@@ -116,7 +115,6 @@ def _attend_tile(
     MASKED: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
-    FP8_MODE: tl.constexpr,  # 0 for any cache but FP8
 ):
     toks = n0 + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
@@ -133,7 +131,7 @@ def _attend_tile(
     else:
         k = tl.load(k_cache_ptr + kv_ptrs)
         v = tl.load(v_cache_ptr + kv_ptrs)
-    k, v = widen_fp8(k, q, FP8_MODE), widen_fp8(v, q, FP8_MODE)  # no-ops unless FP8
+    k, v = k.to(q.dtype), v.to(q.dtype)  # no-ops unless the cache is FP8
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_M, N], unscaled
     if MASKED:
         visible = (toks[None, :] <= q_pos[:, None]) & tok_mask[None, :]
@@ -224,7 +222,7 @@ def _prefill_kernel(
     q_pos = ctx_len + rows
     if FP8:
         scale_log2 = scale_log2 * tl.load(k_scale_ptr)
-        if FP8_MODE != 0:
+        if FP8_MODE == 1:
             q = q.to(tl.float16)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -247,13 +245,13 @@ def _prefill_kernel(
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
             stride_cache_page, stride_cache_tok, scale_log2, PAGE_SIZE,
-            BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE, FP8_MODE,
+            BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE,
         )  # fmt: skip
     for n0 in range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(
             q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
             stride_cache_page, stride_cache_tok, scale_log2, PAGE_SIZE,
-            BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE, FP8_MODE,
+            BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE,
         )  # fmt: skip
 
     o, lse = normalize_rows(acc, m_i, l_i)
@@ -311,7 +309,7 @@ def paged_prefill_attention(
     assert head_dim == next_pow2(head_dim), "head_dim must be a power of two"
     assert q.stride(-1) == 1 and kv_cache.stride(-1) == 1
     cfg = config or default_prefill_config(head_dim, q.dtype)
-    fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype, q.device) if is_fp8_kv(kv_cache) else 0
+    fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype) if is_fp8_kv(kv_cache) else 0
     out = torch.empty_like(q)
     batch = seq_lens.shape[0]
     if num_tokens == 0 or batch == 0:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import torch
 
 from kvserve.kernels._triton import (
-    constexpr,
-    interpreting,
     jit,
     launch_options,
     next_pow2,
@@ -111,49 +109,20 @@ def copy_heads(
     tl.store(dst, encode_kv(x, inv_scale, FP8).to(dst_ptr.dtype.element_ty), mask=mask)
 
 
-# How the attention kernels widen FP8 cache tiles into MMA operands. On the H200
-# (benchmarks/fp8_kv_decode.py, 32 x 32K) fp16 operands beat Triton's e4m3->bf16 conversion by
-# 1.16x; bf16 assembled from the bits and FP8 MMAs (q and p in e4m3) were measured and were no
-# faster, so neither is kept. With FP8_AS_FP16 Triton moves the conversion behind the shared
-# memory load, where an 8-bit value tile that is the MMA's B operand in [K, N] order (V, and K
-# transposed) can only be read a byte at a time (LDS.U8: 128 a thread per 128 x 128 tile, with
-# their address arithmetic, twice the loop's instructions of the bf16 cache per byte).
-# FP8_IN_REGISTERS widens right after the global load, in PTX Triton will not move, so the
-# tiles reach shared memory as fp16 and are read with ldmatrix (half the loop's instructions).
+# How the attention kernels widen FP8 cache tiles into MMA operands (``.to(q's dtype)``). On the
+# H200 (benchmarks/fp8_kv_decode.py, 32 x 32K) fp16 operands beat Triton's e4m3->bf16 conversion
+# by 1.16x; bf16 assembled from the bits and FP8 MMAs (q and p in e4m3) were measured and were no
+# faster, so neither is kept. Triton widens after the shared-memory load, where V (the MMA's B
+# operand in [K, N] order) is read a byte at a time; widening in PTX before shared memory (fp16
+# tiles read with ldmatrix) halves the decode loop's instructions but ran at 0.73x of this
+# (32 x 32K, 2026-12-02, fp8_kv_decode_h200_sweep_page), so that was not kept either.
 FP8_AS_QDTYPE = 0  # Triton's conversion to q's dtype (the only choice for fp32 q)
 FP8_AS_FP16 = 1  # fp16 operands, q and p cast to fp16 (one cvt per two values on sm_89+)
-FP8_IN_REGISTERS = 2  # FP8_AS_FP16, widened before shared memory (sm_89+, not interpreted)
-_IN_REGISTERS = constexpr(FP8_IN_REGISTERS)
 
 
-def fp8_operand_mode(mode: int, q_dtype: torch.dtype, device: torch.device) -> int:
-    """``mode`` where it applies to q's dtype and the device, else the nearest that does."""
-    if q_dtype == torch.float32:
-        return FP8_AS_QDTYPE
-    if mode == FP8_IN_REGISTERS and (
-        interpreting() or torch.cuda.get_device_capability(device) < (8, 9)
-    ):
-        return FP8_AS_FP16  # no PTX under the interpreter; no e4m3x2 cvt before Ada
-    return mode
-
-
-@jit
-def widen_fp8(x, like, FP8_MODE: tl.constexpr):
-    """An FP8 cache tile as MMA operands of ``like``'s dtype (q's: fp16 from FP8_AS_FP16 on)."""
-    if FP8_MODE == _IN_REGISTERS:
-        # is_pure=False keeps Triton from moving the conversion past the shared-memory load
-        return tl.inline_asm_elementwise(
-            asm="""{ .reg .b16 lo, hi;
-            mov.b32 {lo, hi}, $2;
-            cvt.rn.f16x2.e4m3x2 $0, lo;
-            cvt.rn.f16x2.e4m3x2 $1, hi; }""",
-            constraints="=r,=r,r",
-            args=[x.to(tl.uint8, bitcast=True)],
-            dtype=tl.float16,
-            is_pure=False,
-            pack=4,
-        )
-    return x.to(like.dtype)
+def fp8_operand_mode(mode: int, q_dtype: torch.dtype) -> int:
+    """``mode`` where it applies to q's dtype, else FP8_AS_QDTYPE."""
+    return FP8_AS_QDTYPE if q_dtype == torch.float32 else mode
 
 
 @jit
