@@ -144,8 +144,24 @@ def matmul_tflops() -> float:
     return 2 * 8192**3 / ms / 1e9
 
 
+def fp8_matmul_tflops() -> float:
+    """e4m3 x e4m3 -> bf16 matmul (``torch._scaled_mm``, per-tensor scales) on 8192^3."""
+    a = torch.randn(8192, 8192, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(8192, 8192, device="cuda").to(torch.float8_e4m3fn).t()  # column-major
+    one = torch.ones((), device="cuda")
+    ms = median_ms(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16))
+    return 2 * 8192**3 / ms / 1e9
+
+
 def gpu_ceilings() -> dict[str, float]:
-    return {"copy_GBps": copy_bandwidth_gbs(), "bf16_matmul_TFLOPs": matmul_tflops()}
+    return {"copy_GBps": copy_bandwidth_gbs(), "bf16_matmul_TFLOPs": matmul_tflops(),
+            "fp8_matmul_TFLOPs": fp8_matmul_tflops()}  # fmt: skip
+
+
+def matmul_ceiling_tflops(ceil: dict[str, float], fp8_tensor_cores: bool) -> float:
+    """The matmul ceiling a format's GEMMs run against: FP8 W8A8 on the FP8 tensor cores,
+    everything else (weight-only formats included) at bf16's."""
+    return ceil["fp8_matmul_TFLOPs"] if fp8_tensor_cores else ceil["bf16_matmul_TFLOPs"]
 
 
 def graph_replay_ms(graph: torch.cuda.CUDAGraph, replays: int, warmup: int) -> float:

@@ -48,6 +48,7 @@ from benchmarks.common import (
     gpu_ceilings,
     kv_bytes_per_token,
     kv_capacity_tokens,
+    matmul_ceiling_tflops,
     release_memory,
     step_weight_bytes,
     weight_bytes,
@@ -124,7 +125,8 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
         "prefill": prefill,
     }
     if args.offline:
-        out["offline"] = run_offline(core, ceil, args.offline_requests, 1024, 1024)
+        rate = matmul_ceiling_tflops(ceil, fp8_tensor_cores=base.startswith("fp8"))
+        out["offline"] = run_offline(core, ceil, args.offline_requests, 1024, 1024, rate)
     del core
     release_memory()
     return out

@@ -39,6 +39,7 @@ from benchmarks.common import (
     gpu_ceilings,
     kv_bytes_per_token,
     kv_capacity_tokens,
+    matmul_ceiling_tflops,
     release_memory,
     step_weight_bytes,
     write_result,
@@ -86,7 +87,9 @@ def experts_touched(core: EngineCore, batch: int) -> float:
     return sum(counts) / len(counts)
 
 
-def offline_floor(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int) -> dict:
+def offline_floor(
+    core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int, matmul_tflops: float
+) -> dict:
     """roofline.py's floor, its FLOPs from the MoE's active parameters (``common.matmul_params``:
     the non-expert weights and a token's top-k experts) and a decode step of
     ``max_running_requests`` rows reading the experts that many tokens touch."""
@@ -94,7 +97,7 @@ def offline_floor(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: 
     rows = core.config.scheduler.max_running_requests
     touched = experts_touched(core, rows) * len(layers) * split["bytes_per_expert"]
     return roofline.offline_floor(
-        core, ceil, num, in_len, out_len, step_bytes=split["non_expert_bytes"] + touched
+        core, ceil, num, in_len, out_len, split["non_expert_bytes"] + touched, matmul_tflops
     )
 
 
@@ -152,8 +155,9 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     batches = [int(b) for b in args.batches.split(",") if b]
     out["decode"] = run_decode(core, ceil, batches, args.context)
     if args.offline:
+        rate = matmul_ceiling_tflops(ceil, fp8_tensor_cores=name.startswith("fp8"))
         off = run_offline(core, ceil, args.offline, 1024, 1024)
-        off.update(offline_floor(core, ceil, args.offline, 1024, 1024))
+        off.update(offline_floor(core, ceil, args.offline, 1024, 1024, rate))
         off["share_of_floor"] = off["floor_s"] / off["wall_s"]
         print(f"moe offline: {off['output_tok_s']:.0f} output tok/s, floor {off['floor_s']:.1f} s "
               f"({100 * off['share_of_floor']:.0f}%)", flush=True)  # fmt: skip

@@ -153,30 +153,35 @@ def run_prefill(core: EngineCore, ceil: dict, lengths: list[int]) -> list[dict]:
 
 def offline_floor(
     core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int,
-    step_bytes: float | None = None,
+    step_bytes: float | None = None, matmul_tflops: float | None = None,
 ) -> dict:  # fmt: skip
     """A lower bound on the offline run's time from this run's ceilings: every prompt token's
-    matmul FLOPs at the matmul ceiling, every output token's matmul FLOPs at the same ceiling
-    (or, when fewer rows than that share per step, one weight read per step at copy bandwidth:
-    ``step_bytes``, by default every weight a step reads), and every output token's read of its
-    whole context's KV at copy bandwidth. Attention FLOPs and everything else count zero, so
-    the bound is low."""
+    matmul FLOPs at the matmul ceiling (``matmul_tflops``, bf16's by default), then the decode
+    steps at whichever is slower, their matmul FLOPs at that ceiling or their bytes at copy
+    bandwidth (one weight read per step: ``step_bytes``, by default every weight a step
+    reads; and every output token's read of its whole context's KV). Attention FLOPs and
+    everything else count zero, so the bound is low."""
     params = matmul_params(core)
     step_bytes = step_weight_bytes(core) if step_bytes is None else step_bytes
-    flop_s = ceil["bf16_matmul_TFLOPs"] * 1e12
+    flop_s = (matmul_tflops or ceil["bf16_matmul_TFLOPs"]) * 1e12
     copy_bps = ceil["copy_GBps"] * 1e9
     steps = out_len * -(-num // max_running_requests(core))
     context_tokens = num * (out_len * in_len + out_len * (out_len - 1) / 2)
     parts = {
         "prefill_matmul": num * prefill_matmul_flops(core, in_len) / flop_s,
-        "decode_matmul": max(num * out_len * 2 * params / flop_s,
-                             steps * step_bytes / copy_bps),
+        "decode_matmul": num * out_len * 2 * params / flop_s,
+        "decode_weight_read": steps * step_bytes / copy_bps,
         "decode_kv_read": context_tokens * kv_bytes_per_token(core) / copy_bps,
-    }  # fmt: skip
-    return {"floor_s": sum(parts.values()), "floor_parts_s": parts}
+    }
+    decode = max(parts["decode_matmul"], parts["decode_weight_read"] + parts["decode_kv_read"])
+    return {"floor_s": parts["prefill_matmul"] + decode, "floor_parts_s": parts,
+            "floor_matmul_TFLOPs": flop_s / 1e12}  # fmt: skip
 
 
-def run_offline(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int) -> dict:
+def run_offline(
+    core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int,
+    matmul_tflops: float | None = None,
+) -> dict:  # fmt: skip
     prompts = random_prompts(num, in_len, core.model_config.vocab_size, seed=1)
     torch.cuda.synchronize()
     t = time.perf_counter()
@@ -194,7 +199,7 @@ def run_offline(core: EngineCore, ceil: dict, num: int, in_len: int, out_len: in
     res = {"requests": num, "input_len": in_len, "output_len": out_len, "wall_s": wall,
            "output_tok_s": produced / wall, "total_tok_s": (produced + num * in_len) / wall,
            "preemptions": preemptions(core),
-           **offline_floor(core, ceil, num, in_len, out_len)}  # fmt: skip
+           **offline_floor(core, ceil, num, in_len, out_len, None, matmul_tflops)}  # fmt: skip
     res["share_of_floor"] = res["floor_s"] / wall
     print(f"offline: {res['output_tok_s']:.0f} output tok/s in {wall:.1f} s, floor "
           f"{res['floor_s']:.1f} s ({100 * res['share_of_floor']:.0f}%)", flush=True)  # fmt: skip
