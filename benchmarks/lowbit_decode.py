@@ -109,9 +109,10 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     wbytes = weight_bytes(core)
     kv_tokens = kv_capacity_tokens(core)
     print(f"{name}: weights {wbytes / 1e9:.2f} GB, KV pool {kv_tokens} tokens", flush=True)
+    rate = matmul_ceiling_tflops(ceil, fp8_tensor_cores=base.startswith("fp8"))
     prefill = []
     if args.prefill_lengths:
-        prefill = run_prefill(core, ceil, args.prefill_lengths)
+        prefill = run_prefill(core, ceil, args.prefill_lengths, rate)
     rows = run_decode(core, ceil, args.batches, args.contexts) if args.batches else []
     for r in rows:
         if "tok_s" in r:
@@ -125,7 +126,6 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
         "prefill": prefill,
     }
     if args.offline:
-        rate = matmul_ceiling_tflops(ceil, fp8_tensor_cores=base.startswith("fp8"))
         out["offline"] = run_offline(core, ceil, args.offline_requests, 1024, 1024, rate)
     del core
     release_memory()

@@ -150,12 +150,12 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
           f"{gb['non_expert_bytes']:.1f} GB, start {core.startup_s:.0f} s", flush=True)  # fmt: skip
     out: dict[str, Any] = {"startup_s": getattr(core, "startup_s", None), "weights": split}
     lengths = [int(n) for n in args.prefill_lengths.split(",") if n]
+    rate = matmul_ceiling_tflops(ceil, fp8_tensor_cores=name.startswith("fp8"))
     if lengths:
-        out["prefill"] = run_prefill(core, ceil, lengths)
+        out["prefill"] = run_prefill(core, ceil, lengths, rate)
     batches = [int(b) for b in args.batches.split(",") if b]
     out["decode"] = run_decode(core, ceil, batches, args.context)
     if args.offline:
-        rate = matmul_ceiling_tflops(ceil, fp8_tensor_cores=name.startswith("fp8"))
         off = run_offline(core, ceil, args.offline, 1024, 1024)
         off.update(offline_floor(core, ceil, args.offline, 1024, 1024, rate))
         off["share_of_floor"] = off["floor_s"] / off["wall_s"]

@@ -126,8 +126,11 @@ def step_breakdown(core: EngineCore, batch: int, ctx: int, steps: int = 40) -> d
     return res
 
 
-def run_prefill(core: EngineCore, ceil: dict, lengths: list[int]) -> list[dict]:
-    """Prefill of ``lengths``-token prompts, as many a step as the engine's token budget takes."""
+def run_prefill(
+    core: EngineCore, ceil: dict, lengths: list[int], matmul_tflops: float | None = None
+) -> list[dict]:
+    """Prefill of ``lengths``-token prompts, as many a step as the engine's token budget takes;
+    its share of ``matmul_tflops`` (bf16's ceiling by default)."""
     budget = core.config.scheduler.max_num_batched_tokens
     rows = []
     vocab = core.model_config.vocab_size
@@ -143,7 +146,7 @@ def run_prefill(core: EngineCore, ceil: dict, lengths: list[int]) -> list[dict]:
             reset_prefix_cache(core)
         flops = n * prefill_flops(core, length)
         tflops = flops / dt / 1e12
-        share = tflops / ceil["bf16_matmul_TFLOPs"]
+        share = tflops / (matmul_tflops or ceil["bf16_matmul_TFLOPs"])
         rows.append({"prompt_len": length, "prompts_per_step": n, "tok_s": n * length / dt,
                      "TFLOPs": tflops, "share_of_matmul_ceiling": share})  # fmt: skip
         print(f"prefill {n}x{length}: {n * length / dt:.0f} tok/s, {tflops:.0f} TFLOP/s "
