@@ -240,7 +240,9 @@ class EngineConfig:
     # at load (online); kvserve.quant.registry lists the schemes.
     quantization: str | None = None
     enforce_eager: bool = False
-    cuda_graph_max_bs: int = 256
+    # Decode batches up to this replay CUDA graphs, larger ones run eagerly. None: every batch
+    # the scheduler can form (max_running_requests); 0: no graphs.
+    cuda_graph_max_bs: int | None = None
     # Plan and launch step N+1 before step N's tokens reach the host (None: on for CUDA, where
     # the host work then hides behind the GPU's; off on CPU, where nothing runs concurrently).
     overlap_schedule: bool | None = None

@@ -206,7 +206,10 @@ FLAGS: list[Flag] = [
         engine=True,
     ),  # fmt: skip
     Flag(
-        ("--cuda-graph-max-bs",), "largest batch captured in a CUDA graph", type=int, engine=True
+        ("--cuda-graph-max-bs",),
+        "largest decode batch captured in a CUDA graph (default: --max-running-requests)",
+        type=int,
+        engine=True,
     ),  # fmt: skip
     # -- prefill/decode disaggregation (kvserve/disagg)
     Flag(

@@ -124,6 +124,16 @@ def test_cuda_graphs_and_eager_give_the_same_tokens(tmp_path) -> None:
     assert _greedy(graphs) == _greedy(eager)
 
 
+def test_graphs_cover_every_decode_batch_the_scheduler_can_form(tmp_path) -> None:
+    path = _tiny_checkpoint("LlamaForCausalLM", tmp_path)
+    settings = {"device": "cuda", "max_total_tokens": 8192}
+    wide = EngineCore(build_engine_config(path, max_running_requests=300, **settings))
+    assert wide.runner.graphs is not None and wide.runner.graphs.max_bs == 300
+    del wide
+    capped = build_engine_config(path, max_running_requests=300, cuda_graph_max_bs=64, **settings)
+    assert EngineCore(capped).runner.graphs.max_bs == 64
+
+
 def test_programmatic_launch_reaches_every_kernel_and_keeps_the_tokens(tmp_path) -> None:
     """On by default on sm_90+ (backend and every kernel layer), off with ``disable_pdl``; the
     graphs replay the same tokens either way."""

@@ -110,7 +110,9 @@ class ModelRunner:
             # NCCL's communicator must have run once before a CUDA graph captures it.
             all_reduce(torch.zeros(1, device=device), tp)
             torch.cuda.synchronize(device)
-        max_bs = min(config.cuda_graph_max_bs, config.scheduler.max_running_requests)
+        max_bs = config.scheduler.max_running_requests
+        if config.cuda_graph_max_bs is not None:
+            max_bs = min(config.cuda_graph_max_bs, max_bs)
         graphs_wanted = max_bs > 0 and not config.enforce_eager
         if device.type == "cuda" and self.backend.name == "triton" and graphs_wanted:
             self.graphs = DecodeGraphs(
