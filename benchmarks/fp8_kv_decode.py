@@ -230,9 +230,8 @@ def main() -> None:
         return compare_prefill(args)
     copy_gbs = copy_bandwidth_gbs()
     configs = sweep_configs() if args.sweep else FP8_CONFIGS
-    shapes = SHAPES
-    bf16 = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig(), shapes)
-    fp8 = {n: measure(torch.float8_e4m3fn, copy_gbs, n, c, shapes) for n, c in configs.items()}
+    bf16 = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig())
+    fp8 = {n: measure(torch.float8_e4m3fn, copy_gbs, n, c) for n, c in configs.items()}
     speedup = {
         name: [{"batch": a["batch"], "ctx": a["ctx"], "fp8_speedup": a["us"] / b["us"]}
                for a, b in zip(bf16, rows, strict=True) if "us" in b]
