@@ -76,8 +76,8 @@ class DecodeConfig:
 # (1.01x / 0.95x against 0.99x / 0.94x). The fused merge is what pays: with the merge kernel
 # the same split count gave 0.95x. With the page size a constant (2026-12-02, 16 configs of
 # tile, stages and occupancy swept again) this config stays the best: 1.40x / 1.39x at long
-# context, 72% of copy bandwidth. Still not bytes-bound (2x would be): bound by the loop's
-# instructions, half of them the byte-wise reads of the value tile (store_kv_cache.FP8_AS_*).
+# context, 72% of copy bandwidth. Still not bytes-bound (2x would be); about half the loop's
+# instructions are the byte-wise reads of the value tile (store_kv_cache.FP8_AS_*).
 FP8_DECODE_CONFIG = DecodeConfig(
     block_n=128, num_warps=4, num_stages=2, programs_per_sm=8, fused_merge=True
 )
