@@ -59,9 +59,8 @@ class ModelRunner:
         self.page_size = config.cache.page_size
         kv_dtype = resolve_kv_dtype(config.cache.kv_cache_dtype, dtype)
         pdl = _resolve_pdl(config.enable_pdl, device)
-        graph_dims = GraphDims.for_engine(
-            config.scheduler, pages_for(context_length, self.page_size)
-        )
+        self.max_pages_per_seq = pages_for(context_length, self.page_size)
+        graph_dims = GraphDims.for_engine(config.scheduler, self.max_pages_per_seq)
         prefill = create_prefill_library(
             config.prefill_attention_backend, config.attention_backend, device, dtype, kv_dtype,
             model_config.head_dim, graph_dims,
@@ -104,7 +103,6 @@ class ModelRunner:
             str(kv_dtype).removeprefix("torch."),
             self.kv.bytes_per_token,
         )
-        self.max_pages_per_seq = geometry.pages_for(context_length)
         self.graphs: DecodeGraphs | None = None
         if tp.is_parallel and device.type == "cuda":
             # NCCL's communicator must have run once before a CUDA graph captures it.

@@ -73,7 +73,7 @@ def create_prefill_library(
     dtype: torch.dtype,
     kv_dtype: torch.dtype,
     head_dim: int,
-    dims: GraphDims | None = None,
+    dims: GraphDims,
 ) -> CudnnPrefill | None:
     """The prefill attention of the triton backend: ``triton`` (its own kernel), ``cudnn``
     (cuDNN's paged SDPA for large steps; refused where it cannot run) or ``auto`` (cuDNN where

@@ -187,8 +187,8 @@ class _Graph:
 class CudnnPrefill:
     """Prefill attention of a step's chunks through cuDNN; graphs cached by shape."""
 
-    def __init__(self, device: torch.device, dims: GraphDims | None = None) -> None:
-        """``dims``: the engine's (graphs then differ by batch alone); None: ``STANDALONE``."""
+    def __init__(self, device: torch.device, dims: GraphDims = STANDALONE) -> None:
+        """``dims``: the engine's (graphs then differ by batch alone), or ``STANDALONE``."""
         import cudnn
 
         self._cudnn, self.device = cudnn, device
@@ -197,7 +197,7 @@ class CudnnPrefill:
         self._graphs: dict[_Shape, _Graph] = {}
         self.builds: list[dict[str, float]] = []  # each graph built: its buckets and seconds
         self._step: tuple[AttentionMetadata, int, _StepInputs | None] | None = None
-        self.dims = dims or STANDALONE
+        self.dims = dims
         self._last: _Shape | None = None  # the shape of the latest call
 
     def warm_batches(self, kv_cache: torch.Tensor, meta: AttentionMetadata) -> None:
@@ -278,12 +278,12 @@ def pad_step_inputs(
     meta: AttentionMetadata,
     first_seq: int,
     batch: int,
-    max_query: int | None = None,
-    width: int | None = None,
+    max_query: int = 0,
+    width: int = 0,
 ) -> _StepInputs:
     """Sequences ``first_seq:`` of a step padded to ``batch`` sequences, a graph's longest chunk
-    ``max_query`` and a page table ``width`` columns wide (by default, or where the step needs
-    more: the step's own, rounded up to powers of two)."""
+    ``max_query`` and a page table ``width`` columns wide (0, or where the step needs more: the
+    step's own, rounded up to powers of two)."""
     qsl = meta.query_start_loc[first_seq:]
     qsl = qsl - qsl[0]  # rows of the chunks start at 0 in the q handed to cuDNN
     n = qsl.shape[0] - 1
@@ -298,9 +298,9 @@ def pad_step_inputs(
     tables = meta.block_tables[first_seq:]
     # The engine's tables are as wide as the step's longest sequence: padded to a power of two
     # (zeros, as the tail of a table), so that a long prompt's chunks do not build a graph each
-    width = max(width or 0, next_pow2(tables.shape[1]))
+    width = max(width, next_pow2(tables.shape[1]))
     table = torch.zeros(batch, 1, width, 1, dtype=torch.int32, device=device)
     table[:n, 0, : tables.shape[1], 0] = tables
     longest = max(meta.query_lens_cpu[first_seq:])
-    max_query = max(max_query or 0, _MIN_QUERY_BUCKET, next_pow2(longest))
+    max_query = max(max_query, _MIN_QUERY_BUCKET, next_pow2(longest))
     return _StepInputs(batch, max_query, seq_q, seq_kv, q_start, table)
