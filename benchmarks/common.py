@@ -178,6 +178,17 @@ def graph_replay_ms(graph: torch.cuda.CUDAGraph, replays: int, warmup: int) -> f
     return statistics.median(times)
 
 
+def captured_ms(fn: Callable[[], object], replays: int = 20, warmup: int = 5) -> float:
+    """Median ms of ``fn`` replayed from a CUDA graph (host launches left out); one eager call
+    first compiles its kernels."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph_replay_ms(graph, replays, warmup)
+
+
 def timed_after_warmup(fn: Callable[[], object], warmup: Callable[[], object]) -> float:
     """Seconds ``fn`` takes once ``warmup`` has run (both synchronised on a GPU)."""
     warmup()

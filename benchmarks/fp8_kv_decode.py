@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import copy_bandwidth_gbs, graph_replay_ms, write_result
+from benchmarks.common import captured_ms, copy_bandwidth_gbs, write_result
 from kvserve.kernels.decode_attention import (
     FP8_DECODE_CONFIG,
     DecodeConfig,
@@ -85,12 +85,7 @@ def time_shape(
                 q, cache, tables, lens, HEAD_DIM**-0.5, out, kv_scales, config=cfg
             )
 
-    run()  # compile
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    return graph_replay_ms(graph, replays=20, warmup=5) / CALLS_PER_GRAPH
+    return captured_ms(run) / CALLS_PER_GRAPH
 
 
 def measure(
@@ -186,12 +181,7 @@ def time_prefill(rows: int, ctx: int, cache: torch.Tensor, mode: int) -> float:
         paged_prefill_attention(q, cache, starts, lens, table, rows, HEAD_DIM**-0.5,
                                 (one, one) if fp8 else None, config=cfg)  # fmt: skip
 
-    run()  # compile
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    return graph_replay_ms(graph, replays=20, warmup=5)
+    return captured_ms(run)
 
 
 def compare_prefill(args: argparse.Namespace) -> None:
