@@ -10,9 +10,7 @@ import torch
 
 from kvserve.config import SchedulerConfig
 from kvserve.engine.runner.warmup import library_step, step_meta
-from kvserve.layers.attention.cudnn_prefill import GraphDims, pad_step_inputs
-
-MIN_PAIRS = 1 << 22
+from kvserve.layers.attention.cudnn_prefill import MIN_PAIRS, GraphDims, pad_step_inputs
 
 
 @pytest.mark.parametrize(
@@ -58,7 +56,7 @@ def test_a_step_is_padded_to_the_fixed_dims_or_to_its_own_when_larger() -> None:
     assert inputs.seq_kv.flatten().tolist() == [105, 105, 105, 0]
     assert inputs.q_start.flatten().tolist() == [0, 100, 200, 300, 300]
     assert inputs.table[:3, 0, 7:].eq(0).all()
-    # dims smaller than the step (none given, or too small): the step's own powers of two
+    # dims smaller than the step (0, or too small): the step's own powers of two
     for dims in ({}, {"max_query": 64, "width": 4}):
         inputs = pad_step_inputs(meta, 2, batch=4, **dims)
         assert (inputs.max_query, inputs.table.shape[2]) == (128, 8)
