@@ -1,11 +1,13 @@
-"""Decode-shaped FP8 linears: the FP8 method's W8A8 path (per-token activation quantization,
-then ``torch._scaled_mm``) against the weight-only CUDA-core GEMV (``fp8_gemv``, at most 4 rows;
-its default config and up to --gemv-configs candidates), both against the FP8 weight bytes floor
-of the same run. Per-channel e4m3 weights of Llama-3-8B's projections; timed as
+"""Decode-shaped FP8 linears: cuBLAS W8A8 (per-token activation quantization, then
+``torch._scaled_mm``), the weight-only CUDA-core GEMV (``fp8_gemv``, at most 4 rows; its default
+config and up to --gemv-configs candidates) and the swap-AB tensor-core kernel with in-loop
+activation quantization (``fp8_skinny_linear``, at most 64 rows; its default and up to
+--skinny-configs candidates), all against the FP8 weight bytes floor of the same run.
+Per-channel e4m3 weights of Llama-3-8B's projections; timed as
 ``benchmarks/skinny_gemm.py`` times (one CUDA graph over L distinct weights, >= 256 MB, so
 nothing comes from L2). Each config is checked against the dequantized weight's product.
 
-    python -m benchmarks.fp8_gemv --rows 1,4 --out-dir $OUT
+    python -m benchmarks.fp8_gemv --rows 1,4,16,64 --out-dir $OUT
 
 Writes fp8_gemv_<date>.json.
 """
@@ -25,6 +27,12 @@ import torch
 
 from benchmarks.common import copy_bandwidth_gbs, write_result
 from benchmarks.skinny_gemm import MIN_LAYERS, REL_TOL, SHAPES, SPAN_BYTES, graph_us, rel_err
+from kvserve.kernels.fp8_skinny_gemm import (
+    MAX_ROWS,
+    fp8_skinny_candidates,
+    fp8_skinny_linear,
+    fp8_skinny_reference,
+)
 from kvserve.kernels.word_gemv import (
     FP8_PER_WORD,
     GEMV_ROWS,
@@ -33,7 +41,13 @@ from kvserve.kernels.word_gemv import (
     gemv_candidates,
 )
 from kvserve.quant.fp8_config import Fp8Spec
-from kvserve.quant.fp8_method import W8A16_ROWS_ENV, Fp8LinearMethod, w8a16_max_rows
+from kvserve.quant.fp8_method import (
+    SKINNY_ROWS_ENV,
+    W8A16_ROWS_ENV,
+    Fp8LinearMethod,
+    skinny_max_rows,
+    w8a16_max_rows,
+)
 from kvserve.quant.fp8_weights import quantize_weight
 
 W8A8 = Fp8LinearMethod(Fp8Spec("channel", "token"))
@@ -75,6 +89,32 @@ def time_gemvs(
     return row
 
 
+def time_skinny(
+    xs: list, layers: list, ref: torch.Tensor, floor_us: float, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The tensor-core kernel's default config (first) and up to --skinny-configs candidates,
+    each checked against its own reference (x quantized as the kernel does)."""
+    n, k = layers[0].weight.shape
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    quantized_ref = fp8_skinny_reference(xs[0], layers[0].weight, layers[0].weight_scale)
+    results = []
+    for cfg in fp8_skinny_candidates(xs[0].shape[0], n, k, num_sms=sms)[: args.skinny_configs]:
+
+        def op(x: torch.Tensor, layer: SimpleNamespace, c: Any = cfg) -> torch.Tensor:  # noqa: ANN401
+            return fp8_skinny_linear(x, layer.weight, layer.weight_scale, config=c)
+
+        us, out = graph_us(op, xs, layers, args.replays)  # type: ignore[arg-type]
+        results.append({"config": asdict(cfg), "us": us, "err": rel_err(out, quantized_ref),
+                        "err_to_exact": rel_err(out, ref)})  # fmt: skip
+    ok = [r for r in results if r["err"] <= REL_TOL]
+    row: dict[str, Any] = {"skinny_configs": results, "skinny_default_us": results[0]["us"]}
+    if ok:
+        best = min(ok, key=lambda r: r["us"])
+        row |= {"skinny_us": best["us"], "skinny_best": best["config"],
+                "skinny_share": floor_us / best["us"]}  # fmt: skip
+    return row
+
+
 def time_row(name: str, layers: list, m: int, copy_gbs: float, args: argparse.Namespace) -> dict:
     n, k = layers[0].weight.shape
     xs = [torch.randn(m, k, dtype=torch.bfloat16, device="cuda") for _ in layers]
@@ -88,6 +128,8 @@ def time_row(name: str, layers: list, m: int, copy_gbs: float, args: argparse.Na
     row["w8a8_err"] = rel_err(out, ref)
     if m <= GEMV_ROWS:
         row |= time_gemvs(xs, layers, ref, floor_us, args)
+    if m <= MAX_ROWS and args.skinny_configs:
+        row |= time_skinny(xs, layers, ref, floor_us, args)
     return row
 
 
@@ -101,6 +143,11 @@ def describe(row: dict[str, Any]) -> str:
             f" | GEMV {row['gemv_us']:6.1f} us ({100 * row['gemv_share']:3.0f}%,"
             f" default {row['gemv_default_us']:.1f}) {row['gemv_best']}"
         )
+    if "skinny_us" in row:
+        line += (
+            f" | TC {row['skinny_us']:6.1f} us ({100 * row['skinny_share']:3.0f}%,"
+            f" default {row['skinny_default_us']:.1f}) {row['skinny_best']}"
+        )
     return line
 
 
@@ -111,9 +158,12 @@ def main() -> None:
     ap.add_argument("--rows", default="1,4")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--gemv-configs", type=int, default=12, help="GEMV configs per row (<= 4)")
+    ap.add_argument("--skinny-configs", type=int, default=10, help="tensor-core kernel configs")
     args = ap.parse_args()
-    os.environ[W8A16_ROWS_ENV] = "0"  # the W8A8 column is the method's tensor-core path
+    # the W8A8 column is cuBLAS: neither the GEMV nor the tensor-core kernel
+    os.environ[W8A16_ROWS_ENV] = os.environ[SKINNY_ROWS_ENV] = "0"
     w8a16_max_rows.cache_clear()
+    skinny_max_rows.cache_clear()
     t0 = time.perf_counter()
     copy_gbs = copy_bandwidth_gbs()
     gc.freeze()  # each graph capture runs gc.collect()

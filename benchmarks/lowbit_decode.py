@@ -15,7 +15,7 @@ in, 1024 out) per format (minutes each). Formats:
 
   bf16       the unquantized model
   fp8        --quantization fp8: per-channel FP8 weights, dynamic per-token FP8 activations
-             (torch._scaled_mm)
+             (torch._scaled_mm; steps of up to 64 tokens on kernels/fp8_skinny_gemm.py)
   fp8-tensor ModelOpt FP8 layout: per-tensor weights, static activation scale
   fp8-block  quant_method fp8 with 128x128 weight blocks, per-token-group(128) activations
              (Triton block-scaled GEMM), as Qwen3-FP8 / DeepSeek ship
@@ -24,7 +24,8 @@ in, 1024 out) per format (minutes each). Formats:
 A ``+kv8`` suffix (``bf16+kv8``, ``fp8+kv8``) runs the format with an FP8 (e4m3) KV cache; a
 ``+w8a16`` suffix (``fp8+w8a16``) runs FP8 weights weight-only on the CUDA-core GEMV for steps
 of up to ``--w8a16-rows`` tokens (``KVSERVE_FP8_W8A16_ROWS``, at most 4), so
-``fp8,fp8+w8a16`` is an A/B. Each
+``fp8,fp8+w8a16`` is an A/B; a ``+cublas`` suffix runs every FP8 step on cuBLAS W8A8, none
+on the swap-AB tensor-core kernel (``KVSERVE_FP8_SKINNY_ROWS=0``). Each
 format records its KV pool's capacity in tokens at the default memory fraction. ``--contexts``
 takes several context lengths (e.g. ``1024,32768`` with ``--batches 1,64,256,32``; a batch
 whose KV does not fit the pool is skipped and says so).
@@ -55,7 +56,13 @@ from benchmarks.common import (
     write_result,
 )
 from benchmarks.roofline import run_decode, run_offline, run_prefill
-from kvserve.quant.fp8_method import W8A16_ROWS_ENV, w8a16_max_rows
+from kvserve.kernels.fp8_skinny_gemm import MAX_ROWS as SKINNY_ROWS
+from kvserve.quant.fp8_method import (
+    SKINNY_ROWS_ENV,
+    W8A16_ROWS_ENV,
+    skinny_max_rows,
+    w8a16_max_rows,
+)
 
 # format -> (--quantization, quantization_config written into a copy of config.json)
 FORMATS: dict[str, tuple[str | None, dict[str, Any] | None]] = {
@@ -87,7 +94,7 @@ def model_dir(base: str, quantization_config: dict[str, Any] | None, tmp: Path) 
     return str(out)
 
 
-SUFFIXES = ("kv8", "w8a16")
+SUFFIXES = ("kv8", "w8a16", "cublas")
 
 
 def known_format(name: str) -> bool:
@@ -104,7 +111,9 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     if "kv8" in suffixes:
         settings["kv_cache_dtype"] = "fp8_e4m3"
     os.environ[W8A16_ROWS_ENV] = str(args.w8a16_rows if "w8a16" in suffixes else 0)
+    os.environ[SKINNY_ROWS_ENV] = "0" if "cublas" in suffixes else str(SKINNY_ROWS)
     w8a16_max_rows.cache_clear()
+    skinny_max_rows.cache_clear()
     core = build_engine(model_dir(args.model, qc, tmp), **settings)
     wbytes = weight_bytes(core)
     kv_tokens = kv_capacity_tokens(core)

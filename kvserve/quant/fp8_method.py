@@ -2,6 +2,11 @@
 tensor, per output channel or per 128x128 block), activations quantized per token, per token
 group or with a static scale, the product on FP8 tensor cores (``kernels.fp8_gemm``).
 
+Decode-sized steps of per-tensor or per-channel weights (up to ``skinny_max_rows`` tokens) take
+the swap-AB tensor-core kernel (``kernels.fp8_skinny_gemm``), which quantizes activations per
+1 x 128 group inside its loop, in place of the static or per-token scale (finer, so no less
+accurate): cuBLAS is tuned for large M and the separate quantization kernel costs a launch.
+
 Layer tensors: ``weight [N, K]`` fp8 (the model dtype until an online layer is quantized),
 ``weight_scale`` (per tensor: one per shard while loading, then one), ``input_scale`` (static
 activations: one per shard while loading, then their max).
@@ -25,6 +30,8 @@ from kvserve.kernels.fp8_gemm import (
     scaled_mm,
 )
 from kvserve.kernels.fp8_quant import FP8, dequantize_fp8_activation, quantize_fp8
+from kvserve.kernels.fp8_skinny_gemm import MAX_ROWS as SKINNY_ROWS
+from kvserve.kernels.fp8_skinny_gemm import fp8_skinny_linear
 from kvserve.kernels.word_gemv import GEMV_ROWS, fp8_gemv
 from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
 from kvserve.quant.fp8_weights import quantize_weight, requantize_to_max
@@ -50,6 +57,21 @@ def w8a16_max_rows() -> int:
     value = os.environ.get(W8A16_ROWS_ENV, "1")
     if not value.isdigit() or int(value) > GEMV_ROWS:
         raise ConfigError(f"{W8A16_ROWS_ENV}={value!r}: expected a row count from 0 to {GEMV_ROWS}")
+    return int(value)
+
+
+SKINNY_ROWS_ENV = "KVSERVE_FP8_SKINNY_ROWS"
+
+
+@functools.cache
+def skinny_max_rows() -> int:
+    """Steps of at most this many tokens (0-64) take ``fp8_skinny_linear`` when the GEMV does not
+    (``KVSERVE_FP8_SKINNY_ROWS``)."""
+    value = os.environ.get(SKINNY_ROWS_ENV, str(SKINNY_ROWS))
+    if not value.isdigit() or int(value) > SKINNY_ROWS:
+        raise ConfigError(
+            f"{SKINNY_ROWS_ENV}={value!r}: expected a row count from 0 to {SKINNY_ROWS}"
+        )
     return int(value)
 
 
@@ -174,6 +196,8 @@ class Fp8LinearMethod:
             return F.linear(x, dequantize_fp8_weight(w, ws, spec.block).to(x.dtype))
         if _weight_only_here(spec, x):
             return fp8_gemv(x, w, ws, pdl=layer.launch_pdl)
+        if _skinny_here(spec, x):
+            return fp8_skinny_linear(x, w, ws, pdl=layer.launch_pdl)
         static = layer.input_scale if spec.activation == "static" else None
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)
@@ -200,6 +224,13 @@ def _dequantized(layer: Linear, spec: Fp8Spec) -> torch.Tensor:
 def _weight_only_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
     return (
         spec.weight != "block" and x.device.type == "cuda" and 0 < x.shape[0] <= w8a16_max_rows()
+        and x.dtype in (torch.bfloat16, torch.float16)
+    )  # fmt: skip
+
+
+def _skinny_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
+    return (
+        spec.weight != "block" and x.device.type == "cuda" and 0 < x.shape[0] <= skinny_max_rows()
         and x.dtype in (torch.bfloat16, torch.float16)
     )  # fmt: skip
 

@@ -1,0 +1,252 @@
+"""FP8 (e4m3) weights against few rows of x on the FP8 tensor cores, for decode steps:
+``y = x @ (w * ws).T`` with ``x [M, K]`` bf16/fp16 (M <= 64), ``w [N, K]`` float8_e4m3fn and
+``ws`` one fp32 scale per output channel ``[N]`` or per tensor ``[1]``.
+
+Reference: ``fp8_skinny_reference`` below (x quantized as the kernel does, then fp32 math).
+
+The layout is ``skinny_gemm.py``'s "swap AB": a program owns BLOCK_N rows of W (the wgmma's M
+side) and all rows of x padded to BLOCK_M (its N side), walks its share of K and, with split K,
+hands its fp32 partial to that file's deterministic last-arrival reduction.
+
+x is quantized inside the loop, one scale per row and K step of BLOCK_K columns (``amax /
+448``, the 1 x 128 token-group scaling of DeepSeek-V3's FP8 recipe): no separate quantization
+kernel and no pass over the whole row before the first MMA. Each step's product is multiplied
+by its scales into the fp32 accumulator. The weight streams through shared memory untouched,
+so unlike the weight-only GEMV (``word_gemv.py``, 3.8 instructions a weight on the CUDA cores)
+the loop spends no instructions per weight at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvserve.kernels._triton import (
+    constexpr,
+    interpreting,
+    jit,
+    launch_options,
+    next_pow2,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    sm_count,
+    tl,
+)
+from kvserve.kernels.fp8_quant import FP8, FP8_MAX
+from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
+
+MAX_ROWS = 64  # the wgmma's N side
+E4M3_MAX = constexpr(FP8_MAX)
+
+
+@dataclass(frozen=True)
+class Fp8SkinnyConfig:
+    block_n: int = 128  # rows of W per program: the MMA's M side
+    block_k: int = 128  # also the activation scale group
+    block_m: int = 16  # rows of x per program, padded: the MMA's N side (16, 32 or 64)
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 4
+
+    def __post_init__(self) -> None:
+        blocks = (self.block_n, self.block_k, self.block_m)
+        if any(b < 16 or b != next_pow2(b) for b in blocks) or self.split_k < 1:
+            raise ValueError(f"blocks must be powers of two >= 16 and split_k >= 1: {self}")
+
+
+@jit
+def _e4m3_rounded(v):
+    """fp32 ``v`` (|v| <= 448) rounded to the nearest e4m3 value, ties to even, in fp32 math.
+    Triton 3.6's interpreter drops the carry when a conversion rounds up to the next power of
+    two (31.8 -> 16) and multiplies e4m3 dot operands wrongly; this stands in for both there."""
+    exponent = ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    step_exp = tl.maximum(exponent, -6) - 3  # three mantissa bits; subnormals below 2**-6
+    step = ((step_exp + 127) << 23).to(tl.float32, bitcast=True)
+    magic = 12582912.0  # 1.5 * 2**23: adding it rounds |y| < 2**22 to an integer, ties to even
+    return ((v / step + magic) - magic) * step
+
+
+@_jit
+def _fp8_skinny_kernel(
+    x_ptr,
+    w_ptr,  # float8e4nv [N, K]
+    rs_ptr,  # fp32 [N] or [1] (SCALAR_ROW_SCALE): the weight scales
+    bias_ptr,
+    out_ptr,
+    ws_ptr,  # fp32 [tiles, num_splits, BLOCK_N, BLOCK_M]; unused when DIRECT
+    counter_ptr,  # int32 [tiles], zero between launches; unused when DIRECT
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_om,
+    k_per_split,  # a multiple of BLOCK_K
+    num_splits,
+    BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask
+    DIRECT: tl.constexpr,  # num_splits == 1: write the output
+    SCALAR_ROW_SCALE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    WIDEN: tl.constexpr,  # interpreted: the dot in fp32 on e4m3 values (_e4m3_rounded)
+    USE_PDL: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, BLOCK_K)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    # Rows past N or M wrap onto valid ones, so only K needs a load mask; the store masks them.
+    w_ptrs = w_ptr + (rn % N).to(tl.int64)[:, None] * stride_wn + (k_start + rk)[None, :]
+    x_ptrs = x_ptr + (rm % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    pdl_wait(USE_PDL)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        if EVEN_K:
+            w = tl.load(w_ptrs)
+            x = tl.load(x_ptrs).to(tl.float32)
+        else:
+            k_mask = (k0 + rk < K)[None, :]
+            w = tl.load(w_ptrs, mask=k_mask, other=0.0)
+            x = tl.load(x_ptrs, mask=k_mask, other=0.0).to(tl.float32)
+        amax = tl.max(tl.abs(x), axis=1)
+        x_scale = amax / E4M3_MAX
+        x = x * (1.0 / tl.where(amax > 0.0, x_scale, 1.0))[:, None]  # zeros stay zeros
+        if WIDEN:
+            part = tl.dot(w.to(tl.float32), tl.trans(_e4m3_rounded(x)), input_precision="ieee")
+        else:
+            part = tl.dot(w, tl.trans(x.to(tl.float8e4nv)))
+        acc += part * x_scale[None, :]
+        w_ptrs += BLOCK_K
+        x_ptrs += BLOCK_K
+    pdl_release(USE_PDL)
+    if SCALAR_ROW_SCALE:
+        acc = acc * tl.load(rs_ptr)
+    _finish_tile(
+        acc, pid_n * tl.num_programs(0) + pid_m, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr,
+        bias_ptr, out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M, not SCALAR_ROW_SCALE,
+        HAS_BIAS, DIRECT,
+    )  # fmt: skip
+
+
+def fp8_skinny_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    config: Fp8SkinnyConfig | None = None,
+    *,
+    pdl: bool = False,
+) -> torch.Tensor:
+    """``x [M, K]`` (M <= ``MAX_ROWS``) @ ``(weight * scale).T`` (+ ``bias``) in x's dtype, on
+    CUDA. ``pdl``: programmatic dependent launch (``kvserve.kernels._triton``)."""
+    require_triton()
+    m, k = x.shape
+    n = weight.shape[0]
+    if m > MAX_ROWS or weight.dtype != FP8 or weight.stride(1) != 1:
+        raise ValueError(f"fp8_skinny_linear takes <= {MAX_ROWS} rows and a row-major e4m3 W")
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return out
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    cfg = config or fp8_skinny_config(m, n, k, num_sms=sm_count(x.device))
+    m_tiles, n_tiles = -(-m // cfg.block_m), -(-n // cfg.block_n)
+    k_tiles = -(-k // cfg.block_k)
+    splits = max(1, min(cfg.split_k, k_tiles))
+    k_per_split = -(-k_tiles // splits) * cfg.block_k
+    splits = -(-k_tiles * cfg.block_k // k_per_split)  # no split left without K
+    direct = splits == 1
+    ws = counters = out  # placeholders, unused when direct
+    if not direct:
+        tile_elems = splits * cfg.block_n * cfg.block_m
+        ws = torch.empty(m_tiles * n_tiles * tile_elems, dtype=torch.float32, device=x.device)
+        counters = _arrival_counters(x.device, m_tiles * n_tiles)
+    scale = scale.reshape(-1).float()
+    _fp8_skinny_kernel[(m_tiles, n_tiles, splits)](
+        x, weight, scale, bias if bias is not None else out, out, ws, counters, m, n, k,
+        x.stride(0), weight.stride(0), out.stride(0), k_per_split, splits,
+        BLOCK_N=cfg.block_n, BLOCK_M=cfg.block_m, BLOCK_K=cfg.block_k,
+        EVEN_K=k % cfg.block_k == 0, DIRECT=direct, SCALAR_ROW_SCALE=scale.numel() == 1,
+        HAS_BIAS=bias is not None, WIDEN=interpreting(), num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages, **launch_options(pdl),
+    )  # fmt: skip
+    return out
+
+
+def fp8_skinny_reference(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    block_k: int = 128,
+) -> torch.Tensor:
+    """The kernel's math in fp32 on any device: x quantized per row and group of ``block_k``
+    columns (the last group may be short), times the dequantized weight."""
+    m, k = x.shape
+    x32 = x.float()
+    pad = -k % block_k
+    grouped = torch.nn.functional.pad(x32, (0, pad)).view(m, -1, block_k)
+    amax = grouped.abs().amax(dim=-1, keepdim=True)
+    x_scale = amax / FP8_MAX
+    inv = 1.0 / torch.where(amax > 0, x_scale, torch.ones_like(x_scale))
+    xq = (grouped * inv).to(FP8).float() * x_scale
+    w = weight.float() * scale.float().reshape(-1, 1)  # [N, 1] or [1, 1]
+    y = xq.view(m, -1)[:, :k] @ w.T
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
+
+
+_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+_MIN_K_TILES_PER_SPLIT = 2
+_PROGRAMS_PER_SM = 2
+
+
+def fp8_skinny_config(
+    m: int,
+    n: int,
+    k: int,
+    *,
+    num_sms: int = 132,
+    block_n: int = 128,
+    block_k: int = 128,
+    programs_per_sm: int = _PROGRAMS_PER_SM,
+    num_stages: int = 4,
+) -> Fp8SkinnyConfig:
+    """128 rows of W by 128 of K per program, K split until about ``programs_per_sm`` programs
+    an SM, keeping at least two K steps per split."""
+    block_m = min(MAX_ROWS, max(16, next_pow2(m)))
+    tiles = -(-m // block_m) * -(-n // block_n)
+    k_tiles = -(-k // block_k)
+    split = 1
+    for s in _SPLITS:
+        too_many = tiles * s > programs_per_sm * num_sms
+        if s > 1 and (too_many or k_tiles // s < _MIN_K_TILES_PER_SPLIT):
+            break
+        split = s
+    return Fp8SkinnyConfig(block_n, block_k, block_m, split, 4, num_stages)
+
+
+def fp8_skinny_candidates(m: int, n: int, k: int, *, num_sms: int = 132) -> list[Fp8SkinnyConfig]:
+    """The default, then tiles of 64 / 128 / 256 W rows and 128 / 256 K at 1-4 programs an SM
+    and 3-5 stages."""
+    configs = [fp8_skinny_config(m, n, k, num_sms=num_sms)]
+    for block_n, block_k, per_sm, stages in (
+        (128, 128, 1, 4), (128, 128, 4, 4), (128, 128, 2, 3), (128, 128, 2, 6),
+        (64, 128, 2, 4), (64, 128, 4, 4), (128, 256, 2, 3), (256, 128, 2, 3), (64, 256, 4, 4),
+    ):  # fmt: skip
+        cfg = fp8_skinny_config(m, n, k, num_sms=num_sms, block_n=block_n, block_k=block_k,
+                                programs_per_sm=per_sm, num_stages=stages)  # fmt: skip
+        if block_n == 256:
+            cfg = Fp8SkinnyConfig(cfg.block_n, cfg.block_k, cfg.block_m, cfg.split_k, 8, stages)
+        if cfg not in configs:
+            configs.append(cfg)
+    return configs

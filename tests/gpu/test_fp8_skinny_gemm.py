@@ -1,0 +1,148 @@
+"""The swap-AB FP8 tensor-core kernel (``fp8_skinny_linear``) against its reference (x quantized
+per row and 128-column group, then fp32 math) and against the unquantized product: 1-64 rows,
+per-row and per-tensor scales, N and K tails, split K, bias, zero rows, CUDA graph replay; and
+the FP8 linear method's decode path on it.
+
+``KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 pytest --noconftest tests/gpu/test_fp8_skinny_gemm.py``
+runs them through Triton's interpreter on a CPU (with the dot in fp32 on e4m3 values, as the
+kernel does there).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kernel_test_device import DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS, ON_GPU_ONLY  # noqa: E402
+
+from kvserve.errors import ConfigError  # noqa: E402
+from kvserve.kernels import skinny_gemm  # noqa: E402
+from kvserve.kernels.fp8_skinny_gemm import (  # noqa: E402
+    Fp8SkinnyConfig,
+    fp8_skinny_config,
+    fp8_skinny_linear,
+    fp8_skinny_reference,
+)
+from kvserve.quant.fp8_config import Fp8Spec  # noqa: E402
+from kvserve.quant.fp8_method import (  # noqa: E402
+    SKINNY_ROWS_ENV,
+    W8A16_ROWS_ENV,
+    Fp8LinearMethod,
+    skinny_max_rows,
+    w8a16_max_rows,
+)
+from kvserve.quant.fp8_weights import quantize_weight  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+X_DTYPES = [torch.float16] if INTERPRETED else [torch.bfloat16, torch.float16]
+# K a multiple of the 128-column step or not (300); N tails (200)
+SHAPES = [(256, 512), (200, 300), pytest.param(6144, 4096, marks=ON_GPU_ONLY)]
+# The reference quantizes x as the kernel does; they differ by the order of fp32 sums, and by a
+# rounding step of x where the GPU's fp32 division and the reference's land on either side.
+REF_TOL = 1e-2
+EXACT_TOL = 6e-2  # against x @ W in fp32: e4m3 activations, 3 mantissa bits
+
+
+def inputs(m: int, n: int, k: int, per_row: bool, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(m * 7919 + n + k)
+    x = torch.randn(m, k, generator=gen).to(dtype)
+    w = torch.randn(n, k, generator=gen) / k**0.5
+    q, scale = quantize_weight(w, "channel" if per_row else "tensor")
+    return x.to(DEVICE), q.to(DEVICE), scale.to(DEVICE)
+
+
+def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
+
+
+def check(out: torch.Tensor, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
+          bias: torch.Tensor | None = None) -> None:  # fmt: skip
+    exact = x.float() @ (q.float() * scale.reshape(-1, 1).float()).T
+    if bias is not None:
+        exact = exact + bias.float()
+    assert out.dtype == x.dtype and out.shape == exact.shape
+    assert rel(out, fp8_skinny_reference(x, q, scale, bias)) < REF_TOL
+    assert rel(out, exact) < EXACT_TOL
+
+
+@pytest.mark.parametrize("dtype", X_DTYPES)
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("per_row", [True, False])
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+@pytest.mark.parametrize("m", [1, 5, 16, 33, 64])
+def test_matches_reference(m: int, n: int, k: int, per_row: bool, split_k: int, dtype) -> None:  # noqa: ANN001
+    x, q, scale = inputs(m, n, k, per_row, dtype)
+    block_m = max(16, 1 << (m - 1).bit_length())
+    check(fp8_skinny_linear(x, q, scale, config=Fp8SkinnyConfig(64, 128, block_m, split_k, 4, 2)),
+          x, q, scale)  # fmt: skip
+
+
+@pytest.mark.parametrize("m", [1, 24])
+def test_default_config_bias_and_zero_rows(m: int) -> None:
+    """A row of zeros (a padded batch slot) gives the bias, not NaN from 0 / 0."""
+    x, q, scale = inputs(m, 320, 1024, True, torch.float16)
+    x[0] = 0
+    bias = torch.linspace(-1, 1, 320, device=DEVICE, dtype=torch.float16)
+    out = fp8_skinny_linear(x, q, scale, bias)
+    check(out, x, q, scale, bias)
+    assert torch.equal(out[0], bias)
+    cfg = fp8_skinny_config(m, 6144, 4096, num_sms=132)
+    assert (cfg.block_n, cfg.block_m, cfg.split_k) == (128, 16 if m == 1 else 32, 4)
+
+
+def test_bad_operands_are_refused() -> None:
+    x, q, scale = inputs(2, 64, 128, True, torch.float16)
+    with pytest.raises(ValueError, match="fp8_skinny_linear"):
+        fp8_skinny_linear(x.repeat(33, 1), q, scale)  # 66 rows
+    with pytest.raises(ValueError, match="fp8_skinny_linear"):
+        fp8_skinny_linear(x, q.float(), scale)
+
+
+@NEEDS_CUDA_GRAPHS
+def test_split_k_replays_in_cuda_graph_with_programmatic_launch() -> None:
+    x, q, scale = inputs(8, 4096, 4096, True, torch.bfloat16)
+    cfg = Fp8SkinnyConfig(128, 128, 16, 4, 4, 4)
+    expected = fp8_skinny_linear(x, q, scale, config=cfg)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8_skinny_linear(x, q, scale, config=cfg, pdl=True)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, expected)
+    assert int(skinny_gemm._COUNTERS[x.device].abs().sum()) == 0
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the method takes this path on CUDA only")
+@pytest.mark.parametrize("spec", [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static")])
+@pytest.mark.parametrize("m", [2, 64, 65])
+def test_fp8_method_takes_the_kernel_for_decode_steps(spec: Fp8Spec, m: int) -> None:
+    """Up to 64 rows the method's output is the kernel's, bit for bit; past them, cuBLAS's
+    (per-token or static scales); both within the activation rounding of the exact product."""
+    x, q, scale = inputs(m, 512, 1024, spec.weight == "channel", torch.bfloat16)
+    layer = SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
+                            input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
+    out = Fp8LinearMethod(spec)._matmul(layer, x)  # type: ignore[arg-type]
+    if m <= 64:
+        assert torch.equal(out, fp8_skinny_linear(x, q, scale))
+    assert rel(out, x.float() @ (q.float() * scale.reshape(-1, 1).float()).T) < EXACT_TOL
+
+
+def test_row_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    for env, value, cached, message in (
+        (SKINNY_ROWS_ENV, "65", skinny_max_rows, "from 0 to 64"),
+        (W8A16_ROWS_ENV, "x", w8a16_max_rows, "from 0 to 4"),
+    ):
+        monkeypatch.setenv(env, value)
+        cached.cache_clear()
+        try:
+            with pytest.raises(ConfigError, match=message):
+                cached()
+        finally:
+            monkeypatch.delenv(env)
+            cached.cache_clear()
+    assert skinny_max_rows() == 64
