@@ -1,6 +1,8 @@
 """FP8 (e4m3) weights against few rows of x on the FP8 tensor cores, for decode steps:
 ``y = x @ (w * ws).T`` with ``x [M, K]`` bf16/fp16 (M <= 64), ``w [N, K]`` float8_e4m3fn and
-``ws`` one fp32 scale per output channel ``[N]`` or per tensor ``[1]``.
+``ws`` fp32: one scale per output channel ``[N]``, per tensor ``[1]``, or per block of
+``bn x 128`` ``[N / bn, K / 128]`` (the DeepSeek-V3 / Qwen3-FP8 layout, bn a multiple of
+BLOCK_N).
 
 Reference: ``fp8_skinny_reference`` below (x quantized as the kernel does, then fp32 math).
 
@@ -34,6 +36,7 @@ from kvserve.kernels._triton import (
     sm_count,
     tl,
 )
+from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
 from kvserve.kernels.fp8_quant import FP8, FP8_MAX
 from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
 
@@ -72,7 +75,7 @@ def _e4m3_rounded(v):
 def _fp8_skinny_kernel(
     x_ptr,
     w_ptr,  # float8e4nv [N, K]
-    rs_ptr,  # fp32 [N] or [1] (SCALAR_ROW_SCALE): the weight scales
+    rs_ptr,  # fp32 [N], [1] (SCALAR_ROW_SCALE) or [N / SCALE_BLOCK_N, K / BLOCK_K]: W's scales
     bias_ptr,
     out_ptr,
     ws_ptr,  # fp32 [tiles, num_splits, BLOCK_N, BLOCK_M]; unused when DIRECT
@@ -83,6 +86,7 @@ def _fp8_skinny_kernel(
     stride_xm,
     stride_wn,
     stride_om,
+    stride_rs,  # SCALE_BLOCK_N: per block row of W's scales
     k_per_split,  # a multiple of BLOCK_K
     num_splits,
     BLOCK_N: tl.constexpr,
@@ -91,6 +95,7 @@ def _fp8_skinny_kernel(
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask
     DIRECT: tl.constexpr,  # num_splits == 1: write the output
     SCALAR_ROW_SCALE: tl.constexpr,
+    SCALE_BLOCK_N: tl.constexpr,  # rows of W per block scale (each BLOCK_K columns); 0: none
     HAS_BIAS: tl.constexpr,
     WIDEN: tl.constexpr,  # interpreted: the dot in fp32 on e4m3 values (_e4m3_rounded)
     USE_PDL: tl.constexpr,
@@ -106,6 +111,8 @@ def _fp8_skinny_kernel(
     # Rows past N or M wrap onto valid ones, so only K needs a load mask; the store masks them.
     w_ptrs = w_ptr + (rn % N).to(tl.int64)[:, None] * stride_wn + (k_start + rk)[None, :]
     x_ptrs = x_ptr + (rm % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
+    if SCALE_BLOCK_N:
+        block_scales = rs_ptr + ((rn % N) // SCALE_BLOCK_N) * stride_rs
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     pdl_wait(USE_PDL)
     for k0 in range(k_start, k_end, BLOCK_K):
@@ -123,7 +130,11 @@ def _fp8_skinny_kernel(
             part = tl.dot(w.to(tl.float32), tl.trans(_e4m3_rounded(x)), input_precision="ieee")
         else:
             part = tl.dot(w, tl.trans(x.to(tl.float8e4nv)))
-        acc += part * x_scale[None, :]
+        if SCALE_BLOCK_N:
+            w_scale = tl.load(block_scales + k0 // BLOCK_K)
+            acc += part * x_scale[None, :] * w_scale[:, None]
+        else:
+            acc += part * x_scale[None, :]
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
     pdl_release(USE_PDL)
@@ -131,8 +142,8 @@ def _fp8_skinny_kernel(
         acc = acc * tl.load(rs_ptr)
     _finish_tile(
         acc, pid_n * tl.num_programs(0) + pid_m, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr,
-        bias_ptr, out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M, not SCALAR_ROW_SCALE,
-        HAS_BIAS, DIRECT,
+        bias_ptr, out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M,
+        not SCALAR_ROW_SCALE and not SCALE_BLOCK_N, HAS_BIAS, DIRECT,
     )  # fmt: skip
 
 
@@ -143,21 +154,25 @@ def fp8_skinny_linear(
     bias: torch.Tensor | None = None,
     config: Fp8SkinnyConfig | None = None,
     *,
+    block: tuple[int, int] | None = None,
     pdl: bool = False,
 ) -> torch.Tensor:
     """``x [M, K]`` (M <= ``MAX_ROWS``) @ ``(weight * scale).T`` (+ ``bias``) in x's dtype, on
-    CUDA. ``pdl``: programmatic dependent launch (``kvserve.kernels._triton``)."""
+    CUDA; ``block``: ``scale`` is per block of that many (rows, columns) of ``weight``.
+    ``pdl``: programmatic dependent launch (``kvserve.kernels._triton``)."""
     require_triton()
     m, k = x.shape
     n = weight.shape[0]
     if m > MAX_ROWS or weight.dtype != FP8 or weight.stride(1) != 1:
         raise ValueError(f"fp8_skinny_linear takes <= {MAX_ROWS} rows and a row-major e4m3 W")
+    cfg = config or fp8_skinny_config(m, n, k, num_sms=sm_count(x.device))
+    if block is not None and (block[1] != cfg.block_k or block[0] % cfg.block_n):
+        raise ValueError(f"fp8_skinny_linear: scale blocks {block} do not fit the tile {cfg}")
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
     if x.stride(1) != 1:
         x = x.contiguous()
-    cfg = config or fp8_skinny_config(m, n, k, num_sms=sm_count(x.device))
     m_tiles, n_tiles = -(-m // cfg.block_m), -(-n // cfg.block_n)
     k_tiles = -(-k // cfg.block_k)
     splits = max(1, min(cfg.split_k, k_tiles))
@@ -169,12 +184,14 @@ def fp8_skinny_linear(
         tile_elems = splits * cfg.block_n * cfg.block_m
         ws = torch.empty(m_tiles * n_tiles * tile_elems, dtype=torch.float32, device=x.device)
         counters = _arrival_counters(x.device, m_tiles * n_tiles)
-    scale = scale.reshape(-1).float()
+    scale = scale.float() if block is not None else scale.reshape(-1).float()
     _fp8_skinny_kernel[(m_tiles, n_tiles, splits)](
         x, weight, scale, bias if bias is not None else out, out, ws, counters, m, n, k,
-        x.stride(0), weight.stride(0), out.stride(0), k_per_split, splits,
+        x.stride(0), weight.stride(0), out.stride(0), scale.stride(0), k_per_split, splits,
         BLOCK_N=cfg.block_n, BLOCK_M=cfg.block_m, BLOCK_K=cfg.block_k,
-        EVEN_K=k % cfg.block_k == 0, DIRECT=direct, SCALAR_ROW_SCALE=scale.numel() == 1,
+        EVEN_K=k % cfg.block_k == 0, DIRECT=direct,
+        SCALAR_ROW_SCALE=block is None and scale.numel() == 1,
+        SCALE_BLOCK_N=block[0] if block is not None else 0,
         HAS_BIAS=bias is not None, WIDEN=interpreting(), num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, **launch_options(pdl),
     )  # fmt: skip
@@ -187,6 +204,7 @@ def fp8_skinny_reference(
     scale: torch.Tensor,
     bias: torch.Tensor | None = None,
     block_k: int = 128,
+    block: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """The kernel's math in fp32 on any device: x quantized per row and group of ``block_k``
     columns (the last group may be short), times the dequantized weight."""
@@ -198,8 +216,7 @@ def fp8_skinny_reference(
     x_scale = amax / FP8_MAX
     inv = 1.0 / torch.where(amax > 0, x_scale, torch.ones_like(x_scale))
     xq = (grouped * inv).to(FP8).float() * x_scale
-    w = weight.float() * scale.float().reshape(-1, 1)  # [N, 1] or [1, 1]
-    y = xq.view(m, -1)[:, :k] @ w.T
+    y = xq.view(m, -1)[:, :k] @ dequantize_fp8_weight(weight, scale, block).T
     if bias is not None:
         y = y + bias.float()
     return y.to(x.dtype)

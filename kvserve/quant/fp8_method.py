@@ -2,10 +2,11 @@
 tensor, per output channel or per 128x128 block), activations quantized per token, per token
 group or with a static scale, the product on FP8 tensor cores (``kernels.fp8_gemm``).
 
-Decode-sized steps of per-tensor or per-channel weights (up to ``skinny_max_rows`` tokens) take
-the swap-AB tensor-core kernel (``kernels.fp8_skinny_gemm``), which quantizes activations per
-1 x 128 group inside its loop, in place of the static or per-token scale (finer, so no less
-accurate): cuBLAS is tuned for large M and the separate quantization kernel costs a launch.
+Decode-sized steps (up to ``skinny_max_rows`` tokens) of per-tensor, per-channel or 128 x 128
+block-scaled weights take the swap-AB tensor-core kernel (``kernels.fp8_skinny_gemm``), which
+quantizes activations per 1 x 128 group inside its loop, in place of the static or per-token
+scale (finer, so no less accurate): cuBLAS is tuned for large M, and the separate quantization
+kernel costs a launch.
 
 Layer tensors: ``weight [N, K]`` fp8 (the model dtype until an online layer is quantized),
 ``weight_scale`` (per tensor: one per shard while loading, then one), ``input_scale`` (static
@@ -61,6 +62,7 @@ def w8a16_max_rows() -> int:
 
 
 SKINNY_ROWS_ENV = "KVSERVE_FP8_SKINNY_ROWS"
+SKINNY_SCALE_BLOCK = (128, 128)  # block-scaled weights the decode kernel takes
 
 
 @functools.cache
@@ -197,7 +199,7 @@ class Fp8LinearMethod:
         if _weight_only_here(spec, x):
             return fp8_gemv(x, w, ws, pdl=layer.launch_pdl)
         if _skinny_here(spec, x):
-            return fp8_skinny_linear(x, w, ws, pdl=layer.launch_pdl)
+            return fp8_skinny_linear(x, w, ws, block=spec.block, pdl=layer.launch_pdl)
         static = layer.input_scale if spec.activation == "static" else None
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)
@@ -229,9 +231,11 @@ def _weight_only_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
 
 
 def _skinny_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
+    """Decode steps, with any weight scales the kernel's tiles fit (blocks of 128 x 128 do)."""
+    blocks_fit = spec.block is None or spec.block == SKINNY_SCALE_BLOCK
     return (
-        spec.weight != "block" and x.device.type == "cuda" and 0 < x.shape[0] <= skinny_max_rows()
-        and x.dtype in (torch.bfloat16, torch.float16)
+        spec.activation != "none" and blocks_fit and x.device.type == "cuda"
+        and 0 < x.shape[0] <= skinny_max_rows() and x.dtype in (torch.bfloat16, torch.float16)
     )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from kernel_test_device import DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS, ON_GPU_ON
 
 from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
+from kvserve.kernels.fp8_gemm import dequantize_fp8_weight  # noqa: E402
 from kvserve.kernels.fp8_skinny_gemm import (  # noqa: E402
     Fp8SkinnyConfig,
     fp8_skinny_config,
@@ -47,11 +48,15 @@ REF_TOL = 1e-2
 EXACT_TOL = 6e-2  # against x @ W in fp32: e4m3 activations, 3 mantissa bits
 
 
-def inputs(m: int, n: int, k: int, per_row: bool, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+def inputs(
+    m: int, n: int, k: int, per_row: bool, dtype: torch.dtype, block: tuple[int, int] | None = None
+) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(m * 7919 + n + k)
     x = torch.randn(m, k, generator=gen).to(dtype)
     w = torch.randn(n, k, generator=gen) / k**0.5
-    q, scale = quantize_weight(w, "channel" if per_row else "tensor")
+    if block is not None:  # rows of blocks at different scales, so a wrong block shows
+        w = w * torch.linspace(0.2, 3.0, -(-n // block[0])).repeat_interleave(block[0])[:n, None]
+    q, scale = quantize_weight(w, "block" if block else "channel" if per_row else "tensor", block)
     return x.to(DEVICE), q.to(DEVICE), scale.to(DEVICE)
 
 
@@ -59,13 +64,19 @@ def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
 
 
-def check(out: torch.Tensor, x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
-          bias: torch.Tensor | None = None) -> None:  # fmt: skip
-    exact = x.float() @ (q.float() * scale.reshape(-1, 1).float()).T
+def check(
+    out: torch.Tensor,
+    x: torch.Tensor,
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    block: tuple[int, int] | None = None,
+) -> None:
+    exact = x.float() @ dequantize_fp8_weight(q, scale, block).T
     if bias is not None:
         exact = exact + bias.float()
     assert out.dtype == x.dtype and out.shape == exact.shape
-    assert rel(out, fp8_skinny_reference(x, q, scale, bias)) < REF_TOL
+    assert rel(out, fp8_skinny_reference(x, q, scale, bias, block=block)) < REF_TOL
     assert rel(out, exact) < EXACT_TOL
 
 
@@ -79,6 +90,18 @@ def test_matches_reference(m: int, n: int, k: int, per_row: bool, split_k: int, 
     block_m = max(16, 1 << (m - 1).bit_length())
     check(fp8_skinny_linear(x, q, scale, config=Fp8SkinnyConfig(64, 128, block_m, split_k, 4, 2)),
           x, q, scale)  # fmt: skip
+
+
+@pytest.mark.parametrize("block_n", [64, 128])
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+@pytest.mark.parametrize("m", [1, 20])
+def test_block_scales(m: int, n: int, k: int, block_n: int) -> None:
+    """Weights scaled per block of 128 x 128 (DeepSeek-V3 / Qwen3-FP8), tiles of 64 or 128 rows,
+    split K; N and K tails cut blocks short."""
+    block = (128, 128)
+    x, q, scale = inputs(m, n, k, True, X_DTYPES[-1], block)
+    cfg = Fp8SkinnyConfig(block_n, 128, 16 if m <= 16 else 32, 2, 4, 2)
+    check(fp8_skinny_linear(x, q, scale, config=cfg, block=block), x, q, scale, block=block)
 
 
 @pytest.mark.parametrize("m", [1, 24])
@@ -100,6 +123,8 @@ def test_bad_operands_are_refused() -> None:
         fp8_skinny_linear(x.repeat(33, 1), q, scale)  # 66 rows
     with pytest.raises(ValueError, match="fp8_skinny_linear"):
         fp8_skinny_linear(x, q.float(), scale)
+    with pytest.raises(ValueError, match="scale blocks"):
+        fp8_skinny_linear(x, q, scale, block=(128, 64))
 
 
 @NEEDS_CUDA_GRAPHS
@@ -118,18 +143,23 @@ def test_split_k_replays_in_cuda_graph_with_programmatic_launch() -> None:
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="the method takes this path on CUDA only")
-@pytest.mark.parametrize("spec", [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static")])
+@pytest.mark.parametrize(
+    "spec",
+    [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static"),
+     Fp8Spec("block", "group", (128, 128))],
+)  # fmt: skip
 @pytest.mark.parametrize("m", [2, 64, 65])
 def test_fp8_method_takes_the_kernel_for_decode_steps(spec: Fp8Spec, m: int) -> None:
-    """Up to 64 rows the method's output is the kernel's, bit for bit; past them, cuBLAS's
-    (per-token or static scales); both within the activation rounding of the exact product."""
-    x, q, scale = inputs(m, 512, 1024, spec.weight == "channel", torch.bfloat16)
+    """Up to 64 rows the method's output is the kernel's, bit for bit; past them, cuBLAS's or
+    the block GEMM's (per-token, static or per-group scales); all within the activation
+    rounding of the exact product."""
+    x, q, scale = inputs(m, 512, 1024, spec.weight == "channel", torch.bfloat16, spec.block)
     layer = SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
                             input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
     out = Fp8LinearMethod(spec)._matmul(layer, x)  # type: ignore[arg-type]
     if m <= 64:
-        assert torch.equal(out, fp8_skinny_linear(x, q, scale))
-    assert rel(out, x.float() @ (q.float() * scale.reshape(-1, 1).float()).T) < EXACT_TOL
+        assert torch.equal(out, fp8_skinny_linear(x, q, scale, block=spec.block))
+    assert rel(out, x.float() @ dequantize_fp8_weight(q, scale, spec.block).T) < EXACT_TOL
 
 
 def test_row_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
