@@ -15,7 +15,7 @@ in, 1024 out) per format (minutes each). Formats:
 
   bf16       the unquantized model
   fp8        --quantization fp8: per-channel FP8 weights, dynamic per-token FP8 activations
-             (torch._scaled_mm; steps of up to 64 tokens on kernels/fp8_skinny_gemm.py)
+             (torch._scaled_mm; steps of up to 32 tokens on kernels/fp8_skinny_gemm.py)
   fp8-tensor ModelOpt FP8 layout: per-tensor weights, static activation scale
   fp8-block  quant_method fp8 with 128x128 weight blocks, per-token-group(128) activations
              (Triton block-scaled GEMM), as Qwen3-FP8 / DeepSeek ship
@@ -56,7 +56,6 @@ from benchmarks.common import (
     write_result,
 )
 from benchmarks.roofline import run_decode, run_offline, run_prefill
-from kvserve.kernels.fp8_skinny_gemm import MAX_ROWS as SKINNY_ROWS
 from kvserve.quant.fp8_method import (
     SKINNY_ROWS_ENV,
     W8A16_ROWS_ENV,
@@ -111,7 +110,10 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     if "kv8" in suffixes:
         settings["kv_cache_dtype"] = "fp8_e4m3"
     os.environ[W8A16_ROWS_ENV] = str(args.w8a16_rows if "w8a16" in suffixes else 0)
-    os.environ[SKINNY_ROWS_ENV] = "0" if "cublas" in suffixes else str(SKINNY_ROWS)
+    if "cublas" in suffixes:
+        os.environ[SKINNY_ROWS_ENV] = "0"
+    else:
+        os.environ.pop(SKINNY_ROWS_ENV, None)  # the default
     w8a16_max_rows.cache_clear()
     skinny_max_rows.cache_clear()
     core = build_engine(model_dir(args.model, qc, tmp), **settings)

@@ -31,6 +31,7 @@ from kvserve.kernels.fp8_gemm import (
     scaled_mm,
 )
 from kvserve.kernels.fp8_quant import FP8, dequantize_fp8_activation, quantize_fp8
+from kvserve.kernels.fp8_skinny_gemm import DEFAULT_ROWS as SKINNY_DEFAULT_ROWS
 from kvserve.kernels.fp8_skinny_gemm import MAX_ROWS as SKINNY_ROWS
 from kvserve.kernels.fp8_skinny_gemm import fp8_skinny_linear
 from kvserve.kernels.word_gemv import GEMV_ROWS, fp8_gemv
@@ -67,9 +68,9 @@ SKINNY_SCALE_BLOCK = (128, 128)  # block-scaled weights the decode kernel takes
 
 @functools.cache
 def skinny_max_rows() -> int:
-    """Steps of at most this many tokens (0-64) take ``fp8_skinny_linear`` when the GEMV does not
-    (``KVSERVE_FP8_SKINNY_ROWS``)."""
-    value = os.environ.get(SKINNY_ROWS_ENV, str(SKINNY_ROWS))
+    """Steps of at most this many tokens (0-64; 32 by default) take ``fp8_skinny_linear`` when the
+    GEMV does not (``KVSERVE_FP8_SKINNY_ROWS``)."""
+    value = os.environ.get(SKINNY_ROWS_ENV, str(SKINNY_DEFAULT_ROWS))
     if not value.isdigit() or int(value) > SKINNY_ROWS:
         raise ConfigError(
             f"{SKINNY_ROWS_ENV}={value!r}: expected a row count from 0 to {SKINNY_ROWS}"
