@@ -112,6 +112,8 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     os.environ[W8A16_ROWS_ENV] = str(args.w8a16_rows if "w8a16" in suffixes else 0)
     if "cublas" in suffixes:
         os.environ[SKINNY_ROWS_ENV] = "0"
+    elif args.skinny_rows is not None:
+        os.environ[SKINNY_ROWS_ENV] = str(args.skinny_rows)
     else:
         os.environ.pop(SKINNY_ROWS_ENV, None)  # the default
     w8a16_max_rows.cache_clear()
@@ -156,6 +158,9 @@ def main() -> None:
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--w8a16-rows", type=int, default=1,
                     help="the +w8a16 suffix's row limit (1: the engine's default)")  # fmt: skip
+    ap.add_argument("--skinny-rows", type=int, default=None,
+                    help="FP8 steps of up to this many tokens on the tensor-core decode kernel "
+                    "(KVSERVE_FP8_SKINNY_ROWS; default: the engine's)")  # fmt: skip
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
     args.batches = [int(b) for b in args.batches.split(",") if b]
@@ -167,7 +172,8 @@ def main() -> None:
         raise SystemExit(f"unknown format(s) {unknown}; known: {', '.join(FORMATS)}")
     ceil = gpu_ceilings()
     result: dict[str, Any] = {"model": args.model, "weights": "dummy", "contexts": args.contexts,
-                              "w8a16_rows": args.w8a16_rows, "ceilings": ceil,
+                              "w8a16_rows": args.w8a16_rows, "skinny_rows": args.skinny_rows,
+                              "ceilings": ceil,
                               "formats": {}}  # fmt: skip
     print(f"ceilings: {ceil}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -20,7 +20,7 @@ the loop spends no instructions per weight at all.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -37,7 +37,7 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
-from kvserve.kernels.fp8_quant import FP8, FP8_MAX
+from kvserve.kernels.fp8_quant import FP8, FP8_MAX, quantize_fp8
 from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
 
 MAX_ROWS = 64  # the wgmma's N side
@@ -46,6 +46,10 @@ MAX_ROWS = 64  # the wgmma's N side
 # quantization kernel by 1.1-1.9x per projection at 4-32 rows; at 64 rows, 0.8-1.3x, in all
 # 116 against 112 us; at one row the CUDA-core GEMV is faster still (qkv 10.8 against 13.3 us).
 DEFAULT_ROWS = 32
+# Past this many rows the default quantizes x before the launch: in the loop, every program of
+# a column of tiles would quantize the same x (sm_90 SASS at 64 rows: 616 loop instructions a
+# thread, against 197 with x loaded as e4m3).
+QUANTIZE_FIRST_ABOVE = 32
 E4M3_MAX = constexpr(FP8_MAX)
 
 
@@ -57,6 +61,9 @@ class Fp8SkinnyConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 4
+    # x quantized by one kernel before the launch (fp8_quant.quantize_fp8, groups of block_k)
+    # instead of in the loop by every program of a column of tiles
+    quantize_first: bool = False
 
     def __post_init__(self) -> None:
         blocks = (self.block_n, self.block_k, self.block_m)
@@ -76,9 +83,32 @@ def _e4m3_rounded(v):
     return ((v / step + magic) - magic) * step
 
 
+@jit
+def _x_step(x_ptrs, xs_ptrs, k_mask, EVEN_K: tl.constexpr, X_FP8: tl.constexpr,
+            WIDEN: tl.constexpr):  # fmt: skip
+    """One K step's x tile [BLOCK_M, BLOCK_K] in e4m3 (as fp32 values when WIDEN) and its row
+    scales [BLOCK_M]: loaded (X_FP8), or quantized here from 16-bit x by each row's amax."""
+    if X_FP8:
+        x_q = tl.load(x_ptrs) if EVEN_K else tl.load(x_ptrs, mask=k_mask, other=0.0)
+        x_scale = tl.load(xs_ptrs)
+        if WIDEN:
+            x_q = x_q.to(tl.float32)
+    else:
+        if EVEN_K:
+            x = tl.load(x_ptrs).to(tl.float32)
+        else:
+            x = tl.load(x_ptrs, mask=k_mask, other=0.0).to(tl.float32)
+        amax = tl.max(tl.abs(x), axis=1)
+        x_scale = amax / E4M3_MAX
+        x = x * (1.0 / tl.where(amax > 0.0, x_scale, 1.0))[:, None]  # zeros stay zeros
+        x_q = _e4m3_rounded(x) if WIDEN else x.to(tl.float8e4nv)
+    return x_q, x_scale
+
+
 @_jit
 def _fp8_skinny_kernel(
-    x_ptr,
+    x_ptr,  # [M, K]: bf16 / fp16, or e4m3 (X_FP8)
+    xs_ptr,  # X_FP8: fp32 [M, K / BLOCK_K], x's scales
     w_ptr,  # float8e4nv [N, K]
     rs_ptr,  # fp32 [N], [1] (SCALAR_ROW_SCALE) or [N / SCALE_BLOCK_N, K / BLOCK_K]: W's scales
     bias_ptr,
@@ -89,6 +119,7 @@ def _fp8_skinny_kernel(
     N,
     K,
     stride_xm,
+    stride_xs,
     stride_wn,
     stride_om,
     stride_rs,  # SCALE_BLOCK_N: per block row of W's scales
@@ -102,6 +133,7 @@ def _fp8_skinny_kernel(
     SCALAR_ROW_SCALE: tl.constexpr,
     SCALE_BLOCK_N: tl.constexpr,  # rows of W per block scale (each BLOCK_K columns); 0: none
     HAS_BIAS: tl.constexpr,
+    X_FP8: tl.constexpr,  # x quantized before the launch (Fp8SkinnyConfig.quantize_first)
     WIDEN: tl.constexpr,  # interpreted: the dot in fp32 on e4m3 values (_e4m3_rounded)
     USE_PDL: tl.constexpr,
 ):
@@ -116,25 +148,19 @@ def _fp8_skinny_kernel(
     # Rows past N or M wrap onto valid ones, so only K needs a load mask; the store masks them.
     w_ptrs = w_ptr + (rn % N).to(tl.int64)[:, None] * stride_wn + (k_start + rk)[None, :]
     x_ptrs = x_ptr + (rm % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
+    xs_rows = xs_ptr + (rm % M) * stride_xs  # X_FP8: x's scales, one per row and K step
     if SCALE_BLOCK_N:
         block_scales = rs_ptr + ((rn % N) // SCALE_BLOCK_N) * stride_rs
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     pdl_wait(USE_PDL)
     for k0 in range(k_start, k_end, BLOCK_K):
-        if EVEN_K:
-            w = tl.load(w_ptrs)
-            x = tl.load(x_ptrs).to(tl.float32)
-        else:
-            k_mask = (k0 + rk < K)[None, :]
-            w = tl.load(w_ptrs, mask=k_mask, other=0.0)
-            x = tl.load(x_ptrs, mask=k_mask, other=0.0).to(tl.float32)
-        amax = tl.max(tl.abs(x), axis=1)
-        x_scale = amax / E4M3_MAX
-        x = x * (1.0 / tl.where(amax > 0.0, x_scale, 1.0))[:, None]  # zeros stay zeros
+        k_mask = (k0 + rk < K)[None, :]
+        w = tl.load(w_ptrs) if EVEN_K else tl.load(w_ptrs, mask=k_mask, other=0.0)
+        x_q, x_scale = _x_step(x_ptrs, xs_rows + k0 // BLOCK_K, k_mask, EVEN_K, X_FP8, WIDEN)
         if WIDEN:
-            part = tl.dot(w.to(tl.float32), tl.trans(_e4m3_rounded(x)), input_precision="ieee")
+            part = tl.dot(w.to(tl.float32), tl.trans(x_q), input_precision="ieee")
         else:
-            part = tl.dot(w, tl.trans(x.to(tl.float8e4nv)))
+            part = tl.dot(w, tl.trans(x_q))
         if SCALE_BLOCK_N:
             w_scale = tl.load(block_scales + k0 // BLOCK_K)
             acc += part * x_scale[None, :] * w_scale[:, None]
@@ -190,14 +216,19 @@ def fp8_skinny_linear(
         ws = torch.empty(m_tiles * n_tiles * tile_elems, dtype=torch.float32, device=x.device)
         counters = _arrival_counters(x.device, m_tiles * n_tiles)
     scale = scale.float() if block is not None else scale.reshape(-1).float()
+    x_fp8 = cfg.quantize_first and k % cfg.block_k == 0
+    x_scales = out  # placeholder unless x_fp8
+    if x_fp8:
+        x, x_scales = quantize_fp8(x, cfg.block_k)
     _fp8_skinny_kernel[(m_tiles, n_tiles, splits)](
-        x, weight, scale, bias if bias is not None else out, out, ws, counters, m, n, k,
-        x.stride(0), weight.stride(0), out.stride(0), scale.stride(0), k_per_split, splits,
+        x, x_scales, weight, scale, bias if bias is not None else out, out, ws, counters, m, n,
+        k, x.stride(0), x_scales.stride(0), weight.stride(0), out.stride(0), scale.stride(0),
+        k_per_split, splits,
         BLOCK_N=cfg.block_n, BLOCK_M=cfg.block_m, BLOCK_K=cfg.block_k,
         EVEN_K=k % cfg.block_k == 0, DIRECT=direct,
         SCALAR_ROW_SCALE=block is None and scale.numel() == 1,
         SCALE_BLOCK_N=block[0] if block is not None else 0,
-        HAS_BIAS=bias is not None, WIDEN=interpreting(), num_warps=cfg.num_warps,
+        HAS_BIAS=bias is not None, X_FP8=x_fp8, WIDEN=interpreting(), num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, **launch_options(pdl),
     )  # fmt: skip
     return out
@@ -244,6 +275,7 @@ def fp8_skinny_config(
     block_m: int = 0,
     programs_per_sm: int = _PROGRAMS_PER_SM,
     num_stages: int = 0,
+    quantize_first: bool = False,
 ) -> Fp8SkinnyConfig:
     """128 rows of W by 128 of K per program, all of x's rows (``block_m`` 0) or tiles of
     ``block_m``; K split until about ``programs_per_sm`` programs an SM, keeping at least two K
@@ -251,7 +283,9 @@ def fp8_skinny_config(
     0). On the H200 at 64 rows, 3 stages against 4 took Llama-3-8B's projections from 25.3 /
     20.6 / 62.6 / 39.5 to 20.1 / 15.9 / 49.4 / 30.5 us (fp8_gemv_2026-12-02.json)."""
     block_m = block_m or min(MAX_ROWS, max(16, next_pow2(m)))
-    stage_bytes = block_n * block_k + 2 * block_m * block_k  # W in e4m3, x in 16 bits
+    quantize_first = quantize_first or m > QUANTIZE_FIRST_ABOVE
+    x_bytes = 1 if quantize_first else 2
+    stage_bytes = (block_n + x_bytes * block_m) * block_k
     num_stages = num_stages or max(2, min(4, _SMEM_PER_PROGRAM // stage_bytes))
     tiles = -(-m // block_m) * -(-n // block_n)
     k_tiles = -(-k // block_k)
@@ -261,7 +295,7 @@ def fp8_skinny_config(
         if s > 1 and (too_many or k_tiles // s < _MIN_K_TILES_PER_SPLIT):
             break
         split = s
-    return Fp8SkinnyConfig(block_n, block_k, block_m, split, 4, num_stages)
+    return Fp8SkinnyConfig(block_n, block_k, block_m, split, 4, num_stages, quantize_first)
 
 
 def fp8_skinny_candidates(m: int, n: int, k: int, *, num_sms: int = 132) -> list[Fp8SkinnyConfig]:
@@ -280,7 +314,15 @@ def fp8_skinny_candidates(m: int, n: int, k: int, *, num_sms: int = 132) -> list
                                 programs_per_sm=per_sm, num_stages=stages,
                                 block_m=block_m)  # fmt: skip
         if block_n == 256:
-            cfg = Fp8SkinnyConfig(cfg.block_n, cfg.block_k, cfg.block_m, cfg.split_k, 8, stages)
+            cfg = replace(cfg, num_warps=8)
         if cfg not in configs:
             configs.append(cfg)
+    if m > 16:  # x quantized once before the launch, at 2 and 4 programs an SM
+        for per_sm, block_m in ((2, 0), (4, 0), (2, 32)):
+            if block_m >= m:
+                continue
+            cfg = fp8_skinny_config(m, n, k, num_sms=num_sms, programs_per_sm=per_sm,
+                                    block_m=block_m, quantize_first=True)  # fmt: skip
+            if cfg not in configs:
+                configs.append(cfg)
     return configs

@@ -80,16 +80,26 @@ def check(
     assert rel(out, exact) < EXACT_TOL
 
 
+@pytest.mark.parametrize("quantize_first", [False, True])
 @pytest.mark.parametrize("dtype", X_DTYPES)
 @pytest.mark.parametrize("split_k", [1, 3])
 @pytest.mark.parametrize("per_row", [True, False])
 @pytest.mark.parametrize(("n", "k"), SHAPES)
 @pytest.mark.parametrize("m", [1, 5, 16, 33, 64])
-def test_matches_reference(m: int, n: int, k: int, per_row: bool, split_k: int, dtype) -> None:  # noqa: ANN001
+def test_matches_reference(
+    m: int,
+    n: int,
+    k: int,
+    per_row: bool,
+    split_k: int,
+    dtype,
+    quantize_first: bool,  # noqa: ANN001
+) -> None:
+    """x quantized in the loop or (quantize_first, where K divides into groups) before it."""
     x, q, scale = inputs(m, n, k, per_row, dtype)
     block_m = max(16, 1 << (m - 1).bit_length())
-    check(fp8_skinny_linear(x, q, scale, config=Fp8SkinnyConfig(64, 128, block_m, split_k, 4, 2)),
-          x, q, scale)  # fmt: skip
+    cfg = Fp8SkinnyConfig(64, 128, block_m, split_k, 4, 2, quantize_first)
+    check(fp8_skinny_linear(x, q, scale, config=cfg), x, q, scale)
 
 
 @pytest.mark.parametrize("block_n", [64, 128])
