@@ -15,7 +15,7 @@ in, 1024 out) per format (minutes each). Formats:
 
   bf16       the unquantized model
   fp8        --quantization fp8: per-channel FP8 weights, dynamic per-token FP8 activations
-             (torch._scaled_mm; steps of up to 32 tokens on kernels/fp8_skinny_gemm.py)
+             (torch._scaled_mm; steps of up to 64 tokens on kernels/fp8_skinny_gemm.py)
   fp8-tensor ModelOpt FP8 layout: per-tensor weights, static activation scale
   fp8-block  quant_method fp8 with 128x128 weight blocks, per-token-group(128) activations
              (Triton block-scaled GEMM), as Qwen3-FP8 / DeepSeek ship

@@ -42,10 +42,13 @@ from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
 
 MAX_ROWS = 64  # the wgmma's N side
 # Steps of up to this many rows take the kernel by default (``fp8_method.skinny_max_rows``). On
-# the H200 (fp8_gemv_2026-12-02.json, Llama-3-8B's projections) it beat cuBLAS W8A8 with its
-# quantization kernel by 1.1-1.9x per projection at 4-32 rows; at 64 rows, 0.8-1.3x, in all
-# 116 against 112 us; at one row the CUDA-core GEMV is faster still (qkv 10.8 against 13.3 us).
-DEFAULT_ROWS = 32
+# the H200 (Llama-3-8B's projections) it beat cuBLAS W8A8 with its quantization kernel by
+# 1.1-1.9x per projection at 4-32 rows, and at 64 rows with x quantized first 102 against 113 us
+# for the four (fp8_gemv_h200_skinny{,_qfirst}_2026-12-02.json); in the engine at batch 48 / 64,
+# +3% / +1% with per-channel weights, +13% / +10% with 128 x 128 blocks against their Triton
+# GEMM (lowbit_decode_h200_skinny64_2026-12-02.json). At one row the CUDA-core GEMV is faster
+# still (qkv 10.8 against 13.3 us).
+DEFAULT_ROWS = 64
 # Past this many rows the default quantizes x before the launch: in the loop, every program of
 # a column of tiles would quantize the same x (sm_90 SASS at 64 rows: 616 loop instructions a
 # thread, against 197 with x loaded as e4m3).
@@ -273,17 +276,21 @@ def fp8_skinny_config(
     block_n: int = 128,
     block_k: int = 128,
     block_m: int = 0,
-    programs_per_sm: int = _PROGRAMS_PER_SM,
+    programs_per_sm: int = 0,
     num_stages: int = 0,
     quantize_first: bool = False,
 ) -> Fp8SkinnyConfig:
     """128 rows of W by 128 of K per program, all of x's rows (``block_m`` 0) or tiles of
-    ``block_m``; K split until about ``programs_per_sm`` programs an SM, keeping at least two K
-    steps per split; as many stages (at most 4) as leave room for two programs an SM (``num_stages``
-    0). On the H200 at 64 rows, 3 stages against 4 took Llama-3-8B's projections from 25.3 /
-    20.6 / 62.6 / 39.5 to 20.1 / 15.9 / 49.4 / 30.5 us (fp8_gemv_2026-12-02.json)."""
+    ``block_m``; K split until about ``programs_per_sm`` programs an SM (0: two, one past 32 rows),
+    keeping at least two K steps per split; as many stages (at most 4) as leave room for two
+    programs an SM (``num_stages`` 0). On the H200 (Llama-3-8B's qkv / o / gate_up / down):
+    at 64 rows 3 stages against 4 took 25.3 / 20.6 / 62.6 / 39.5 to 20.1 / 15.9 / 49.4 / 30.5 us
+    (fp8_gemv_h200_skinny_2026-12-02.json); then with x quantized first, one program an SM
+    against two 18.3 / 14.9 / 37.8 / 31.4 against 19.1 / 18.0 / 37.8 / 33.8 us (cuBLAS 16.6 /
+    16.0 / 40.0 / 40.0; fp8_gemv_h200_skinny_qfirst_2026-12-02.json)."""
     block_m = block_m or min(MAX_ROWS, max(16, next_pow2(m)))
     quantize_first = quantize_first or m > QUANTIZE_FIRST_ABOVE
+    programs_per_sm = programs_per_sm or (1 if m > QUANTIZE_FIRST_ABOVE else _PROGRAMS_PER_SM)
     x_bytes = 1 if quantize_first else 2
     stage_bytes = (block_n + x_bytes * block_m) * block_k
     num_stages = num_stages or max(2, min(4, _SMEM_PER_PROGRAM // stage_bytes))

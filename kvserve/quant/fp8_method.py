@@ -68,8 +68,8 @@ SKINNY_SCALE_BLOCK = (128, 128)  # block-scaled weights the decode kernel takes
 
 @functools.cache
 def skinny_max_rows() -> int:
-    """Steps of at most this many tokens (0-64; 32 by default) take ``fp8_skinny_linear`` when the
-    GEMV does not (``KVSERVE_FP8_SKINNY_ROWS``)."""
+    """Steps of at most this many tokens (0-64, all by default) take ``fp8_skinny_linear`` when
+    the GEMV does not (``KVSERVE_FP8_SKINNY_ROWS``)."""
     value = os.environ.get(SKINNY_ROWS_ENV, str(SKINNY_DEFAULT_ROWS))
     if not value.isdigit() or int(value) > SKINNY_ROWS:
         raise ConfigError(
