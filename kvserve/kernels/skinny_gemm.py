@@ -16,7 +16,8 @@ slower per call on the H200: benchmarks/results/skinny_gemm_h200_2026-11-29.json
 
 An FP8 weight-only mode of this kernel (e4m3 W widened in registers) decoded 8% slower in the
 engine than the W8A8 path at 1, 8 and 16 rows (lowbit_decode_h200_w8a16_ab_2026-12-01.json)
-and was removed; FP8 steps of one token take the CUDA-core GEMV of ``word_gemv.py``.
+and was removed; FP8 steps of one token take the CUDA-core GEMV of ``word_gemv.py``, and of
+2-64 tokens the FP8 tensor-core kernel of this layout, ``fp8_skinny_gemm.py``.
 
 The bf16 kernel is not on the engine's path. On the H200 it ties cuBLAS on Llama-3-8B's
 projections and leads it by 3-8% on a 128K-vocabulary weight in isolation, but the LM head on
