@@ -80,12 +80,17 @@ def time_gemvs(
 
         us, out = graph_us(op, xs, layers, args.replays)  # type: ignore[arg-type]
         results.append({"config": asdict(cfg), "us": us, "err": rel_err(out, ref)})
+    return summarize("gemv", results, floor_us)
+
+
+def summarize(kernel: str, results: list[dict[str, Any]], floor_us: float) -> dict[str, Any]:
+    """A kernel's timed configs (the default first) and the fastest within REL_TOL."""
     ok = [r for r in results if r["err"] <= REL_TOL]
-    row: dict[str, Any] = {"gemv_configs": results, "gemv_default_us": results[0]["us"]}
+    row: dict[str, Any] = {f"{kernel}_configs": results, f"{kernel}_default_us": results[0]["us"]}
     if ok:
         best = min(ok, key=lambda r: r["us"])
-        row |= {"gemv_us": best["us"], "gemv_best": best["config"],
-                "gemv_share": floor_us / best["us"]}  # fmt: skip
+        row |= {f"{kernel}_us": best["us"], f"{kernel}_best": best["config"],
+                f"{kernel}_share": floor_us / best["us"]}  # fmt: skip
     return row
 
 
@@ -106,13 +111,7 @@ def time_skinny(
         us, out = graph_us(op, xs, layers, args.replays)  # type: ignore[arg-type]
         results.append({"config": asdict(cfg), "us": us, "err": rel_err(out, quantized_ref),
                         "err_to_exact": rel_err(out, ref)})  # fmt: skip
-    ok = [r for r in results if r["err"] <= REL_TOL]
-    row: dict[str, Any] = {"skinny_configs": results, "skinny_default_us": results[0]["us"]}
-    if ok:
-        best = min(ok, key=lambda r: r["us"])
-        row |= {"skinny_us": best["us"], "skinny_best": best["config"],
-                "skinny_share": floor_us / best["us"]}  # fmt: skip
-    return row
+    return summarize("skinny", results, floor_us)
 
 
 def time_row(name: str, layers: list, m: int, copy_gbs: float, args: argparse.Namespace) -> dict:

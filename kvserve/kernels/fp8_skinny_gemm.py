@@ -38,7 +38,7 @@ from kvserve.kernels._triton import (
 )
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
 from kvserve.kernels.fp8_quant import FP8, FP8_MAX, quantize_fp8
-from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
+from kvserve.kernels.skinny_gemm import SplitLaunch, _finish_tile, _jit, tile_index, tile_start
 
 MAX_ROWS = 64  # the wgmma's N side
 # Steps of up to this many rows take the kernel by default (``fp8_method.skinny_max_rows``). On
@@ -140,17 +140,9 @@ def _fp8_skinny_kernel(
     WIDEN: tl.constexpr,  # interpreted: the dot in fp32 on e4m3 values (_e4m3_rounded)
     USE_PDL: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rk = tl.arange(0, BLOCK_K)
-    k_start = pid_k * k_per_split
-    k_end = tl.minimum(k_start + k_per_split, K)
-    # Rows past N or M wrap onto valid ones, so only K needs a load mask; the store masks them.
-    w_ptrs = w_ptr + (rn % N).to(tl.int64)[:, None] * stride_wn + (k_start + rk)[None, :]
-    x_ptrs = x_ptr + (rm % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
+    rn, rm, rk, k_start, k_end, w_ptrs, x_ptrs = tile_start(
+        x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, k_per_split, BLOCK_N, BLOCK_M, BLOCK_K
+    )
     xs_rows = xs_ptr + (rm % M) * stride_xs  # X_FP8: x's scales, one per row and K step
     if SCALE_BLOCK_N:
         block_scales = rs_ptr + ((rn % N) // SCALE_BLOCK_N) * stride_rs
@@ -175,7 +167,7 @@ def _fp8_skinny_kernel(
     if SCALAR_ROW_SCALE:
         acc = acc * tl.load(rs_ptr)
     _finish_tile(
-        acc, pid_n * tl.num_programs(0) + pid_m, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr,
+        acc, tile_index(), tl.program_id(2), num_splits, ws_ptr, counter_ptr, rs_ptr,
         bias_ptr, out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M,
         not SCALAR_ROW_SCALE and not SCALE_BLOCK_N, HAS_BIAS, DIRECT,
     )  # fmt: skip
@@ -207,28 +199,18 @@ def fp8_skinny_linear(
         return out
     if x.stride(1) != 1:
         x = x.contiguous()
-    m_tiles, n_tiles = -(-m // cfg.block_m), -(-n // cfg.block_n)
-    k_tiles = -(-k // cfg.block_k)
-    splits = max(1, min(cfg.split_k, k_tiles))
-    k_per_split = -(-k_tiles // splits) * cfg.block_k
-    splits = -(-k_tiles * cfg.block_k // k_per_split)  # no split left without K
-    direct = splits == 1
-    ws = counters = out  # placeholders, unused when direct
-    if not direct:
-        tile_elems = splits * cfg.block_n * cfg.block_m
-        ws = torch.empty(m_tiles * n_tiles * tile_elems, dtype=torch.float32, device=x.device)
-        counters = _arrival_counters(x.device, m_tiles * n_tiles)
+    split = SplitLaunch.plan(m, n, k, cfg.block_m, cfg.block_n, cfg.block_k, cfg.split_k, out)
     scale = scale.float() if block is not None else scale.reshape(-1).float()
     x_fp8 = cfg.quantize_first and k % cfg.block_k == 0
     x_scales = out  # placeholder unless x_fp8
     if x_fp8:
         x, x_scales = quantize_fp8(x, cfg.block_k)
-    _fp8_skinny_kernel[(m_tiles, n_tiles, splits)](
-        x, x_scales, weight, scale, bias if bias is not None else out, out, ws, counters, m, n,
-        k, x.stride(0), x_scales.stride(0), weight.stride(0), out.stride(0), scale.stride(0),
-        k_per_split, splits,
+    _fp8_skinny_kernel[split.grid](
+        x, x_scales, weight, scale, bias if bias is not None else out, out, split.workspace,
+        split.counters, m, n, k, x.stride(0), x_scales.stride(0), weight.stride(0),
+        out.stride(0), scale.stride(0), split.k_per_split, split.splits,
         BLOCK_N=cfg.block_n, BLOCK_M=cfg.block_m, BLOCK_K=cfg.block_k,
-        EVEN_K=k % cfg.block_k == 0, DIRECT=direct,
+        EVEN_K=k % cfg.block_k == 0, DIRECT=split.direct,
         SCALAR_ROW_SCALE=block is None and scale.numel() == 1,
         SCALE_BLOCK_N=block[0] if block is not None else 0,
         HAS_BIAS=bias is not None, X_FP8=x_fp8, WIDEN=interpreting(), num_warps=cfg.num_warps,

@@ -153,6 +153,30 @@ def _finish_tile(
             tl.store(counter_ptr + tile, 0)
 
 
+@jit
+def tile_start(
+    x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, k_per_split,
+    BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """A program of grid (M tiles, N tiles, splits): its W rows ``rn``, x rows ``rm``, K offsets
+    ``rk``, K range and first W / x tile pointers. Rows past N or M wrap onto valid ones, so
+    only K needs a load mask; the store masks them."""
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, BLOCK_K)
+    k_start = tl.program_id(2) * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    w_ptrs = w_ptr + (rn % N).to(tl.int64)[:, None] * stride_wn + (k_start + rk)[None, :]
+    x_ptrs = x_ptr + (rm % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
+    return rn, rm, rk, k_start, k_end, w_ptrs, x_ptrs
+
+
+@jit
+def tile_index():
+    """This program's output tile among the launch's, for ``_finish_tile``."""
+    return tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+
+
 @_jit
 def _skinny_gemm_kernel(
     x_ptr,
@@ -175,17 +199,9 @@ def _skinny_gemm_kernel(
     DIRECT: tl.constexpr,  # num_splits == 1: write the output
     DOT_PRECISION: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_k = tl.program_id(2)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rk = tl.arange(0, BLOCK_K)
-    k_start = pid_k * k_per_split
-    k_end = tl.minimum(k_start + k_per_split, K)
-    # Rows past N or M wrap onto valid ones, so only K needs a load mask; the store masks them.
-    w_ptrs = w_ptr + (rn % N).to(tl.int64)[:, None] * stride_wn + (k_start + rk)[None, :]
-    x_ptrs = x_ptr + (rm % M).to(tl.int64)[:, None] * stride_xm + (k_start + rk)[None, :]
+    rn, rm, rk, k_start, k_end, w_ptrs, x_ptrs = tile_start(
+        x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, k_per_split, BLOCK_N, BLOCK_M, BLOCK_K
+    )
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         if EVEN_K:
@@ -200,8 +216,8 @@ def _skinny_gemm_kernel(
         x_ptrs += BLOCK_K
 
     _finish_tile(
-        acc, pid_n * tl.num_programs(0) + pid_m, pid_k, num_splits, ws_ptr, counter_ptr, out_ptr,
-        out_ptr, out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M, False, False, DIRECT,
+        acc, tile_index(), tl.program_id(2), num_splits, ws_ptr, counter_ptr, out_ptr, out_ptr,
+        out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M, False, False, DIRECT,
     )  # fmt: skip
 
 
@@ -220,6 +236,39 @@ def _arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
         buf = torch.zeros(max(tiles, 1 << 14), dtype=torch.int32, device=device)
         _COUNTERS[device] = buf
     return buf
+
+
+@dataclass(frozen=True)
+class SplitLaunch:
+    """A swap-AB launch's grid (M tiles, N tiles, splits), K per split and, with more than one
+    split, its fp32 partial-tile workspace and arrival counters (else placeholders)."""
+
+    grid: tuple[int, int, int]
+    k_per_split: int  # a multiple of block_k
+    workspace: torch.Tensor
+    counters: torch.Tensor
+
+    @property
+    def splits(self) -> int:
+        return self.grid[2]
+
+    @property
+    def direct(self) -> bool:
+        return self.splits == 1
+
+    @staticmethod
+    def plan(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int, split_k: int,
+             out: torch.Tensor) -> SplitLaunch:  # fmt: skip
+        m_tiles, n_tiles, k_tiles = -(-m // block_m), -(-n // block_n), -(-k // block_k)
+        k_per_split = -(-k_tiles // max(1, min(split_k, k_tiles))) * block_k
+        splits = -(-k_tiles * block_k // k_per_split)  # no split left without K
+        workspace = counters = out  # placeholders, unused with one split
+        if splits > 1:
+            tiles = m_tiles * n_tiles
+            size = tiles * splits * block_n * block_m
+            workspace = torch.empty(size, dtype=torch.float32, device=out.device)
+            counters = _arrival_counters(out.device, tiles)
+        return SplitLaunch((m_tiles, n_tiles, splits), k_per_split, workspace, counters)
 
 
 def _supported(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -268,35 +317,26 @@ def _launch(
 ) -> None:
     m, k = x.shape
     n = weight.shape[0]
-    m_tiles, n_tiles = -(-m // cfg.block_m), -(-n // cfg.block_n)
-    k_tiles = -(-k // cfg.block_k)
-    splits = max(1, min(cfg.split_k, k_tiles))
-    k_per_split = -(-k_tiles // splits) * cfg.block_k
-    direct = splits == 1
-    ws = counters = out  # placeholders, unused when direct
-    if not direct:
-        tile_elems = splits * cfg.block_n * cfg.block_m
-        ws = torch.empty(m_tiles * n_tiles * tile_elems, dtype=torch.float32, device=x.device)
-        counters = _arrival_counters(x.device, m_tiles * n_tiles)
-    _skinny_gemm_kernel[(m_tiles, n_tiles, splits)](
+    split = SplitLaunch.plan(m, n, k, cfg.block_m, cfg.block_n, cfg.block_k, cfg.split_k, out)
+    _skinny_gemm_kernel[split.grid](
         x,
         weight,
         out,
-        ws,
-        counters,
+        split.workspace,
+        split.counters,
         m,
         n,
         k,
         x.stride(0),
         weight.stride(0),
         out.stride(0),
-        k_per_split,
-        splits,
+        split.k_per_split,
+        split.splits,
         BLOCK_N=cfg.block_n,
         BLOCK_M=cfg.block_m,
         BLOCK_K=cfg.block_k,
         EVEN_K=k % cfg.block_k == 0,
-        DIRECT=direct,
+        DIRECT=split.direct,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
