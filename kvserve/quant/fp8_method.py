@@ -3,10 +3,10 @@ tensor, per output channel or per 128x128 block), activations quantized per toke
 group or with a static scale, the product on FP8 tensor cores (``kernels.fp8_gemm``).
 
 Decode-sized steps (up to ``skinny_max_rows`` tokens) of per-tensor, per-channel or 128 x 128
-block-scaled weights take the swap-AB tensor-core kernel (``kernels.fp8_skinny_gemm``), which
-quantizes activations per 1 x 128 group inside its loop, in place of the static or per-token
-scale (finer, so no less accurate): cuBLAS is tuned for large M, and the separate quantization
-kernel costs a launch.
+block-scaled weights take the swap-AB tensor-core kernel (``kernels.fp8_skinny_gemm``) on sm_90+,
+which quantizes activations per 1 x 128 group (inside its loop up to 32 rows, so with no
+separate launch), in place of the static or per-token scale (finer, so no less accurate); cuBLAS
+is tuned for large M.
 
 Layer tensors: ``weight [N, K]`` fp8 (the model dtype until an online layer is quantized),
 ``weight_scale`` (per tensor: one per shard while loading, then one), ``input_scale`` (static
@@ -80,6 +80,7 @@ def skinny_max_rows() -> int:
 
 def make_method(config: QuantConfig) -> Fp8LinearMethod:
     w8a16_max_rows()  # a bad KVSERVE_FP8_W8A16_ROWS fails the load, not the first step
+    skinny_max_rows()
     return Fp8LinearMethod(fp8_spec(config))
 
 
@@ -232,12 +233,19 @@ def _weight_only_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
 
 
 def _skinny_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
-    """Decode steps, with any weight scales the kernel's tiles fit (blocks of 128 x 128 do)."""
+    """Decode steps on sm_90+ (the kernel was measured and tested on wgmma only), with any weight
+    scales its tiles fit (blocks of 128 x 128 do)."""
     blocks_fit = spec.block is None or spec.block == SKINNY_SCALE_BLOCK
     return (
         spec.activation != "none" and blocks_fit and x.device.type == "cuda"
         and 0 < x.shape[0] <= skinny_max_rows() and x.dtype in (torch.bfloat16, torch.float16)
+        and _hopper_or_newer(x.device)
     )  # fmt: skip
+
+
+@functools.cache
+def _hopper_or_newer(device: torch.device) -> bool:
+    return torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def _tensor_core_shapes(layer: Linear) -> bool:

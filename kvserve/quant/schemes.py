@@ -94,6 +94,12 @@ SCHEMES: dict[str, QuantScheme] = {
                 (8, 9),
                 "FP8 tensor cores (torch._scaled_mm; Triton block-scaled GEMM for 128x128 blocks)",
             ),
+            GpuPath(
+                (9, 0),
+                "FP8 tensor cores (torch._scaled_mm; Triton block-scaled GEMM for 128x128 blocks;"
+                " steps of up to 64 tokens on a Triton wgmma kernel, one token on a CUDA-core"
+                " GEMV)",
+            ),
         ),
         online=True,
         check="kvserve.quant.fp8_config:fp8_spec",

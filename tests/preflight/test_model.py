@@ -166,6 +166,8 @@ def test_recognise_quantization_configs(qc: dict | None, name: str) -> None:
 def test_execution_path_per_generation() -> None:
     fp8, bf16 = recognise({"quant_method": "fp8"}), recognise(None)
     assert execution_path(fp8, (9, 0)).startswith("FP8 tensor cores")
+    assert "wgmma kernel" in execution_path(fp8, (9, 0))  # decode steps: Hopper's kernel
+    assert "wgmma" not in execution_path(fp8, (8, 9))
     assert execution_path(fp8, (8, 0)) is None  # no FP8 tensor cores before Ada
     assert execution_path(bf16, (8, 0)) == "bf16 tensor cores"
     assert execution_path(bf16, (7, 5)) is None
