@@ -24,6 +24,7 @@ install: $(STAMP)
 # The low-bit GEMM/GEMV kernels' GPU tests that Triton's interpreter runs on a CPU (about three
 # minutes on two cores): their indexing, masking and split-K logic against the torch references.
 INTERPRETED_KERNEL_TESTS := tests/gpu/test_word_gemv.py tests/gpu/test_skinny_gemm.py \
+	tests/gpu/test_fp8_skinny_gemm.py \
 	tests/gpu/test_fused_moe_quant.py tests/gpu/test_fp4_gemm.py
 # all of them but the FP4 GEMM's slowest cases (whole Llama shapes, every candidate config, and
 # its GEMV cases, which test_word_gemv covers)
