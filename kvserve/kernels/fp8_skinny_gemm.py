@@ -10,12 +10,13 @@ The layout is ``skinny_gemm.py``'s "swap AB": a program owns BLOCK_N rows of W (
 side) and all rows of x padded to BLOCK_M (its N side), walks its share of K and, with split K,
 hands its fp32 partial to that file's deterministic last-arrival reduction.
 
-x is quantized inside the loop, one scale per row and K step of BLOCK_K columns (``amax /
-448``, the 1 x 128 token-group scaling of DeepSeek-V3's FP8 recipe): no separate quantization
-kernel and no pass over the whole row before the first MMA. Each step's product is multiplied
-by its scales into the fp32 accumulator. The weight streams through shared memory untouched,
-so unlike the weight-only GEMV (``word_gemv.py``, 3.8 instructions a weight on the CUDA cores)
-the loop spends no instructions per weight at all.
+x gets one scale per row and K step of BLOCK_K columns (``amax / 448``, the 1 x 128
+token-group scaling of DeepSeek-V3's FP8 recipe). Up to QUANTIZE_FIRST_ABOVE rows each program
+quantizes its x tiles inside the loop: no separate kernel and no pass over the whole row before
+the first MMA. Past it, one quantization kernel runs first (``Fp8SkinnyConfig.quantize_first``).
+Each step's product is multiplied by its scales into the fp32 accumulator. The weight streams
+through shared memory untouched, so unlike the weight-only GEMV (``word_gemv.py``, 3.8
+instructions a weight on the CUDA cores) the loop spends no instructions on W's values.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ MAX_ROWS = 64  # the wgmma's N side
 # Steps of up to this many rows take the kernel by default (``fp8_method.skinny_max_rows``). On
 # the H200 (Llama-3-8B's projections) it beat cuBLAS W8A8 with its quantization kernel by
 # 1.1-1.9x per projection at 4-32 rows, and at 64 rows with x quantized first 102 against 113 us
-# for the four (fp8_gemv_h200_skinny{,_qfirst}_2026-12-02.json); in the engine at batch 48 / 64,
-# +3% / +1% with per-channel weights, +13% / +10% with 128 x 128 blocks against their Triton
-# GEMM (lowbit_decode_h200_skinny64_2026-12-02.json). At one row the CUDA-core GEMV is faster
-# still (qkv 10.8 against 13.3 us).
+# for the four (fp8_gemv_h200_skinny{,_qfirst}_2026-12-02.json). In the engine, per-channel
+# weights at batch 16 / 64: 4,201 / 10,073 against 3,121 / 9,643 tok/s on cuBLAS
+# (lowbit_decode_h200_skinny_default_2026-12-02.json); 128 x 128 blocks at 48 / 64: +13% / +10%
+# against their Triton GEMM (lowbit_decode_h200_skinny64_2026-12-02.json). At one row the
+# CUDA-core GEMV is faster still (qkv 10.8 against 13.3 us).
 DEFAULT_ROWS = 64
 # Past this many rows the default quantizes x before the launch: in the loop, every program of
 # a column of tiles would quantize the same x (sm_90 SASS at 64 rows: 616 loop instructions a
