@@ -2,8 +2,9 @@
 default configs for sm_90, without a GPU: the word GEMV (``kvserve/kernels/word_gemv.py``; FP4
 and FP8 at one row), the FP4 MMA kernel (``kvserve/kernels/fp4_gemm.py``; 16 and 64 rows) and
 the FP4 MoE grouped kernel (``kvserve/kernels/fused_moe_fp4.py``; its decode tile), the FP4
-kernels with W read as bytes and as words, and the MMA kernel at 16 rows with W as either MMA
-operand.
+kernels with W read as bytes and as words, the MMA kernel at 16 rows with W as either MMA
+operand, and the FP8 tensor-core decode kernel (``kvserve/kernels/fp8_skinny_gemm.py``; 1, 16 and
+64 rows, x quantized in the loop or, past 32 rows, before the launch).
 
 At one row of x the GEMV is bound by instruction issue and latency, not by DRAM (Nsight Compute
 on the H200: 27-48% of DRAM peak, a scheduler issuing about every second cycle;
@@ -29,6 +30,7 @@ from benchmarks.common import write_result
 from benchmarks.kernel_spills import compile_sm90, cuobjdump, resource_usage
 from kvserve.kernels.fp4_gemm import Fp4GemmConfig, default_config
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
+from kvserve.kernels.fp8_skinny_gemm import Fp8SkinnyConfig, fp8_skinny_config
 from kvserve.kernels.word_gemv import (
     FP4_PER_WORD,
     FP8_PER_WORD,
@@ -58,7 +60,7 @@ _MMA_INTS = [
     "num_splits",
 ]  # fmt: skip
 # the integer arguments a launch at these shapes specializes as multiples of 16
-_DIVISIBLE = {"N", "K", "words", "stride_xm", "stride_wn", "stride_sn", "stride_om",
+_DIVISIBLE = {"N", "K", "words", "stride_xm", "stride_xs", "stride_wn", "stride_sn", "stride_om",
               "words_per_split", "k_per_split"}  # fmt: skip
 
 
@@ -110,6 +112,32 @@ def compile_mma(cfg: Fp4GemmConfig, group: int) -> bytes:
     pointers = {**_MMA_POINTERS, "w_ptr": "*i32" if cfg.word_dequant else "*u8"}
     options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     return _compile(_fp4_gemm_kernel, pointers, _MMA_INTS, constants, options)
+
+
+_FP8_TC_POINTERS = {
+    "x_ptr": "*bf16", "xs_ptr": "*fp32", "w_ptr": "*fp8e4nv", "rs_ptr": "*fp32",
+    "bias_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32", "counter_ptr": "*i32",
+}  # fmt: skip
+_FP8_TC_INTS = [
+    "M", "N", "K", "stride_xm", "stride_xs", "stride_wn", "stride_om", "stride_rs", "k_per_split",
+    "num_splits",
+]  # fmt: skip
+FP8_TC_ROWS = (1, 16, 64)
+
+
+def compile_fp8_skinny(cfg: Fp8SkinnyConfig) -> bytes:
+    """The cubin of ``_fp8_skinny_kernel`` (per-channel scales) at ``cfg``, x read as bf16 or,
+    with ``quantize_first``, as e4m3."""
+    from kvserve.kernels.fp8_skinny_gemm import _fp8_skinny_kernel
+
+    constants = {
+        "BLOCK_N": cfg.block_n, "BLOCK_M": cfg.block_m, "BLOCK_K": cfg.block_k, "EVEN_K": True,
+        "DIRECT": cfg.split_k == 1, "SCALAR_ROW_SCALE": False, "SCALE_BLOCK_N": 0,
+        "HAS_BIAS": False, "X_FP8": cfg.quantize_first, "WIDEN": False, "USE_PDL": True,
+    }  # fmt: skip
+    pointers = {**_FP8_TC_POINTERS, "x_ptr": "*fp8e4nv" if cfg.quantize_first else "*bf16"}
+    options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    return _compile(_fp8_skinny_kernel, pointers, _FP8_TC_INTS, constants, options)
 
 
 _MOE_POINTERS = {
@@ -207,6 +235,15 @@ def measure() -> list[dict[str, Any]]:
             config = {**MOE_TILE, "word_dequant": words}
             row = {"kernel": "FP4 MoE grouped", "format": fmt, "rows": 16, "config": config}
             rows.append({**row, **describe(compile_moe(group, words), MOE_WEIGHTS_PER_THREAD)})
+    for m in FP8_TC_ROWS:
+        cfg = fp8_skinny_config(m, N, K)
+        weights = cfg.block_n * cfg.block_k // (cfg.num_warps * THREADS_PER_WARP)
+        row = {"kernel": "FP8 tensor-core decode", "format": "fp8", "rows": m, "config": vars(cfg)}
+        rows.append({**row, **describe(compile_fp8_skinny(cfg), weights)})
+        if cfg.quantize_first:  # and x quantized in the loop, as up to 32 rows
+            cfg = replace(cfg, quantize_first=False)
+            row = {**row, "config": vars(cfg)}
+            rows.append({**row, **describe(compile_fp8_skinny(cfg), weights)})
     return rows
 
 
@@ -218,6 +255,7 @@ def main() -> None:
     for row in rows:
         words = " word_dequant" if row["config"].get("word_dequant") else ""
         words += " w_as_b" if row["config"].get("w_as_b") else ""
+        words += " quantize_first" if row["config"].get("quantize_first") else ""
         print(f"{row['kernel']}{words} {row['format']} M={row['rows']}: "
               f"{row.get('REG')} registers, {row.get('STACK')} bytes of stack, "
               f"{row['loop_instructions']} loop instructions for "
