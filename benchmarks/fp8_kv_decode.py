@@ -4,9 +4,11 @@
     python -m benchmarks.fp8_kv_decode --sweep      # tiles, stages, occupancy
     python -m benchmarks.fp8_kv_decode --prefill    # the prefill kernel, bf16 and FP8 caches
 
-Llama-3-8B heads (32 q, 8 kv, head_dim 128, page 16), batch x context 32 x 32K, 8 x 128K and
-64 x 1K. Each shape is timed inside one CUDA graph of several calls on different random page
-sets (so the cache is not served from L2), bf16 and FP8 in the same run; bytes are the K/V read
+Llama-3-8B heads (32 q, 8 kv, head_dim 128, page 16), batch x context 32 x 32K, 8 x 128K,
+64 x 1K and 256 x 1K (where offline FP8 + FP8 KV runs spend most of a step: there the FP8 cache
+read at about half of copy bandwidth, lowbit_decode_h200_mr512_2026-12-02.json). Each shape is
+timed inside one CUDA graph of several calls on different random page sets (so the cache is not
+served from L2), bf16 and FP8 in the same run; bytes are the K/V read
 once plus q/out/page tables, against device-to-device copy bandwidth. The FP8 cache reads half
 the bytes, so at long context its time should approach half of bf16's.
 
@@ -32,7 +34,7 @@ from kvserve.kernels.prefill_attention import default_prefill_config, paged_pref
 from kvserve.kernels.store_kv_cache import FP8_AS_FP16, FP8_AS_QDTYPE
 
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
-SHAPES = ((32, 32768), (8, 131072), (64, 1024), (1, 1024), (8, 4096))
+SHAPES = ((32, 32768), (8, 131072), (64, 1024), (1, 1024), (8, 4096), (256, 1024))
 CALLS_PER_GRAPH = 4
 # FP8 operand modes (kvserve.kernels.store_kv_cache.FP8_AS_*) and tiles tried; the default first
 FP8_CONFIGS = {
