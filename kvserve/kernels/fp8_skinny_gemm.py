@@ -38,7 +38,13 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
-from kvserve.kernels.fp8_quant import FP8, FP8_MAX, quantize_fp8
+from kvserve.kernels.fp8_quant import (
+    FP8,
+    FP8_MAX,
+    dequantize_fp8_activation,
+    quantize_fp8,
+    quantize_fp8_reference,
+)
 from kvserve.kernels.skinny_gemm import SplitLaunch, _finish_tile, _jit, tile_index, tile_start
 
 MAX_ROWS = 64  # the wgmma's N side
@@ -226,20 +232,16 @@ def fp8_skinny_reference(
     weight: torch.Tensor,
     scale: torch.Tensor,
     bias: torch.Tensor | None = None,
-    block_k: int = 128,
+    group: int = 128,
     block: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """The kernel's math in fp32 on any device: x quantized per row and group of ``block_k``
+    """The kernel's math in fp32 on any device: x quantized per row and group of ``group``
     columns (the last group may be short), times the dequantized weight."""
-    m, k = x.shape
-    x32 = x.float()
-    pad = -k % block_k
-    grouped = torch.nn.functional.pad(x32, (0, pad)).view(m, -1, block_k)
-    amax = grouped.abs().amax(dim=-1, keepdim=True)
-    x_scale = amax / FP8_MAX
-    inv = 1.0 / torch.where(amax > 0, x_scale, torch.ones_like(x_scale))
-    xq = (grouped * inv).to(FP8).float() * x_scale
-    y = xq.view(m, -1)[:, :k] @ dequantize_fp8_weight(weight, scale, block).T
+    k = x.shape[1]
+    padded = torch.nn.functional.pad(x.float(), (0, -k % group))  # zeros: no group's amax grows
+    x_q, x_scale = quantize_fp8_reference(padded, group)
+    x_deq = dequantize_fp8_activation(x_q, x_scale)[:, :k]
+    y = x_deq @ dequantize_fp8_weight(weight, scale, block).T
     if bias is not None:
         y = y + bias.float()
     return y.to(x.dtype)

@@ -42,8 +42,9 @@ pytestmark = pytest.mark.gpu
 X_DTYPES = [torch.float16] if INTERPRETED else [torch.bfloat16, torch.float16]
 # K a multiple of the 128-column step or not (300); N tails (200)
 SHAPES = [(256, 512), (200, 300), pytest.param(6144, 4096, marks=ON_GPU_ONLY)]
-# The reference quantizes x as the kernel does; they differ by the order of fp32 sums, and by a
-# rounding step of x where the GPU's fp32 division and the reference's land on either side.
+# The reference quantizes x with the same scales; they differ by the order of fp32 sums, and by
+# a rounding step of x where the kernel's product with 1 / scale and the reference's division
+# (fp8_quant's) land on either side of a tie.
 REF_TOL = 1e-2
 EXACT_TOL = 6e-2  # against x @ W in fp32: e4m3 activations, 3 mantissa bits
 
