@@ -74,6 +74,12 @@ def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@functools.cache
+def hopper_or_newer(device: torch.device) -> bool:
+    """A CUDA device of compute capability 9.0 or above (wgmma, programmatic dependent launch)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvserve.errors import ConfigError, ModelLoadError
+from kvserve.kernels._triton import hopper_or_newer
 from kvserve.kernels.fp8_gemm import (
     dequantize_fp8_weight,
     fp8_block_gemm,
@@ -239,13 +240,8 @@ def _skinny_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
     return (
         spec.activation != "none" and blocks_fit and x.device.type == "cuda"
         and 0 < x.shape[0] <= skinny_max_rows() and x.dtype in (torch.bfloat16, torch.float16)
-        and _hopper_or_newer(x.device)
+        and hopper_or_newer(x.device)
     )  # fmt: skip
-
-
-@functools.cache
-def _hopper_or_newer(device: torch.device) -> bool:
-    return torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def _tensor_core_shapes(layer: Linear) -> bool:

@@ -26,6 +26,7 @@ from kvserve.engine.runner.sampling_batch import build_sampling_batch
 from kvserve.engine.runner.tp_step import SampleRow, launch_parallel
 from kvserve.engine.runner.warmup import warm_up_eager, warm_up_prefill_library
 from kvserve.errors import ConfigError
+from kvserve.kernels._triton import hopper_or_newer
 from kvserve.kernels.options import KernelOptions
 from kvserve.kv_layout import pages_for
 from kvserve.layers.attention import create_attention_backend, create_prefill_library
@@ -199,7 +200,7 @@ def _local_kv_config(model_config: ModelConfig, tp: TPGroup) -> ModelConfig:
 
 
 def _resolve_pdl(setting: bool | None, device: torch.device) -> bool:
-    supported = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+    supported = hopper_or_newer(device)
     if setting and not supported:
         raise ConfigError("programmatic dependent launch (enable_pdl) needs an sm_90+ GPU")
     return supported if setting is None else setting
