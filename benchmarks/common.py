@@ -154,8 +154,11 @@ def fp8_matmul_tflops() -> float:
 
 
 def gpu_ceilings() -> dict[str, float]:
-    return {"copy_GBps": copy_bandwidth_gbs(), "bf16_matmul_TFLOPs": matmul_tflops(),
-            "fp8_matmul_TFLOPs": fp8_matmul_tflops()}  # fmt: skip
+    """Copy bandwidth and matmul rates; the FP8 rate only where FP8 tensor cores exist (sm_89+)."""
+    ceil = {"copy_GBps": copy_bandwidth_gbs(), "bf16_matmul_TFLOPs": matmul_tflops()}
+    if torch.cuda.get_device_capability() >= (8, 9):
+        ceil["fp8_matmul_TFLOPs"] = fp8_matmul_tflops()
+    return ceil
 
 
 def matmul_ceiling_tflops(ceil: dict[str, float], fp8_tensor_cores: bool) -> float:
