@@ -1,7 +1,7 @@
 """Where a decode step's GPU time goes, kernel by kernel (torch profiler, CUPTI).
 
     python -m benchmarks.decode_profile --model benchmarks/configs/llama-3-8b --batches 1,64,256 \
-        [--quantization nvfp4]
+        [--quantization nvfp4 | --format fp8-block]
 
 For each batch size: ``batch`` requests of ``--context`` random tokens are prefilled, then
 ``--steps`` decode steps run under the profiler exactly as the engine runs them (CUDA graphs
@@ -15,8 +15,10 @@ token budget takes (roofline.py's prefill part), after one untimed run of the sa
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,6 +33,8 @@ from benchmarks.common import (
     reset_prefix_cache,
     write_result,
 )
+from benchmarks.lowbit_decode import FORMATS, model_dir
+from benchmarks.moe_decode import unblockable_dense
 from kvserve.engine.engine_core import EngineCore
 
 
@@ -123,12 +127,16 @@ def main() -> None:
     ap.add_argument("--disable-overlap-schedule", action="store_true")
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--quantization", default=None, help="fp8, nvfp4 or mxfp4 (online)")
+    ap.add_argument("--format", default=None, help="a lowbit_decode format, e.g. fp8-block")
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
+    model, quantization = args.model, args.quantization
+    if args.format:
+        quantization, qc = FORMATS[args.format]
+        model = model_dir(model, unblockable_dense(model, qc), Path(tempfile.mkdtemp()))
     core = build_engine(
-        args.model, max_running_requests=256, enforce_eager=args.enforce_eager,
-        disable_overlap_schedule=args.disable_overlap_schedule,
-        quantization=args.quantization,
+        model, max_running_requests=256, enforce_eager=args.enforce_eager,
+        disable_overlap_schedule=args.disable_overlap_schedule, quantization=quantization,
     )  # fmt: skip
     if args.prefill_lengths:
         lengths = [int(n) for n in args.prefill_lengths.split(",")]
@@ -136,7 +144,7 @@ def main() -> None:
     else:
         batches = [int(b) for b in args.batches.split(",")]
         rows = [profile_batch(core, b, args.context, args.steps) for b in batches]
-    result = {"model": args.model, "quantization": args.quantization,
+    result = {"model": args.model, "quantization": quantization, "format": args.format,
               "enforce_eager": args.enforce_eager, "rows": rows}  # fmt: skip
     print(f"wrote {write_result(f'decode_profile_{args.tag}', result, args.out_dir)}")
 

@@ -125,7 +125,7 @@ def run_decode(core: EngineCore, ceil: dict, batches: list[int], ctx: int) -> li
     return rows
 
 
-def _unblockable_dense(model: str, qc: dict[str, Any] | None) -> dict[str, Any] | None:
+def unblockable_dense(model: str, qc: dict[str, Any] | None) -> dict[str, Any] | None:
     """Block-wise FP8 with the dense MLP layers whose intermediate size does not split into
     128-row blocks left unquantized (GLM-4.5-Air's layer 0: 10944 rows), as a block-FP8
     checkpoint of that shape has to keep them (vLLM refuses such a layer too)."""
@@ -143,7 +143,7 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     """One engine in format ``name``: weights, decode rows, the offline run if asked."""
     flag, qc = FORMATS[name]
     settings = {"quantization": flag} if flag else {}
-    core = build_engine(model_dir(args.model, _unblockable_dense(args.model, qc), tmp), **settings)
+    core = build_engine(model_dir(args.model, unblockable_dense(args.model, qc), tmp), **settings)
     split = weight_split(core)
     gb = {k: v / 1e9 for k, v in split.items()}
     print(f"{name}: experts {gb['expert_bytes_total']:.1f} GB, other "
