@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import torch
 
-from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+from kvserve.kernels._triton import (
+    jit,
+    launch_options,
+    next_pow2,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    tl,
+)
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -47,8 +55,10 @@ def dequantize_fp8_activation(q: torch.Tensor, scale: torch.Tensor) -> torch.Ten
 @jit
 def _quant_kernel(
     x_ptr, q_ptr, s_ptr, static_ptr, K, stride_x, stride_q, num_groups,
-    GROUP: tl.constexpr, BLOCK: tl.constexpr, STATIC: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK: tl.constexpr, STATIC: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     row = tl.program_id(0)
     grp = tl.program_id(1)
     cols = grp * GROUP + tl.arange(0, BLOCK)
@@ -65,7 +75,11 @@ def _quant_kernel(
 
 
 def quantize_fp8(
-    x: torch.Tensor, group: int | None = None, static_scale: torch.Tensor | None = None
+    x: torch.Tensor,
+    group: int | None = None,
+    static_scale: torch.Tensor | None = None,
+    *,
+    pdl: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """As ``quantize_fp8_reference``, one kernel launch on CUDA (no host sync)."""
     if x.device.type != "cuda":
@@ -84,6 +98,6 @@ def quantize_fp8(
     warps = 1 if block <= 256 else 4 if block <= 2048 else 8 if block <= 8192 else 16
     _quant_kernel[(m, k // g)](
         x, q, scales, scales, k, x.stride(0), q.stride(0), k // g,
-        GROUP=g, BLOCK=block, STATIC=static, num_warps=warps,
+        GROUP=g, BLOCK=block, STATIC=static, num_warps=warps, **launch_options(pdl),
     )  # fmt: skip
     return q, scales

@@ -26,8 +26,17 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kvserve.kernels._triton import jit, require_triton, tl, triton
+from kvserve.kernels._triton import (
+    jit,
+    launch_options,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    tl,
+    triton,
+)
 from kvserve.kernels.activation import silu_and_mul
+from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
 
 
 def fused_moe_reference(
@@ -251,14 +260,48 @@ def _block_slots(
 
 @jit
 def _store_slots(
-    out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS: tl.constexpr
-):
-    """Each real slot's row of the fp32 tile, times its router weight when SCALE_ROWS."""
+    out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, sums_ptr, counter_ptr,
+    SCALE_ROWS: tl.constexpr, SUM_TOKENS: tl.constexpr, TOP_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Each real slot's row of the fp32 tile, times its router weight when SCALE_ROWS; with
+    SUM_TOKENS (one slot per block) its token's k rows summed instead (``_sum_token_rows``)."""
     if SCALE_ROWS:
         acc = acc * tl.load(weights_ptr + slots, mask=row_ok, other=0.0)[:, None]
-    out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_out + offs_n[None, :]
-    mask = row_ok[:, None] & (offs_n < N)[None, :]
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    if SUM_TOKENS:
+        # The block's one real row is row 0 (``_block_slots``)
+        row = tl.sum(tl.where((tl.arange(0, BLOCK_M) == 0)[:, None], acc, 0.0), axis=0)
+        slot = tl.max(tl.where(tl.arange(0, BLOCK_M) == 0, slots, 0), axis=0)
+        _sum_token_rows(out_ptr, row, slot, offs_n, N, stride_out, sums_ptr, counter_ptr,
+                        TOP_K, BLOCK_N)  # fmt: skip
+    else:
+        out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_out + offs_n[None, :]
+        mask = row_ok[:, None] & (offs_n < N)[None, :]
+        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@jit
+def _sum_token_rows(
+    out_ptr, row, slot, offs_n, N, stride_out, sums_ptr, counter_ptr,
+    TOP_K: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Slot ``slot``'s fp32 output columns ``offs_n`` go to the workspace ``sums_ptr``
+    [num_slots, N]; the last of its token's k slots to arrive at this column tile sums the k
+    rows in choice order (deterministic: the order does not depend on who arrives last) into
+    the token's output row, and resets the tile's counter for the next launch."""
+    n_ok = offs_n < N
+    tl.store(sums_ptr + slot.to(tl.int64) * N + offs_n, row, mask=n_ok)
+    token = slot // TOP_K
+    counter = counter_ptr + token * tl.cdiv(N, BLOCK_N) + tl.min(offs_n, axis=0) // BLOCK_N
+    if arrive(counter) == TOP_K - 1:
+        first = sums_ptr + (token * TOP_K).to(tl.int64) * N + offs_n
+        total = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for choice in tl.static_range(TOP_K):
+            # .cg: from L2, where the other programs' stores are
+            total += tl.load(first + choice * N, mask=n_ok, other=0.0, cache_modifier=".cg")
+        out_row = out_ptr + token.to(tl.int64) * stride_out + offs_n
+        tl.store(out_row, total.to(out_ptr.dtype.element_ty), mask=n_ok)
+        tl.store(counter, 0)
 
 
 def block_tables(blocks: SortedSlots | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -295,6 +338,8 @@ def _grouped_gemm_kernel(
     slots_ptr,
     block_expert_ptr,
     weights_ptr,  # [num_slots] float32 router weights (SCALE_ROWS)
+    sums_ptr,  # SUM_TOKENS: fp32 [num_slots, N] workspace
+    counter_ptr,  # SUM_TOKENS: int32 arrival counters, zero between launches
     num_slots,
     N,
     K,
@@ -308,11 +353,15 @@ def _grouped_gemm_kernel(
     A_PER_TOKEN: tl.constexpr,
     SCALE_ROWS: tl.constexpr,
     ONE_SLOT_PER_BLOCK: tl.constexpr,
+    SUM_TOKENS: tl.constexpr,  # out is [tokens, N]: each token's k rows summed (SlotOutput)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,  # "ieee" for float32 (no TF32 rounding of the inputs)
+    USE_PDL: tl.constexpr,
 ):
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     pid_m, pid_n, expert = _program_tile(block_expert_ptr, N, BLOCK_N)
     if (expert < expert_lo) | (expert >= expert_hi):  # also past the last block (-1)
         return
@@ -337,7 +386,10 @@ def _grouped_gemm_kernel(
         acc = tl.dot(a, w, acc, input_precision=DOT_PRECISION)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    _store_slots(out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS)
+    _store_slots(
+        out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, sums_ptr, counter_ptr,
+        SCALE_ROWS, SUM_TOKENS, TOP_K, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
 
 
 def _block_config(num_slots: int, num_experts: int) -> dict[str, int]:
@@ -363,6 +415,33 @@ def half_weight_config(config: dict[str, int], dtype: torch.dtype) -> dict[str, 
     return config
 
 
+@dataclass(frozen=True)
+class SlotOutput:
+    """Where a grouped GEMM's epilogue writes: ``out`` [num_slots, N], one row per slot; or,
+    with ``sum_tokens`` (one slot per block, the down GEMM), ``out`` [tokens, N], each token's
+    k rows summed by the kernel (``_sum_token_rows``) through the fp32 workspace ``sums`` and
+    the arrival ``counters``: at decode this spares the separate sum kernel."""
+
+    out: torch.Tensor
+    sums: torch.Tensor  # fp32 [num_slots, N]; ``out`` as a placeholder without sum_tokens
+    counters: torch.Tensor
+    sum_tokens: bool
+
+    @staticmethod
+    def plan(
+        a: torch.Tensor, num_slots: int, n: int, top_k: int, block_n: int, sum_tokens: bool,
+        out: torch.Tensor | None = None,
+    ) -> SlotOutput:  # fmt: skip
+        if not sum_tokens:
+            out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device) if out is None else out
+            return SlotOutput(out, out, out, False)
+        tokens = num_slots // top_k
+        out = torch.empty(tokens, n, dtype=a.dtype, device=a.device)
+        sums = torch.empty(num_slots, n, dtype=torch.float32, device=a.device)
+        counters = _arrival_counters(a.device, tokens * triton.cdiv(n, block_n))
+        return SlotOutput(out, sums, counters, True)
+
+
 def _grouped_gemm(
     a: torch.Tensor,
     w: torch.Tensor,
@@ -373,34 +452,40 @@ def _grouped_gemm(
     row_weights: torch.Tensor | None,
     out: torch.Tensor | None = None,
     experts: tuple[int, int] | None = None,
+    sum_tokens: bool = False,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """``blocks``: slots sorted into expert blocks, or the flat expert ids [num_slots] for one
     slot per block (no sorting: small batches, where few slots share an expert). ``experts``:
     ``(lo, hi)`` when ``w`` holds experts lo..hi-1 only; the rows of the others in ``out`` are
-    left as they are."""
+    left as they are. ``sum_tokens``: see ``SlotOutput``."""
     n, k = w.shape[1], w.shape[2]
     lo, hi = experts or (0, w.shape[0])
     tiles = {key: config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
     block_expert, slots, one_slot = block_tables(blocks)
     grid = grouped_grid(block_expert, n, tiles["BLOCK_N"])
-    out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device) if out is None else out
+    dest = SlotOutput.plan(a, num_slots, n, top_k, tiles["BLOCK_N"], sum_tokens, out)
     _grouped_gemm_kernel[grid](
-        a, w, out, slots, block_expert, row_weights if row_weights is not None else out,
-        num_slots, n, k, lo, hi, a.stride(0), w.stride(0), w.stride(1), out.stride(0),
-        TOP_K=top_k, A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
-        ONE_SLOT_PER_BLOCK=one_slot, num_warps=config["num_warps"],
+        a, w, dest.out, slots, block_expert, row_weights if row_weights is not None else a,
+        dest.sums, dest.counters, num_slots, n, k, lo, hi, a.stride(0), w.stride(0),
+        w.stride(1), dest.out.stride(0), TOP_K=top_k, A_PER_TOKEN=row_weights is None,
+        SCALE_ROWS=row_weights is not None, ONE_SLOT_PER_BLOCK=one_slot,
+        SUM_TOKENS=dest.sum_tokens, num_warps=config["num_warps"],
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
-        num_stages=config["num_stages"], **tiles,
+        num_stages=config["num_stages"], **tiles, **launch_options(pdl),
     )  # fmt: skip
-    return out
+    return dest.out
 
 
 # (GEMM input rows, 0 for w13 / 1 for w2, slot blocks, num_slots, top_k, tile config, router
-# weights to scale the output rows by or None) -> [num_slots, N]; see _grouped_gemm
+# weights to scale the output rows by or None, sum_tokens) -> [num_slots, N], or [tokens, N]
+# with each token's k rows summed when sum_tokens (one slot per block, the down GEMM); see
+# _grouped_gemm and SlotOutput
 ExpertGemm = Callable[
-    [torch.Tensor, int, "SortedSlots | torch.Tensor", int, int, dict, "torch.Tensor | None"],
+    [torch.Tensor, int, "SortedSlots | torch.Tensor", int, int, dict, "torch.Tensor | None",
+     bool],
     torch.Tensor,
-]
+]  # fmt: skip
 
 
 def fused_moe(
@@ -409,18 +494,20 @@ def fused_moe(
     w2: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """The GPU path of ``fused_moe_reference`` (same arguments, same result within bf16
-    rounding of the intermediate)."""
+    rounding of the intermediate). ``pdl``: programmatic dependent launch of its kernels."""
     assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
     stacks = (w13, w2)
 
-    def gemm(a, which, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
-        return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights)
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, sum_tokens):  # noqa: ANN001, ANN202
+        return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights,
+                             sum_tokens=sum_tokens, pdl=pdl)  # fmt: skip
 
     num_experts = w13.shape[0]
     config = half_weight_config(_block_config(topk_ids.numel(), num_experts), w13.dtype)
-    return fused_moe_with(x, topk_weights, topk_ids, num_experts, w2.shape[1], gemm, config)
+    return fused_moe_with(x, topk_weights, topk_ids, num_experts, w2.shape[1], gemm, config, pdl)
 
 
 def fused_moe_with(
@@ -431,21 +518,27 @@ def fused_moe_with(
     hidden_size: int,
     gemm: ExpertGemm,
     config: dict[str, int] | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """Route, sort (or not), gate/up GEMM, SiLU-mul, down GEMM scaled by the router weights,
     sum of the k rows: the steps every expert format shares; ``gemm`` multiplies by one
-    expert stack in its own format."""
+    expert stack in its own format. Decode steps (one slot per block) sum the k rows in the
+    down GEMM; sorted steps in one torch reduction."""
     require_triton()
     tokens, top_k = topk_ids.shape
     num_slots = tokens * top_k
     if tokens == 0:
         return torch.zeros(0, hidden_size, dtype=x.dtype, device=x.device)
     config = config or _block_config(num_slots, num_experts)
-    if num_slots * 4 <= num_experts:  # decode: slots rarely share an expert, skip the sort
+    one_slot = num_slots * 4 <= num_experts  # decode: slots rarely share an expert, no sort
+    if one_slot:
         blocks: SortedSlots | torch.Tensor = topk_ids.flatten().to(torch.int32)
     else:
         blocks = sort_slots_by_expert_kernel(topk_ids, num_experts, config["BLOCK_M"])
-    gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None)
+    gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None, False)
     flat_weights = topk_weights.flatten().float().contiguous()
-    down = gemm(silu_and_mul(gate_up), 1, blocks, num_slots, top_k, config, flat_weights)
+    hidden = silu_and_mul(gate_up, pdl=pdl)
+    down = gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights, one_slot)
+    if one_slot:
+        return down
     return down.view(tokens, top_k, -1).sum(dim=1)  # accumulates in fp32, one kernel

@@ -23,11 +23,12 @@ import os
 
 import torch
 
-from kvserve.kernels._triton import jit, sm_count, tl
+from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, sm_count, tl
 from kvserve.kernels.fp4_dequantize import dequantize_fp4_dense
 from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
 from kvserve.kernels.fp4_tile import code_words, dequant_tile
 from kvserve.kernels.fused_moe import (
+    SlotOutput,
     SortedSlots,
     _block_slots,
     _grouped_gemm,
@@ -91,6 +92,8 @@ def _fp4_grouped_gemm_kernel(
     slots_ptr,
     block_expert_ptr,
     weights_ptr,  # [num_slots] float32 router weights (SCALE_ROWS)
+    sums_ptr,  # SUM_TOKENS: fp32 [num_slots, N] (fused_moe.SlotOutput)
+    counter_ptr,
     num_slots,
     N,
     K,
@@ -105,6 +108,7 @@ def _fp4_grouped_gemm_kernel(
     A_PER_TOKEN: tl.constexpr,
     SCALE_ROWS: tl.constexpr,
     ONE_SLOT_PER_BLOCK: tl.constexpr,
+    SUM_TOKENS: tl.constexpr,
     GROUP: tl.constexpr,
     SCALE_E8M0: tl.constexpr,
     HAS_ROW_SCALE: tl.constexpr,
@@ -113,8 +117,11 @@ def _fp4_grouped_gemm_kernel(
     BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     WORD_DEQUANT: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     PER_ELEMENT: tl.constexpr = 8 if WORD_DEQUANT else 2  # codes per element of w_ptr
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     pid_m, pid_n, expert = _program_tile(block_expert_ptr, N, BLOCK_N)
     if expert < 0:
         return
@@ -144,7 +151,10 @@ def _fp4_grouped_gemm_kernel(
         a_ptrs += BLOCK_K
     if HAS_ROW_SCALE:
         acc = acc * tl.load(rs_ptr + e64 * stride_rse + offs_n, mask=n_ok, other=0.0)[None, :]
-    _store_slots(out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS)
+    _store_slots(
+        out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, sums_ptr, counter_ptr,
+        SCALE_ROWS, SUM_TOKENS, TOP_K, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
 
 
 def _fp4_grouped_gemm(
@@ -155,29 +165,31 @@ def _fp4_grouped_gemm(
     top_k: int,
     config: dict[str, int],
     row_weights: torch.Tensor | None,
+    sum_tokens: bool = False,
+    pdl: bool = False,
 ) -> torch.Tensor:
     packed, block_scale, row_scale = stack
     n, k = packed.shape[1], 2 * packed.shape[2]
     group = group_size_of(block_scale)
-    out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
+    dest = SlotOutput.plan(a, num_slots, n, top_k, config["BLOCK_N"], sum_tokens)
     block_expert, slots, one_slot = block_tables(blocks)
     scales = block_scale.view(torch.uint8)
     w = code_words(packed)
     grid = grouped_grid(block_expert, n, config["BLOCK_N"])
     _fp4_grouped_gemm_kernel[grid](
-        a, w, scales, row_scale if row_scale is not None else out, out, slots, block_expert,
-        row_weights if row_weights is not None else out, num_slots, n, k, a.stride(0),
-        w.stride(0), w.stride(1), scales.stride(0), scales.stride(1),
-        row_scale.stride(0) if row_scale is not None else 0, out.stride(0),
+        a, w, scales, row_scale if row_scale is not None else a, dest.out, slots, block_expert,
+        row_weights if row_weights is not None else a, dest.sums, dest.counters, num_slots, n,
+        k, a.stride(0), w.stride(0), w.stride(1), scales.stride(0), scales.stride(1),
+        row_scale.stride(0) if row_scale is not None else 0, dest.out.stride(0),
         TOP_K=top_k, A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
-        ONE_SLOT_PER_BLOCK=one_slot, GROUP=group, SCALE_E8M0=block_scale.dtype == torch.uint8,
-        HAS_ROW_SCALE=row_scale is not None, BLOCK_M=config["BLOCK_M"],
-        BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
+        ONE_SLOT_PER_BLOCK=one_slot, SUM_TOKENS=dest.sum_tokens, GROUP=group,
+        SCALE_E8M0=block_scale.dtype == torch.uint8, HAS_ROW_SCALE=row_scale is not None,
+        BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         WORD_DEQUANT=w.dtype == torch.int32,
-        num_warps=config["num_warps"], num_stages=config["num_stages"],
+        num_warps=config["num_warps"], num_stages=config["num_stages"], **launch_options(pdl),
     )  # fmt: skip
-    return out
+    return dest.out
 
 
 def _dequantized_grouped_gemm(
@@ -188,6 +200,7 @@ def _dequantized_grouped_gemm(
     top_k: int,
     config: dict[str, int],
     row_weights: torch.Tensor | None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """``_fp4_grouped_gemm`` with the experts dequantized to a's dtype, a chunk of experts at a
     time, and multiplied by ``fused_moe``'s grouped GEMM (``blocks`` sorted at config's BLOCK_M)."""
@@ -201,7 +214,7 @@ def _dequantized_grouped_gemm(
         rows = None if row_scale is None else row_scale[lo:hi].flatten()
         chunk = packed[lo:hi].flatten(0, 1), block_scale[lo:hi].flatten(0, 1), rows
         w = dequantize_fp4_dense(*chunk, a.dtype).view(hi - lo, n, k)
-        _grouped_gemm(a, w, blocks, num_slots, top_k, config, row_weights, out, (lo, hi))
+        _grouped_gemm(a, w, blocks, num_slots, top_k, config, row_weights, out, (lo, hi), pdl=pdl)
         del w  # before the next chunk is allocated: one chunk at a time
     return out
 
@@ -221,8 +234,11 @@ def _fp4_moe_gemv(
     experts: torch.Tensor,
     top_k: int,
     row_weights: torch.Tensor | None,
+    sum_tokens: bool = False,
+    pdl: bool = False,
 ) -> torch.Tensor:
-    """One GEMV per slot: [slots, N] (see ``MoeSlots``)."""
+    """One GEMV per slot: [slots, N] (see ``MoeSlots``); with ``sum_tokens``, each token's k
+    rows summed after it (the GEMV's epilogue does not sum them: one more kernel)."""
     packed, block_scale, row_scale = stack
     num_slots, n = experts.numel(), packed.shape[1]
     out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
@@ -232,8 +248,8 @@ def _fp4_moe_gemv(
     # the dense NVFP4 GEMV takes are not yet timed here.
     cfg = gemv_config(n, packed.shape[2] // 4, num_sms=sm_count(a.device), slots=num_slots)
     slots = MoeSlots(experts, top_k, row_weights is None, row_weights)
-    launch_word_gemv(a, packed, block_scale, row_scale, None, out, cfg, group, slots)
-    return out
+    launch_word_gemv(a, packed, block_scale, row_scale, None, out, cfg, group, slots, pdl)
+    return out.view(-1, top_k, n).sum(dim=1) if sum_tokens else out
 
 
 def fused_moe_fp4(
@@ -242,17 +258,18 @@ def fused_moe_fp4(
     w2: Fp4Stack,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """The GPU path of ``fused_moe_fp4_reference`` (same arguments)."""
     stacks = (w13, w2)
 
-    def gemm(a, which, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, sum_tokens):  # noqa: ANN001, ANN202
         args = (a, stacks[which], blocks, num_slots, top_k, config, row_weights)
         if isinstance(blocks, torch.Tensor):  # one slot per block
             if moe_gemv_enabled():
-                return _fp4_moe_gemv(a, stacks[which], blocks, top_k, row_weights)
+                return _fp4_moe_gemv(a, stacks[which], blocks, top_k, row_weights, sum_tokens, pdl)
         elif num_slots >= DEQUANT_MIN_SLOTS_PER_EXPERT * stacks[which][0].shape[0]:
-            return _dequantized_grouped_gemm(*args)
-        return _fp4_grouped_gemm(*args)
+            return _dequantized_grouped_gemm(*args, pdl=pdl)
+        return _fp4_grouped_gemm(*args, sum_tokens, pdl)
 
-    return fused_moe_with(x, topk_weights, topk_ids, w13[0].shape[0], w2[0].shape[1], gemm)
+    return fused_moe_with(x, topk_weights, topk_ids, w13[0].shape[0], w2[0].shape[1], gemm, pdl=pdl)

@@ -19,9 +19,10 @@ from functools import partial
 
 import torch
 
-from kvserve.kernels._triton import jit, tl
+from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, tl
 from kvserve.kernels.fp8_quant import dequantize_fp8_activation, quantize_fp8
 from kvserve.kernels.fused_moe import (
+    SlotOutput,
     SortedSlots,
     _block_slots,
     _program_tile,
@@ -77,6 +78,8 @@ def _fp8_grouped_gemm_kernel(
     slots_ptr,
     block_expert_ptr,
     weights_ptr,  # [num_slots] float32 router weights (SCALE_ROWS)
+    sums_ptr,  # SUM_TOKENS: fp32 [num_slots, N] (fused_moe.SlotOutput)
+    counter_ptr,
     num_slots,
     N,
     K,
@@ -91,13 +94,17 @@ def _fp8_grouped_gemm_kernel(
     A_PER_TOKEN: tl.constexpr,
     SCALE_ROWS: tl.constexpr,
     ONE_SLOT_PER_BLOCK: tl.constexpr,
+    SUM_TOKENS: tl.constexpr,
     BLOCKWISE: tl.constexpr,
     GROUP_N: tl.constexpr,
     SCALE_K: tl.constexpr,  # K columns per scale (BLOCKWISE; a multiple of BLOCK_K)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     pid_m, pid_n, expert = _program_tile(block_expert_ptr, N, BLOCK_N)
     if expert < 0:
         return
@@ -132,7 +139,10 @@ def _fp8_grouped_gemm_kernel(
     if not BLOCKWISE:
         acc = acc * tl.load(as_rows, mask=row_ok, other=0.0)[:, None]
         acc = acc * tl.load(ws_cols, mask=n_ok, other=0.0)[None, :]
-    _store_slots(out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, SCALE_ROWS)
+    _store_slots(
+        out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, sums_ptr, counter_ptr,
+        SCALE_ROWS, SUM_TOKENS, TOP_K, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
 
 
 def _fp8_grouped_gemm(
@@ -145,27 +155,30 @@ def _fp8_grouped_gemm(
     top_k: int,
     config: dict[str, int],
     row_weights: torch.Tensor | None,
+    sum_tokens: bool = False,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """``a`` in the activation dtype: quantized here (per token group or per token), then
-    ``a @ w[e].T`` per slot as ``fused_moe._grouped_gemm`` does."""
+    ``a @ w[e].T`` per slot as ``fused_moe._grouped_gemm`` does (``sum_tokens`` too)."""
     n, k = w.shape[1], w.shape[2]
-    aq, a_scale = quantize_fp8(a, block[1] if block else None)
-    out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
+    aq, a_scale = quantize_fp8(a, block[1] if block else None, pdl=pdl)
     block_k = block[1] if block else config["BLOCK_K"]
     block_n = min(config["BLOCK_N"], block[0]) if block else config["BLOCK_N"]
+    dest = SlotOutput.plan(a, num_slots, n, top_k, block_n, sum_tokens)
     block_expert, slots, one_slot = block_tables(blocks)
     grid = grouped_grid(block_expert, n, block_n)
     _fp8_grouped_gemm_kernel[grid](
-        aq, a_scale, w, ws, out, slots, block_expert,
-        row_weights if row_weights is not None else out, num_slots, n, k,
-        aq.stride(0), a_scale.stride(0), w.stride(0), w.stride(1), ws.stride(0), ws.stride(1),
-        out.stride(0), TOP_K=top_k, A_PER_TOKEN=row_weights is None,
-        SCALE_ROWS=row_weights is not None, ONE_SLOT_PER_BLOCK=one_slot,
-        BLOCKWISE=block is not None, GROUP_N=block[0] if block else 1,
-        SCALE_K=block[1] if block else block_k, BLOCK_M=config["BLOCK_M"], BLOCK_N=block_n,
-        BLOCK_K=block_k, num_warps=config["num_warps"], num_stages=config["num_stages"],
+        aq, a_scale, w, ws, dest.out, slots, block_expert,
+        row_weights if row_weights is not None else a_scale, dest.sums, dest.counters,
+        num_slots, n, k, aq.stride(0), a_scale.stride(0), w.stride(0), w.stride(1),
+        ws.stride(0), ws.stride(1), dest.out.stride(0), TOP_K=top_k,
+        A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
+        ONE_SLOT_PER_BLOCK=one_slot, SUM_TOKENS=dest.sum_tokens, BLOCKWISE=block is not None,
+        GROUP_N=block[0] if block else 1, SCALE_K=block[1] if block else block_k,
+        BLOCK_M=config["BLOCK_M"], BLOCK_N=block_n, BLOCK_K=block_k,
+        num_warps=config["num_warps"], num_stages=config["num_stages"], **launch_options(pdl),
     )  # fmt: skip
-    return out
+    return dest.out
 
 
 def fused_moe_fp8(
@@ -177,12 +190,14 @@ def fused_moe_fp8(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     block: tuple[int, int] | None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """The GPU path of ``fused_moe_fp8_reference`` (same arguments)."""
     stacks = ((w13, w13_scale), (w2, w2_scale))
 
-    def gemm(a, which, blocks, num_slots, top_k, config, row_weights):  # noqa: ANN001, ANN202
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, sum_tokens):  # noqa: ANN001, ANN202
         w, ws = stacks[which]
-        return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights)
+        return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights,
+                                 sum_tokens, pdl)  # fmt: skip
 
-    return fused_moe_with(x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm)
+    return fused_moe_with(x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, pdl=pdl)

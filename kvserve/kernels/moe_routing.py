@@ -6,9 +6,20 @@ decode cost more than the routing itself; the ``*_reference`` functions are the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+from kvserve.kernels._triton import (
+    constexpr,
+    jit,
+    launch_options,
+    next_pow2,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    tl,
+)
 
 
 def softmax_topk_reference(
@@ -23,6 +34,34 @@ def softmax_topk_reference(
 
 
 @jit
+def softmax_topk_row(
+    logits_row, weights_row, ids_row, num_experts,
+    TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, BLOCK_E: tl.constexpr,
+):  # fmt: skip
+    """One token's softmax top-k: its logits at ``logits_row`` (read from L2: the fused router
+    kernel's other programs wrote them), its k weights and ids to the two rows."""
+    cols = tl.arange(0, BLOCK_E)
+    valid = cols < num_experts
+    x = tl.load(logits_row + cols, mask=valid, other=-float("inf"), cache_modifier=".cg")
+    x = x.to(tl.float32)
+    p = tl.exp(x - tl.max(x, axis=0))
+    p = p / tl.sum(p, axis=0)
+    p = tl.where(valid, p, -1.0)
+    total = 0.0
+    for i in tl.static_range(TOP_K):
+        best = tl.max(p, axis=0)
+        idx = tl.min(tl.where(p == best, cols, BLOCK_E), axis=0)  # lowest index among ties
+        tl.store(weights_row + i, best)
+        tl.store(ids_row + i, idx.to(tl.int32))
+        total += best
+        p = tl.where(cols == idx, -1.0, p)
+    if RENORMALIZE:
+        for i in tl.static_range(TOP_K):
+            w = tl.load(weights_row + i)
+            tl.store(weights_row + i, w / total)
+
+
+@jit
 def _softmax_topk_kernel(
     logits_ptr,
     weights_ptr,
@@ -32,31 +71,19 @@ def _softmax_topk_kernel(
     TOP_K: tl.constexpr,
     RENORMALIZE: tl.constexpr,
     BLOCK_E: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     token = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_E)
-    valid = cols < num_experts
-    x = tl.load(logits_ptr + token * stride_logits + cols, mask=valid, other=-float("inf"))
-    x = x.to(tl.float32)
-    p = tl.exp(x - tl.max(x, axis=0))
-    p = p / tl.sum(p, axis=0)
-    p = tl.where(valid, p, -1.0)
-    total = 0.0
-    for i in tl.static_range(TOP_K):
-        best = tl.max(p, axis=0)
-        idx = tl.min(tl.where(p == best, cols, BLOCK_E), axis=0)  # lowest index among ties
-        tl.store(weights_ptr + token * TOP_K + i, best)
-        tl.store(ids_ptr + token * TOP_K + i, idx.to(tl.int32))
-        total += best
-        p = tl.where(cols == idx, -1.0, p)
-    if RENORMALIZE:
-        for i in tl.static_range(TOP_K):
-            w = tl.load(weights_ptr + token * TOP_K + i)
-            tl.store(weights_ptr + token * TOP_K + i, w / total)
+    softmax_topk_row(
+        logits_ptr + token * stride_logits, weights_ptr + token * TOP_K, ids_ptr + token * TOP_K,
+        num_experts, TOP_K, RENORMALIZE, BLOCK_E,
+    )  # fmt: skip
 
 
 def softmax_topk(
-    logits: torch.Tensor, top_k: int, renormalize: bool
+    logits: torch.Tensor, top_k: int, renormalize: bool, *, pdl: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     require_triton()
     tokens, experts = logits.shape
@@ -66,6 +93,7 @@ def softmax_topk(
         _softmax_topk_kernel[(tokens,)](
             logits, weights, ids, experts, logits.stride(0), TOP_K=top_k,
             RENORMALIZE=renormalize, BLOCK_E=next_pow2(experts), num_warps=4,
+            **launch_options(pdl),
         )  # fmt: skip
     return weights, ids
 
@@ -97,30 +125,20 @@ def grouped_sigmoid_topk_reference(
 
 
 @jit
-def _grouped_sigmoid_topk_kernel(
-    logits_ptr,
-    bias_ptr,
-    weights_ptr,
-    ids_ptr,
-    stride_logits,
-    scaling,
-    GROUPS: tl.constexpr,
-    PER_GROUP: tl.constexpr,
-    TOPK_GROUPS: tl.constexpr,
-    TOP_K: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    RENORMALIZE: tl.constexpr,
-    BLOCK_G: tl.constexpr,
-    BLOCK_P: tl.constexpr,
-):
-    token = tl.program_id(0).to(tl.int64)
+def grouped_sigmoid_topk_row(
+    logits_row, bias_ptr, weights_row, ids_row, scaling,
+    GROUPS: tl.constexpr, PER_GROUP: tl.constexpr, TOPK_GROUPS: tl.constexpr,
+    TOP_K: tl.constexpr, HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr,
+):  # fmt: skip
+    """One token's grouped sigmoid top-k (logits read from L2, as ``softmax_topk_row``)."""
     group = tl.arange(0, BLOCK_G)
     member = tl.arange(0, BLOCK_P)[None, :]
     valid = (group[:, None] < GROUPS) & (member < PER_GROUP)
     # [BLOCK_G, BLOCK_P]; a padding lane's number may repeat a real expert's (member >=
     # PER_GROUP), so its score is 0 and its choice -inf: it is never picked nor summed
     expert = group[:, None] * PER_GROUP + member
-    x = tl.load(logits_ptr + token * stride_logits + expert, mask=valid, other=0.0)
+    x = tl.load(logits_row + expert, mask=valid, other=0.0, cache_modifier=".cg")
     scores = tl.where(valid, tl.sigmoid(x.to(tl.float32)), 0.0)
     choice = scores
     if HAS_BIAS:
@@ -148,14 +166,42 @@ def _grouped_sigmoid_topk_kernel(
         best = tl.max(tl.max(choice, axis=1), axis=0)
         at = tl.min(tl.min(tl.where(choice == best, expert, no_expert), axis=1), axis=0)
         weight = tl.sum(tl.sum(tl.where(expert == at, scores, 0.0), axis=1), axis=0)
-        tl.store(weights_ptr + token * TOP_K + i, weight)
-        tl.store(ids_ptr + token * TOP_K + i, at.to(tl.int32))
+        tl.store(weights_row + i, weight)
+        tl.store(ids_row + i, at.to(tl.int32))
         total += weight
         choice = tl.where(expert == at, -float("inf"), choice)
     norm = scaling / (total + 1e-20) if RENORMALIZE else scaling
     for i in tl.static_range(TOP_K):
-        w = tl.load(weights_ptr + token * TOP_K + i)
-        tl.store(weights_ptr + token * TOP_K + i, w * norm)
+        w = tl.load(weights_row + i)
+        tl.store(weights_row + i, w * norm)
+
+
+@jit
+def _grouped_sigmoid_topk_kernel(
+    logits_ptr,
+    bias_ptr,
+    weights_ptr,
+    ids_ptr,
+    stride_logits,
+    scaling,
+    GROUPS: tl.constexpr,
+    PER_GROUP: tl.constexpr,
+    TOPK_GROUPS: tl.constexpr,
+    TOP_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    RENORMALIZE: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
+    token = tl.program_id(0).to(tl.int64)
+    grouped_sigmoid_topk_row(
+        logits_ptr + token * stride_logits, bias_ptr, weights_ptr + token * TOP_K,
+        ids_ptr + token * TOP_K, scaling, GROUPS, PER_GROUP, TOPK_GROUPS, TOP_K, HAS_BIAS,
+        RENORMALIZE, BLOCK_G, BLOCK_P,
+    )  # fmt: skip
 
 
 def grouped_sigmoid_topk(
@@ -166,6 +212,8 @@ def grouped_sigmoid_topk(
     renormalize: bool,
     scaling: float,
     correction_bias: torch.Tensor | None = None,
+    *,
+    pdl: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The GPU path of ``grouped_sigmoid_topk_reference`` (same arguments)."""
     require_triton()
@@ -181,5 +229,60 @@ def grouped_sigmoid_topk(
             PER_GROUP=per_group, TOPK_GROUPS=topk_groups, TOP_K=top_k,
             HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize,
             BLOCK_G=next_pow2(num_groups), BLOCK_P=next_pow2(per_group), num_warps=4,
+            **launch_options(pdl),
         )  # fmt: skip
     return weights, ids
+
+
+SOFTMAX, GROUPED_SIGMOID = 1, 2  # ``Routing.constants()["SCORING"]``
+SOFTMAX_SCORING = constexpr(SOFTMAX)
+
+
+@dataclass(frozen=True)
+class Routing:
+    """A layer's expert choice as a kernel that computes it after the router logits takes it
+    (``router_logits.router_topk``): softmax or grouped sigmoid top-k and their settings."""
+
+    num_experts: int
+    top_k: int
+    renormalize: bool
+    grouped_sigmoid: bool = False
+    num_groups: int = 1
+    topk_groups: int = 1
+    scaling: float = 1.0
+
+    def constants(self, has_bias: bool) -> dict[str, int | bool]:
+        """The constexprs of ``topk_row``."""
+        per_group = self.num_experts // self.num_groups
+        return {
+            "SCORING": GROUPED_SIGMOID if self.grouped_sigmoid else SOFTMAX,
+            "TOP_K": self.top_k,
+            "RENORMALIZE": self.renormalize,
+            "BLOCK_ALL_E": next_pow2(self.num_experts),
+            "GROUPS": self.num_groups,
+            "PER_GROUP": per_group,
+            "TOPK_GROUPS": self.topk_groups,
+            "HAS_BIAS": has_bias,
+            "BLOCK_G": next_pow2(self.num_groups),
+            "BLOCK_P": next_pow2(per_group),
+        }
+
+
+@jit
+def topk_row(
+    logits_row, bias_ptr, weights_row, ids_row, num_experts, scaling,
+    SCORING: tl.constexpr, TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr,
+    BLOCK_ALL_E: tl.constexpr, GROUPS: tl.constexpr, PER_GROUP: tl.constexpr,
+    TOPK_GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+):  # fmt: skip
+    """One token's top-k by ``Routing``'s scoring."""
+    if SCORING == SOFTMAX_SCORING:
+        softmax_topk_row(
+            logits_row, weights_row, ids_row, num_experts, TOP_K, RENORMALIZE, BLOCK_ALL_E
+        )
+    else:
+        grouped_sigmoid_topk_row(
+            logits_row, bias_ptr, weights_row, ids_row, scaling, GROUPS, PER_GROUP, TOPK_GROUPS,
+            TOP_K, HAS_BIAS, RENORMALIZE, BLOCK_G, BLOCK_P,
+        )  # fmt: skip

@@ -24,7 +24,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kvserve.kernels._triton import jit, next_pow2, require_triton, tl
+from kvserve.kernels._triton import (
+    jit,
+    launch_options,
+    next_pow2,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    tl,
+)
+from kvserve.kernels.moe_routing import Routing, topk_row
+from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
 
 # Up to this many tokens the CUDA-core kernel computes the logits. On the H200
 # (Qwen3-30B-A3B shape, moe_decode_h200_qwen_*_2026-12-01.json) the kernel's first version,
@@ -37,6 +47,10 @@ MAX_KERNEL_TOKENS = 16
 # decode at batch 64 from 3,467 to 3,392: its 64-token programs are too few there. Decode
 # batches (at most 256 tokens) stay on torch.
 MIN_MMA_TOKENS = 512
+# Up to this many tokens the router kernel picks the experts too (``router_topk``): the last of
+# a token block's programs to store its logits runs the top-k, one token after another, which
+# spares the top-k kernel's launch; more tokens would make that serial tail long.
+FUSED_TOPK_MAX_TOKENS = 4
 LO_SHIFT = 12  # the low half of W is kept times 2^12 (|W - hi| <= 2^-11 |W| in fp16)
 
 
@@ -59,6 +73,11 @@ def _router_logits_kernel(
     x_ptr,
     w_ptr,
     out_ptr,
+    topk_weights_ptr,  # SCORING: fp32 [T, TOP_K] out
+    topk_ids_ptr,  # SCORING: int32 [T, TOP_K] out
+    bias_ptr,  # SCORING and HAS_BIAS: fp32 [E] correction bias
+    counter_ptr,  # SCORING: int32 arrival counters, one per token block, zero between launches
+    scaling,
     T,
     E,
     H,
@@ -68,7 +87,20 @@ def _router_logits_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_E: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    USE_PDL: tl.constexpr,
+    SCORING: tl.constexpr,  # 0: logits only; else the top-k too (moe_routing.Routing)
+    TOP_K: tl.constexpr = 1,
+    RENORMALIZE: tl.constexpr = False,
+    BLOCK_ALL_E: tl.constexpr = 1,
+    GROUPS: tl.constexpr = 1,
+    PER_GROUP: tl.constexpr = 1,
+    TOPK_GROUPS: tl.constexpr = 1,
+    HAS_BIAS: tl.constexpr = False,
+    BLOCK_G: tl.constexpr = 1,
+    BLOCK_P: tl.constexpr = 1,
 ):
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     tokens, experts, x_rows, w_rows, t_ok, e_ok = _tile(
         x_ptr, w_ptr, tl.program_id(1), tl.program_id(0), T, E, stride_x, stride_w, BLOCK_T,
         BLOCK_E,
@@ -85,6 +117,19 @@ def _router_logits_kernel(
     logits = tl.sum(acc, axis=2)
     out = out_ptr + tokens.to(tl.int64)[:, None] * stride_out + experts[None, :]
     tl.store(out, logits, mask=t_ok & (experts < E)[None, :])
+    if SCORING:
+        # The program of this token block that stores its logits last picks the experts
+        counter = counter_ptr + tl.program_id(1)
+        if arrive(counter) == tl.num_programs(0) - 1:
+            for t in range(BLOCK_T):
+                token = (tl.program_id(1) * BLOCK_T + t).to(tl.int64)
+                if token < T:
+                    topk_row(
+                        out_ptr + token * stride_out, bias_ptr, topk_weights_ptr + token * TOP_K,
+                        topk_ids_ptr + token * TOP_K, E, scaling, SCORING, TOP_K, RENORMALIZE,
+                        BLOCK_ALL_E, GROUPS, PER_GROUP, TOPK_GROUPS, HAS_BIAS, BLOCK_G, BLOCK_P,
+                    )  # fmt: skip
+            tl.store(counter, 0)
 
 
 @jit
@@ -125,34 +170,76 @@ def _router_logits_mma_kernel(
     tl.store(out, logits, mask=t_ok & (experts < E)[None, :])
 
 
-def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def router_topk(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    routing: Routing,
+    correction_bias: torch.Tensor | None = None,
+    *,
+    pdl: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Router logits and each token's top-k experts (weights fp32 [T, k], ids int32 [T, k])
+    in one launch, for ``x`` [T, H] with T <= ``FUSED_TOPK_MAX_TOKENS``: as
+    ``router_logits`` then ``moe_routing.softmax_topk`` / ``grouped_sigmoid_topk``."""
+    tokens = x.shape[0]
+    assert 0 < tokens <= FUSED_TOPK_MAX_TOKENS
+    weights = torch.empty(tokens, routing.top_k, dtype=torch.float32, device=x.device)
+    ids = torch.empty(tokens, routing.top_k, dtype=torch.int32, device=x.device)
+    bias = correction_bias if correction_bias is not None else weights
+    routed = (weights, ids, bias, float(routing.scaling))
+    _launch_cuda_core(x, weight, routed, routing.constants(correction_bias is not None), pdl)
+    return weights, ids
+
+
+def router_logits(x: torch.Tensor, weight: torch.Tensor, *, pdl: bool = False) -> torch.Tensor:
     """``F.linear(x.float(), weight)`` for x [T, H] (any float dtype), weight [E, H] float32."""
     tokens, hidden = x.shape
     experts = weight.shape[0]
     split_mma = x.dtype in (torch.bfloat16, torch.float16) and tokens >= MIN_MMA_TOKENS
     if tokens == 0 or (tokens > MAX_KERNEL_TOKENS and not split_mma):
         return F.linear(x.float(), weight)
+    if not split_mma:
+        return _launch_cuda_core(x, weight, None, {"SCORING": 0}, pdl)
     require_triton()
     assert weight.shape[1] == hidden and weight.stride(1) == 1
     x = x if x.stride(1) == 1 else x.contiguous()
     out = torch.empty(tokens, experts, dtype=torch.float32, device=x.device)
-    if split_mma:
-        # 64 experts a program (32 below 2K tokens: twice the programs over W's bytes)
-        block_e = min(64 if tokens >= 2048 else 32, max(16, next_pow2(experts)))
-        grid = (-(-tokens // 64), -(-experts // block_e))
-        _router_logits_mma_kernel[grid](
-            x, weight, out, tokens, experts, hidden, x.stride(0), weight.stride(0),
-            out.stride(0), BLOCK_T=64, BLOCK_E=block_e, BLOCK_H=64, LO_SHIFT=LO_SHIFT,
-            num_warps=4, num_stages=3,
-        )  # fmt: skip
-        return out
+    # 64 experts a program (32 below 2K tokens: twice the programs over W's bytes)
+    block_e = min(64 if tokens >= 2048 else 32, max(16, next_pow2(experts)))
+    grid = (-(-tokens // 64), -(-experts // block_e))
+    _router_logits_mma_kernel[grid](
+        x, weight, out, tokens, experts, hidden, x.stride(0), weight.stride(0),
+        out.stride(0), BLOCK_T=64, BLOCK_E=block_e, BLOCK_H=64, LO_SHIFT=LO_SHIFT,
+        num_warps=4, num_stages=3,
+    )  # fmt: skip
+    return out
+
+
+def _launch_cuda_core(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    routed: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None,
+    constants: dict[str, int | bool],
+    pdl: bool,
+) -> torch.Tensor:
+    """``_router_logits_kernel`` for few tokens; ``routed``: (top-k weights, ids, correction
+    bias, scaling) when it picks the experts too. Returns the logits."""
+    require_triton()
+    tokens, hidden = x.shape
+    experts = weight.shape[0]
+    assert weight.shape[1] == hidden and weight.stride(1) == 1
+    x = x if x.stride(1) == 1 else x.contiguous()
+    out = torch.empty(tokens, experts, dtype=torch.float32, device=x.device)
     # Few tokens: 4 experts a program, so a decode step's weight reads spread over >= E / 4 SMs
     block_t = next_pow2(tokens)
     block_e = 4 if tokens <= 4 else 8
     block_h = 4096 // (block_t * block_e)  # the accumulator: 32 fp32 registers a thread
     grid = (-(-experts // block_e), -(-tokens // block_t))
+    topk_weights, topk_ids, bias, scaling = routed or (out, out, out, 1.0)
+    counters = _arrival_counters(x.device, grid[1]) if routed else out
     _router_logits_kernel[grid](
-        x, weight, out, tokens, experts, hidden, x.stride(0), weight.stride(0), out.stride(0),
-        BLOCK_T=block_t, BLOCK_E=block_e, BLOCK_H=block_h, num_warps=4,
+        x, weight, out, topk_weights, topk_ids, bias, counters, scaling, tokens, experts,
+        hidden, x.stride(0), weight.stride(0), out.stride(0), BLOCK_T=block_t, BLOCK_E=block_e,
+        BLOCK_H=block_h, num_warps=4, **constants, **launch_options(pdl),
     )  # fmt: skip
     return out

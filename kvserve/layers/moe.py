@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from kvserve.config import MoEConfig
@@ -22,8 +21,7 @@ from kvserve.distributed.collectives import all_reduce
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.distributed.sharding import column_shard, row_shard
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
-from kvserve.kernels.router_logits import router_logits
-from kvserve.layers.moe_router import select_experts
+from kvserve.layers.moe_router import route
 from kvserve.quant.moe_method import EXPERT_SHARDS, ExpertMethod, load_rows, projection_rows
 from kvserve.quant.moe_unquantized import UnquantizedExpertMethod
 
@@ -112,12 +110,8 @@ class SparseMoE(nn.Module):
         self.finish_loading()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernels.triton:
-            logits = router_logits(x, self.gate.weight)
-        else:
-            logits = F.linear(x.float(), self.gate.weight)
         bias = self.gate.e_score_correction_bias
-        weights, ids = select_experts(logits, self.cfg, bias, self.kernels)
+        weights, ids = route(x, self.gate.weight, self.cfg, bias, self.kernels)
         out = self.method.apply(self, x, weights, ids, self.kernels.triton)
         if self.tp.is_parallel:
             out = all_reduce(out, self.tp)

@@ -11,15 +11,18 @@ Two scorings, as the configs name them (``MoEConfig.scoring``):
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from kvserve.config import MoEConfig
 from kvserve.kernels.moe_routing import (
+    Routing,
     grouped_sigmoid_topk,
     grouped_sigmoid_topk_reference,
     softmax_topk,
     softmax_topk_reference,
 )
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
+from kvserve.kernels.router_logits import FUSED_TOPK_MAX_TOKENS, router_logits, router_topk
 
 
 def select_experts(
@@ -31,10 +34,36 @@ def select_experts(
     """Returns (weights [T, k] float32, expert ids [T, k] int32)."""
     if cfg.scoring == "softmax":
         if kernels.triton:
-            return softmax_topk(router_logits, cfg.top_k, cfg.norm_topk_prob)
+            return softmax_topk(router_logits, cfg.top_k, cfg.norm_topk_prob, pdl=kernels.pdl)
         return softmax_topk_reference(router_logits, cfg.top_k, cfg.norm_topk_prob)
     grouped = (cfg.top_k, cfg.num_groups, cfg.topk_groups, cfg.norm_topk_prob,
                cfg.routed_scaling_factor, correction_bias)  # fmt: skip
     if kernels.triton:
-        return grouped_sigmoid_topk(router_logits, *grouped)
+        return grouped_sigmoid_topk(router_logits, *grouped, pdl=kernels.pdl)
     return grouped_sigmoid_topk_reference(router_logits, *grouped)
+
+
+def route(
+    x: torch.Tensor,  # [T, H]
+    router_weight: torch.Tensor,  # [E, H] float32
+    cfg: MoEConfig,
+    correction_bias: torch.Tensor | None = None,
+    kernels: KernelOptions = TORCH_REFERENCE,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Router logits, then ``select_experts``: (weights [T, k] float32, ids [T, k] int32). On
+    the Triton path decode steps of up to ``FUSED_TOPK_MAX_TOKENS`` tokens take one kernel for
+    both (``router_topk``)."""
+    if kernels.triton and 0 < x.shape[0] <= FUSED_TOPK_MAX_TOKENS:
+        return router_topk(x, router_weight, routing(cfg), correction_bias, pdl=kernels.pdl)
+    if kernels.triton:
+        logits = router_logits(x, router_weight, pdl=kernels.pdl)
+    else:
+        logits = F.linear(x.float(), router_weight)
+    return select_experts(logits, cfg, correction_bias, kernels)
+
+
+def routing(cfg: MoEConfig) -> Routing:
+    return Routing(
+        cfg.num_experts, cfg.top_k, cfg.norm_topk_prob, cfg.scoring == "grouped_sigmoid",
+        cfg.num_groups, cfg.topk_groups, cfg.routed_scaling_factor,
+    )  # fmt: skip

@@ -116,7 +116,7 @@ class Fp4ExpertMethod:
     ) -> torch.Tensor:
         w13, w2 = _stack(moe, "w13"), _stack(moe, "w2")
         if triton:
-            return fused_moe_fp4(x, w13, w2, topk_weights, topk_ids)
+            return fused_moe_fp4(x, w13, w2, topk_weights, topk_ids, moe.kernels.pdl)
         dense = moe.__dict__.get(_CPU_DENSE)
         if dense is None:
             dense = (dequantize_fp4_experts(w13), dequantize_fp4_experts(w2))

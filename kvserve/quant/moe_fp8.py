@@ -120,8 +120,9 @@ class Fp8ExpertMethod:
     ) -> torch.Tensor:
         if triton:
             return fused_moe_fp8(
-                x, moe.w13, moe.w13_scale, moe.w2, moe.w2_scale, topk_weights, topk_ids, self.block
-            )
+                x, moe.w13, moe.w13_scale, moe.w2, moe.w2_scale, topk_weights, topk_ids,
+                self.block, moe.kernels.pdl,
+            )  # fmt: skip
         w13, w2 = self._dequantized(moe)
         group = self.block[1] if self.block else None
 

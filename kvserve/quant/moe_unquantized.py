@@ -52,7 +52,7 @@ class UnquantizedExpertMethod:
         if triton:
             from kvserve.kernels.fused_moe import fused_moe
 
-            return fused_moe(x, moe.w13, moe.w2, topk_weights, topk_ids)
+            return fused_moe(x, moe.w13, moe.w2, topk_weights, topk_ids, moe.kernels.pdl)
         return fused_moe_reference(x, moe.w13, moe.w2, topk_weights, topk_ids)
 
 

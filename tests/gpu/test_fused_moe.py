@@ -19,6 +19,7 @@ from kvserve.kernels.fused_moe import (  # noqa: E402
     sort_slots_by_expert_kernel,
 )
 from kvserve.kernels.moe_routing import (  # noqa: E402
+    Routing,
     grouped_sigmoid_topk,
     grouped_sigmoid_topk_reference,
     softmax_topk,
@@ -28,6 +29,7 @@ from kvserve.kernels.router_logits import (  # noqa: E402
     LO_SHIFT,
     MIN_MMA_TOKENS,
     router_logits,
+    router_topk,
 )
 
 pytestmark = pytest.mark.gpu
@@ -48,10 +50,12 @@ def _case(tokens: int, experts: int, hidden: int, inter: int, k: int, load: str,
 
 
 @pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
-@pytest.mark.parametrize("tokens", [1, 7, 64, 256, 512])
+@pytest.mark.parametrize("tokens", [1, 2, 7, 64, 256, 512])
 @pytest.mark.parametrize("load", ["random", "one_expert", "few_experts"])
 @pytest.mark.parametrize(("experts", "hidden", "inter", "k"), [(8, 256, 128, 2), (64, 320, 96, 8)])
 def test_fused_moe_matches_reference(tokens, load, experts, hidden, inter, k, dtype) -> None:  # noqa: ANN001
+    """Decode steps whose slots all fit one per block (1 token of 8 experts at k = 2; 1 and 2
+    of 64 at k = 8) sum each token's k rows in the down GEMM; the rest sort."""
     x, w13, w2, weights, ids = _case(tokens, experts, hidden, inter, k, load, dtype)
     got = fused_moe(x, w13, w2, weights, ids).float()
     want = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids)
@@ -70,6 +74,24 @@ def test_fused_moe_replays_from_a_cuda_graph() -> None:
     x.copy_(x2), weights.copy_(weights2), ids.copy_(ids2)
     graph.replay()
     torch.testing.assert_close(out, fused_moe(x, w13, w2, weights, ids), atol=0, rtol=0)
+
+
+@NEEDS_CUDA_GRAPHS
+def test_decode_step_sums_tokens_again_on_replay() -> None:
+    """The one-slot-per-block step (2 tokens, top 8 of 64) replays from a graph: the arrival
+    counters of its token sums are back at zero after every launch."""
+    x, w13, w2, weights, ids = _case(2, 64, 320, 96, 8, "random", torch.bfloat16)
+    fused_moe(x, w13, w2, weights, ids)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fused_moe(x, w13, w2, weights, ids)
+    for load in ("few_experts", "random", "one_expert"):
+        x2, _, _, weights2, ids2 = _case(2, 64, 320, 96, 8, load, torch.bfloat16)
+        x.copy_(x2), weights.copy_(weights2), ids.copy_(ids2)
+        graph.replay()
+        want = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids)
+        torch.testing.assert_close(out.float(), want, atol=2e-2 * want.abs().max().item(), rtol=0)
+        torch.testing.assert_close(out, fused_moe(x, w13, w2, weights, ids), atol=0, rtol=0)
 
 
 @pytest.mark.parametrize(
@@ -165,3 +187,39 @@ def test_grouped_sigmoid_topk_kernel_matches_reference(
     ref_weights, ref_ids = grouped_sigmoid_topk_reference(logits, *args)
     assert ids.tolist() == ref_ids.tolist()
     torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
+
+
+# (tokens, experts, hidden, routing): Qwen3-30B-A3B's softmax top 8 of 128, GLM-4.5-Air's
+# grouped sigmoid (one group) with its correction bias, DeepSeek-V3's grouping, odd sizes
+ROUTER_TOPK_CASES = [
+    (1, 128, 2048, Routing(128, 8, True)),
+    (4, 60, 1000, Routing(60, 4, False)),
+    (1, 128, 4096, Routing(128, 8, True, True, 1, 1, 1.0)),
+    (3, 256, 512, Routing(256, 8, True, True, 8, 4, 2.5)),
+    (2, 160, 320, Routing(160, 8, False, True, 1, 1, 2.5)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
+@pytest.mark.parametrize(("tokens", "experts", "hidden", "routing"), ROUTER_TOPK_CASES)
+def test_router_topk_matches_logits_then_topk(tokens, experts, hidden, routing, dtype) -> None:  # noqa: ANN001
+    """The router kernel's fused top-k picks what the top-k kernels pick from its logits, and
+    again on a second launch (its arrival counters reset themselves)."""
+    gen = torch.Generator().manual_seed(tokens * experts)
+    x = torch.randn(tokens, hidden, generator=gen).to(dtype).to(DEVICE)
+    weight = (torch.randn(experts, hidden, generator=gen) / hidden**0.5).to(DEVICE)
+    bias = (
+        (torch.randn(experts, generator=gen) * 0.1).to(DEVICE) if routing.grouped_sigmoid else None
+    )
+    logits = router_logits(x, weight)
+    if routing.grouped_sigmoid:
+        want = grouped_sigmoid_topk_reference(
+            logits, routing.top_k, routing.num_groups, routing.topk_groups, routing.renormalize,
+            routing.scaling, bias,
+        )  # fmt: skip
+    else:
+        want = softmax_topk_reference(logits, routing.top_k, routing.renormalize)
+    for _ in range(2):
+        weights, ids = router_topk(x, weight, routing, bias)
+        assert ids.tolist() == want[1].tolist()
+        torch.testing.assert_close(weights, want[0], atol=1e-6, rtol=1e-5)
