@@ -35,7 +35,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kvserve.kernels._triton import HAS_TRITON, jit, next_pow2, require_triton, sm_count, tl, triton
+from kvserve.kernels._triton import (
+    HAS_TRITON,
+    jit,
+    launch_options,
+    next_pow2,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    sm_count,
+    tl,
+    triton,
+)
 
 MAX_ROWS = 64  # without a config, more rows go to cuBLAS (it re-reads no W tile per M tile)
 _SPLITS = (1, 2, 3, 4, 6, 8)
@@ -181,6 +192,7 @@ def tile_index():
 def _skinny_gemm_kernel(
     x_ptr,
     w_ptr,
+    bias_ptr,  # [N] (HAS_BIAS)
     out_ptr,
     ws_ptr,  # fp32 [tiles, num_splits, BLOCK_N, BLOCK_M]; unused when DIRECT
     counter_ptr,  # int32 [tiles], zero between launches; unused when DIRECT
@@ -198,11 +210,14 @@ def _skinny_gemm_kernel(
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask
     DIRECT: tl.constexpr,  # num_splits == 1: write the output
     DOT_PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr = False,
+    USE_PDL: tl.constexpr = False,
 ):
     rn, rm, rk, k_start, k_end, w_ptrs, x_ptrs = tile_start(
         x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, k_per_split, BLOCK_N, BLOCK_M, BLOCK_K
     )
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    pdl_wait(USE_PDL)
     for k0 in range(k_start, k_end, BLOCK_K):
         if EVEN_K:
             w = tl.load(w_ptrs)
@@ -214,10 +229,10 @@ def _skinny_gemm_kernel(
         acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
-
+    pdl_release(USE_PDL)
     _finish_tile(
-        acc, tile_index(), tl.program_id(2), num_splits, ws_ptr, counter_ptr, out_ptr, out_ptr,
-        out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M, False, False, DIRECT,
+        acc, tile_index(), tl.program_id(2), num_splits, ws_ptr, counter_ptr, out_ptr, bias_ptr,
+        out_ptr, rn, rm, M, N, stride_om, BLOCK_N, BLOCK_M, False, HAS_BIAS, DIRECT,
     )  # fmt: skip
 
 
@@ -284,16 +299,28 @@ def _supported(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def skinny_linear(
-    x: torch.Tensor, weight: torch.Tensor, config: SkinnyGemmConfig | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    config: SkinnyGemmConfig | None = None,
+    bias: torch.Tensor | None = None,
+    *,
+    pdl: bool = False,
 ) -> torch.Tensor:
-    """``x`` [M, K] @ ``weight`` [N, K].T -> [M, N] in x's dtype, fp32 accumulation. Without a
-    config, more than ``MAX_ROWS`` rows (or an unsupported layout or dtype) go to F.linear."""
+    """``x`` [M, K] @ ``weight`` [N, K].T (+ ``bias``) -> [M, N] in x's dtype, fp32
+    accumulation. Without a config, more than ``MAX_ROWS`` rows (or an unsupported layout or
+    dtype) go to F.linear. ``pdl``: programmatic dependent launch (``kvserve.kernels._triton``)."""
     if not _supported(x, weight) or (config is None and x.shape[0] > MAX_ROWS):
-        return F.linear(x, weight)
-    return _skinny(x, weight, config)
+        return F.linear(x, weight, bias)
+    return _skinny(x, weight, config, bias, pdl)
 
 
-def _skinny(x: torch.Tensor, weight: torch.Tensor, config: SkinnyGemmConfig | None) -> torch.Tensor:
+def _skinny(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    config: SkinnyGemmConfig | None,
+    bias: torch.Tensor | None = None,
+    pdl: bool = False,
+) -> torch.Tensor:
     require_triton()
     m, k = x.shape
     n = weight.shape[0]
@@ -301,11 +328,11 @@ def _skinny(x: torch.Tensor, weight: torch.Tensor, config: SkinnyGemmConfig | No
     if m == 0 or n == 0:
         return out
     if k == 0:
-        return out.zero_()
+        return out.zero_() if bias is None else out.copy_(bias.expand(m, n))
     if x.stride(1) != 1:
         x = x.contiguous()
     cfg = config or default_config(m, n, k, num_sms=sm_count(x.device), elem_bytes=x.element_size())
-    _launch(x, weight, out, cfg)
+    _launch(x, weight, out, cfg, bias, pdl)
     return out
 
 
@@ -314,6 +341,8 @@ def _launch(
     weight: torch.Tensor,
     out: torch.Tensor,
     cfg: SkinnyGemmConfig,
+    bias: torch.Tensor | None = None,
+    pdl: bool = False,
 ) -> None:
     m, k = x.shape
     n = weight.shape[0]
@@ -321,6 +350,7 @@ def _launch(
     _skinny_gemm_kernel[split.grid](
         x,
         weight,
+        bias if bias is not None else out,
         out,
         split.workspace,
         split.counters,
@@ -338,8 +368,10 @@ def _launch(
         EVEN_K=k % cfg.block_k == 0,
         DIRECT=split.direct,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        HAS_BIAS=bias is not None,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        **launch_options(pdl),
     )
 
 

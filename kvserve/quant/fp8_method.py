@@ -16,14 +16,13 @@ activations: one per shard while loading, then their max).
 from __future__ import annotations
 
 import functools
-import os
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kvserve.errors import ConfigError, ModelLoadError
+from kvserve.errors import ModelLoadError
 from kvserve.kernels._triton import hopper_or_newer
 from kvserve.kernels.fp8_gemm import (
     dequantize_fp8_weight,
@@ -38,7 +37,7 @@ from kvserve.kernels.fp8_skinny_gemm import fp8_skinny_linear
 from kvserve.kernels.word_gemv import GEMV_ROWS, fp8_gemv
 from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
 from kvserve.quant.fp8_weights import quantize_weight, requantize_to_max
-from kvserve.quant.method import copy_checked, shard_rows, unknown_param
+from kvserve.quant.method import copy_checked, rows_from_env, shard_rows, unknown_param
 from kvserve.quant.schemes import QuantConfig
 
 if TYPE_CHECKING:
@@ -57,10 +56,7 @@ def w8a16_max_rows() -> int:
     GEMV, ``kernels/word_gemv.py`` (``KVSERVE_FP8_W8A16_ROWS``). The default, 1, is what the
     H200 measured: a batch-1 step took 3.96 instead of 5.21 ms on the GEMV, a batch-4 step 5.58
     instead of 4.81 (lowbit_decode_h200_gemv_2026-12-01.json)."""
-    value = os.environ.get(W8A16_ROWS_ENV, "1")
-    if not value.isdigit() or int(value) > GEMV_ROWS:
-        raise ConfigError(f"{W8A16_ROWS_ENV}={value!r}: expected a row count from 0 to {GEMV_ROWS}")
-    return int(value)
+    return rows_from_env(W8A16_ROWS_ENV, 1, GEMV_ROWS)
 
 
 SKINNY_ROWS_ENV = "KVSERVE_FP8_SKINNY_ROWS"
@@ -71,12 +67,7 @@ SKINNY_SCALE_BLOCK = (128, 128)  # block-scaled weights the decode kernel takes
 def skinny_max_rows() -> int:
     """Steps of at most this many tokens (0-64, all by default) take ``fp8_skinny_linear`` when
     the GEMV does not (``KVSERVE_FP8_SKINNY_ROWS``)."""
-    value = os.environ.get(SKINNY_ROWS_ENV, str(SKINNY_DEFAULT_ROWS))
-    if not value.isdigit() or int(value) > SKINNY_ROWS:
-        raise ConfigError(
-            f"{SKINNY_ROWS_ENV}={value!r}: expected a row count from 0 to {SKINNY_ROWS}"
-        )
-    return int(value)
+    return rows_from_env(SKINNY_ROWS_ENV, SKINNY_DEFAULT_ROWS, SKINNY_ROWS)
 
 
 def make_method(config: QuantConfig) -> Fp8LinearMethod:

@@ -9,11 +9,12 @@ each shard's tensors separately, named as the checkpoint names them (``weight``,
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from kvserve.errors import ModelLoadError
+from kvserve.errors import ConfigError, ModelLoadError
 
 if TYPE_CHECKING:
     from kvserve.layers.linear import Linear
@@ -61,3 +62,12 @@ def unknown_param(layer: Linear, name: str, method: str) -> ModelLoadError:
         f"{layer.prefix or 'linear layer'}: checkpoint tensor {name!r} has no place in a "
         f"{method} layer (it takes {', '.join(layer.method.checkpoint_params(layer))})"
     )
+
+
+def rows_from_env(name: str, default: int, limit: int) -> int:
+    """A step-size threshold set by environment variable ``name`` (0..``limit`` tokens); a bad
+    value is refused with one line."""
+    value = os.environ.get(name, str(default))
+    if not value.isdigit() or int(value) > limit:
+        raise ConfigError(f"{name}={value!r}: expected a row count from 0 to {limit}")
+    return int(value)

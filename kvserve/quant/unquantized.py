@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kvserve.quant.method import copy_checked, shard_rows, unknown_param
+from kvserve.kernels._triton import hopper_or_newer
+from kvserve.kernels.skinny_gemm import MAX_ROWS as SKINNY_MAX_ROWS
+from kvserve.kernels.skinny_gemm import skinny_linear
+from kvserve.quant.method import copy_checked, rows_from_env, shard_rows, unknown_param
 
 if TYPE_CHECKING:
     from kvserve.layers.linear import Linear
@@ -34,8 +38,21 @@ class UnquantizedLinearMethod:
         layer.weight.data.uniform_(-0.02, 0.02, generator=gen)
 
     def apply(self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if x.shape[0] <= skinny_max_rows() and x.is_cuda and hopper_or_newer(x.device):
+            return skinny_linear(x, layer.weight, None, bias, pdl=layer.launch_pdl)
         return F.linear(x, layer.weight, bias)
 
 
+SKINNY_ROWS_ENV = "KVSERVE_BF16_SKINNY_ROWS"
+
+
+@functools.cache
+def skinny_max_rows() -> int:
+    """Steps of at most this many tokens (0-64) take the swap-AB kernel of
+    ``kernels/skinny_gemm.py`` on sm_90+ instead of cuBLAS (``KVSERVE_BF16_SKINNY_ROWS``)."""
+    return rows_from_env(SKINNY_ROWS_ENV, 0, SKINNY_MAX_ROWS)
+
+
 def make_method(config: object) -> UnquantizedLinearMethod:
+    skinny_max_rows()  # a bad KVSERVE_BF16_SKINNY_ROWS fails the load, not the first step
     return UnquantizedLinearMethod()

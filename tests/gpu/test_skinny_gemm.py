@@ -7,6 +7,8 @@ interpreter on a CPU (bf16 and the Llama-sized shapes are skipped there).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,7 +17,9 @@ pytest.importorskip("triton")
 
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, NEEDS_CUDA_GRAPHS, ON_GPU_ONLY  # noqa: E402
 
+from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
+from kvserve.kernels._triton import hopper_or_newer  # noqa: E402
 from kvserve.kernels.skinny_gemm import (  # noqa: E402
     SkinnyGemmConfig,
     block_m_for,
@@ -23,6 +27,7 @@ from kvserve.kernels.skinny_gemm import (  # noqa: E402
     default_config,
     skinny_linear,
 )
+from kvserve.quant.unquantized import SKINNY_ROWS_ENV, make_method, skinny_max_rows  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -96,6 +101,43 @@ def test_fallbacks_to_f_linear() -> None:
     wt = w.t().contiguous().t()  # K not contiguous
     assert torch.equal(skinny_linear(x[:3], wt), F.linear(x[:3], wt))
     assert skinny_linear(x[:0], w).shape == (0, 128)
+
+
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_bias_is_added_once(split_k: int) -> None:
+    """With split K the bias joins the in-order sum's epilogue, not every split's partial."""
+    x, w = inputs(5, 200, 384, torch.float32)
+    bias = torch.linspace(-1, 1, 200, device=DEVICE)
+    out = skinny_linear(x, w, small_config(5, split_k), bias)
+    torch.testing.assert_close(out, x @ w.T + bias, atol=1e-4, rtol=1e-4)
+
+
+def test_unquantized_method_takes_the_kernel_up_to_its_row_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``KVSERVE_BF16_SKINNY_ROWS`` bounds the steps that take the kernel on sm_90+ (CUDA-only:
+    elsewhere the method keeps F.linear); a bad value is refused."""
+    x, w = inputs(4, 256, 512, torch.float32)
+    layer = SimpleNamespace(weight=w, launch_pdl=False)
+    monkeypatch.setenv(SKINNY_ROWS_ENV, "65")
+    skinny_max_rows.cache_clear()
+    with pytest.raises(ConfigError, match="from 0 to 64"):
+        make_method(None)
+    monkeypatch.setenv(SKINNY_ROWS_ENV, "4")
+    skinny_max_rows.cache_clear()
+    try:
+        method = make_method(None)
+        out = method.apply(layer, x, None)  # type: ignore[arg-type]
+        check(out, x, w)
+        if x.is_cuda and hopper_or_newer(x.device):
+            assert torch.equal(out, skinny_linear(x, w))
+            assert torch.equal(method.apply(layer, x[:0], None), F.linear(x[:0], w))  # type: ignore[arg-type]
+        assert torch.equal(
+            method.apply(layer, torch.cat([x, x]), None), F.linear(torch.cat([x, x]), w)
+        )  # type: ignore[arg-type]
+    finally:
+        monkeypatch.delenv(SKINNY_ROWS_ENV)
+        skinny_max_rows.cache_clear()
 
 
 def test_strided_rows_of_x() -> None:
