@@ -21,12 +21,53 @@ SPLITS = [1, 2, 3, 4, 8, 16, 32, 64]
 BLOCKS = [(32, 4, 2), (64, 4, 2), (64, 4, 3), (64, 8, 3), (128, 4, 2), (128, 8, 2), (128, 8, 3)]
 
 
+# Small batches, where a step's attention is latency-bound: how many splits a short context
+# should fill (min_split_tokens) and whether the last split merges (no merge kernel); the long
+# contexts check that a setting good at 1K does not cost batch 1 at 16K-128K.
+SMALL_SHAPES = [(1, 1024), (1, 4096), (4, 1024), (8, 1024), (16, 1024), (1, 16384), (1, 131072)]
+SMALL_CONFIGS = {
+    "default": DecodeConfig(),
+    "min256": DecodeConfig(min_split_tokens=256),
+    "min256_fused": DecodeConfig(min_split_tokens=256, fused_merge=True, fused_merge_max_splits=64),
+    "min128_fused": DecodeConfig(min_split_tokens=128, fused_merge=True, fused_merge_max_splits=64),
+    "min512_fused": DecodeConfig(min_split_tokens=512, fused_merge=True, fused_merge_max_splits=64),
+    "fused64": DecodeConfig(fused_merge=True, fused_merge_max_splits=64),
+    "s16_fused": DecodeConfig(num_splits=16, fused_merge=True),
+    "s8_fused": DecodeConfig(num_splits=8, fused_merge=True),
+    "s4_fused": DecodeConfig(num_splits=4, fused_merge=True),
+    "n128_min256_fused": DecodeConfig(
+        block_n=128, num_stages=2, min_split_tokens=256, fused_merge=True,
+        fused_merge_max_splits=64,
+    ),
+}  # fmt: skip
+
+
+def sweep_small(decode: DecodeShapes, width: int, copy_gbs: float) -> list[dict]:
+    rows = []
+    for (batch, ctx), (name, cfg) in itertools.product(SMALL_SHAPES, SMALL_CONFIGS.items()):
+        row = try_run(decode.run, batch, ctx, cfg, width)
+        row.update(name=name, config=vars(cfg), of_copy=row["gbs"] / copy_gbs)
+        rows.append(row)
+        if "error" in row:
+            print(f"B={batch} ctx={ctx} {name}: {row['error']}", flush=True)
+            continue
+        print(f"B={batch} ctx={ctx} {name}: {row['graph_us']:.1f} us", flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--width", type=int, default=512, help="page-table columns (8K ctx / 16)")
+    ap.add_argument("--small", action="store_true", help="only the small-batch settings")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     copy_gbs = copy_bandwidth_gbs()
+    if args.small:
+        rows = sweep_small(DecodeShapes(), args.width, copy_gbs)
+        record = {**stamp("decode_attention_sweep_small"), "copy_gbs": copy_gbs,
+                  "width": args.width, "rows": rows}  # fmt: skip
+        write_json(args.out, record, indent=1)
+        return
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     decode = DecodeShapes()
     rows = []

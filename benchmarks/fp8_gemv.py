@@ -8,6 +8,10 @@ Per-channel e4m3 weights of Llama-3-8B's projections; timed as
 nothing comes from L2). Each config is checked against the dequantized weight's product.
 
     python -m benchmarks.fp8_gemv --rows 1,4,16,64 --out-dir $OUT
+    python -m benchmarks.fp8_gemv --block --shapes glm_qkv,glm_o --rows 1   # 128 x 128 scales
+
+With ``--block`` the weights carry 128 x 128 block scales and the W8A8 column is the Triton
+block GEMM (``fp8_block_gemm``) with activations per 128-column group.
 
 Writes fp8_gemv_<date>.json.
 """
@@ -27,6 +31,7 @@ import torch
 
 from benchmarks.common import copy_bandwidth_gbs, write_result
 from benchmarks.skinny_gemm import MIN_LAYERS, REL_TOL, SHAPES, SPAN_BYTES, graph_us, rel_err
+from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
 from kvserve.kernels.fp8_skinny_gemm import (
     MAX_ROWS,
     fp8_skinny_candidates,
@@ -50,16 +55,28 @@ from kvserve.quant.fp8_method import (
 )
 from kvserve.quant.fp8_weights import quantize_weight
 
-W8A8 = Fp8LinearMethod(Fp8Spec("channel", "token"))
+BLOCK = (128, 128)  # --block: the DeepSeek-V3 / Qwen3-FP8 / GLM-4.5-FP8 weight scales
 
 
-def fp8_layers(n: int, k: int) -> list[SimpleNamespace]:
+def w8a8_method(block: bool) -> Fp8LinearMethod:
+    """cuBLAS with per-token activations, or for block scales the Triton block GEMM."""
+    if block:
+        return Fp8LinearMethod(Fp8Spec("block", "group", BLOCK))
+    return Fp8LinearMethod(Fp8Spec("channel", "token"))
+
+
+def fp8_layers(n: int, k: int, block: bool) -> list[SimpleNamespace]:
     count = max(MIN_LAYERS, math.ceil(SPAN_BYTES / (n * k)))
     layers = []
     for _ in range(count):
-        q, scale = quantize_weight(torch.randn(n, k, device="cuda").mul_(k**-0.5), "channel")
-        layers.append(SimpleNamespace(weight=q, weight_scale=scale))
+        w = torch.randn(n, k, device="cuda").mul_(k**-0.5)
+        q, scale = quantize_weight(w, "block", BLOCK) if block else quantize_weight(w, "channel")
+        layers.append(SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False))
     return layers
+
+
+def layer_block(layer: SimpleNamespace) -> tuple[int, int] | None:
+    return BLOCK if layer.weight_scale.dim() == 2 else None
 
 
 def time_gemvs(
@@ -76,7 +93,7 @@ def time_gemvs(
     for cfg in configs[: args.gemv_configs]:
 
         def op(x: torch.Tensor, layer: SimpleNamespace, c: Any = cfg) -> torch.Tensor:  # noqa: ANN401
-            return fp8_gemv(x, layer.weight, layer.weight_scale, config=c)
+            return fp8_gemv(x, layer.weight, layer.weight_scale, config=c, block=layer_block(layer))
 
         us, out = graph_us(op, xs, layers, args.replays)  # type: ignore[arg-type]
         results.append({"config": asdict(cfg), "us": us, "err": rel_err(out, ref)})
@@ -101,12 +118,18 @@ def time_skinny(
     each checked against its own reference (x quantized as the kernel does)."""
     n, k = layers[0].weight.shape
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    quantized_ref = fp8_skinny_reference(xs[0], layers[0].weight, layers[0].weight_scale)
+    block = layer_block(layers[0])
+    quantized_ref = fp8_skinny_reference(
+        xs[0], layers[0].weight, layers[0].weight_scale, block=block
+    )
     results = []
-    for cfg in fp8_skinny_candidates(xs[0].shape[0], n, k, num_sms=sms)[: args.skinny_configs]:
+    candidates = fp8_skinny_candidates(xs[0].shape[0], n, k, num_sms=sms)
+    if block:  # tiles inside one scale block
+        candidates = [c for c in candidates if c.block_k == BLOCK[1] and BLOCK[0] % c.block_n == 0]
+    for cfg in candidates[: args.skinny_configs]:
 
         def op(x: torch.Tensor, layer: SimpleNamespace, c: Any = cfg) -> torch.Tensor:  # noqa: ANN401
-            return fp8_skinny_linear(x, layer.weight, layer.weight_scale, config=c)
+            return fp8_skinny_linear(x, layer.weight, layer.weight_scale, config=c, block=block)
 
         us, out = graph_us(op, xs, layers, args.replays)  # type: ignore[arg-type]
         results.append({"config": asdict(cfg), "us": us, "err": rel_err(out, quantized_ref),
@@ -117,10 +140,11 @@ def time_skinny(
 def time_row(name: str, layers: list, m: int, copy_gbs: float, args: argparse.Namespace) -> dict:
     n, k = layers[0].weight.shape
     xs = [torch.randn(m, k, dtype=torch.bfloat16, device="cuda") for _ in layers]
-    w0 = layers[0].weight.float() * layers[0].weight_scale.reshape(-1, 1)
-    ref = xs[0].float() @ w0.T
+    block = layer_block(layers[0])
+    ref = xs[0].float() @ dequantize_fp8_weight(layers[0].weight, layers[0].weight_scale, block).T
     floor_us = n * k / (copy_gbs * 1e3)
-    w8a8 = lambda x, layer: W8A8._matmul(layer, x)  # noqa: E731 - the method's tensor-core path
+    method = w8a8_method(block is not None)
+    w8a8 = lambda x, layer: method._matmul(layer, x)  # noqa: E731 - the method's tensor-core path
     w8a8_us, out = graph_us(w8a8, xs, layers, args.replays)  # type: ignore[arg-type]
     row: dict[str, Any] = {"shape": name, "N": n, "K": k, "M": m, "layers": len(layers)}
     row |= {"floor_us": floor_us, "w8a8_us": w8a8_us, "w8a8_share": floor_us / w8a8_us}
@@ -158,6 +182,7 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--gemv-configs", type=int, default=12, help="GEMV configs per row (<= 4)")
     ap.add_argument("--skinny-configs", type=int, default=10, help="tensor-core kernel configs")
+    ap.add_argument("--block", action="store_true", help="128 x 128 block weight scales")
     args = ap.parse_args()
     # the W8A8 column is cuBLAS: neither the GEMV nor the tensor-core kernel
     os.environ[W8A16_ROWS_ENV] = os.environ[SKINNY_ROWS_ENV] = "0"
@@ -168,13 +193,14 @@ def main() -> None:
     gc.freeze()  # each graph capture runs gc.collect()
     rows = []
     for name in args.shapes.split(","):
-        layers = fp8_layers(*SHAPES[name])
+        layers = fp8_layers(*SHAPES[name], args.block)
         for m in (int(v) for v in args.rows.split(",")):
             rows.append(time_row(name, layers, m, copy_gbs, args))
             print(f"[{time.perf_counter() - t0:4.0f} s] {describe(rows[-1])}", flush=True)
         del layers
         torch.cuda.empty_cache()
-    print(write_result("fp8_gemv", {"copy_GBps": copy_gbs, "rows": rows}, args.out_dir))
+    result = {"copy_GBps": copy_gbs, "block_scales": BLOCK if args.block else None, "rows": rows}
+    print(write_result("fp8_gemv", result, args.out_dir))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,11 @@ SHAPES = {
     "gate_up": (28672, 4096),
     "down": (4096, 14336),
     "lm_head": (128256, 4096),
+    # GLM-4.5-Air: attention (96 q heads, 8 kv heads) and the shared expert's projections
+    "glm_qkv": (14336, 4096),
+    "glm_o": (4096, 12288),
+    "glm_shared_gate_up": (2816, 4096),
+    "glm_shared_down": (4096, 1408),
     # one rank's shards at TP2 (column-parallel halves N, row-parallel halves K)
     "qkv_tp2": (3072, 4096),
     "o_tp2": (4096, 2048),

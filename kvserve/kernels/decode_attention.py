@@ -64,9 +64,10 @@ class DecodeConfig:
     min_split_tokens: int = 0
     fp8_mode: int = FP8_AS_FP16  # how an FP8 cache is widened (store_kv_cache.FP8_AS_*)
     programs_per_sm: int = _PROGRAMS_PER_SM  # the split count's occupancy target
-    # With 2.._FUSED_MERGE_MAX_SPLITS splits, the split program that arrives last merges them
+    # With 2..fused_merge_max_splits splits, the split program that arrives last merges them
     # (an arrival counter per sequence and kv head) instead of a second kernel.
     fused_merge: bool = False
+    fused_merge_max_splits: int = 16
 
 
 # An FP8 cache's tiles hold half the bytes: 128 tokens per tile, two stages, about 8 programs
@@ -81,9 +82,8 @@ class DecodeConfig:
 FP8_DECODE_CONFIG = DecodeConfig(
     block_n=128, num_warps=4, num_stages=2, programs_per_sm=8, fused_merge=True
 )
-# One program merging more splits than this is a serial tail: batch 1 at 1K (64 splits) took
-# 0.77x of bf16's speed fused, 0.94x with the merge kernel.
-_FUSED_MERGE_MAX_SPLITS = 16
+# One program merging more splits than ``fused_merge_max_splits`` (16) is a serial tail: FP8 at
+# batch 1 and 1K (64 splits) took 0.77x of bf16's speed fused, 0.94x with the merge kernel.
 
 
 @jit(do_not_specialize=("stride_bt", "num_splits", "min_split"))
@@ -346,7 +346,7 @@ def paged_decode_attention(
             batch, num_heads, splits, head_dim, dtype=torch.float32, device=q.device
         )
         part_lse = torch.empty(batch, num_heads, splits, dtype=torch.float32, device=q.device)
-    fused = cfg.fused_merge and 1 < splits <= _FUSED_MERGE_MAX_SPLITS
+    fused = cfg.fused_merge and 1 < splits <= cfg.fused_merge_max_splits
     if fused:
         counters = _arrival_counters(q.device, batch * num_kv_heads)
     merge_block = max(next_pow2(splits), _MERGE_MIN_BLOCK)

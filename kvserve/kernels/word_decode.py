@@ -317,5 +317,6 @@ def _row_step(
         acc += tl.sum(groups, axis=2) * scale
     else:
         w0, w1, w2, w3 = _e4m3x4_to_f32(q, USE_ASM)
-        acc += _fp8_row_part(x_ptr, row, stride_xm, M, k_first, mask, w0, w1, w2, w3)
+        # scale: 1.0, or each word's FP8 block scale (one FFMA in place of the add)
+        acc += _fp8_row_part(x_ptr, row, stride_xm, M, k_first, mask, w0, w1, w2, w3) * scale
     return acc

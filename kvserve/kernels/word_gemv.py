@@ -96,7 +96,7 @@ class GemvConfig:
 def _word_gemv_kernel(
     x_ptr,
     w_ptr,  # int32 [N, words]: the packed weight's bytes, four to a word
-    s_ptr,  # uint8 [N, K/GROUP] (FP4: E8M0 exponents or e4m3 bytes); unused for FP8
+    s_ptr,  # uint8 [N, K/GROUP] (FP4: E8M0 exponents or e4m3 bytes); FP8_BLOCK: fp32 scales
     rs_ptr,  # fp32 [N] or [1] (SCALAR_ROW_SCALE); unused without HAS_ROW_SCALE
     bias_ptr,
     out_ptr,
@@ -135,6 +135,9 @@ def _word_gemv_kernel(
     A_PER_TOKEN: tl.constexpr,  # MOE: slot s reads x row s // top_k (else row s)
     SCALE_ROWS: tl.constexpr,  # MOE: outputs times the slot's router weight
     USE_PDL: tl.constexpr,
+    # FP8 with a scale per block of FP8_BLOCK rows and 128 columns ([N / FP8_BLOCK, K / 128]
+    # at s_ptr; a multiple of BLOCK_N, so all of a program's rows share a block row); 0: none
+    FP8_BLOCK: tl.constexpr = 0,
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
     BLOCK_G: tl.constexpr = BLOCK_W // WORDS_PER_GROUP if FP4 else BLOCK_W
@@ -171,6 +174,9 @@ def _word_gemv_kernel(
     if FP4:
         in_g = _groups_in(w_start, rg, w_end, WORDS_PER_GROUP)
         s = _scale_bytes(s_ptrs, in_g, s_ptr, ASM_SCALE_LOADS)
+    if FP8_BLOCK:
+        # 32 words (128 values) of a row per block scale
+        fp8_block_scales = s_ptr + (pid_n * BLOCK_N // FP8_BLOCK) * stride_sn
     if not MOE:
         # Weights and scales never change, so a dependent launch issues their first step's
         # loads while the kernel before still runs; x (and the split-K workspace) only after.
@@ -180,6 +186,8 @@ def _word_gemv_kernel(
         in_k_next = w0 + BLOCK_W + rw < w_end
         q_next = tl.load(w_ptrs + BLOCK_W, mask=in_k_next[None, :], other=0)
         scale = 1.0
+        if FP8_BLOCK:
+            scale = tl.load(fp8_block_scales + (w0 + rw) // 32, mask=in_k, other=0.0)[None, :]
         if FP4:
             in_g_next = _groups_in(w0 + BLOCK_W, rg, w_end, WORDS_PER_GROUP)
             s_next = _scale_bytes(s_ptrs + BLOCK_G, in_g_next, s_ptr, ASM_SCALE_LOADS)
@@ -245,14 +253,18 @@ def launch_word_gemv(
     group: int,
     moe: MoeSlots | None = None,
     pdl: bool = False,
+    fp8_block_rows: int = 0,
 ) -> None:
     """``weight_bytes`` uint8 [N, K/2] (FP4 codes; ``block_scale`` [N, K/group]) or float8
-    e4m3 [N, K] (FP8; ``block_scale`` None, ``row_scale`` [N] or [1]). With ``moe``, each of
-    them has a leading expert dimension and ``out`` is [slots, N]. ``pdl``: programmatic
-    dependent launch (``kvserve.kernels._triton``)."""
+    e4m3 [N, K] (FP8; ``row_scale`` [N] or [1], or with ``fp8_block_rows`` ``block_scale`` fp32
+    [N / fp8_block_rows, K / 128]). With ``moe``, each of them has a leading expert dimension
+    and ``out`` is [slots, N]. ``pdl``: programmatic dependent launch
+    (``kvserve.kernels._triton``)."""
     m, k = x.shape
     n, row_bytes = weight_bytes.shape[-2:]
-    fp4 = block_scale is not None
+    fp4 = block_scale is not None and not fp8_block_rows
+    if fp8_block_rows and (fp8_block_rows % cfg.block_n or moe is not None):
+        raise ValueError(f"FP8 scale blocks of {fp8_block_rows} rows do not fit {cfg}")
     slots = 1 if moe is None else moe.experts.numel()
     if m > GEMV_ROWS and moe is None:
         raise ValueError(f"the GEMV takes at most {GEMV_ROWS} rows, got {m}")
@@ -273,6 +285,8 @@ def launch_word_gemv(
         ws = torch.empty(ws_size, dtype=torch.float32, device=x.device)
         counters = _arrival_counters(x.device, slots * n_tiles)
     scales = block_scale.view(torch.uint8) if fp4 else weight_bytes
+    if fp8_block_rows:
+        scales = block_scale
     packed = fp4 and x.dtype != torch.float32 and not interpreting()
     if packed and (x.data_ptr() % 16 or x.stride(0) * x.element_size() % 16):
         x = x.clone(memory_format=torch.contiguous_format)  # x is read 16 bytes at a time
@@ -293,8 +307,8 @@ def launch_word_gemv(
         ASM_SCALE_LOADS=cfg.asm_scale_loads and not interpreting(),
         MOE=moe is not None, A_PER_TOKEN=moe is not None and moe.a_per_token,
         SCALE_ROWS=moe is not None and moe.router_weights is not None,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch_options(pdl),
-        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
+        FP8_BLOCK=fp8_block_rows, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **launch_options(pdl), **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
 
 
@@ -321,27 +335,43 @@ def fp8_gemv(
     bias: torch.Tensor | None = None,
     config: GemvConfig | None = None,
     *,
+    block: tuple[int, int] | None = None,
     pdl: bool = False,
 ) -> torch.Tensor:
     """Weight-only FP8 for 1-4 rows: ``x`` [M, K] (bf16/fp16/fp32) @ (``weight`` [N, K] e4m3
-    * ``scale`` fp32 [N] or [1]).T (+ bias) -> [M, N] in x's dtype."""
+    * ``scale``).T (+ bias) -> [M, N] in x's dtype; ``scale`` fp32 [N] or [1], or with
+    ``block`` (rows, 128) one per block of W: [ceil(N / rows), ceil(K / 128)]."""
     n, k = weight.shape
+    scale_ok = scale.numel() in (1, n) if block is None else _fits_fp8_blocks(scale, block, n, k)
     ok = (
         x.dim() == 2 and x.shape[1] == k and 0 < x.shape[0] <= GEMV_ROWS
         and weight.dtype == torch.float8_e4m3fn and weight.stride(1) == 1
-        and scale.numel() in (1, n) and x.device == weight.device == scale.device
+        and scale_ok and x.device == weight.device == scale.device
     )  # fmt: skip
     if not ok:
         got = f"x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} {weight.dtype}"
-        raise ValueError(f"fp8_gemv: {got}, scale {tuple(scale.shape)}")
+        raise ValueError(f"fp8_gemv: {got}, scale {tuple(scale.shape)}, block {block}")
     require_triton()
     if x.stride(1) != 1:
         x = x.contiguous()
     out = torch.empty(x.shape[0], n, dtype=x.dtype, device=x.device)
     cfg = config or fp8_gemv_config(n, k // FP8_PER_WORD, x.shape[0], sm_count(x.device))
+    weight_bytes = weight.view(torch.uint8)
+    if block is not None:
+        cfg = replace(cfg, block_n=min(cfg.block_n, block[0]))
+        launch_word_gemv(x, weight_bytes, scale.float(), None, bias, out, cfg, 8, pdl=pdl,
+                         fp8_block_rows=block[0])  # fmt: skip
+        return out
     scale = scale.reshape(-1).float()
-    launch_word_gemv(x, weight.view(torch.uint8), None, scale, bias, out, cfg, 8, pdl=pdl)
+    launch_word_gemv(x, weight_bytes, None, scale, bias, out, cfg, 8, pdl=pdl)
     return out
+
+
+def _fits_fp8_blocks(scale: torch.Tensor, block: tuple[int, int], n: int, k: int) -> bool:
+    """Scales [ceil(N / rows), ceil(K / 128)] of blocks whose rows a program's tile divides."""
+    rows, cols = block
+    shape_ok = tuple(scale.shape) == (-(-n // rows), -(-k // cols))
+    return cols == 128 and rows % 64 == 0 and shape_ok and scale.stride(-1) == 1
 
 
 SPLIT_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)  # K splits the GEMV and the FP4 MMA kernel try

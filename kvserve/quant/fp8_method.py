@@ -60,7 +60,7 @@ def w8a16_max_rows() -> int:
 
 
 SKINNY_ROWS_ENV = "KVSERVE_FP8_SKINNY_ROWS"
-SKINNY_SCALE_BLOCK = (128, 128)  # block-scaled weights the decode kernel takes
+DECODE_SCALE_BLOCK = (128, 128)  # block-scaled weights the decode kernels take
 
 
 @functools.cache
@@ -191,7 +191,7 @@ class Fp8LinearMethod:
         if spec.activation == "none":
             return F.linear(x, dequantize_fp8_weight(w, ws, spec.block).to(x.dtype))
         if _weight_only_here(spec, x):
-            return fp8_gemv(x, w, ws, pdl=layer.launch_pdl)
+            return fp8_gemv(x, w, ws, block=spec.block, pdl=layer.launch_pdl)
         if _skinny_here(spec, x):
             return fp8_skinny_linear(x, w, ws, block=spec.block, pdl=layer.launch_pdl)
         static = layer.input_scale if spec.activation == "static" else None
@@ -218,8 +218,11 @@ def _dequantized(layer: Linear, spec: Fp8Spec) -> torch.Tensor:
 
 
 def _weight_only_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
+    """Steps of a few tokens on the CUDA-core GEMV: any per-tensor or per-channel scales, and
+    the 128 x 128 blocks of the DeepSeek-V3 / Qwen3-FP8 / GLM-4.5-FP8 releases."""
+    blocks_fit = spec.block is None or spec.block == DECODE_SCALE_BLOCK
     return (
-        spec.weight != "block" and x.device.type == "cuda" and 0 < x.shape[0] <= w8a16_max_rows()
+        blocks_fit and x.device.type == "cuda" and 0 < x.shape[0] <= w8a16_max_rows()
         and x.dtype in (torch.bfloat16, torch.float16)
     )  # fmt: skip
 
@@ -227,7 +230,7 @@ def _weight_only_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
 def _skinny_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
     """Decode steps on sm_90+ (the kernel was measured and tested on wgmma only), with any weight
     scales its tiles fit (blocks of 128 x 128 do)."""
-    blocks_fit = spec.block is None or spec.block == SKINNY_SCALE_BLOCK
+    blocks_fit = spec.block is None or spec.block == DECODE_SCALE_BLOCK
     return (
         spec.activation != "none" and blocks_fit and x.device.type == "cuda"
         and 0 < x.shape[0] <= skinny_max_rows() and x.dtype in (torch.bfloat16, torch.float16)

@@ -24,6 +24,7 @@ from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.fp4_gemm import fp4_linear  # noqa: E402
+from kvserve.kernels.fp8_gemm import dequantize_fp8_weight  # noqa: E402
 from kvserve.kernels.rmsnorm import rms_norm  # noqa: E402
 from kvserve.kernels.word_gemv import (  # noqa: E402
     GemvConfig,
@@ -68,6 +69,41 @@ def check(out: torch.Tensor, x: torch.Tensor, q: torch.Tensor, scale: torch.Tens
 def test_matches_reference(m: int, n: int, k: int, per_row: bool, split_k: int, dtype) -> None:  # noqa: ANN001
     x, q, scale = inputs(m, n, k, per_row, dtype)
     check(fp8_gemv(x, q, scale, config=GemvConfig(64, 16, split_k)), x, q, scale)
+
+
+# (N, K): whole 128 x 128 blocks; partial last blocks of rows and columns (the GLM-4.5 shared
+# expert's down projection has K = 1408 = 11 blocks; 300 leaves a 44-column block)
+BLOCK_SHAPES = [(256, 512), (200, 300), (320, 1408)]
+
+
+@pytest.mark.parametrize("dtype", X_DTYPES)
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize(("n", "k"), BLOCK_SHAPES)
+@pytest.mark.parametrize("m", [1, 2, 4])
+def test_block_scales_match_the_dequantized_weight(
+    m: int, n: int, k: int, split_k: int, dtype: torch.dtype
+) -> None:
+    """128 x 128 block scales (DeepSeek-V3 / Qwen3-FP8): each word's partial sum times its
+    block's scale, at the default tile and at a 64-row tile with split K."""
+    gen = torch.Generator().manual_seed(m + n + k)
+    x = torch.randn(m, k, generator=gen).to(dtype).to(DEVICE)
+    w = torch.randn(n, k, generator=gen) / k**0.5
+    w[: n // 2, :128] *= 40.0  # blocks of different scales
+    q, scale = quantize_weight(w, "block", (128, 128))
+    q, scale = q.to(DEVICE), scale.to(DEVICE)
+    ref = x.float() @ dequantize_fp8_weight(q, scale, (128, 128)).T
+    for cfg in (None, GemvConfig(64, 16, split_k)):
+        out = fp8_gemv(x, q, scale, config=cfg, block=(128, 128))
+        err = (out.float() - ref).abs().max() / ref.abs().max()
+        assert out.dtype == dtype and err < TOL[dtype], f"relative error {err:.3g}"
+
+
+def test_block_scales_of_the_wrong_shape_are_refused() -> None:
+    x, q, _ = inputs(1, 256, 512, True, torch.float32)
+    with pytest.raises(ValueError, match="fp8_gemv"):
+        fp8_gemv(x, q, torch.ones(2, 3, device=DEVICE), block=(128, 128))
+    with pytest.raises(ValueError, match="fp8_gemv"):
+        fp8_gemv(x, q, torch.ones(8, 8, device=DEVICE), block=(32, 64))
 
 
 @pytest.mark.parametrize("m", [1, 4])
@@ -132,7 +168,11 @@ def test_programmatic_launch_chain_in_cuda_graph_equals_plain_launches() -> None
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="the method takes this path on CUDA only")
-@pytest.mark.parametrize("spec", [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static")])
+@pytest.mark.parametrize(
+    "spec",
+    [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static"),
+     Fp8Spec("block", "group", (128, 128))],
+)  # fmt: skip
 def test_fp8_method_runs_small_steps_weight_only(
     spec: Fp8Spec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,6 +180,8 @@ def test_fp8_method_runs_small_steps_weight_only(
     activation quantization (exact to the dequantized weight); the W8A8 path stays within its
     activation rounding."""
     x, q, scale = inputs(4, 512, 1024, spec.weight == "channel", torch.bfloat16)
+    if spec.block:
+        q, scale = quantize_weight(q.float() * scale.reshape(-1, 1).float(), "block", spec.block)
     layer = SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
                             input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
     method = Fp8LinearMethod(spec)
@@ -153,6 +195,8 @@ def test_fp8_method_runs_small_steps_weight_only(
     finally:
         monkeypatch.delenv(W8A16_ROWS_ENV)
         w8a16_max_rows.cache_clear()
+    if spec.block:
+        q, scale = dequantize_fp8_weight(q, scale, spec.block), torch.ones(1, device=DEVICE)
     check(out, x, q, scale)
     torch.testing.assert_close(out.float(), w8a8.float(), atol=0.1, rtol=0.1)
 
