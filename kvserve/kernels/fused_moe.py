@@ -47,12 +47,14 @@ def fused_moe_reference(
     topk_ids: torch.Tensor,  # [T, k] int
     act_quant: Callable[[torch.Tensor], torch.Tensor] | None = None,
     inter_dtype: torch.dtype | None = None,
+    addend: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``act_quant``: applied to each GEMM's input rows (FP8 experts: quantize-dequantize the
     activations as the kernel quantizes them; the weights come in already dequantized).
     ``inter_dtype``: the dtype the kernels store the gate/up output and the SiLU-mul result in
     (the model's activation dtype), when the reference computes in a wider one: before FP8
-    quantization, that rounding decides which way values round (several % at bf16)."""
+    quantization, that rounding decides which way values round (several % at bf16).
+    ``addend`` [T, H]: added to the sum (a shared expert's output)."""
     out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float32, device=x.device)
     inter = w2.shape[2]
     quant = act_quant or (lambda t: t)
@@ -67,6 +69,8 @@ def fused_moe_reference(
         hidden = rounded(F.silu(gate_up[:, :inter]) * gate_up[:, inter:])
         y = (quant(hidden).to(w2.dtype) @ w2[expert].t()).float()
         out.index_add_(0, token, y * topk_weights[token, choice, None])
+    if addend is not None:
+        out += addend.float()
     return out.to(x.dtype)
 
 
@@ -265,7 +269,8 @@ def _store_slots(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """Each real slot's row of the fp32 tile, times its router weight when SCALE_ROWS; with
-    SUM_TOKENS (one slot per block) its token's k rows summed instead (``_sum_token_rows``)."""
+    SUM_TOKENS (one slot per block) its token's k rows summed instead (``_sum_token_rows``):
+    1 writes the sum, 2 adds it to what ``out`` holds."""
     if SCALE_ROWS:
         acc = acc * tl.load(weights_ptr + slots, mask=row_ok, other=0.0)[:, None]
     if SUM_TOKENS:
@@ -273,7 +278,7 @@ def _store_slots(
         row = tl.sum(tl.where((tl.arange(0, BLOCK_M) == 0)[:, None], acc, 0.0), axis=0)
         slot = tl.max(tl.where(tl.arange(0, BLOCK_M) == 0, slots, 0), axis=0)
         _sum_token_rows(out_ptr, row, slot, offs_n, N, stride_out, sums_ptr, counter_ptr,
-                        TOP_K, BLOCK_N)  # fmt: skip
+                        TOP_K, BLOCK_N, SUM_TOKENS == 2)  # fmt: skip
     else:
         out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_out + offs_n[None, :]
         mask = row_ok[:, None] & (offs_n < N)[None, :]
@@ -283,12 +288,13 @@ def _store_slots(
 @jit
 def _sum_token_rows(
     out_ptr, row, slot, offs_n, N, stride_out, sums_ptr, counter_ptr,
-    TOP_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    TOP_K: tl.constexpr, BLOCK_N: tl.constexpr, ACCUMULATE: tl.constexpr,
 ):  # fmt: skip
     """Slot ``slot``'s fp32 output columns ``offs_n`` go to the workspace ``sums_ptr``
     [num_slots, N]; the last of its token's k slots to arrive at this column tile sums the k
-    rows in choice order (deterministic: the order does not depend on who arrives last) into
-    the token's output row, and resets the tile's counter for the next launch."""
+    rows in choice order (deterministic: the order does not depend on who arrives last), plus
+    the token's output row when ACCUMULATE, into that row, and resets the tile's counter for
+    the next launch."""
     n_ok = offs_n < N
     tl.store(sums_ptr + slot.to(tl.int64) * N + offs_n, row, mask=n_ok)
     token = slot // TOP_K
@@ -300,6 +306,8 @@ def _sum_token_rows(
             # .cg: from L2, where the other programs' stores are
             total += tl.load(first + choice * N, mask=n_ok, other=0.0, cache_modifier=".cg")
         out_row = out_ptr + token.to(tl.int64) * stride_out + offs_n
+        if ACCUMULATE:
+            total += tl.load(out_row, mask=n_ok, other=0.0).to(tl.float32)
         tl.store(out_row, total.to(out_ptr.dtype.element_ty), mask=n_ok)
         tl.store(counter, 0)
 
@@ -353,7 +361,7 @@ def _grouped_gemm_kernel(
     A_PER_TOKEN: tl.constexpr,
     SCALE_ROWS: tl.constexpr,
     ONE_SLOT_PER_BLOCK: tl.constexpr,
-    SUM_TOKENS: tl.constexpr,  # out is [tokens, N]: each token's k rows summed (SlotOutput)
+    SUM_TOKENS: tl.constexpr,  # 1, 2: out is [tokens, N], each token's k rows summed (SlotOutput)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -416,30 +424,43 @@ def half_weight_config(config: dict[str, int], dtype: torch.dtype) -> dict[str, 
 
 
 @dataclass(frozen=True)
+class TokenSum:
+    """A down GEMM of one slot per block sums each token's k rows itself (``_sum_token_rows``);
+    ``into``: a contiguous [tokens, N] tensor the sums are added to in place (a shared expert's
+    output), else they go to a new one."""
+
+    into: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
 class SlotOutput:
     """Where a grouped GEMM's epilogue writes: ``out`` [num_slots, N], one row per slot; or,
-    with ``sum_tokens`` (one slot per block, the down GEMM), ``out`` [tokens, N], each token's
-    k rows summed by the kernel (``_sum_token_rows``) through the fp32 workspace ``sums`` and
-    the arrival ``counters``: at decode this spares the separate sum kernel."""
+    with a ``TokenSum``, ``out`` [tokens, N], each token's k rows summed by the kernel through
+    the fp32 workspace ``sums`` and the arrival ``counters``: at decode this spares the separate
+    sum kernel (and the add of a shared expert)."""
 
     out: torch.Tensor
-    sums: torch.Tensor  # fp32 [num_slots, N]; ``out`` as a placeholder without sum_tokens
+    sums: torch.Tensor  # fp32 [num_slots, N]; ``out`` as a placeholder without a token sum
     counters: torch.Tensor
-    sum_tokens: bool
+    sum_mode: int  # the kernels' SUM_TOKENS: 0 none, 1 write the sums, 2 add them to ``out``
 
     @staticmethod
     def plan(
-        a: torch.Tensor, num_slots: int, n: int, top_k: int, block_n: int, sum_tokens: bool,
-        out: torch.Tensor | None = None,
+        a: torch.Tensor, num_slots: int, n: int, top_k: int, block_n: int,
+        token_sum: TokenSum | None, out: torch.Tensor | None = None,
     ) -> SlotOutput:  # fmt: skip
-        if not sum_tokens:
+        if token_sum is None:
             out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device) if out is None else out
-            return SlotOutput(out, out, out, False)
+            return SlotOutput(out, out, out, 0)
         tokens = num_slots // top_k
-        out = torch.empty(tokens, n, dtype=a.dtype, device=a.device)
+        out = token_sum.into
+        if out is None:
+            out = torch.empty(tokens, n, dtype=a.dtype, device=a.device)
+        elif out.shape != (tokens, n) or out.stride() != (n, 1) or out.dtype != a.dtype:
+            raise ValueError(f"token sums go to a contiguous [{tokens}, {n}] {a.dtype} tensor")
         sums = torch.empty(num_slots, n, dtype=torch.float32, device=a.device)
         counters = _arrival_counters(a.device, tokens * triton.cdiv(n, block_n))
-        return SlotOutput(out, sums, counters, True)
+        return SlotOutput(out, sums, counters, 1 if token_sum.into is None else 2)
 
 
 def _grouped_gemm(
@@ -452,25 +473,25 @@ def _grouped_gemm(
     row_weights: torch.Tensor | None,
     out: torch.Tensor | None = None,
     experts: tuple[int, int] | None = None,
-    sum_tokens: bool = False,
+    token_sum: TokenSum | None = None,
     pdl: bool = False,
 ) -> torch.Tensor:
     """``blocks``: slots sorted into expert blocks, or the flat expert ids [num_slots] for one
     slot per block (no sorting: small batches, where few slots share an expert). ``experts``:
     ``(lo, hi)`` when ``w`` holds experts lo..hi-1 only; the rows of the others in ``out`` are
-    left as they are. ``sum_tokens``: see ``SlotOutput``."""
+    left as they are. ``token_sum``: see ``SlotOutput``."""
     n, k = w.shape[1], w.shape[2]
     lo, hi = experts or (0, w.shape[0])
     tiles = {key: config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
     block_expert, slots, one_slot = block_tables(blocks)
     grid = grouped_grid(block_expert, n, tiles["BLOCK_N"])
-    dest = SlotOutput.plan(a, num_slots, n, top_k, tiles["BLOCK_N"], sum_tokens, out)
+    dest = SlotOutput.plan(a, num_slots, n, top_k, tiles["BLOCK_N"], token_sum, out)
     _grouped_gemm_kernel[grid](
         a, w, dest.out, slots, block_expert, row_weights if row_weights is not None else a,
         dest.sums, dest.counters, num_slots, n, k, lo, hi, a.stride(0), w.stride(0),
         w.stride(1), dest.out.stride(0), TOP_K=top_k, A_PER_TOKEN=row_weights is None,
         SCALE_ROWS=row_weights is not None, ONE_SLOT_PER_BLOCK=one_slot,
-        SUM_TOKENS=dest.sum_tokens, num_warps=config["num_warps"],
+        SUM_TOKENS=dest.sum_mode, num_warps=config["num_warps"],
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         num_stages=config["num_stages"], **tiles, **launch_options(pdl),
     )  # fmt: skip
@@ -478,12 +499,12 @@ def _grouped_gemm(
 
 
 # (GEMM input rows, 0 for w13 / 1 for w2, slot blocks, num_slots, top_k, tile config, router
-# weights to scale the output rows by or None, sum_tokens) -> [num_slots, N], or [tokens, N]
-# with each token's k rows summed when sum_tokens (one slot per block, the down GEMM); see
+# weights to scale the output rows by or None, TokenSum or None) -> [num_slots, N], or with a
+# TokenSum (one slot per block, the down GEMM) [tokens, N], each token's k rows summed; see
 # _grouped_gemm and SlotOutput
 ExpertGemm = Callable[
     [torch.Tensor, int, "SortedSlots | torch.Tensor", int, int, dict, "torch.Tensor | None",
-     bool],
+     "TokenSum | None"],
     torch.Tensor,
 ]  # fmt: skip
 
@@ -495,19 +516,22 @@ def fused_moe(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     pdl: bool = False,
+    addend: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The GPU path of ``fused_moe_reference`` (same arguments, same result within bf16
     rounding of the intermediate). ``pdl``: programmatic dependent launch of its kernels."""
     assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
     stacks = (w13, w2)
 
-    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, sum_tokens):  # noqa: ANN001, ANN202
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights,
-                             sum_tokens=sum_tokens, pdl=pdl)  # fmt: skip
+                             token_sum=token_sum, pdl=pdl)  # fmt: skip
 
     num_experts = w13.shape[0]
     config = half_weight_config(_block_config(topk_ids.numel(), num_experts), w13.dtype)
-    return fused_moe_with(x, topk_weights, topk_ids, num_experts, w2.shape[1], gemm, config, pdl)
+    return fused_moe_with(
+        x, topk_weights, topk_ids, num_experts, w2.shape[1], gemm, config, pdl, addend
+    )
 
 
 def fused_moe_with(
@@ -519,10 +543,12 @@ def fused_moe_with(
     gemm: ExpertGemm,
     config: dict[str, int] | None = None,
     pdl: bool = False,
+    addend: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Route, sort (or not), gate/up GEMM, SiLU-mul, down GEMM scaled by the router weights,
-    sum of the k rows: the steps every expert format shares; ``gemm`` multiplies by one
-    expert stack in its own format. Decode steps (one slot per block) sum the k rows in the
+    sum of the k rows (plus ``addend`` [T, H], a shared expert's output, which a decode step
+    overwrites with the result): the steps every expert format shares; ``gemm`` multiplies by
+    one expert stack in its own format. Decode steps (one slot per block) sum the k rows in the
     down GEMM; sorted steps in one torch reduction."""
     require_triton()
     tokens, top_k = topk_ids.shape
@@ -535,10 +561,12 @@ def fused_moe_with(
         blocks: SortedSlots | torch.Tensor = topk_ids.flatten().to(torch.int32)
     else:
         blocks = sort_slots_by_expert_kernel(topk_ids, num_experts, config["BLOCK_M"])
-    gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None, False)
+    gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None, None)
     flat_weights = topk_weights.flatten().float().contiguous()
     hidden = silu_and_mul(gate_up, pdl=pdl)
-    down = gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights, one_slot)
     if one_slot:
-        return down
-    return down.view(tokens, top_k, -1).sum(dim=1)  # accumulates in fp32, one kernel
+        addend = addend if addend is None or addend.is_contiguous() else addend.contiguous()
+        return gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights, TokenSum(addend))
+    down = gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights, None)
+    out = down.view(tokens, top_k, -1).sum(dim=1)  # accumulates in fp32, one kernel
+    return out if addend is None else out.add_(addend)

@@ -30,6 +30,7 @@ from kvserve.kernels.fp4_tile import code_words, dequant_tile
 from kvserve.kernels.fused_moe import (
     SlotOutput,
     SortedSlots,
+    TokenSum,
     _block_slots,
     _grouped_gemm,
     _program_tile,
@@ -165,13 +166,13 @@ def _fp4_grouped_gemm(
     top_k: int,
     config: dict[str, int],
     row_weights: torch.Tensor | None,
-    sum_tokens: bool = False,
+    token_sum: TokenSum | None = None,
     pdl: bool = False,
 ) -> torch.Tensor:
     packed, block_scale, row_scale = stack
     n, k = packed.shape[1], 2 * packed.shape[2]
     group = group_size_of(block_scale)
-    dest = SlotOutput.plan(a, num_slots, n, top_k, config["BLOCK_N"], sum_tokens)
+    dest = SlotOutput.plan(a, num_slots, n, top_k, config["BLOCK_N"], token_sum)
     block_expert, slots, one_slot = block_tables(blocks)
     scales = block_scale.view(torch.uint8)
     w = code_words(packed)
@@ -182,7 +183,7 @@ def _fp4_grouped_gemm(
         k, a.stride(0), w.stride(0), w.stride(1), scales.stride(0), scales.stride(1),
         row_scale.stride(0) if row_scale is not None else 0, dest.out.stride(0),
         TOP_K=top_k, A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
-        ONE_SLOT_PER_BLOCK=one_slot, SUM_TOKENS=dest.sum_tokens, GROUP=group,
+        ONE_SLOT_PER_BLOCK=one_slot, SUM_TOKENS=dest.sum_mode, GROUP=group,
         SCALE_E8M0=block_scale.dtype == torch.uint8, HAS_ROW_SCALE=row_scale is not None,
         BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
@@ -234,10 +235,10 @@ def _fp4_moe_gemv(
     experts: torch.Tensor,
     top_k: int,
     row_weights: torch.Tensor | None,
-    sum_tokens: bool = False,
+    token_sum: TokenSum | None = None,
     pdl: bool = False,
 ) -> torch.Tensor:
-    """One GEMV per slot: [slots, N] (see ``MoeSlots``); with ``sum_tokens``, each token's k
+    """One GEMV per slot: [slots, N] (see ``MoeSlots``); with a ``token_sum``, each token's k
     rows summed after it (the GEMV's epilogue does not sum them: one more kernel)."""
     packed, block_scale, row_scale = stack
     num_slots, n = experts.numel(), packed.shape[1]
@@ -249,7 +250,10 @@ def _fp4_moe_gemv(
     cfg = gemv_config(n, packed.shape[2] // 4, num_sms=sm_count(a.device), slots=num_slots)
     slots = MoeSlots(experts, top_k, row_weights is None, row_weights)
     launch_word_gemv(a, packed, block_scale, row_scale, None, out, cfg, group, slots, pdl)
-    return out.view(-1, top_k, n).sum(dim=1) if sum_tokens else out
+    if token_sum is None:
+        return out
+    summed = out.view(-1, top_k, n).sum(dim=1)
+    return summed if token_sum.into is None else token_sum.into.add_(summed)
 
 
 def fused_moe_fp4(
@@ -259,17 +263,20 @@ def fused_moe_fp4(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     pdl: bool = False,
+    addend: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The GPU path of ``fused_moe_fp4_reference`` (same arguments)."""
     stacks = (w13, w2)
 
-    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, sum_tokens):  # noqa: ANN001, ANN202
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         args = (a, stacks[which], blocks, num_slots, top_k, config, row_weights)
         if isinstance(blocks, torch.Tensor):  # one slot per block
             if moe_gemv_enabled():
-                return _fp4_moe_gemv(a, stacks[which], blocks, top_k, row_weights, sum_tokens, pdl)
+                return _fp4_moe_gemv(a, stacks[which], blocks, top_k, row_weights, token_sum, pdl)
         elif num_slots >= DEQUANT_MIN_SLOTS_PER_EXPERT * stacks[which][0].shape[0]:
             return _dequantized_grouped_gemm(*args, pdl=pdl)
-        return _fp4_grouped_gemm(*args, sum_tokens, pdl)
+        return _fp4_grouped_gemm(*args, token_sum, pdl)
 
-    return fused_moe_with(x, topk_weights, topk_ids, w13[0].shape[0], w2[0].shape[1], gemm, pdl=pdl)
+    return fused_moe_with(
+        x, topk_weights, topk_ids, w13[0].shape[0], w2[0].shape[1], gemm, pdl=pdl, addend=addend
+    )

@@ -24,6 +24,7 @@ from kvserve.kernels.fp8_quant import dequantize_fp8_activation, quantize_fp8
 from kvserve.kernels.fused_moe import (
     SlotOutput,
     SortedSlots,
+    TokenSum,
     _block_slots,
     _program_tile,
     _store_slots,
@@ -155,16 +156,16 @@ def _fp8_grouped_gemm(
     top_k: int,
     config: dict[str, int],
     row_weights: torch.Tensor | None,
-    sum_tokens: bool = False,
+    token_sum: TokenSum | None = None,
     pdl: bool = False,
 ) -> torch.Tensor:
     """``a`` in the activation dtype: quantized here (per token group or per token), then
-    ``a @ w[e].T`` per slot as ``fused_moe._grouped_gemm`` does (``sum_tokens`` too)."""
+    ``a @ w[e].T`` per slot as ``fused_moe._grouped_gemm`` does (``token_sum`` too)."""
     n, k = w.shape[1], w.shape[2]
     aq, a_scale = quantize_fp8(a, block[1] if block else None, pdl=pdl)
     block_k = block[1] if block else config["BLOCK_K"]
     block_n = min(config["BLOCK_N"], block[0]) if block else config["BLOCK_N"]
-    dest = SlotOutput.plan(a, num_slots, n, top_k, block_n, sum_tokens)
+    dest = SlotOutput.plan(a, num_slots, n, top_k, block_n, token_sum)
     block_expert, slots, one_slot = block_tables(blocks)
     grid = grouped_grid(block_expert, n, block_n)
     _fp8_grouped_gemm_kernel[grid](
@@ -173,7 +174,7 @@ def _fp8_grouped_gemm(
         num_slots, n, k, aq.stride(0), a_scale.stride(0), w.stride(0), w.stride(1),
         ws.stride(0), ws.stride(1), dest.out.stride(0), TOP_K=top_k,
         A_PER_TOKEN=row_weights is None, SCALE_ROWS=row_weights is not None,
-        ONE_SLOT_PER_BLOCK=one_slot, SUM_TOKENS=dest.sum_tokens, BLOCKWISE=block is not None,
+        ONE_SLOT_PER_BLOCK=one_slot, SUM_TOKENS=dest.sum_mode, BLOCKWISE=block is not None,
         GROUP_N=block[0] if block else 1, SCALE_K=block[1] if block else block_k,
         BLOCK_M=config["BLOCK_M"], BLOCK_N=block_n, BLOCK_K=block_k,
         num_warps=config["num_warps"], num_stages=config["num_stages"], **launch_options(pdl),
@@ -191,13 +192,16 @@ def fused_moe_fp8(
     topk_ids: torch.Tensor,
     block: tuple[int, int] | None,
     pdl: bool = False,
+    addend: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The GPU path of ``fused_moe_fp8_reference`` (same arguments)."""
     stacks = ((w13, w13_scale), (w2, w2_scale))
 
-    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, sum_tokens):  # noqa: ANN001, ANN202
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         w, ws = stacks[which]
         return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights,
-                                 sum_tokens, pdl)  # fmt: skip
+                                 token_sum, pdl)  # fmt: skip
 
-    return fused_moe_with(x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, pdl=pdl)
+    return fused_moe_with(
+        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, pdl=pdl, addend=addend
+    )

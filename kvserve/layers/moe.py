@@ -112,9 +112,9 @@ class SparseMoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = self.gate.e_score_correction_bias
         weights, ids = route(x, self.gate.weight, self.cfg, bias, self.kernels)
-        out = self.method.apply(self, x, weights, ids, self.kernels.triton)
-        if self.tp.is_parallel:
-            out = all_reduce(out, self.tp)
-        if self.shared_experts is not None:
-            out = out + self.shared_experts(x)
-        return out
+        if self.tp.is_parallel:  # the shared expert's row-parallel down reduces on its own
+            out = all_reduce(self.method.apply(self, x, weights, ids, self.kernels.triton), self.tp)
+            return out if self.shared_experts is None else out + self.shared_experts(x)
+        # The shared expert first: the experts' sum is added to its output by their last kernel
+        shared = None if self.shared_experts is None else self.shared_experts(x)
+        return self.method.apply(self, x, weights, ids, self.kernels.triton, shared)

@@ -113,15 +113,17 @@ class Fp4ExpertMethod:
         topk_weights: torch.Tensor,
         topk_ids: torch.Tensor,
         triton: bool,
+        addend: torch.Tensor | None = None,
     ) -> torch.Tensor:
         w13, w2 = _stack(moe, "w13"), _stack(moe, "w2")
         if triton:
-            return fused_moe_fp4(x, w13, w2, topk_weights, topk_ids, moe.kernels.pdl)
+            return fused_moe_fp4(x, w13, w2, topk_weights, topk_ids, moe.kernels.pdl, addend)
         dense = moe.__dict__.get(_CPU_DENSE)
         if dense is None:
             dense = (dequantize_fp4_experts(w13), dequantize_fp4_experts(w2))
             moe.__dict__[_CPU_DENSE] = dense
-        return fused_moe_reference(x.float(), *dense, topk_weights, topk_ids).to(x.dtype)
+        out = fused_moe_reference(x.float(), *dense, topk_weights, topk_ids, addend=addend)
+        return out.to(x.dtype)
 
 
 def _stack(moe: SparseMoE, name: str) -> Fp4Stack:

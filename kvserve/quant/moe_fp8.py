@@ -117,11 +117,12 @@ class Fp8ExpertMethod:
         topk_weights: torch.Tensor,
         topk_ids: torch.Tensor,
         triton: bool,
+        addend: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if triton:
             return fused_moe_fp8(
                 x, moe.w13, moe.w13_scale, moe.w2, moe.w2_scale, topk_weights, topk_ids,
-                self.block, moe.kernels.pdl,
+                self.block, moe.kernels.pdl, addend,
             )  # fmt: skip
         w13, w2 = self._dequantized(moe)
         group = self.block[1] if self.block else None
@@ -129,7 +130,9 @@ class Fp8ExpertMethod:
         def quant(t: torch.Tensor) -> torch.Tensor:
             return fake_quant_fp8(t, group)
 
-        out = fused_moe_reference(x.float(), w13, w2, topk_weights, topk_ids, quant, x.dtype)
+        out = fused_moe_reference(
+            x.float(), w13, w2, topk_weights, topk_ids, quant, x.dtype, addend
+        )
         return out.to(x.dtype)
 
     def _dequantized(self, moe: SparseMoE) -> tuple[torch.Tensor, torch.Tensor]:

@@ -51,8 +51,11 @@ class ExpertMethod(Protocol):
         topk_weights: torch.Tensor,
         topk_ids: torch.Tensor,
         triton: bool,
+        addend: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Each token through its top-k experts, summed with the router weights."""
+        """Each token through its top-k experts, summed with the router weights, plus
+        ``addend`` [T, H] (a shared expert's output; the kernels may write the result over
+        it)."""
 
 
 def projection_rows(moe: SparseMoE, proj: str) -> int:

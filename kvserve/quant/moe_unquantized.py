@@ -48,12 +48,13 @@ class UnquantizedExpertMethod:
         topk_weights: torch.Tensor,
         topk_ids: torch.Tensor,
         triton: bool,
+        addend: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if triton:
             from kvserve.kernels.fused_moe import fused_moe
 
-            return fused_moe(x, moe.w13, moe.w2, topk_weights, topk_ids, moe.kernels.pdl)
-        return fused_moe_reference(x, moe.w13, moe.w2, topk_weights, topk_ids)
+            return fused_moe(x, moe.w13, moe.w2, topk_weights, topk_ids, moe.kernels.pdl, addend)
+        return fused_moe_reference(x, moe.w13, moe.w2, topk_weights, topk_ids, addend=addend)
 
 
 def make_expert_method(config: object) -> UnquantizedExpertMethod:

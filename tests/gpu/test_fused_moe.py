@@ -76,6 +76,18 @@ def test_fused_moe_replays_from_a_cuda_graph() -> None:
     torch.testing.assert_close(out, fused_moe(x, w13, w2, weights, ids), atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
+@pytest.mark.parametrize("tokens", [1, 2, 64])
+def test_shared_expert_output_joins_the_sum(tokens: int, dtype: torch.dtype) -> None:
+    """``addend`` is added to each token's sum: by the down GEMM's last arrival at a decode
+    step (1, 2 tokens of top 8 of 64; written over the addend), after the sum when sorted."""
+    x, w13, w2, weights, ids = _case(tokens, 64, 320, 96, 8, "random", dtype)
+    addend = torch.randn(x.shape, generator=torch.Generator().manual_seed(tokens)).to(x)
+    got = fused_moe(x, w13, w2, weights, ids, addend=addend.clone()).float()
+    want = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids, addend=addend)
+    assert (got - want).abs().max().item() <= 2e-2 * want.abs().max().item()
+
+
 @NEEDS_CUDA_GRAPHS
 def test_decode_step_sums_tokens_again_on_replay() -> None:
     """The one-slot-per-block step (2 tokens, top 8 of 64) replays from a graph: the arrival

@@ -114,6 +114,25 @@ def test_fp4_prefill_dequantized_in_chunks_matches_reference(fmt, load, monkeypa
     _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
 
 
+@pytest.mark.parametrize("tokens", [1, 7])
+@pytest.mark.parametrize("fmt", ["fp8-block", "nvfp4"])
+def test_shared_expert_output_is_added(fmt: str, tokens: int) -> None:
+    """``addend`` (a shared expert's output) joins the sum: in the down GEMM's token sum at a
+    one-slot-per-block step (1 token of 8 experts at k = 2), after the sum when sorted."""
+    x, w13, w2, weights, ids = _case(tokens, 8, 256, 128, 2, "random")
+    addend = torch.randn(x.shape, generator=torch.Generator().manual_seed(tokens)).to(x)
+    if fmt == "nvfp4":
+        f13, f2 = quantize_fp4_experts(w13, fmt), quantize_fp4_experts(w2, fmt)
+        want = fused_moe_fp4_reference(x.float(), f13, f2, weights, ids)
+        got = fused_moe_fp4(x, f13, f2, weights, ids, addend=addend.clone())
+    else:
+        q13, s13 = quantize_fp8_experts(w13, (128, 128))
+        q2, s2 = quantize_fp8_experts(w2, (128, 128))
+        want = fused_moe_fp8_reference(x, q13, s13, q2, s2, weights, ids, (128, 128))
+        got = fused_moe_fp8(x, q13, s13, q2, s2, weights, ids, (128, 128), addend=addend.clone())
+    _close(got, want.float() + addend.float(), 1e-3 if torch.float32 == DTYPE else 3e-2)
+
+
 @pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
 def test_half_activations(dtype) -> None:  # noqa: ANN001
     if INTERPRETED and dtype == torch.float16:
