@@ -35,7 +35,7 @@ from kvserve.kernels._triton import (
     tl,
     triton,
 )
-from kvserve.kernels.activation import silu_and_mul, silu_mul
+from kvserve.kernels.activation import silu_and_mul
 from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
 
 
@@ -341,7 +341,7 @@ def grouped_grid(block_expert: torch.Tensor, n: int, block_n: int) -> tuple[int]
 @jit(do_not_specialize=("expert_lo", "expert_hi"))
 def _grouped_gemm_kernel(
     a_ptr,  # [rows of A, K]: tokens (A_PER_TOKEN) or slots
-    w_ptr,  # [expert_hi - expert_lo, N, K], or GATED [.., 2N, K]: gate rows, then up rows
+    w_ptr,  # [expert_hi - expert_lo, N, K]
     out_ptr,  # [num_slots, N]
     slots_ptr,
     block_expert_ptr,
@@ -367,7 +367,6 @@ def _grouped_gemm_kernel(
     BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,  # "ieee" for float32 (no TF32 rounding of the inputs)
     USE_PDL: tl.constexpr,
-    GATED: tl.constexpr = False,  # out = silu(a @ gate.T) * (a @ up.T): SiLU-mul in the epilogue
 ):
     pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
@@ -387,21 +386,14 @@ def _grouped_gemm_kernel(
         + offs_k[:, None]
     )
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # GATED
     for k0 in range(0, K, BLOCK_K):
         k_ok = offs_k < K - k0
         a_mask = row_ok[:, None] & k_ok[None, :]
-        w_mask = k_ok[:, None] & (offs_n[None, :] < N)
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-        w = tl.load(w_ptrs, mask=w_mask, other=0.0)
+        w = tl.load(w_ptrs, mask=k_ok[:, None] & (offs_n[None, :] < N), other=0.0)
         acc = tl.dot(a, w, acc, input_precision=DOT_PRECISION)
-        if GATED:
-            w_up = tl.load(w_ptrs + N * stride_wn, mask=w_mask, other=0.0)
-            acc_up = tl.dot(a, w_up, acc_up, input_precision=DOT_PRECISION)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    if GATED:
-        acc = silu_mul(acc, acc_up)
     _store_slots(
         out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, sums_ptr, counter_ptr,
         SCALE_ROWS, SUM_TOKENS, TOP_K, BLOCK_M, BLOCK_N,
@@ -417,13 +409,6 @@ def _block_config(num_slots: int, num_experts: int) -> dict[str, int]:
     if per_expert <= 64:
         return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4}
     return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
-
-
-def gated_config(config: dict[str, int]) -> dict[str, int]:
-    """The tile of a gate/up GEMM with the SiLU-mul in its epilogue: half the output columns,
-    so a program reads as many weight rows (BLOCK_N of gate, BLOCK_N of up) and a decode step
-    launches as many programs as the plain GEMM over gate and up."""
-    return config | {"BLOCK_N": max(16, config["BLOCK_N"] // 2)}
 
 
 def half_weight_config(config: dict[str, int], dtype: torch.dtype) -> dict[str, int]:
@@ -490,14 +475,12 @@ def _grouped_gemm(
     experts: tuple[int, int] | None = None,
     token_sum: TokenSum | None = None,
     pdl: bool = False,
-    gated: bool = False,
 ) -> torch.Tensor:
     """``blocks``: slots sorted into expert blocks, or the flat expert ids [num_slots] for one
     slot per block (no sorting: small batches, where few slots share an expert). ``experts``:
     ``(lo, hi)`` when ``w`` holds experts lo..hi-1 only; the rows of the others in ``out`` are
-    left as they are. ``token_sum``: see ``SlotOutput``. ``gated``: ``w`` holds gate then up
-    rows, and the output is [num_slots, N / 2] after the SiLU-mul (``gated_config``)."""
-    n, k = w.shape[1] // (2 if gated else 1), w.shape[2]
+    left as they are. ``token_sum``: see ``SlotOutput``."""
+    n, k = w.shape[1], w.shape[2]
     lo, hi = experts or (0, w.shape[0])
     tiles = {key: config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
     block_expert, slots, one_slot = block_tables(blocks)
@@ -510,19 +493,18 @@ def _grouped_gemm(
         SCALE_ROWS=row_weights is not None, ONE_SLOT_PER_BLOCK=one_slot,
         SUM_TOKENS=dest.sum_mode, num_warps=config["num_warps"],
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
-        num_stages=config["num_stages"], GATED=gated, **tiles, **launch_options(pdl),
+        num_stages=config["num_stages"], **tiles, **launch_options(pdl),
     )  # fmt: skip
     return dest.out
 
 
 # (GEMM input rows, 0 for w13 / 1 for w2, slot blocks, num_slots, top_k, tile config, router
-# weights to scale the output rows by or None, TokenSum or None, gated) -> [num_slots, N], or
-# with a TokenSum (one slot per block, the down GEMM) [tokens, N], each token's k rows summed;
-# gated (w13 at one slot per block): [num_slots, I] after the SiLU-mul, in the epilogue where
-# the format's kernel can; see _grouped_gemm and SlotOutput
+# weights to scale the output rows by or None, TokenSum or None) -> [num_slots, N], or with a
+# TokenSum (one slot per block, the down GEMM) [tokens, N], each token's k rows summed; see
+# _grouped_gemm and SlotOutput
 ExpertGemm = Callable[
     [torch.Tensor, int, "SortedSlots | torch.Tensor", int, int, dict, "torch.Tensor | None",
-     "TokenSum | None", bool],
+     "TokenSum | None"],
     torch.Tensor,
 ]  # fmt: skip
 
@@ -541,10 +523,9 @@ def fused_moe(
     assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
     stacks = (w13, w2)
 
-    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum, gated):  # noqa: ANN001, ANN202
-        config = gated_config(config) if gated else config
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights,
-                             token_sum=token_sum, pdl=pdl, gated=gated)  # fmt: skip
+                             token_sum=token_sum, pdl=pdl)  # fmt: skip
 
     num_experts = w13.shape[0]
     config = half_weight_config(_block_config(topk_ids.numel(), num_experts), w13.dtype)
@@ -567,8 +548,8 @@ def fused_moe_with(
     """Route, sort (or not), gate/up GEMM, SiLU-mul, down GEMM scaled by the router weights,
     sum of the k rows (plus ``addend`` [T, H], a shared expert's output, which a decode step
     overwrites with the result): the steps every expert format shares; ``gemm`` multiplies by
-    one expert stack in its own format. Decode steps (one slot per block) take the SiLU-mul into
-    the gate/up GEMM and sum the k rows in the down GEMM; sorted steps run both on their own."""
+    one expert stack in its own format. Decode steps (one slot per block) sum the k rows in the
+    down GEMM; sorted steps in one torch reduction."""
     require_triton()
     tokens, top_k = topk_ids.shape
     num_slots = tokens * top_k
@@ -580,14 +561,12 @@ def fused_moe_with(
         blocks: SortedSlots | torch.Tensor = topk_ids.flatten().to(torch.int32)
     else:
         blocks = sort_slots_by_expert_kernel(topk_ids, num_experts, config["BLOCK_M"])
+    gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None, None)
     flat_weights = topk_weights.flatten().float().contiguous()
-    if one_slot:
-        hidden = gemm(x, 0, blocks, num_slots, top_k, config, None, None, True)
-        addend = addend if addend is None or addend.is_contiguous() else addend.contiguous()
-        token_sum = TokenSum(addend)
-        return gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights, token_sum, False)
-    gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None, None, False)
     hidden = silu_and_mul(gate_up, pdl=pdl)
-    down = gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights, None, False)
+    if one_slot:
+        addend = addend if addend is None or addend.is_contiguous() else addend.contiguous()
+        return gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights, TokenSum(addend))
+    down = gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights, None)
     out = down.view(tokens, top_k, -1).sum(dim=1)  # accumulates in fp32, one kernel
     return out if addend is None else out.add_(addend)

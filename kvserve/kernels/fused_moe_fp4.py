@@ -24,7 +24,6 @@ import os
 import torch
 
 from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, sm_count, tl
-from kvserve.kernels.activation import silu_and_mul
 from kvserve.kernels.fp4_dequantize import dequantize_fp4_dense
 from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
 from kvserve.kernels.fp4_tile import code_words, dequant_tile
@@ -257,28 +256,6 @@ def _fp4_moe_gemv(
     return summed if token_sum.into is None else token_sum.into.add_(summed)
 
 
-def _fp4_gemm(
-    a: torch.Tensor,
-    stack: Fp4Stack,
-    blocks: SortedSlots | torch.Tensor,
-    num_slots: int,
-    top_k: int,
-    config: dict[str, int],
-    row_weights: torch.Tensor | None,
-    token_sum: TokenSum | None,
-    pdl: bool,
-) -> torch.Tensor:
-    """One expert stack's grouped GEMM on the kernel that suits the step: the word GEMV per slot
-    (decode), the experts dequantized in chunks (large prefill steps) or the in-register one."""
-    args = (a, stack, blocks, num_slots, top_k, config, row_weights)
-    if isinstance(blocks, torch.Tensor):  # one slot per block
-        if moe_gemv_enabled():
-            return _fp4_moe_gemv(a, stack, blocks, top_k, row_weights, token_sum, pdl)
-    elif num_slots >= DEQUANT_MIN_SLOTS_PER_EXPERT * stack[0].shape[0]:
-        return _dequantized_grouped_gemm(*args, pdl=pdl)
-    return _fp4_grouped_gemm(*args, token_sum, pdl)
-
-
 def fused_moe_fp4(
     x: torch.Tensor,
     w13: Fp4Stack,
@@ -291,10 +268,14 @@ def fused_moe_fp4(
     """The GPU path of ``fused_moe_fp4_reference`` (same arguments)."""
     stacks = (w13, w2)
 
-    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum, gated):  # noqa: ANN001, ANN202
-        out = _fp4_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights,
-                        token_sum, pdl)  # fmt: skip
-        return silu_and_mul(out, pdl=pdl) if gated else out  # not in these kernels' epilogues
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
+        args = (a, stacks[which], blocks, num_slots, top_k, config, row_weights)
+        if isinstance(blocks, torch.Tensor):  # one slot per block
+            if moe_gemv_enabled():
+                return _fp4_moe_gemv(a, stacks[which], blocks, top_k, row_weights, token_sum, pdl)
+        elif num_slots >= DEQUANT_MIN_SLOTS_PER_EXPERT * stacks[which][0].shape[0]:
+            return _dequantized_grouped_gemm(*args, pdl=pdl)
+        return _fp4_grouped_gemm(*args, token_sum, pdl)
 
     return fused_moe_with(
         x, topk_weights, topk_ids, w13[0].shape[0], w2[0].shape[1], gemm, pdl=pdl, addend=addend

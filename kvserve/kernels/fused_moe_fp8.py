@@ -20,7 +20,6 @@ from functools import partial
 import torch
 
 from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, tl
-from kvserve.kernels.activation import silu_mul
 from kvserve.kernels.fp8_quant import dequantize_fp8_activation, quantize_fp8
 from kvserve.kernels.fused_moe import (
     SlotOutput,
@@ -32,7 +31,6 @@ from kvserve.kernels.fused_moe import (
     block_tables,
     fused_moe_reference,
     fused_moe_with,
-    gated_config,
     grouped_grid,
 )
 
@@ -105,7 +103,6 @@ def _fp8_grouped_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     USE_PDL: tl.constexpr,
-    GATED: tl.constexpr = False,  # w: gate rows then up rows; out = silu(gate) * up (N = I)
 ):
     pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
@@ -126,43 +123,27 @@ def _fp8_grouped_gemm_kernel(
         + offs_k[:, None]
     )
     as_rows = as_ptr + a_rows.to(tl.int64) * stride_as
-    ws_expert = ws_ptr + expert.to(tl.int64) * stride_wse
-    ws_cols = ws_expert + (offs_n // GROUP_N) * stride_wsn
-    ws_cols_up = ws_expert + ((N + offs_n) // GROUP_N) * stride_wsn  # GATED
+    ws_cols = ws_ptr + expert.to(tl.int64) * stride_wse + (offs_n // GROUP_N) * stride_wsn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # GATED
     for k0 in range(0, K, BLOCK_K):
         k_ok = offs_k < K - k0
         a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        a_s = tl.load(as_rows + k0 // SCALE_K, mask=row_ok, other=0.0)  # BLOCKWISE
-        acc = _fp8_step(acc, a, a_s, w_ptrs, ws_cols, k0, k_ok, n_ok, SCALE_K, BLOCKWISE)
-        if GATED:
-            acc_up = _fp8_step(acc_up, a, a_s, w_ptrs + N * stride_wn, ws_cols_up, k0, k_ok,
-                               n_ok, SCALE_K, BLOCKWISE)  # fmt: skip
+        w = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        if BLOCKWISE:
+            a_s = tl.load(as_rows + k0 // SCALE_K, mask=row_ok, other=0.0)
+            w_s = tl.load(ws_cols + k0 // SCALE_K, mask=n_ok, other=0.0)
+            acc += tl.dot(a, w) * a_s[:, None] * w_s[None, :]
+        else:
+            acc = tl.dot(a, w, acc)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
     if not BLOCKWISE:
-        a_s = tl.load(as_rows, mask=row_ok, other=0.0)[:, None]
-        acc = acc * a_s * tl.load(ws_cols, mask=n_ok, other=0.0)[None, :]
-        if GATED:
-            acc_up = acc_up * a_s * tl.load(ws_cols_up, mask=n_ok, other=0.0)[None, :]
-    if GATED:
-        acc = silu_mul(acc, acc_up)
+        acc = acc * tl.load(as_rows, mask=row_ok, other=0.0)[:, None]
+        acc = acc * tl.load(ws_cols, mask=n_ok, other=0.0)[None, :]
     _store_slots(
         out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, sums_ptr, counter_ptr,
         SCALE_ROWS, SUM_TOKENS, TOP_K, BLOCK_M, BLOCK_N,
     )  # fmt: skip
-
-
-@jit
-def _fp8_step(acc, a, a_s, w_ptrs, ws_cols, k0, k_ok, n_ok, SCALE_K: tl.constexpr,
-              BLOCKWISE: tl.constexpr):  # fmt: skip
-    """One K step of one weight tile into ``acc``; block-wise, times the step's scales."""
-    w = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
-    if BLOCKWISE:
-        w_s = tl.load(ws_cols + k0 // SCALE_K, mask=n_ok, other=0.0)
-        return acc + tl.dot(a, w) * a_s[:, None] * w_s[None, :]
-    return tl.dot(a, w, acc)
 
 
 def _fp8_grouped_gemm(
@@ -177,12 +158,10 @@ def _fp8_grouped_gemm(
     row_weights: torch.Tensor | None,
     token_sum: TokenSum | None = None,
     pdl: bool = False,
-    gated: bool = False,
 ) -> torch.Tensor:
     """``a`` in the activation dtype: quantized here (per token group or per token), then
-    ``a @ w[e].T`` per slot as ``fused_moe._grouped_gemm`` does (``token_sum``, ``gated``
-    too)."""
-    n, k = w.shape[1] // (2 if gated else 1), w.shape[2]
+    ``a @ w[e].T`` per slot as ``fused_moe._grouped_gemm`` does (``token_sum`` too)."""
+    n, k = w.shape[1], w.shape[2]
     aq, a_scale = quantize_fp8(a, block[1] if block else None, pdl=pdl)
     block_k = block[1] if block else config["BLOCK_K"]
     block_n = min(config["BLOCK_N"], block[0]) if block else config["BLOCK_N"]
@@ -198,8 +177,7 @@ def _fp8_grouped_gemm(
         ONE_SLOT_PER_BLOCK=one_slot, SUM_TOKENS=dest.sum_mode, BLOCKWISE=block is not None,
         GROUP_N=block[0] if block else 1, SCALE_K=block[1] if block else block_k,
         BLOCK_M=config["BLOCK_M"], BLOCK_N=block_n, BLOCK_K=block_k,
-        num_warps=config["num_warps"], num_stages=config["num_stages"], GATED=gated,
-        **launch_options(pdl),
+        num_warps=config["num_warps"], num_stages=config["num_stages"], **launch_options(pdl),
     )  # fmt: skip
     return dest.out
 
@@ -219,11 +197,10 @@ def fused_moe_fp8(
     """The GPU path of ``fused_moe_fp8_reference`` (same arguments)."""
     stacks = ((w13, w13_scale), (w2, w2_scale))
 
-    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum, gated):  # noqa: ANN001, ANN202
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         w, ws = stacks[which]
-        config = gated_config(config) if gated else config
         return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights,
-                                 token_sum, pdl, gated)  # fmt: skip
+                                 token_sum, pdl)  # fmt: skip
 
     return fused_moe_with(
         x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, pdl=pdl, addend=addend
