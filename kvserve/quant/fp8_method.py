@@ -180,20 +180,26 @@ class Fp8LinearMethod:
     # -- compute ------------------------------------------------------------------------------
     def apply(self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
-        y = self._matmul(layer, x2)
-        if bias is not None:
-            y = y + bias
+        y = self._matmul(layer, x.reshape(-1, shape[-1]), bias)
         return y.view(*shape[:-1], y.shape[-1])
 
-    def _matmul(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
+    def _matmul(
+        self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
         spec, w, ws = self.spec, layer.weight, layer.weight_scale
         if spec.activation == "none":
-            return F.linear(x, dequantize_fp8_weight(w, ws, spec.block).to(x.dtype))
+            return F.linear(x, dequantize_fp8_weight(w, ws, spec.block).to(x.dtype), bias)
+        # The decode kernels add the bias in their epilogue (GLM-4.5's q/k/v): no add kernel
         if _weight_only_here(spec, x):
-            return fp8_gemv(x, w, ws, block=spec.block, pdl=layer.launch_pdl)
+            return fp8_gemv(x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl)
         if _skinny_here(spec, x):
-            return fp8_skinny_linear(x, w, ws, block=spec.block, pdl=layer.launch_pdl)
+            return fp8_skinny_linear(x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl)
+        y = self._matmul_w8a8(layer, x)
+        return y if bias is None else y + bias
+
+    def _matmul_w8a8(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
+        """Activations quantized by their own kernel, then cuBLAS (or the block GEMM)."""
+        spec, w, ws = self.spec, layer.weight, layer.weight_scale
         static = layer.input_scale if spec.activation == "static" else None
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)

@@ -201,6 +201,20 @@ def test_fp8_method_runs_small_steps_weight_only(
     torch.testing.assert_close(out.float(), w8a8.float(), atol=0.1, rtol=0.1)
 
 
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the method takes these paths on CUDA only")
+@pytest.mark.parametrize("m", [1, 4, 80])
+def test_fp8_method_adds_the_bias_once(m: int) -> None:
+    """The bias of a biased projection (GLM-4.5's q/k/v) in the decode kernels' epilogue (one
+    row: the GEMV; four: the tensor-core kernel) or after cuBLAS (80): added exactly once."""
+    x, q, scale = inputs(m, 512, 1024, True, torch.bfloat16)
+    bias = torch.linspace(-4, 4, 512, device=DEVICE).to(torch.bfloat16)
+    layer = SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False)
+    method = Fp8LinearMethod(Fp8Spec("channel", "token"))
+    with_bias = method.apply(layer, x, bias)  # type: ignore[arg-type]
+    without = method.apply(layer, x, None)  # type: ignore[arg-type]
+    torch.testing.assert_close(with_bias.float(), without.float() + bias.float(), atol=0.05, rtol=0)
+
+
 def test_weight_only_rows_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(W8A16_ROWS_ENV, "5")
     w8a16_max_rows.cache_clear()
