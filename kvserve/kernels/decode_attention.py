@@ -83,7 +83,10 @@ FP8_DECODE_CONFIG = DecodeConfig(
     block_n=128, num_warps=4, num_stages=2, programs_per_sm=8, fused_merge=True
 )
 # One program merging more splits than ``fused_merge_max_splits`` (16) is a serial tail: FP8 at
-# batch 1 and 1K (64 splits) took 0.77x of bf16's speed fused, 0.94x with the merge kernel.
+# batch 1 and 1K (64 splits) took 0.77x of bf16's speed fused, 0.94x with the merge kernel. For
+# bf16 at batches 1-16 the merge kernel stays: fused merges, fewer filled splits and fixed split
+# counts were all slower than the default at 1K-128K (decode_attention_sweep_small_h200,
+# ``benchmarks/decode_attention_sweep.py --small``).
 
 
 @jit(do_not_specialize=("stride_bt", "num_splits", "min_split"))

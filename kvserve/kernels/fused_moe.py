@@ -8,8 +8,10 @@ expert to whole ``BLOCK_M`` row blocks, then one grouped GEMM over all experts f
 SiLU-mul, and one grouped GEMM for down whose epilogue scales each row by its router weight;
 the k rows of a token are summed last. When there are few slots per expert (decode at small
 batch), each slot is its own block and nothing is sorted: the sort's dozen small kernels per
-layer cost more than the rare second read of an expert two slots share. Every size is fixed
-by the token count, so a CUDA graph can capture it (no host syncs).
+layer cost more than the rare second read of an expert two slots share; there the down GEMM
+sums a token's k rows itself and adds a shared expert's output (``SlotOutput``), one kernel
+fewer, two for GLM-4.5. Every size is fixed by the token count, so a CUDA graph can capture it
+(no host syncs).
 
 Sorted layout, for ``block_m`` = 4, experts 0..2 holding 3, 0 and 5 slots (``.`` = padding,
 whose slot id is ``num_slots`` and whose rows are neither read nor written)::
