@@ -10,6 +10,8 @@ Two scorings, as the configs name them (``MoEConfig.scoring``):
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -62,7 +64,9 @@ def route(
     return select_experts(logits, cfg, correction_bias, kernels)
 
 
+@functools.cache
 def routing(cfg: MoEConfig) -> Routing:
+    """The fused router kernel's view of ``cfg`` (built once per config)."""
     return Routing(
         cfg.num_experts, cfg.top_k, cfg.norm_topk_prob, cfg.scoring == "grouped_sigmoid",
         cfg.num_groups, cfg.topk_groups, cfg.routed_scaling_factor,
