@@ -13,6 +13,8 @@ pytest.importorskip("triton")
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, NEEDS_CUDA_GRAPHS  # noqa: E402
 
 from kvserve.kernels.fused_moe import (  # noqa: E402
+    SlotOutput,
+    TokenSum,
     fused_moe,
     fused_moe_reference,
     sort_slots_by_expert,
@@ -86,6 +88,18 @@ def test_shared_expert_output_joins_the_sum(tokens: int, dtype: torch.dtype) -> 
     got = fused_moe(x, w13, w2, weights, ids, addend=addend.clone()).float()
     want = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids, addend=addend)
     assert (got - want).abs().max().item() <= 2e-2 * want.abs().max().item()
+
+
+def test_token_sums_refuse_a_tensor_of_the_wrong_shape() -> None:
+    """The down GEMM writes over ``into`` in place, so it must be [tokens, N], contiguous, in the
+    activations' dtype."""
+    a = torch.zeros(2, 64, device=DEVICE)
+    for into in (torch.zeros(3, 32, device=DEVICE), torch.zeros(32, 2, device=DEVICE).t(),
+                 torch.zeros(2, 32, device=DEVICE, dtype=torch.float16)):  # fmt: skip
+        with pytest.raises(ValueError, match="token sums"):
+            SlotOutput.plan(a, 16, 32, 8, 16, TokenSum(into))
+    plan = SlotOutput.plan(a, 16, 32, 8, 16, TokenSum())
+    assert plan.out.shape == (2, 32) and plan.sums.shape == (16, 32) and plan.sum_mode == 1
 
 
 @NEEDS_CUDA_GRAPHS
