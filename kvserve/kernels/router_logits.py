@@ -203,10 +203,7 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, *, pdl: bool = False) -
         return F.linear(x.float(), weight)
     if not split_mma:
         return _launch_cuda_core(x, weight, None, {"SCORING": 0}, pdl)
-    require_triton()
-    assert weight.shape[1] == hidden and weight.stride(1) == 1
-    x = x if x.stride(1) == 1 else x.contiguous()
-    out = torch.empty(tokens, experts, dtype=torch.float32, device=x.device)
+    x, out = _operands(x, weight)
     # 64 experts a program (32 below 2K tokens: twice the programs over W's bytes)
     block_e = min(64 if tokens >= 2048 else 32, max(16, next_pow2(experts)))
     grid = (-(-tokens // 64), -(-experts // block_e))
@@ -218,6 +215,14 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, *, pdl: bool = False) -
     return out
 
 
+def _operands(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x with unit column stride, and the float32 logits [T, E] the kernels write."""
+    require_triton()
+    assert weight.shape[1] == x.shape[1] and weight.stride(1) == 1
+    x = x if x.stride(1) == 1 else x.contiguous()
+    return x, torch.empty(x.shape[0], weight.shape[0], dtype=torch.float32, device=x.device)
+
+
 def _launch_cuda_core(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -227,12 +232,9 @@ def _launch_cuda_core(
 ) -> torch.Tensor:
     """``_router_logits_kernel`` for few tokens; ``routed``: (top-k weights, ids, correction
     bias, scaling) when it picks the experts too. Returns the logits."""
-    require_triton()
+    x, out = _operands(x, weight)
     tokens, hidden = x.shape
     experts = weight.shape[0]
-    assert weight.shape[1] == hidden and weight.stride(1) == 1
-    x = x if x.stride(1) == 1 else x.contiguous()
-    out = torch.empty(tokens, experts, dtype=torch.float32, device=x.device)
     # Few tokens: 4 experts a program, so a decode step's weight reads spread over >= E / 4 SMs
     block_t = next_pow2(tokens)
     block_e = 4 if tokens <= 4 else 8

@@ -19,9 +19,12 @@ engine than the W8A8 path at 1, 8 and 16 rows (lowbit_decode_h200_w8a16_ab_2026-
 and was removed; FP8 steps of one token take the CUDA-core GEMV of ``word_gemv.py``, and of
 2-64 tokens the FP8 tensor-core kernel of this layout, ``fp8_skinny_gemm.py``.
 
-The bf16 kernel is not on the engine's path. On the H200 it ties cuBLAS on Llama-3-8B's
+The bf16 kernel is off the engine's path by default (``KVSERVE_BF16_SKINNY_ROWS`` in
+``quant/unquantized.py`` puts small steps on it). On the H200 it ties cuBLAS on Llama-3-8B's
 projections and leads it by 3-8% on a 128K-vocabulary weight in isolation, but the LM head on
-it was no faster in the engine (benchmarks/results/lm_head_ab_h200_2026-11-29.json). It is the
+it was no faster in the engine (benchmarks/results/lm_head_ab_h200_2026-11-29.json), nor were
+Qwen3-30B-A3B's projections with programmatic dependent launch (306 against 303 tok/s at
+batch 1, moe_decode_h200_s35_head{,_skinny}). It is the
 base for what could beat cuBLAS: the RMSNorm fused into the prologue and SiLU-and-multiply into
 the down projection's.
 """

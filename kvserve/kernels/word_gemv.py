@@ -356,14 +356,13 @@ def fp8_gemv(
         x = x.contiguous()
     out = torch.empty(x.shape[0], n, dtype=x.dtype, device=x.device)
     cfg = config or fp8_gemv_config(n, k // FP8_PER_WORD, x.shape[0], sm_count(x.device))
-    weight_bytes = weight.view(torch.uint8)
-    if block is not None:
-        cfg = replace(cfg, block_n=min(cfg.block_n, block[0]))
-        launch_word_gemv(x, weight_bytes, scale.float(), None, bias, out, cfg, 8, pdl=pdl,
-                         fp8_block_rows=block[0])  # fmt: skip
-        return out
-    scale = scale.reshape(-1).float()
-    launch_word_gemv(x, weight_bytes, None, scale, bias, out, cfg, 8, pdl=pdl)
+    if block is None:
+        block_scale, row_scale, block_rows = None, scale.reshape(-1).float(), 0
+    else:  # a program's rows inside one block row
+        block_scale, row_scale, block_rows = scale.float(), None, block[0]
+        cfg = replace(cfg, block_n=min(cfg.block_n, block_rows))
+    launch_word_gemv(x, weight.view(torch.uint8), block_scale, row_scale, bias, out, cfg, 8,
+                     pdl=pdl, fp8_block_rows=block_rows)  # fmt: skip
     return out
 
 

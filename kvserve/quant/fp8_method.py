@@ -224,15 +224,19 @@ def _dequantized(layer: Linear, spec: Fp8Spec) -> torch.Tensor:
     return cached
 
 
+def _decode_blocks_fit(spec: Fp8Spec) -> bool:
+    """Per-tensor or per-channel scales, or the 128 x 128 blocks the decode kernels take."""
+    return spec.block is None or spec.block == DECODE_SCALE_BLOCK
+
+
 def _weight_only_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
     """Steps of a few tokens on the CUDA-core GEMV: any per-tensor or per-channel scales, and
     the 128 x 128 blocks of the DeepSeek-V3 / Qwen3-FP8 / GLM-4.5-FP8 releases. On the H200, at
     one token, GLM-4.5-Air's block-scaled projections took 22.2 / 19.1 / 7.3 / 5.8 us on it
     against 23.4 / 19.3 / 9.4 / 6.8 on the tensor-core kernel (fp8_gemv_h200_glm_block), and
     its batch-1 decode 165 against 162 tok/s (moe_decode_h200_s35_glm_fp8_head{,_tc})."""
-    blocks_fit = spec.block is None or spec.block == DECODE_SCALE_BLOCK
     return (
-        blocks_fit and x.device.type == "cuda" and 0 < x.shape[0] <= w8a16_max_rows()
+        _decode_blocks_fit(spec) and x.device.type == "cuda" and 0 < x.shape[0] <= w8a16_max_rows()
         and x.dtype in (torch.bfloat16, torch.float16)
     )  # fmt: skip
 
@@ -240,9 +244,8 @@ def _weight_only_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
 def _skinny_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
     """Decode steps on sm_90+ (the kernel was measured and tested on wgmma only), with any weight
     scales its tiles fit (blocks of 128 x 128 do)."""
-    blocks_fit = spec.block is None or spec.block == DECODE_SCALE_BLOCK
     return (
-        spec.activation != "none" and blocks_fit and x.device.type == "cuda"
+        spec.activation != "none" and _decode_blocks_fit(spec) and x.device.type == "cuda"
         and 0 < x.shape[0] <= skinny_max_rows() and x.dtype in (torch.bfloat16, torch.float16)
         and hopper_or_newer(x.device)
     )  # fmt: skip
