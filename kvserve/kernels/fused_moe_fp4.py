@@ -238,22 +238,20 @@ def _fp4_moe_gemv(
     token_sum: TokenSum | None = None,
     pdl: bool = False,
 ) -> torch.Tensor:
-    """One GEMV per slot: [slots, N] (see ``MoeSlots``); with a ``token_sum``, each token's k
-    rows summed after it (the GEMV's epilogue does not sum them: one more kernel)."""
+    """One GEMV per slot: [slots, N] (see ``MoeSlots``); with a ``token_sum``, [tokens, N], each
+    token's k rows summed in the GEMV's epilogue."""
     packed, block_scale, row_scale = stack
     num_slots, n = experts.numel(), packed.shape[1]
-    out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
     a = a if a.stride(1) == 1 else a.contiguous()
     group = group_size_of(block_scale)
     # Plain scale loads for both formats: the MoE A/B on the H200 ran them; the asm loads that
     # the dense NVFP4 GEMV takes are not yet timed here.
     cfg = gemv_config(n, packed.shape[2] // 4, num_sms=sm_count(a.device), slots=num_slots)
-    slots = MoeSlots(experts, top_k, row_weights is None, row_weights)
-    launch_word_gemv(a, packed, block_scale, row_scale, None, out, cfg, group, slots, pdl)
-    if token_sum is None:
-        return out
-    summed = out.view(-1, top_k, n).sum(dim=1)
-    return summed if token_sum.into is None else token_sum.into.add_(summed)
+    dest = SlotOutput.plan(a, num_slots, n, top_k, cfg.block_n, token_sum)
+    summed = dest if token_sum is not None else None
+    slots = MoeSlots(experts, top_k, row_weights is None, row_weights, summed)
+    launch_word_gemv(a, packed, block_scale, row_scale, None, dest.out, cfg, group, slots, pdl)
+    return dest.out
 
 
 def fused_moe_fp4(

@@ -33,7 +33,9 @@ A program owns BLOCK_N rows of W and walks K in steps of BLOCK_W words (the in-r
 are in ``word_decode.py``). Split K and the epilogue (row scale, bias, transposed store) are the
 MMA kernels' (``skinny_gemm._finish_tile``), with its deterministic last-arrival reduction, so
 launches can be captured in CUDA graphs. With ``MoeSlots`` a program row serves one slot of a
-mixture-of-experts step: its expert's weights and scales, its token's x row. Launched with
+mixture-of-experts step: its expert's weights and scales, its token's x row; with a token sum
+(the down GEMM of a decode step) the last of a token's k slots to finish a column tile sums their
+rows, as the grouped MMA kernels do (``fused_moe._sum_token_rows``). Launched with
 programmatic dependent launch (``pdl``), a program issues its first step's weight and scale
 loads before it waits for the kernel before (they never change while serving); x after.
 """
@@ -46,6 +48,7 @@ import torch
 
 from kvserve.kernels._triton import (
     interpreting,
+    jit,
     launch_options,
     pdl_release,
     pdl_wait,
@@ -54,7 +57,8 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.fp4_reference import MXFP4_GROUP
-from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit
+from kvserve.kernels.fused_moe import SlotOutput, _sum_token_rows
+from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit, _sum_splits, arrive
 from kvserve.kernels.word_decode import (
     E4M3_CODE_LOG2,
     X_PAIR_LOG2,
@@ -113,7 +117,8 @@ def _word_gemv_kernel(
     num_splits,
     slot_expert_ptr,  # MOE: int32 [slots], the expert of each slot (one per program row z)
     router_w_ptr,  # MOE and SCALE_ROWS: fp32 [slots]
-    top_k,
+    sums_ptr,  # SUM_TOKENS: fp32 [slots, N] workspace (fused_moe.SlotOutput)
+    sum_counter_ptr,  # SUM_TOKENS: int32 arrival counters [tokens, N tiles], zero between launches
     stride_we,  # MOE: per expert, in words; likewise the next two
     stride_se,
     stride_rse,
@@ -134,6 +139,10 @@ def _word_gemv_kernel(
     MOE: tl.constexpr,  # grid z = slots: W, scales and the x row chosen per slot
     A_PER_TOKEN: tl.constexpr,  # MOE: slot s reads x row s // top_k (else row s)
     SCALE_ROWS: tl.constexpr,  # MOE: outputs times the slot's router weight
+    TOP_K: tl.constexpr,  # MOE: slots per token
+    # MOE: out is [tokens, N], each token's TOP_K rows summed in choice order (1), and added to
+    # out's row (2), by the last of them to finish a column tile (fused_moe._sum_token_rows)
+    SUM_TOKENS: tl.constexpr,
     USE_PDL: tl.constexpr,
     # FP8 with a scale per block of FP8_BLOCK rows and 128 columns ([N / FP8_BLOCK, K / 128]
     # at s_ptr; a multiple of BLOCK_N, so all of a program's rows share a block row); 0: none
@@ -149,11 +158,12 @@ def _word_gemv_kernel(
         pdl_wait(USE_PDL)  # the slots' experts come from the kernel before
         pdl_release(USE_PDL)
         expert = tl.load(slot_expert_ptr + pid_s).to(tl.int64)
-        x_ptr += (pid_s // top_k if A_PER_TOKEN else pid_s).to(tl.int64) * stride_xm
+        x_ptr += (pid_s // TOP_K if A_PER_TOKEN else pid_s).to(tl.int64) * stride_xm
         w_ptr += expert * stride_we
         s_ptr += expert * stride_se
         rs_ptr += expert * stride_rse
-        out_ptr += pid_s.to(tl.int64) * stride_om
+        if not SUM_TOKENS:
+            out_ptr += pid_s.to(tl.int64) * stride_om
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rw = tl.arange(0, BLOCK_W)
     w_start = pid_k * words_per_split
@@ -224,11 +234,55 @@ def _word_gemv_kernel(
         tile = tile * tl.load(rs_ptr)
     if SCALE_ROWS:
         tile = tile * tl.load(router_w_ptr + pid_s)
-    _finish_tile(
-        tile, pid_s * tl.num_programs(0) + pid_n, pid_k, num_splits, ws_ptr, counter_ptr,
-        rs_ptr, bias_ptr, out_ptr, rn, tl.arange(0, ROWS), M, N, stride_om, BLOCK_N, ROWS,
-        HAS_ROW_SCALE and not SCALAR_ROW_SCALE, HAS_BIAS, DIRECT,
-    )  # fmt: skip
+    tile_index = pid_s * tl.num_programs(0) + pid_n
+    per_row_scale: tl.constexpr = HAS_ROW_SCALE and not SCALAR_ROW_SCALE
+    if SUM_TOKENS:
+        _finish_token_row(
+            tile, tile_index, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr, out_ptr, rn, N,
+            stride_om, pid_s, sums_ptr, sum_counter_ptr, BLOCK_N, per_row_scale, DIRECT, TOP_K,
+            SUM_TOKENS == 2,
+        )  # fmt: skip
+    else:
+        _finish_tile(
+            tile, tile_index, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr, bias_ptr, out_ptr,
+            rn, tl.arange(0, ROWS), M, N, stride_om, BLOCK_N, ROWS, per_row_scale, HAS_BIAS,
+            DIRECT,
+        )  # fmt: skip
+
+
+@jit
+def _finish_token_row(
+    tile, tile_index, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr, out_ptr, rn, N,
+    stride_om, slot, sums_ptr, sum_counter_ptr, BLOCK_N: tl.constexpr,
+    HAS_ROW_SCALE: tl.constexpr, DIRECT: tl.constexpr, TOP_K: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+):  # fmt: skip
+    """The end of a MoE slot's tile [BLOCK_N, 1] when tokens are summed: the last K split to
+    arrive (``_finish_tile``'s reduction) scales the slot's row and hands it to the token sum."""
+    if DIRECT:
+        _token_row(tile, rs_ptr, out_ptr, rn, N, stride_om, slot, sums_ptr, sum_counter_ptr,
+                   BLOCK_N, HAS_ROW_SCALE, TOP_K, ACCUMULATE)  # fmt: skip
+    else:
+        tile_ws = ws_ptr + tile_index.to(tl.int64) * num_splits * BLOCK_N
+        tl.store(tile_ws + pid_k * BLOCK_N + tl.arange(0, BLOCK_N)[:, None], tile)
+        if arrive(counter_ptr + tile_index) == num_splits - 1:
+            total = _sum_splits(tile_ws, num_splits, BLOCK_N, 1)
+            _token_row(total, rs_ptr, out_ptr, rn, N, stride_om, slot, sums_ptr,
+                       sum_counter_ptr, BLOCK_N, HAS_ROW_SCALE, TOP_K, ACCUMULATE)  # fmt: skip
+            tl.store(counter_ptr + tile_index, 0)
+
+
+@jit
+def _token_row(
+    tile, rs_ptr, out_ptr, rn, N, stride_om, slot, sums_ptr, sum_counter_ptr,
+    BLOCK_N: tl.constexpr, HAS_ROW_SCALE: tl.constexpr, TOP_K: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+):  # fmt: skip
+    row = tl.sum(tile, axis=1)
+    if HAS_ROW_SCALE:
+        row = row * tl.load(rs_ptr + rn, mask=rn < N, other=0.0)
+    _sum_token_rows(out_ptr, row, slot, rn, N, stride_om, sums_ptr, sum_counter_ptr, TOP_K,
+                    BLOCK_N, ACCUMULATE)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -240,6 +294,9 @@ class MoeSlots:
     top_k: int
     a_per_token: bool
     router_weights: torch.Tensor | None = None  # fp32 [slots]: scales each slot's output
+    # each token's k rows summed by the kernel (``SlotOutput.plan`` with a ``TokenSum``, at the
+    # launch's block_n); ``out`` is then its ``out``
+    token_sum: SlotOutput | None = None
 
 
 def launch_word_gemv(
@@ -280,10 +337,15 @@ def launch_word_gemv(
     direct = splits == 1
     ws = counters = out
     rows = 1 if moe is not None else min(GEMV_ROWS, 1 << (m - 1).bit_length())
+    summing = moe is not None and moe.token_sum is not None
+    if summing and (bias is not None or out is not moe.token_sum.out):
+        raise ValueError("a token-summing GEMV writes its SlotOutput's out and takes no bias")
     if not direct:
         ws_size = slots * n_tiles * splits * cfg.block_n * rows
         ws = torch.empty(ws_size, dtype=torch.float32, device=x.device)
-        counters = _arrival_counters(x.device, slots * n_tiles)
+        # after the token sums' counters ([tokens, N tiles]), which share the buffer
+        taken = slots // moe.top_k * n_tiles if summing else 0
+        counters = _arrival_counters(x.device, taken + slots * n_tiles)[taken:]
     scales = block_scale.view(torch.uint8) if fp4 else weight_bytes
     if fp8_block_rows:
         scales = block_scale
@@ -307,6 +369,8 @@ def launch_word_gemv(
         ASM_SCALE_LOADS=cfg.asm_scale_loads and not interpreting(),
         MOE=moe is not None, A_PER_TOKEN=moe is not None and moe.a_per_token,
         SCALE_ROWS=moe is not None and moe.router_weights is not None,
+        TOP_K=1 if moe is None else moe.top_k,
+        SUM_TOKENS=moe.token_sum.sum_mode if summing else 0,
         FP8_BLOCK=fp8_block_rows, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **launch_options(pdl), **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
@@ -319,13 +383,14 @@ def _moe_args(
     scales: torch.Tensor,
     row_scale: torch.Tensor | None,
 ) -> tuple:
-    """The kernel's slot_expert_ptr, router_w_ptr, top_k and per-expert strides (words, scale
-    bytes, row scales); placeholders without ``moe``."""
+    """The kernel's slot_expert_ptr, router_w_ptr, sums_ptr, sum_counter_ptr and per-expert
+    strides (words, scale bytes, row scales); placeholders without ``moe``."""
     if moe is None:
-        return placeholder, placeholder, 1, 0, 0, 0
+        return placeholder, placeholder, placeholder, placeholder, 0, 0, 0
     router = moe.router_weights if moe.router_weights is not None else placeholder
+    sums = (moe.token_sum.sums, moe.token_sum.counters) if moe.token_sum else (placeholder,) * 2
     rs_stride = row_scale.stride(0) if row_scale is not None else 0
-    return moe.experts, router, moe.top_k, w_words.stride(0), scales.stride(0), rs_stride
+    return moe.experts, router, *sums, w_words.stride(0), scales.stride(0), rs_stride
 
 
 def fp8_gemv(

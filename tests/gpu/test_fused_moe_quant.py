@@ -18,6 +18,8 @@ pytest.importorskip("triton")
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS  # noqa: E402
 
 from kvserve.kernels import fused_moe_fp4 as fused_moe_fp4_module  # noqa: E402
+from kvserve.kernels.fp4_reference import group_size_of  # noqa: E402
+from kvserve.kernels.fused_moe import SlotOutput, TokenSum  # noqa: E402
 from kvserve.kernels.fused_moe_fp4 import (  # noqa: E402
     MOE_GEMV_ENV,
     fused_moe_fp4,
@@ -25,6 +27,7 @@ from kvserve.kernels.fused_moe_fp4 import (  # noqa: E402
     moe_gemv_enabled,
 )
 from kvserve.kernels.fused_moe_fp8 import fused_moe_fp8, fused_moe_fp8_reference  # noqa: E402
+from kvserve.kernels.word_gemv import GemvConfig, MoeSlots, launch_word_gemv  # noqa: E402
 from kvserve.quant.moe_fp4 import quantize_fp4_experts  # noqa: E402
 from kvserve.quant.moe_fp8 import quantize_fp8_experts  # noqa: E402
 
@@ -211,6 +214,33 @@ def test_fp4_decode_on_the_gemv_matches_reference(shape, tokens, fmt, load, moe_
     got = fused_moe_fp4(x, s13, s2, weights, ids)
     want = fused_moe_fp4_reference(x.float(), s13, s2, weights, ids)
     _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
+
+
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("accumulate", [False, True], ids=["new", "addend"])
+def test_fp4_gemv_sums_each_tokens_rows(accumulate: bool, fmt: str, split_k: int) -> None:
+    """The down GEMV of a decode step sums each token's k router-weighted rows in its epilogue
+    (after its own split-K reduction when K is split), into a new tensor or onto an addend; and
+    twice in a row, so the arrival counters are back at zero after each launch."""
+    tokens, experts, hidden, inter, k = 2, 16, 256, 128, 4
+    x, _, w2, weights, ids = _case(tokens, experts, hidden, inter, k, "random")
+    stack = quantize_fp4_experts(w2, fmt)
+    a = torch.randn(tokens * k, inter, generator=torch.Generator().manual_seed(5)).to(x)
+    dense = fused_moe_fp4_module.dequantize_fp4_experts(stack)
+    flat_ids, flat_w = ids.flatten(), weights.flatten().float()
+    rows = torch.einsum("si,sni->sn", a.float(), dense[flat_ids.long()]) * flat_w[:, None]
+    addend = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(6)).to(x)
+    want = rows.view(tokens, k, hidden).sum(1) + (addend.float() if accumulate else 0.0)
+    cfg = GemvConfig(block_n=64, block_w=8, split_k=split_k)
+    for _ in range(2):
+        into = addend.clone() if accumulate else None
+        dest = SlotOutput.plan(a, tokens * k, hidden, k, cfg.block_n, TokenSum(into))
+        slots = MoeSlots(flat_ids, k, False, flat_w, dest)
+        launch_word_gemv(a, stack[0], stack[1], stack[2], None, dest.out, cfg,
+                         group_size_of(stack[1]), slots)  # fmt: skip
+        assert dest.out.shape == (tokens, hidden)
+        _close(dest.out, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
 
 
 @NEEDS_CUDA_GRAPHS
