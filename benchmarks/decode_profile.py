@@ -6,7 +6,9 @@
 For each batch size: ``batch`` requests of ``--context`` random tokens are prefilled, then
 ``--steps`` decode steps run under the profiler exactly as the engine runs them (CUDA graphs
 unless ``--enforce-eager``). Reports per step: wall time, summed kernel time, the idle gap
-between them, and kernel time grouped by kernel name. Writes decode_profile_<tag>_<date>.json.
+between them, kernel time grouped by kernel name, and a timeline of 60 kernels from a third of
+the way into the window. ``--disable-pdl`` launches the kernels without programmatic dependent
+launch, so that each one's time is its own. Writes decode_profile_<tag>_<date>.json.
 
 ``--prefill-lengths`` profiles prefill instead: as many prompts of each length as one step's
 token budget takes (roofline.py's prefill part), after one untimed run of the same.
@@ -50,6 +52,17 @@ def kernel_times(prof: torch.profiler.profile) -> tuple[dict[str, float], int]:
     return totals, launches
 
 
+def timeline(prof: torch.profiler.profile, first: int, count: int) -> list[list]:
+    """Kernels ``first`` .. ``first + count`` of the profiled window in launch order: [name (60
+    characters), start (us from the first of them), duration (us)]. With programmatic dependent
+    launch a kernel starts before the one before it ends; without, the gaps are launch costs."""
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = sorted(kernels, key=lambda e: e.time_range.start)[first : first + count]
+    t0 = kernels[0].time_range.start if kernels else 0
+    return [[e.name[:60], round(e.time_range.start - t0, 2), round(e.device_time, 2)]
+            for e in kernels]  # fmt: skip
+
+
 def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dict[str, Any]:
     # max_tokens long enough that no request ends inside the window (the first ones start
     # decoding while the last are still prefilling); all are aborted afterwards.
@@ -68,7 +81,9 @@ def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dic
     drain(core)
     reset_prefix_cache(core)
     row = summarize(prof, steps, wall_ms, f"b={batch}")
-    return {"batch": batch, "context": context} | row
+    # a few layers in the middle of the first step
+    window = timeline(prof, int(row["kernels_per_step"] // 3), 60)
+    return {"batch": batch, "context": context} | row | {"timeline_us": window}
 
 
 def summarize(
@@ -125,6 +140,7 @@ def main() -> None:
     ap.add_argument("--prefill-lengths", default="", help="profile prefill at these lengths")
     ap.add_argument("--enforce-eager", action="store_true")
     ap.add_argument("--disable-overlap-schedule", action="store_true")
+    ap.add_argument("--disable-pdl", action="store_true", help="kernels one after another")
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--quantization", default=None, help="fp8, nvfp4 or mxfp4 (online)")
     ap.add_argument("--format", default=None, help="a lowbit_decode format, e.g. fp8-block")
@@ -137,6 +153,7 @@ def main() -> None:
     core = build_engine(
         model, max_running_requests=256, enforce_eager=args.enforce_eager,
         disable_overlap_schedule=args.disable_overlap_schedule, quantization=quantization,
+        disable_pdl=args.disable_pdl,
     )  # fmt: skip
     if args.prefill_lengths:
         lengths = [int(n) for n in args.prefill_lengths.split(",")]
@@ -145,7 +162,8 @@ def main() -> None:
         batches = [int(b) for b in args.batches.split(",")]
         rows = [profile_batch(core, b, args.context, args.steps) for b in batches]
     result = {"model": args.model, "quantization": quantization, "format": args.format,
-              "enforce_eager": args.enforce_eager, "rows": rows}  # fmt: skip
+              "enforce_eager": args.enforce_eager, "pdl": not args.disable_pdl,
+              "rows": rows}  # fmt: skip
     print(f"wrote {write_result(f'decode_profile_{args.tag}', result, args.out_dir)}")
 
 
