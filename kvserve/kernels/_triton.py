@@ -104,20 +104,3 @@ def pdl_wait(USE_PDL: tl.constexpr):
 def pdl_release(USE_PDL: tl.constexpr):
     if USE_PDL:
         gdc_launch_dependents()
-
-
-@jit
-def prefetch_l2(ptrs, nbytes, USE_ASM: tl.constexpr):
-    """Asks L2 for ``nbytes`` (a multiple of 16; 0 asks nothing) from each of ``ptrs`` (16-byte
-    aligned) and goes on without waiting: ``cp.async.bulk.prefetch.L2`` (sm_90+). Nothing
-    without USE_ASM (Triton's interpreter runs no PTX)."""
-    if USE_ASM:
-        tl.inline_asm_elementwise(
-            asm="""{ .reg .pred p; setp.ne.u32 p, $2, 0;
-            @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }""",
-            constraints="=r,l,r",
-            args=[ptrs, nbytes],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )

@@ -42,20 +42,16 @@ loads before it waits for the kernel before (they never change while serving); x
 
 from __future__ import annotations
 
-import functools
-import os
 from dataclasses import dataclass, replace
 
 import torch
 
-from kvserve.errors import ConfigError
 from kvserve.kernels._triton import (
     interpreting,
     jit,
     launch_options,
     pdl_release,
     pdl_wait,
-    prefetch_l2,
     require_triton,
     sm_count,
     tl,
@@ -73,7 +69,6 @@ from kvserve.kernels.word_decode import (
     _times_unit,
 )
 
-PREFETCH_ENV = "KVSERVE_GEMV_PREFETCH_MB"
 GEMV_ROWS = 4  # the most rows the GEMV takes
 FP8_PER_WORD = 4
 FP4_PER_WORD = 8
@@ -120,7 +115,6 @@ def _word_gemv_kernel(
     stride_om,
     words_per_split,  # a multiple of BLOCK_W
     num_splits,
-    prefetch_words,  # PREFETCH: words of each of a program's rows asked into L2 before the wait
     slot_expert_ptr,  # MOE: int32 [slots], the expert of each slot (one per program row z)
     router_w_ptr,  # MOE and SCALE_ROWS: fp32 [slots]
     sums_ptr,  # SUM_TOKENS: fp32 [slots, N] workspace (fused_moe.SlotOutput)
@@ -150,7 +144,6 @@ def _word_gemv_kernel(
     # out's row (2), by the last of them to finish a column tile (fused_moe._sum_token_rows)
     SUM_TOKENS: tl.constexpr,
     USE_PDL: tl.constexpr,
-    PREFETCH: tl.constexpr = False,
     # FP8 with a scale per block of FP8_BLOCK rows and 128 columns ([N / FP8_BLOCK, K / 128]
     # at s_ptr; a multiple of BLOCK_N, so all of a program's rows share a block row); 0: none
     FP8_BLOCK: tl.constexpr = 0,
@@ -183,11 +176,6 @@ def _word_gemv_kernel(
     acc1 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
     acc3 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
-    if PREFETCH and not MOE:
-        # W never changes: a dependent launch asks L2 for the start of its rows while the
-        # kernel before it still runs (bulk prefetches need 16-byte multiples: 4 words)
-        words_ahead = tl.minimum(prefetch_words, w_end - w_start) // 4 * 4
-        prefetch_l2(w_ptr + (rn % N).to(tl.int64) * stride_wn + w_start, words_ahead * 4, USE_ASM)
     # Software pipelining by one step: the loads of step i + 1 are issued before step i's
     # math, so a warp has them in flight while it computes (Triton pipelines only loads that
     # feed a dot).
@@ -365,14 +353,12 @@ def launch_word_gemv(
     if packed and (x.data_ptr() % 16 or x.stride(0) * x.element_size() % 16):
         x = x.clone(memory_format=torch.contiguous_format)  # x is read 16 bytes at a time
     w_words = weight_bytes.view(torch.int32)
-    prefetch = 0 if moe is not None else _prefetch_words(w_words, n_tiles * splits, cfg.block_n)
     _word_gemv_kernel[(n_tiles, splits, slots)](
         x, w_words, scales,
         row_scale if row_scale is not None else out, bias if bias is not None else out,
         out, ws, counters, 1 if moe is not None else m, n, words, x.stride(0),
         w_words.stride(-2), scales.stride(-2), out.stride(0), steps_per_split * cfg.block_w,
-        splits, prefetch,
-        *_moe_args(moe, out, w_words, scales, row_scale),
+        splits, *_moe_args(moe, out, w_words, scales, row_scale),
         BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w, FP4=fp4, GROUP=group if fp4 else 8,
         ROWS=rows,
         SCALE_E8M0=fp4 and block_scale.dtype == torch.uint8,
@@ -385,28 +371,9 @@ def launch_word_gemv(
         SCALE_ROWS=moe is not None and moe.router_weights is not None,
         TOP_K=1 if moe is None else moe.top_k,
         SUM_TOKENS=moe.token_sum.sum_mode if summing else 0,
-        FP8_BLOCK=fp8_block_rows, PREFETCH=prefetch > 0, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
+        FP8_BLOCK=fp8_block_rows, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **launch_options(pdl), **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
-
-
-@functools.cache
-def prefetch_budget() -> int:
-    """Bytes of W a launch asks into L2 before it waits for the kernel before
-    (``KVSERVE_GEMV_PREFETCH_MB``, 0-64 MB; 0: none)."""
-    value = os.environ.get(PREFETCH_ENV, "0")
-    if not value.isdigit() or int(value) > 64:
-        raise ConfigError(f"{PREFETCH_ENV}={value!r}: expected megabytes from 0 to 64")
-    return int(value) << 20
-
-
-def _prefetch_words(w_words: torch.Tensor, programs: int, block_n: int) -> int:
-    """Words of each row a program asks into L2 up front: the budget shared by the launch's
-    rows, in 16-byte runs, where W's rows start 16-byte aligned."""
-    if w_words.data_ptr() % 16 or w_words.stride(-2) % 4:
-        return 0
-    return prefetch_budget() // (programs * block_n * 4) // 4 * 4
 
 
 def _moe_args(
