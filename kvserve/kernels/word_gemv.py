@@ -441,7 +441,12 @@ def _fits_fp8_blocks(scale: torch.Tensor, block: tuple[int, int], n: int, k: int
 SPLIT_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)  # K splits the GEMV and the FP4 MMA kernel try
 # (block_n, block_w, num_warps) tried by the benchmarks (benchmarks/fp4_gemm.py,
 # benchmarks/fp8_gemv.py), the default first
-GEMV_TILES = ((128, 32, 4), (128, 32, 8), (64, 32, 4), (256, 32, 8), (64, 64, 4), (128, 16, 4))
+# (block_n, block_w, num_warps); the last five are narrow and wide in K, for shapes of few rows
+# (N = 4096), which otherwise split K eight ways
+GEMV_TILES = (
+    (128, 32, 4), (128, 32, 8), (64, 32, 4), (256, 32, 8), (64, 64, 4), (128, 16, 4),
+    (32, 128, 4), (16, 256, 4), (32, 256, 8), (16, 128, 4), (64, 128, 8),
+)  # fmt: skip
 
 
 def gemv_config(
