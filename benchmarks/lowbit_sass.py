@@ -35,8 +35,8 @@ from kvserve.kernels.word_gemv import (
     FP4_PER_WORD,
     FP8_PER_WORD,
     GemvConfig,
+    fp4_gemv_config,
     fp8_gemv_config,
-    gemv_config,
 )
 
 N, K = 28672, 4096
@@ -45,11 +45,11 @@ MMA_ROWS = (16, 64)
 _GEMV_POINTERS = {
     "x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "rs_ptr": "*fp32", "bias_ptr": "*bf16",
     "out_ptr": "*bf16", "ws_ptr": "*fp32", "counter_ptr": "*i32", "slot_expert_ptr": "*i32",
-    "router_w_ptr": "*fp32",
+    "router_w_ptr": "*fp32", "sums_ptr": "*fp32", "sum_counter_ptr": "*i32",
 }  # fmt: skip
 _GEMV_INTS = [
     "M", "N", "words", "stride_xm", "stride_wn", "stride_sn", "stride_om", "words_per_split",
-    "num_splits", "top_k", "stride_we", "stride_se", "stride_rse",
+    "num_splits", "stride_we", "stride_se", "stride_rse",
 ]  # fmt: skip
 _MMA_POINTERS = {
     "x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*u8", "rs_ptr": "*fp32", "bias_ptr": "*bf16",
@@ -68,8 +68,8 @@ def gemv_defaults() -> dict[str, tuple[GemvConfig, int]]:
     """Format -> (its default GEMV config at one row, its scale group; 0 for FP8)."""
     fp4_words, fp8_words = K // FP4_PER_WORD, K // FP8_PER_WORD
     return {
-        "nvfp4": (gemv_config(N, fp4_words, scale_group=NVFP4_GROUP), NVFP4_GROUP),
-        "mxfp4": (gemv_config(N, fp4_words, scale_group=MXFP4_GROUP), MXFP4_GROUP),
+        "nvfp4": (fp4_gemv_config(N, fp4_words, 1, 132, NVFP4_GROUP), NVFP4_GROUP),
+        "mxfp4": (fp4_gemv_config(N, fp4_words, 1, 132, MXFP4_GROUP), MXFP4_GROUP),
         "fp8": (fp8_gemv_config(N, fp8_words, 1, 132), 0),
     }
 
@@ -91,7 +91,7 @@ def compile_gemv(cfg: GemvConfig, group: int) -> bytes:
         "SCALAR_ROW_SCALE": False, "HAS_BIAS": False, "DIRECT": cfg.split_k == 1,
         "USE_ASM": True, "PACKED": fp4, "X_BF16": True,
         "ASM_SCALE_LOADS": cfg.asm_scale_loads, "MOE": False, "A_PER_TOKEN": False,
-        "SCALE_ROWS": False, "USE_PDL": True,
+        "SCALE_ROWS": False, "TOP_K": 1, "SUM_TOKENS": 0, "USE_PDL": True,
     }  # fmt: skip
     options: dict[str, Any] = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     if cfg.maxnreg:

@@ -25,7 +25,12 @@ from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
 from kvserve.kernels.options import KernelOptions
 from kvserve.kernels.prefill_attention import num_prefill_kv_splits
 from kvserve.kernels.rotary_store_kv import fusable
-from kvserve.kernels.word_gemv import GemvConfig, gemv_candidates, gemv_config
+from kvserve.kernels.word_gemv import (
+    GemvConfig,
+    fp8_gemv_config,
+    gemv_candidates,
+    gemv_config,
+)
 from kvserve.layers.linear import Linear
 from kvserve.models.decoder import DecoderForCausalLM
 
@@ -81,6 +86,27 @@ def test_fp4_default_config_passes_the_format_to_the_gemv(group: int) -> None:
     assert isinstance(one_row, GemvConfig)
     assert one_row.maxnreg == (128 if group == MXFP4_GROUP else 0)
     assert isinstance(default_config(64, 6144, 4096, group=group), Fp4GemmConfig)
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "tile"),
+    [(4096, 4096, (16, 256, 1)), (6144, 4096, (16, 256, 1)), (4096, 14336, (16, 256, 2)),
+     (28672, 4096, (64, 64, 1))],
+)  # fmt: skip
+def test_fp4_one_row_takes_narrow_tiles_wide_in_k(n: int, k: int, tile: tuple) -> None:
+    """One row of x: 16 rows by 256 words a program where 16-row tiles fit four an SM
+    (Llama-3-8B's o needs no K split), 64 by 64 past that; the experts' GEMV of a decode step
+    (``slots``) keeps the shared default, not measured there."""
+    cfg = default_config(1, n, k)
+    assert (cfg.block_n, cfg.block_w, cfg.split_k) == tile
+    assert gemv_config(n, k // 8, slots=8, scale_group=NVFP4_GROUP).block_n == 128
+
+
+@pytest.mark.parametrize(("n", "k"), [(4096, 4096), (4096, 14336), (4096, 12288)])
+def test_fp8_gemv_splits_k_at_most_four_ways(n: int, k: int) -> None:
+    """Eight splits were slower than four on every FP8 shape that took them at one row."""
+    assert fp8_gemv_config(n, k // 4, 1, 132).split_k == 4
+    assert gemv_config(n, k // 4, block_n=64, block_w=64).split_k > 4  # without the cap
 
 
 @pytest.mark.parametrize("m", [DEQUANT_GEMM_MIN_ROWS, 8192])
@@ -182,7 +208,7 @@ def test_candidate_configs_are_valid(m: int, n: int, k: int) -> None:
     assert (DequantGemmConfig() in configs) == (m > 128)
     for cfg in configs:
         if isinstance(cfg, GemvConfig):
-            assert m <= 4 and -(-n // cfg.block_n) * cfg.split_k <= 8 * 132
+            assert m <= 4 and (cfg.split_k == 1 or -(-n // cfg.block_n) * cfg.split_k <= 8 * 132)
             continue
         if isinstance(cfg, DequantGemmConfig):
             continue

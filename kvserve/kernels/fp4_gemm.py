@@ -40,8 +40,8 @@ from kvserve.kernels.word_gemv import (
     GEMV_ROWS,
     SPLIT_COUNTS,
     GemvConfig,
+    fp4_gemv_config,
     gemv_candidates,
-    gemv_config,
     launch_word_gemv,
 )
 
@@ -331,7 +331,7 @@ def default_config(
     whole and cuBLAS; between, the MMA kernel (``mma_config``).
     ``group``: values per block scale (NVFP4 16, MXFP4 32)."""
     if m <= GEMV_MAX_ROWS:
-        return gemv_config(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
+        return fp4_gemv_config(n, k // FP4_PER_WORD, m, num_sms, group)
     if m >= DEQUANT_GEMM_MIN_ROWS:
         return DequantGemmConfig()
     return mma_config(m, n, k, num_sms=num_sms)

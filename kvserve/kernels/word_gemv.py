@@ -440,9 +440,8 @@ def _fits_fp8_blocks(scale: torch.Tensor, block: tuple[int, int], n: int, k: int
 
 SPLIT_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)  # K splits the GEMV and the FP4 MMA kernel try
 # (block_n, block_w, num_warps) tried by the benchmarks (benchmarks/fp4_gemm.py,
-# benchmarks/fp8_gemv.py), the default first
-# (block_n, block_w, num_warps); the last five are narrow and wide in K, for shapes of few rows
-# (N = 4096), which otherwise split K eight ways
+# benchmarks/fp8_gemv.py); the last five are narrow and wide in K, for shapes of few rows
+# (N = 4096), which the others split eight ways
 GEMV_TILES = (
     (128, 32, 4), (128, 32, 8), (64, 32, 4), (256, 32, 8), (64, 64, 4), (128, 16, 4),
     (32, 128, 4), (16, 256, 4), (32, 256, 8), (16, 128, 4), (64, 128, 8),
@@ -461,10 +460,12 @@ def gemv_config(
     programs_per_sm: int = 4,
     slots: int = 1,
     scale_group: int = 0,
+    max_split: int = SPLIT_COUNTS[-1],
 ) -> GemvConfig:
     """128 rows of W per program (64 for 3-4 rows of x, whose accumulators would spill), K
     split until there are about ``programs_per_sm`` programs per SM, with >= 2 K steps each
-    (a program keeps one step's loads in flight while it computes the one before). ``slots``:
+    (a program keeps one step's loads in flight while it computes the one before), in at most
+    ``max_split`` parts. ``slots``:
     the row tiles repeat once per slot of a MoE step (``MoeSlots``).
 
     ``scale_group``: values per block scale (16 NVFP4, 32 MXFP4, 0 none). Since x is read in
@@ -479,7 +480,7 @@ def gemv_config(
     k_steps = -(-words // block_w)
     split = 1
     for s in SPLIT_COUNTS:
-        if s > 1 and (tiles * s > programs_per_sm * num_sms or k_steps // s < 2):
+        if s > 1 and (tiles * s > programs_per_sm * num_sms or k_steps // s < 2 or s > max_split):
             break
         split = s
     maxnreg = 128 if scale_group == MXFP4_GROUP else 0
@@ -489,10 +490,26 @@ def gemv_config(
 def fp8_gemv_config(n: int, words: int, rows: int, num_sms: int) -> GemvConfig:
     """64 rows by 64 words per program for one or two rows of x: on the H200 it matched the
     shared default on Llama-3-8B's qkv, o and down and took gate_up from 45.5 to 33.2 us
-    (skinny_fp8_gemm_h200_gemv2_2026-12-01.json); FP8 has half FP4's math per byte."""
+    (skinny_fp8_gemm_h200_gemv2_2026-12-01.json); FP8 has half FP4's math per byte. K is split
+    at most four ways: eight took Llama-3-8B's o / down from 9.05 / 22.26 to 10.74 / 23.58 us
+    and GLM-4.5-Air's o (K 12288) from 18.84 to 21.06 us (fp8_gemv_h200_s36_*tiles, one row)."""
     if rows > 2:
         return gemv_config(n, words, rows=rows, num_sms=num_sms)
-    return gemv_config(n, words, rows=rows, num_sms=num_sms, block_n=64, block_w=64)
+    return gemv_config(n, words, rows=rows, num_sms=num_sms, block_n=64, block_w=64, max_split=4)
+
+
+def fp4_gemv_config(n: int, words: int, rows: int, num_sms: int, group: int) -> GemvConfig:
+    """One row of x: 16 rows of W by 256 words (2048 values) per program where those row tiles
+    fit four an SM, so that N = 4096 needs no K split; 64 by 64 past that. On the H200
+    (Llama-3-8B's projections, NVFP4, fp4_gemm_h200_s36_tiles_2026-12-02.json) they took
+    qkv / o / down from 9.4 / 7.9 / 16.6 to 8.6 / 7.0 / 14.7 us and gate_up from 25.3 to 24.2
+    (16 by 256 there: 25.3). Otherwise ``gemv_config``."""
+    if rows > 1:
+        return gemv_config(n, words, rows=rows, num_sms=num_sms, scale_group=group)
+    block_n, block_w = (16, 256) if -(-n // 16) <= 4 * num_sms else (64, 64)
+    return gemv_config(
+        n, words, num_sms=num_sms, block_n=block_n, block_w=block_w, scale_group=group
+    )
 
 
 def gemv_candidates(
