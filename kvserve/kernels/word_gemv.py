@@ -465,8 +465,8 @@ def gemv_config(
     """128 rows of W per program (64 for 3-4 rows of x, whose accumulators would spill), K
     split until there are about ``programs_per_sm`` programs per SM, with >= 2 K steps each
     (a program keeps one step's loads in flight while it computes the one before), in at most
-    ``max_split`` parts. ``slots``:
-    the row tiles repeat once per slot of a MoE step (``MoeSlots``).
+    ``max_split`` parts. ``slots``: the row tiles repeat once per slot of a MoE step
+    (``MoeSlots``).
 
     ``scale_group``: values per block scale (16 NVFP4, 32 MXFP4, 0 none). Since x is read in
     16-byte runs and word pairs sum in one chain, both formats read their scales with plain
