@@ -81,7 +81,7 @@ def profile_batch(core: EngineCore, batch: int, context: int, steps: int) -> dic
     drain(core)
     reset_prefix_cache(core)
     row = summarize(prof, steps, wall_ms, f"b={batch}")
-    # a few layers in the middle of the first step
+    # a few layers a third of the way into the first step
     window = timeline(prof, int(row["kernels_per_step"] // 3), 60)
     return {"batch": batch, "context": context} | row | {"timeline_us": window}
 

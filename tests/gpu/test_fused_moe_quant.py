@@ -216,7 +216,7 @@ def test_fp4_decode_on_the_gemv_matches_reference(shape, tokens, fmt, load, moe_
     _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
 
 
-@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("split_k", [1, 2])  # K = 128: two steps of 8 words
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("accumulate", [False, True], ids=["new", "addend"])
 def test_fp4_gemv_sums_each_tokens_rows(accumulate: bool, fmt: str, split_k: int) -> None:
