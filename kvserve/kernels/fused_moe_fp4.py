@@ -248,8 +248,9 @@ def _fp4_moe_gemv(
     # the dense NVFP4 GEMV takes are not yet timed here.
     cfg = gemv_config(n, packed.shape[2] // 4, num_sms=sm_count(a.device), slots=num_slots)
     dest = SlotOutput.plan(a, num_slots, n, top_k, cfg.block_n, token_sum)
-    summed = dest if token_sum is not None else None
-    slots = MoeSlots(experts, top_k, row_weights is None, row_weights, summed)
+    slots = MoeSlots(
+        experts, top_k, row_weights is None, row_weights, dest if token_sum is not None else None
+    )
     launch_word_gemv(a, packed, block_scale, row_scale, None, dest.out, cfg, group, slots, pdl)
     return dest.out
 

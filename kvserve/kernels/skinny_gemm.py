@@ -156,15 +156,31 @@ def _finish_tile(
     if DIRECT:
         _epilogue(acc, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS)
     else:
-        tile_ws = ws_ptr + tile.to(tl.int64) * num_splits * BLOCK_N * BLOCK_M
-        offs = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
-        tl.store(tile_ws + pid_k * BLOCK_N * BLOCK_M + offs, acc)
-        if arrive(counter_ptr + tile) == num_splits - 1:
-            total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
+        last, total = split_total(
+            acc, tile, pid_k, num_splits, ws_ptr, counter_ptr, BLOCK_N, BLOCK_M
+        )
+        if last:
             _epilogue(
                 total, rs_ptr, bias_ptr, out_ptr, rn, rm, M, N, stride_om, HAS_ROW_SCALE, HAS_BIAS
             )
-            tl.store(counter_ptr + tile, 0)
+
+
+@jit
+def split_total(
+    acc, tile, pid_k, num_splits, ws_ptr, counter_ptr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr
+):  # fmt: skip
+    """Stores this split's partial of tile ``tile`` (``_finish_tile``'s workspace and counters).
+    The split to arrive last gets (True, the partials summed in split order) and puts the tile's
+    counter back to 0 for the next launch; the others get (False, ``acc``)."""
+    tile_ws = ws_ptr + tile.to(tl.int64) * num_splits * BLOCK_N * BLOCK_M
+    offs = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+    tl.store(tile_ws + pid_k * BLOCK_N * BLOCK_M + offs, acc)
+    last = arrive(counter_ptr + tile) == num_splits - 1
+    total = acc
+    if last:
+        total = _sum_splits(tile_ws, num_splits, BLOCK_N, BLOCK_M)
+        tl.store(counter_ptr + tile, 0)
+    return last, total
 
 
 @jit

@@ -58,7 +58,7 @@ from kvserve.kernels._triton import (
 )
 from kvserve.kernels.fp4_reference import MXFP4_GROUP
 from kvserve.kernels.fused_moe import SlotOutput, _sum_token_rows
-from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit, _sum_splits, arrive
+from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit, split_total
 from kvserve.kernels.word_decode import (
     E4M3_CODE_LOG2,
     X_PAIR_LOG2,
@@ -263,13 +263,12 @@ def _finish_token_row(
         _token_row(tile, rs_ptr, out_ptr, rn, N, stride_om, slot, sums_ptr, sum_counter_ptr,
                    BLOCK_N, HAS_ROW_SCALE, TOP_K, ACCUMULATE)  # fmt: skip
     else:
-        tile_ws = ws_ptr + tile_index.to(tl.int64) * num_splits * BLOCK_N
-        tl.store(tile_ws + pid_k * BLOCK_N + tl.arange(0, BLOCK_N)[:, None], tile)
-        if arrive(counter_ptr + tile_index) == num_splits - 1:
-            total = _sum_splits(tile_ws, num_splits, BLOCK_N, 1)
+        last, total = split_total(
+            tile, tile_index, pid_k, num_splits, ws_ptr, counter_ptr, BLOCK_N, 1
+        )
+        if last:
             _token_row(total, rs_ptr, out_ptr, rn, N, stride_om, slot, sums_ptr,
                        sum_counter_ptr, BLOCK_N, HAS_ROW_SCALE, TOP_K, ACCUMULATE)  # fmt: skip
-            tl.store(counter_ptr + tile_index, 0)
 
 
 @jit
