@@ -38,6 +38,7 @@ from kvserve.kernels._triton import (
     triton,
 )
 from kvserve.kernels.activation import silu_and_mul
+from kvserve.kernels.moe_tiles import MoeShape, MoeTiles, moe_tiles
 from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
 
 
@@ -529,11 +530,36 @@ def fused_moe(
         return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights,
                              token_sum=token_sum, pdl=pdl)  # fmt: skip
 
-    num_experts = w13.shape[0]
-    config = half_weight_config(_block_config(topk_ids.numel(), num_experts), w13.dtype)
+    tiles = half_weight_tiles(w13.shape, w13.dtype, topk_ids, x.device)
     return fused_moe_with(
-        x, topk_weights, topk_ids, num_experts, w2.shape[1], gemm, config, pdl, addend
+        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, tiles, pdl, addend
     )
+
+
+def half_weight_tiles(
+    shape: torch.Size, dtype: torch.dtype, topk_ids: torch.Tensor, device: torch.device
+) -> MoeTiles:
+    """The tiles of ``_grouped_gemm`` over half-precision experts, ``shape`` that of the
+    gate/up stack [E, N, K]."""
+    experts, n, k = shape
+    key = MoeShape(str(dtype).removeprefix("torch."), experts, n, k, topk_ids.shape[1])
+    fallback = half_weight_config(_block_config(topk_ids.numel(), experts), dtype)
+    return moe_tiles(key, topk_ids.shape[0], device, fallback)
+
+
+def one_slot_per_block(num_slots: int, num_experts: int) -> bool:
+    """Decode: slots rarely share an expert, so they are not sorted."""
+    return num_slots * 4 <= num_experts
+
+
+def slot_blocks(
+    topk_ids: torch.Tensor, num_experts: int, block_m: int
+) -> SortedSlots | torch.Tensor:
+    """What the grouped GEMMs take as ``blocks``: the flat expert ids, one slot per block, or
+    the slots sorted into ``block_m``-row blocks of one expert."""
+    if one_slot_per_block(topk_ids.numel(), num_experts):
+        return topk_ids.flatten().to(torch.int32)
+    return sort_slots_by_expert_kernel(topk_ids, num_experts, block_m)
 
 
 def fused_moe_with(
@@ -543,32 +569,28 @@ def fused_moe_with(
     num_experts: int,
     hidden_size: int,
     gemm: ExpertGemm,
-    config: dict[str, int] | None = None,
+    tiles: MoeTiles,
     pdl: bool = False,
     addend: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Route, sort (or not), gate/up GEMM, SiLU-mul, down GEMM scaled by the router weights,
     sum of the k rows (plus ``addend`` [T, H], a shared expert's output, which a decode step
     overwrites with the result): the steps every expert format shares; ``gemm`` multiplies by
-    one expert stack in its own format. Decode steps (one slot per block) sum the k rows in the
-    down GEMM; sorted steps in one torch reduction."""
+    one expert stack in its own format, at ``tiles``. Decode steps (one slot per block) sum the
+    k rows in the down GEMM; sorted steps in one torch reduction."""
     require_triton()
     tokens, top_k = topk_ids.shape
     num_slots = tokens * top_k
     if tokens == 0:
         return torch.zeros(0, hidden_size, dtype=x.dtype, device=x.device)
-    config = config or _block_config(num_slots, num_experts)
-    one_slot = num_slots * 4 <= num_experts  # decode: slots rarely share an expert, no sort
-    if one_slot:
-        blocks: SortedSlots | torch.Tensor = topk_ids.flatten().to(torch.int32)
-    else:
-        blocks = sort_slots_by_expert_kernel(topk_ids, num_experts, config["BLOCK_M"])
-    gate_up = gemm(x, 0, blocks, num_slots, top_k, config, None, None)
+    blocks = slot_blocks(topk_ids, num_experts, tiles.block_m)
+    gate_up = gemm(x, 0, blocks, num_slots, top_k, tiles.gate_up, None, None)
     flat_weights = topk_weights.flatten().float().contiguous()
     hidden = silu_and_mul(gate_up, pdl=pdl)
-    if one_slot:
+    if isinstance(blocks, torch.Tensor):
         addend = addend if addend is None or addend.is_contiguous() else addend.contiguous()
-        return gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights, TokenSum(addend))
-    down = gemm(hidden, 1, blocks, num_slots, top_k, config, flat_weights, None)
+        token_sum = TokenSum(addend)
+        return gemm(hidden, 1, blocks, num_slots, top_k, tiles.down, flat_weights, token_sum)
+    down = gemm(hidden, 1, blocks, num_slots, top_k, tiles.down, flat_weights, None)
     out = down.view(tokens, top_k, -1).sum(dim=1)  # accumulates in fp32, one kernel
     return out if addend is None else out.add_(addend)

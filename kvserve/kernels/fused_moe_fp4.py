@@ -31,6 +31,7 @@ from kvserve.kernels.fused_moe import (
     SlotOutput,
     SortedSlots,
     TokenSum,
+    _block_config,
     _block_slots,
     _grouped_gemm,
     _program_tile,
@@ -39,8 +40,9 @@ from kvserve.kernels.fused_moe import (
     fused_moe_reference,
     fused_moe_with,
     grouped_grid,
-    half_weight_config,
+    half_weight_tiles,
 )
+from kvserve.kernels.moe_tiles import MoeShape, MoeTiles, moe_tiles
 from kvserve.kernels.word_gemv import MoeSlots, gemv_config, launch_word_gemv
 
 MOE_GEMV_ENV = "KVSERVE_FP4_MOE_GEMV"
@@ -204,11 +206,10 @@ def _dequantized_grouped_gemm(
     pdl: bool = False,
 ) -> torch.Tensor:
     """``_fp4_grouped_gemm`` with the experts dequantized to a's dtype, a chunk of experts at a
-    time, and multiplied by ``fused_moe``'s grouped GEMM (``blocks`` sorted at config's BLOCK_M)."""
+    time, and multiplied by ``fused_moe``'s grouped GEMM at ``config`` (``half_weight_tiles``)."""
     packed, block_scale, row_scale = stack
     experts, n, k = packed.shape[0], packed.shape[1], 2 * packed.shape[2]
     per_chunk = max(1, DEQUANT_CHUNK_BYTES // (n * k * a.element_size()))
-    config = half_weight_config(config, a.dtype)
     out = torch.empty(num_slots, n, dtype=a.dtype, device=a.device)
     for lo in range(0, experts, per_chunk):
         hi = min(experts, lo + per_chunk)
@@ -266,16 +267,31 @@ def fused_moe_fp4(
 ) -> torch.Tensor:
     """The GPU path of ``fused_moe_fp4_reference`` (same arguments)."""
     stacks = (w13, w2)
+    experts = w13[0].shape[0]
+    dequantized = topk_ids.numel() >= DEQUANT_MIN_SLOTS_PER_EXPERT * experts
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         args = (a, stacks[which], blocks, num_slots, top_k, config, row_weights)
         if isinstance(blocks, torch.Tensor):  # one slot per block
             if moe_gemv_enabled():
                 return _fp4_moe_gemv(a, stacks[which], blocks, top_k, row_weights, token_sum, pdl)
-        elif num_slots >= DEQUANT_MIN_SLOTS_PER_EXPERT * stacks[which][0].shape[0]:
+        elif dequantized:
             return _dequantized_grouped_gemm(*args, pdl=pdl)
         return _fp4_grouped_gemm(*args, token_sum, pdl)
 
-    return fused_moe_with(
-        x, topk_weights, topk_ids, w13[0].shape[0], w2[0].shape[1], gemm, pdl=pdl, addend=addend
-    )
+    tiles = fp4_tiles(w13, topk_ids, x, dequantized)
+    return fused_moe_with(x, topk_weights, topk_ids, experts, w2[0].shape[1], gemm, tiles, pdl,
+                          addend)  # fmt: skip
+
+
+def fp4_tiles(w13: Fp4Stack, topk_ids: torch.Tensor, x: torch.Tensor, dequantized: bool,
+              ) -> MoeTiles:  # fmt: skip
+    """Dequantized experts run the half-precision grouped GEMM, and take its tiles."""
+    packed, block_scale = w13[0], w13[1]
+    shape = (packed.shape[0], packed.shape[1], 2 * packed.shape[2])
+    if dequantized:
+        return half_weight_tiles(torch.Size(shape), x.dtype, topk_ids, x.device)
+    kind = "nvfp4" if group_size_of(block_scale) == 16 else "mxfp4"
+    key = MoeShape(kind, *shape, topk_ids.shape[1])
+    fallback = _block_config(topk_ids.numel(), shape[0])
+    return moe_tiles(key, topk_ids.shape[0], x.device, fallback)

@@ -25,6 +25,7 @@ from kvserve.kernels.fused_moe import (
     SlotOutput,
     SortedSlots,
     TokenSum,
+    _block_config,
     _block_slots,
     _program_tile,
     _store_slots,
@@ -33,6 +34,7 @@ from kvserve.kernels.fused_moe import (
     fused_moe_with,
     grouped_grid,
 )
+from kvserve.kernels.moe_tiles import MoeShape, moe_tiles
 
 
 def dequantize_fp8_experts(
@@ -202,6 +204,9 @@ def fused_moe_fp8(
         return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights,
                                  token_sum, pdl)  # fmt: skip
 
-    return fused_moe_with(
-        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, pdl=pdl, addend=addend
-    )
+    experts, n, k = w13.shape
+    kind = f"fp8_block{block[0]}x{block[1]}" if block else "fp8_channel"
+    fallback = _block_config(topk_ids.numel(), experts)
+    shape = MoeShape(kind, experts, n, k, topk_ids.shape[1])
+    tiles = moe_tiles(shape, topk_ids.shape[0], x.device, fallback)
+    return fused_moe_with(x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend)

@@ -10,16 +10,30 @@ test_fused_moe_quant.py``
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 pytest.importorskip("triton")
 
-from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS  # noqa: E402
+from kernel_test_device import (  # noqa: E402
+    BF16_UNLESS_INTERPRETED,
+    DEVICE,
+    INTERPRETED,
+    NEEDS_CUDA_GRAPHS,
+    ON_GPU_ONLY,
+)
 
 from kvserve.kernels import fused_moe_fp4 as fused_moe_fp4_module  # noqa: E402
+from kvserve.kernels import moe_tiles  # noqa: E402
 from kvserve.kernels.fp4_reference import group_size_of  # noqa: E402
-from kvserve.kernels.fused_moe import SlotOutput, TokenSum  # noqa: E402
+from kvserve.kernels.fused_moe import (  # noqa: E402
+    SlotOutput,
+    TokenSum,
+    fused_moe,
+    fused_moe_reference,
+)
 from kvserve.kernels.fused_moe_fp4 import (  # noqa: E402
     MOE_GEMV_ENV,
     fused_moe_fp4,
@@ -255,3 +269,51 @@ def test_fp4_decode_on_the_gemv_replays_from_a_cuda_graph(moe_gemv) -> None:  # 
     x.copy_(x2), weights.copy_(weights2), ids.copy_(ids2)
     graph.replay()
     torch.testing.assert_close(out, fused_moe_fp4(x, f13, f2, weights, ids), atol=0, rtol=0)
+
+
+def _shipped_tiles() -> list:
+    """Each distinct (kind, one slot a block, tile) of the shipped tuned tables."""
+    seen = {}
+    for path in sorted(moe_tiles.TABLE_DIR.glob("*.json")):
+        for key, entries in json.loads(path.read_text())["shapes"].items():
+            experts, top_k = int(key.split()[1][2:]), int(key.split()[4][6:])
+            for tokens, entry in entries.items():
+                one_slot = int(tokens) * top_k * 4 <= experts
+                for tile in entry.values():
+                    kind = key.split()[0]
+                    seen[(kind, one_slot, tuple(tile.items()))] = (kind, one_slot, tile)
+    return [pytest.param(*case, id=f"{case[0]}-{case[1]}-{case[2]}") for case in seen.values()]
+
+
+@ON_GPU_ONLY
+@pytest.mark.parametrize(("kind", "one_slot", "tile"), _shipped_tiles())
+def test_shipped_tuned_tiles_match_reference(kind, one_slot, tile, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """Every tile of the shipped tables, written into a table for this GPU and a small shape,
+    runs both GEMMs of a step of its kind (one slot a block or sorted) to the reference."""
+    experts, hidden, inter, k = 8, 256, 128, 2
+    x, w13, w2, weights, ids = _case(1 if one_slot else 64, experts, hidden, inter, k, "random")
+    shape = moe_tiles.MoeShape(kind, experts, 2 * inter, hidden, k)
+    table = {"shapes": {shape.key(): {"1": {"gate_up": tile, "down": tile}}}}
+    monkeypatch.setattr(moe_tiles, "TABLE_DIR", tmp_path)
+    moe_tiles.table_path(torch.cuda.get_device_name()).write_text(json.dumps(table))
+    moe_tiles.load_table.cache_clear()
+    monkeypatch.setenv(MOE_GEMV_ENV, "0")
+    fused_moe_fp4_module.moe_gemv_enabled.cache_clear()
+    try:
+        assert moe_tiles.moe_tiles(shape, 64, DEVICE, {}).gate_up == tile
+        if kind == "bfloat16":
+            got = fused_moe(x, w13.to(DTYPE), w2.to(DTYPE), weights, ids)
+            want = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids)
+        elif kind.startswith("fp8"):
+            q13, s13 = quantize_fp8_experts(w13, (128, 128))
+            q2, s2 = quantize_fp8_experts(w2, (128, 128))
+            got = fused_moe_fp8(x, q13, s13, q2, s2, weights, ids, (128, 128))
+            want = fused_moe_fp8_reference(x, q13, s13, q2, s2, weights, ids, (128, 128))
+        else:
+            s13, s2 = quantize_fp4_experts(w13, kind), quantize_fp4_experts(w2, kind)
+            got = fused_moe_fp4(x, s13, s2, weights, ids)
+            want = fused_moe_fp4_reference(x.float(), s13, s2, weights, ids)
+    finally:
+        moe_tiles.load_table.cache_clear()
+        fused_moe_fp4_module.moe_gemv_enabled.cache_clear()
+    _close(got, want, 3e-2)

@@ -1,0 +1,362 @@
+"""Tunes the tiles of the experts' grouped GEMMs per expert shape, format and token count, and
+writes the table kvserve reads (``kvserve/kernels/moe_configs/<GPU name>.json``, see
+``kvserve/kernels/moe_tiles.py``).
+
+    python -m benchmarks.moe_tune --models qwen3-30b-a3b,glm-4.5-air --formats bf16,fp8,nvfp4 \
+        [--tokens 1,2,4,...,8192] [--tp 1] [--workers 12] [--table DIR] [--out-dir DIR]
+
+For each model's experts (``benchmarks/configs/<model>/config.json``, the intermediate size split
+``--tp`` ways as tensor parallelism shards it), format and token count, random tokens are routed
+by a softmax top-k of random logits, and the kernels the engine launches for that step (the
+format's grouped GEMM, on the slots sorted or one to a block as ``fused_moe`` would) are timed
+at every tile of ``candidate_tiles``: gate/up and down separately, sharing ``BLOCK_M``. The
+fastest pair is kept; a tile whose output strays from the heuristic tile's is dropped. Steps on
+other kernels are skipped: FP4 decode (the word GEMV) and FP4 steps whose experts are dequantized
+(``bf16`` tunes those). ``--workers`` compiles the tiles in that many processes first (Triton's
+disk cache), then one process times them: the compile is most of the cost.
+
+Writes ``moe_tune_<tag>_<date>.json`` (every step: the heuristic's and the tuned tiles' times)
+and merges the kept tiles into the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import itertools
+import json
+import multiprocessing as mp
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.common import git_commit, write_result
+from benchmarks.moe_gemm import Routed, moe_shape, random_fp4_stack
+from kvserve.kernels.fused_moe import (
+    TokenSum,
+    _block_config,
+    _grouped_gemm,
+    half_weight_config,
+    one_slot_per_block,
+    slot_blocks,
+)
+from kvserve.kernels.fused_moe_fp4 import DEQUANT_MIN_SLOTS_PER_EXPERT, _fp4_grouped_gemm
+from kvserve.kernels.fused_moe_fp8 import _fp8_grouped_gemm
+from kvserve.kernels.moe_tiles import TABLE_DIR, TILE_KEYS, MoeShape, table_path
+
+FP8_BLOCK = (128, 128)
+GEMMS = ("gate_up", "down")
+FINALISTS = 2  # screened tiles of each GEMM and BLOCK_M timed again against the heuristic's
+ROUNDS = 3
+TOKENS = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192"
+SMEM_BYTES = 227 * 1024  # the H100/H200 opt-in shared memory a block
+# bytes an element of (A, W) in shared memory
+OPERAND_BYTES = {"bf16": (2, 2), "fp8": (1, 1), "nvfp4": (2, 0.5), "mxfp4": (2, 0.5)}
+
+
+@dataclass(frozen=True)
+class Step:
+    model: str
+    fmt: str
+    tokens: int
+
+
+def shape_of(model: str, tp: int) -> dict[str, int]:
+    shape = moe_shape(model)
+    return shape | {"inter": shape["inter"] // tp}
+
+
+def shape_key(fmt: str, shape: dict[str, int]) -> MoeShape:
+    kind = {"bf16": "bfloat16", "fp8": f"fp8_block{FP8_BLOCK[0]}x{FP8_BLOCK[1]}"}.get(fmt, fmt)
+    return MoeShape(kind, shape["experts"], 2 * shape["inter"], shape["hidden"], shape["top_k"])
+
+
+def heuristic_tile(fmt: str, slots: int, experts: int) -> dict[str, int]:
+    """The tile the engine runs without a table (``fused_moe*``), as the kernel launches it."""
+    tile = _block_config(slots, experts)
+    if fmt == "bf16":
+        return half_weight_config(tile, torch.bfloat16)
+    if fmt == "fp8":
+        return tile | {"BLOCK_N": min(tile["BLOCK_N"], FP8_BLOCK[0]), "BLOCK_K": FP8_BLOCK[1]}
+    return tile
+
+
+def block_ms(slots: int, experts: int) -> list[int]:
+    """The sort blocks worth timing: about the slots an expert, never past 128."""
+    if one_slot_per_block(slots, experts):
+        return [16]
+    per_expert = max(1, slots // experts)
+    top = max(16, min(128, 2 * per_expert))
+    bottom = max(16, min(64, per_expert // 4))
+    return [m for m in (16, 32, 64, 128) if bottom <= m <= top]
+
+
+def warp_counts(block_m: int, block_n: int) -> tuple[int, ...]:
+    if block_m * block_n <= 64 * 64:
+        return (4,)
+    return (8,) if block_m * block_n >= 128 * 256 else (4, 8)
+
+
+def candidate_tiles(fmt: str, block_m: int) -> list[dict[str, int]]:
+    """Tiles of one BLOCK_M: wide K and narrow N for short M (weight-bound), larger N and more
+    warps for long M; those that overflow shared memory are left out."""
+    if fmt == "fp8":  # block-wise scales: BLOCK_K is the scale block, BLOCK_N within it
+        ns, ks = (32, 64, 128) if block_m == 16 else (64, 128), (FP8_BLOCK[1],)
+    elif block_m == 16:
+        ns, ks = (32, 64, 128), (128, 256)
+    else:
+        ns, ks = (64, 128, 256), (64, 128)
+    a_bytes, w_bytes = OPERAND_BYTES[fmt]
+    tiles = []
+    for n, k, stages in itertools.product(ns, ks, (3, 4, 5) if block_m == 16 else (3, 4)):
+        if stages * (block_m * k * a_bytes + n * k * w_bytes) > SMEM_BYTES:
+            continue
+        for warps in warp_counts(block_m, n):
+            tiles.append(dict(zip(TILE_KEYS, (block_m, n, k, warps, stages), strict=True)))
+    return tiles
+
+
+def tuned_steps(models: list[str], formats: list[str], tokens: list[int], tp: int,
+                ) -> Iterator[tuple[Step, dict[str, int]]]:  # fmt: skip
+    for model, fmt, t in itertools.product(models, formats, tokens):
+        shape = shape_of(model, tp)
+        slots, experts = t * shape["top_k"], shape["experts"]
+        if fmt in ("nvfp4", "mxfp4") and (
+            one_slot_per_block(slots, experts) or slots >= DEQUANT_MIN_SLOTS_PER_EXPERT * experts
+        ):
+            continue  # the word GEMV, or the bf16 GEMM on dequantized experts
+        yield Step(model, fmt, t), shape
+
+
+class Experts:
+    """One model's experts in one format (random weights), and the grouped GEMM that runs them
+    as the engine would: ``run(a, which, blocks, slots, top_k, tile, row_weights, token_sum)``."""
+
+    def __init__(self, fmt: str, shape: dict[str, int]) -> None:
+        e, h, inter = shape["experts"], shape["hidden"], shape["inter"]
+        self.fmt = fmt
+        if fmt == "bf16":
+            self.stacks: tuple[Any, Any] = (
+                torch.randn(e, 2 * inter, h, dtype=torch.bfloat16, device="cuda") / h**0.5,
+                torch.randn(e, h, inter, dtype=torch.bfloat16, device="cuda") / inter**0.5,
+            )
+        elif fmt == "fp8":
+            self.stacks = (self._fp8(e, 2 * inter, h), self._fp8(e, h, inter))
+        else:
+            self.stacks = (
+                random_fp4_stack(fmt, e, 2 * inter, h),
+                random_fp4_stack(fmt, e, h, inter),
+            )
+
+    @staticmethod
+    def _fp8(e: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        w = torch.randn(e, n, k, device="cuda").clamp_(-448, 448).to(torch.float8_e4m3fn)
+        scale = torch.rand(e, n // FP8_BLOCK[0], k // FP8_BLOCK[1], device="cuda") / (8 * k**0.5)
+        return w, scale
+
+    def run(self, a: torch.Tensor, which: int, blocks: Any, slots: int, top_k: int,  # noqa: ANN401
+            tile: dict[str, int], row_weights: torch.Tensor | None,
+            token_sum: TokenSum | None) -> torch.Tensor:  # fmt: skip
+        stack = self.stacks[which]
+        if self.fmt == "bf16":
+            return _grouped_gemm(a, stack, blocks, slots, top_k, tile, row_weights,
+                                 token_sum=token_sum)  # fmt: skip
+        if self.fmt == "fp8":
+            return _fp8_grouped_gemm(a, *stack, FP8_BLOCK, blocks, slots, top_k, tile,
+                                     row_weights, token_sum)  # fmt: skip
+        return _fp4_grouped_gemm(a, stack, blocks, slots, top_k, tile, row_weights, token_sum)
+
+
+class StepCase:
+    """One step's inputs: routed tokens, the down GEMM's input rows, and per BLOCK_M the blocks;
+    ``gemm(which, tile)`` runs one GEMM as ``fused_moe_with`` would."""
+
+    def __init__(self, experts: Experts, shape: dict[str, int], tokens: int) -> None:
+        self.experts, self.r = experts, Routed(shape, tokens)
+        self.hidden = torch.randn(self.r.slots, shape["inter"], dtype=torch.bfloat16, device="cuda")
+        self._blocks: dict[int, Any] = {}
+
+    def gemm(self, which: int, tile: dict[str, int]) -> Callable[[], torch.Tensor]:
+        r, m = self.r, tile["BLOCK_M"]
+        if m not in self._blocks:
+            self._blocks[m] = slot_blocks(r.ids, r.experts, m)
+        blocks = self._blocks[m]
+        one_slot = isinstance(blocks, torch.Tensor)
+        a, rw = (r.x, None) if which == 0 else (self.hidden, r.flat_weights)
+        token_sum = TokenSum() if which == 1 and one_slot else None
+        return lambda: self.experts.run(a, which, blocks, r.slots, r.top_k, tile, rw, token_sum)
+
+
+Task = tuple[Step, dict[str, int], int, dict[str, int]]  # step, shape, 0 gate/up or 1 down, tile
+
+
+def warm(tasks: list[Task]) -> None:
+    """Compiles each task's kernel by running it once (a worker process)."""
+    experts: dict[str, Experts] = {}
+    cases: dict[Step, StepCase] = {}
+    for step, shape, which, tile in tasks:
+        if step.fmt not in experts:
+            experts[step.fmt] = Experts(step.fmt, shape)
+        if step not in cases:
+            cases[step] = StepCase(experts[step.fmt], shape, step.tokens)
+        with contextlib.suppress(Exception):  # timed, and reported, by the main process
+            cases[step].gemm(which, tile)()
+    torch.cuda.synchronize()
+
+
+def warm_in_workers(steps: list[tuple[Step, dict[str, int]]], workers: int) -> None:
+    """Each kernel variant once, whatever the model (the shapes do not change the compiled
+    code): the first step of each (format, one slot a block, slots a multiple of 16)."""
+    tasks: dict[tuple, Task] = {}
+    for step, shape in steps:
+        slots, experts = step.tokens * shape["top_k"], shape["experts"]
+        variant = (step.fmt, one_slot_per_block(slots, experts), slots % 16 == 0)
+        for m, which in itertools.product(block_ms(slots, experts), (0, 1)):
+            for tile in candidate_tiles(step.fmt, m):
+                key = (*variant, which, tuple(tile.values()))
+                tasks.setdefault(key, (step, shape, which, tile))
+    ordered = list(tasks.values())
+    with mp.get_context("spawn").Pool(workers) as pool:
+        pool.map(warm, [ordered[i::workers] for i in range(workers)])
+
+
+def bench_ms(fn: Callable[[], torch.Tensor]) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=5, rep=25, return_mode="median"))
+
+
+def time_tiles(case: StepCase, which: int, tiles: list[dict[str, int]], ref: torch.Tensor,
+               ) -> list[dict[str, Any]]:  # fmt: skip
+    rows = []
+    for tile in tiles:
+        try:
+            run = case.gemm(which, tile)
+            err = float((run().float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+            rows.append({"tile": tile, "ms": bench_ms(run), "rel_err": err})
+        except Exception as e:  # noqa: BLE001 - out of resources and the like
+            rows.append({"tile": tile, "error": f"{type(e).__name__}: {str(e)[:120]}"})
+    return rows
+
+
+def retime(case: StepCase, contenders: list[tuple[int, dict[str, int]]]) -> list[float]:
+    """Medians of ``ROUNDS`` interleaved timings: over a long sweep the clocks drift (sustained
+    tensor-core load; 5-10% was seen), so the finalists are compared in one stretch."""
+    times: list[list[float]] = [[] for _ in contenders]
+    for _ in range(ROUNDS):
+        for i, (which, tile) in enumerate(contenders):
+            times[i].append(bench_ms(case.gemm(which, tile)))
+    return [statistics.median(t) for t in times]
+
+
+def tune_step(step: Step, shape: dict[str, int], experts: Experts) -> dict[str, Any]:
+    """Screens every candidate, then times the heuristic tile and the ``FINALISTS`` best of each
+    GEMM and BLOCK_M again, interleaved; keeps the fastest pair, the heuristic's unless beaten."""
+    case = StepCase(experts, shape, step.tokens)
+    r = case.r
+    heuristic = heuristic_tile(step.fmt, r.slots, r.experts)
+    refs = [case.gemm(which, heuristic)().float() for which in (0, 1)]
+    screened: dict[str, list[dict[str, Any]]] = {"gate_up": [], "down": []}
+    contenders = [(0, heuristic), (1, heuristic)]
+    for m in block_ms(r.slots, r.experts):
+        for which, name in enumerate(GEMMS):
+            rows = time_tiles(case, which, candidate_tiles(step.fmt, m), refs[which])
+            screened[name] += rows
+            good = sorted((row for row in rows if "ms" in row and row["rel_err"] < 2e-2),
+                          key=lambda row: row["ms"])  # fmt: skip
+            contenders += [(which, row["tile"]) for row in good[:FINALISTS]
+                           if row["tile"] != heuristic]  # fmt: skip
+    times = retime(case, contenders)
+    final = [{"gemm": GEMMS[which], "tile": tile, "ms": ms}
+             for (which, tile), ms in zip(contenders, times, strict=True)]  # fmt: skip
+    pairs = []
+    for m in {row["tile"]["BLOCK_M"] for row in final}:
+        best = [min((row for row in final if row["gemm"] == name and row["tile"]["BLOCK_M"] == m),
+                    key=lambda row: row["ms"], default=None) for name in GEMMS]  # fmt: skip
+        if None not in best:
+            pairs.append((best[0]["ms"] + best[1]["ms"], best[0]["tile"] != heuristic, best))
+    _, _, tuned = min(pairs, key=lambda pair: pair[:2])  # a tie keeps the heuristic
+    heuristic_ms = [final[0]["ms"], final[1]["ms"]]
+    return {
+        "model": step.model, "format": step.fmt, "tokens": step.tokens, "slots": r.slots,
+        "shape": shape_key(step.fmt, shape).key(),
+        "heuristic": {"tile": heuristic, "gate_up_ms": heuristic_ms[0],
+                      "down_ms": heuristic_ms[1]},
+        "tuned": {"gate_up": tuned[0], "down": tuned[1]},
+        "speedup": sum(heuristic_ms) / (tuned[0]["ms"] + tuned[1]["ms"]),
+        "finalists": final,
+        "screened": screened,
+    }  # fmt: skip
+
+
+def merge_table(directory: Path, rows: list[dict[str, Any]], command: str) -> Path:
+    name = torch.cuda.get_device_name()
+    path = table_path(name) if directory == TABLE_DIR else directory / table_path(name).name
+    table = json.loads(path.read_text()) if path.exists() else {"shapes": {}}
+    table |= {"device": name, "produced_by": command, "commit": git_commit(),
+              "date": dt.date.today().isoformat()}  # fmt: skip
+    for row in rows:
+        entry = {"gate_up": row["tuned"]["gate_up"]["tile"], "down": row["tuned"]["down"]["tile"]}
+        table["shapes"].setdefault(row["shape"], {})[str(row["tokens"])] = entry
+    for key, entries in table["shapes"].items():
+        table["shapes"][key] = dict(sorted(entries.items(), key=lambda kv: int(kv[0])))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(table_text(table))
+    return path
+
+
+def table_text(table: dict[str, Any]) -> str:
+    """JSON with the stamp first and one line a token count."""
+    head = {key: value for key, value in table.items() if key != "shapes"}
+    shapes = ",\n".join(
+        f"  {json.dumps(key)}: {{\n"
+        + ",\n".join(f"   {json.dumps(t)}: {json.dumps(e)}" for t, e in entries.items())
+        + "\n  }"
+        for key, entries in table["shapes"].items()
+    )
+    return json.dumps(head, indent=1)[:-2] + ',\n "shapes": {\n' + shapes + "\n }\n}\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="qwen3-30b-a3b,glm-4.5-air")
+    ap.add_argument("--formats", default="bf16,fp8,nvfp4")
+    ap.add_argument("--tokens", default=TOKENS)
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=12)
+    ap.add_argument("--table", type=Path, default=TABLE_DIR)
+    ap.add_argument("--tag", default="h200")
+    ap.add_argument("--out-dir", default=None)
+    args = ap.parse_args()
+    steps = list(tuned_steps(args.models.split(","), args.formats.split(","),
+                             [int(t) for t in args.tokens.split(",")], args.tp))  # fmt: skip
+    if args.workers > 0:
+        warm_in_workers(steps, args.workers)
+    command = "python -m benchmarks.moe_tune " + " ".join(
+        f"--{key} {getattr(args, key)}" for key in ("models", "formats", "tokens", "tp")
+    )
+    rows: list[dict[str, Any]] = []
+    experts: dict[tuple[str, str], Experts] = {}
+    for step, shape in steps:
+        if (step.model, step.fmt) not in experts:
+            experts.clear()
+            torch.cuda.empty_cache()
+            experts[(step.model, step.fmt)] = Experts(step.fmt, shape)
+        rows.append(tune_step(step, shape, experts[(step.model, step.fmt)]))
+        row = rows[-1]
+        print(f"{step.model} {step.fmt} T={step.tokens}: heuristic "
+              f"{row['heuristic']['gate_up_ms'] + row['heuristic']['down_ms']:.4f} ms, tuned "
+              f"{row['tuned']['gate_up']['ms'] + row['tuned']['down']['ms']:.4f} ms "
+              f"(x{row['speedup']:.2f})", flush=True)  # fmt: skip
+        write_result(f"moe_tune_{args.tag}", {"tp": args.tp, "rows": rows}, args.out_dir)
+        table = merge_table(args.table, [row], command)  # after each step: a cut run keeps it
+    print(f"table: {table}")
+
+
+if __name__ == "__main__":
+    main()

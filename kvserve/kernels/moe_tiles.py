@@ -1,0 +1,113 @@
+"""The tiles the experts' grouped GEMMs run at: tuned per GPU, expert shape, format and token
+count where ``moe_configs/<GPU name>.json`` has them, else the caller's heuristic tile.
+
+A table is written by ``python -m benchmarks.moe_tune`` on the GPU it names, which times the
+same kernels the engine launches over a grid of tiles and keeps the fastest gate/up and down
+pair (one ``BLOCK_M``: the slots are sorted once for both GEMMs). A step takes the entry of the
+tuned token count nearest its own (in log scale). ``KVSERVE_MOE_TUNED=0`` ignores the tables
+(A/B runs).
+
+Table layout::
+
+    {"device": "NVIDIA H200", "produced_by": "<command>", "commit": ..., "date": ...,
+     "shapes": {"<MoeShape.key()>": {"<tokens>": {"gate_up": {tile}, "down": {tile}}}}}
+
+where a tile is ``{"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+TABLE_DIR = Path(__file__).parent / "moe_configs"
+TUNED_ENV = "KVSERVE_MOE_TUNED"
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """What a tuned tile depends on besides the token count. ``kind``: the weights' format as
+    the kernel sees it (``bfloat16``, ``fp8_block128x128``, ``fp8_channel``, ``nvfp4``,
+    ``mxfp4``); ``n``, ``k``: the gate/up stack's rows and columns (2 x the intermediate size
+    of a shard, the hidden size)."""
+
+    kind: str
+    experts: int
+    n: int
+    k: int
+    top_k: int
+
+    def key(self) -> str:
+        return f"{self.kind} E={self.experts} N={self.n} K={self.k} top_k={self.top_k}"
+
+
+@dataclass(frozen=True)
+class MoeTiles:
+    """One tile for each GEMM; both share ``BLOCK_M``, the block the slots are sorted into."""
+
+    gate_up: dict[str, int]
+    down: dict[str, int]
+
+    def __post_init__(self) -> None:
+        for tile in (self.gate_up, self.down):
+            if sorted(tile) != sorted(TILE_KEYS) or not all(
+                isinstance(v, int) and v > 0 for v in tile.values()
+            ):
+                raise ValueError(f"a MoE tile has exactly {TILE_KEYS}, positive ints: {tile}")
+        if self.gate_up["BLOCK_M"] != self.down["BLOCK_M"]:
+            raise ValueError(f"gate/up and down tiles differ in BLOCK_M: {self}")
+
+    @property
+    def block_m(self) -> int:
+        return self.gate_up["BLOCK_M"]
+
+
+def table_path(device_name: str) -> Path:
+    return TABLE_DIR / f"{device_name.replace(' ', '_')}.json"
+
+
+@functools.cache
+def load_table(device_name: str) -> dict[str, dict[int, MoeTiles]]:
+    """{shape key: {tokens: tiles}} for one GPU, empty when none was tuned for it."""
+    path = table_path(device_name)
+    if not path.exists():
+        return {}
+    try:
+        shapes = json.loads(path.read_text())["shapes"]
+        return {
+            key: {int(t): MoeTiles(e["gate_up"], e["down"]) for t, e in entries.items()}
+            for key, entries in shapes.items()
+        }
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: not a MoE tile table ({e})") from e
+
+
+def tuned_tiles(shape: MoeShape, tokens: int, device_name: str) -> MoeTiles | None:
+    entries = load_table(device_name).get(shape.key())
+    if not entries:
+        return None
+    nearest = min(entries, key=lambda t: (abs(math.log2(t) - math.log2(max(tokens, 1))), t))
+    return entries[nearest]
+
+
+@functools.cache
+def _device_name(index: int | None) -> str:
+    return torch.cuda.get_device_name(index)
+
+
+def moe_tiles(
+    shape: MoeShape, tokens: int, device: torch.device, fallback: dict[str, int]
+) -> MoeTiles:
+    """The tuned tiles for this GPU and shape, else ``fallback`` for both GEMMs."""
+    if device.type == "cuda" and os.environ.get(TUNED_ENV, "1") != "0":
+        tiles = tuned_tiles(shape, tokens, _device_name(device.index))
+        if tiles is not None:
+            return tiles
+    return MoeTiles(fallback, fallback)

@@ -1,0 +1,106 @@
+"""The tuned-tile tables of the experts' grouped GEMMs: the shipped tables are well formed and
+match the tuner's shape keys, a step takes the nearest tuned token count, and a table that is
+missing, switched off or malformed is handled."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.moe_tune import candidate_tiles, shape_key, shape_of
+from kvserve.kernels import moe_tiles
+from kvserve.kernels.moe_tiles import MoeShape, MoeTiles, load_table, tuned_tiles
+
+SHAPE = MoeShape("bfloat16", 8, 256, 128, 2)
+
+
+def _tile(m: int, n: int) -> dict[str, int]:
+    return {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
+
+
+@pytest.fixture
+def table_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(moe_tiles, "TABLE_DIR", tmp_path)
+    load_table.cache_clear()
+    yield tmp_path
+    load_table.cache_clear()
+
+
+def _write(directory: Path, shapes: dict) -> None:
+    (directory / "Test_GPU.json").write_text(json.dumps({"device": "Test GPU", "shapes": shapes}))
+
+
+def test_shipped_tables_are_well_formed() -> None:
+    tables = sorted(moe_tiles.TABLE_DIR.glob("*.json"))
+    assert tables, "no tuned MoE tile table in the package"
+    for path in tables:
+        data = json.loads(path.read_text())
+        assert moe_tiles.table_path(data["device"]) == path
+        assert data["produced_by"].startswith("python -m benchmarks.moe_tune")
+        table = load_table(data["device"])
+        assert table and all(entries for entries in table.values())
+        for key in table:
+            kind, *fields = key.split()
+            assert kind in ("bfloat16", "float16", "fp8_block128x128", "fp8_channel", "nvfp4",
+                            "mxfp4"), key  # fmt: skip
+            assert [f.split("=")[0] for f in fields] == ["E", "N", "K", "top_k"], key
+
+
+def test_tuner_keys_are_what_the_kernels_look_up() -> None:
+    """qwen3-30b-a3b's experts: 128 of 2 x 768 x 2048, top 8; TP 2 halves the intermediate."""
+    assert shape_key("bf16", shape_of("qwen3-30b-a3b", 1)).key() == (
+        "bfloat16 E=128 N=1536 K=2048 top_k=8"
+    )
+    assert shape_key("fp8", shape_of("qwen3-30b-a3b", 2)).key() == (
+        "fp8_block128x128 E=128 N=768 K=2048 top_k=8"
+    )
+
+
+def test_candidates_fit_shared_memory_and_fp8_scale_blocks() -> None:
+    for fmt in ("bf16", "fp8", "nvfp4"):
+        for m in (16, 32, 64, 128):
+            tiles = candidate_tiles(fmt, m)
+            assert tiles and all(t["BLOCK_M"] == m for t in tiles)
+            if fmt == "fp8":
+                assert all(t["BLOCK_K"] == 128 and t["BLOCK_N"] <= 128 for t in tiles)
+
+
+def test_nearest_tuned_token_count_in_log_scale(table_dir: Path) -> None:
+    entries = {str(t): {"gate_up": _tile(16, 32 * i), "down": _tile(16, 64)}
+               for i, t in enumerate((1, 4, 64), start=1)}  # fmt: skip
+    _write(table_dir, {SHAPE.key(): entries})
+    picked = {t: tuned_tiles(SHAPE, t, "Test GPU").gate_up["BLOCK_N"] for t in (1, 2, 3, 9, 40)}
+    # 2 is as near 1 as 4 (the smaller wins); 9 is nearer 4 than 64 in log scale, 40 nearer 64
+    assert picked == {1: 32, 2: 32, 3: 64, 9: 64, 40: 96}
+    other = MoeShape("bfloat16", 8, 256, 128, 4)
+    assert tuned_tiles(other, 1, "Test GPU") is None
+    assert tuned_tiles(SHAPE, 1, "Other GPU") is None
+
+
+def test_without_a_gpu_or_with_tables_off_the_fallback_runs(
+    table_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(table_dir, {SHAPE.key(): {"1": {"gate_up": _tile(16, 32), "down": _tile(16, 64)}}})
+    fallback = _tile(64, 128)
+    got = moe_tiles.moe_tiles(SHAPE, 1, torch.device("cpu"), fallback)
+    assert got == MoeTiles(fallback, fallback)
+    monkeypatch.setenv(moe_tiles.TUNED_ENV, "0")
+    assert moe_tiles.moe_tiles(SHAPE, 1, torch.device("cuda", 0), fallback).block_m == 64
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"gate_up": _tile(16, 32)},  # no down tile
+        {"gate_up": _tile(16, 32), "down": _tile(32, 64)},  # BLOCK_M differs
+        {"gate_up": _tile(16, 32) | {"BLOCK_N": "32"}, "down": _tile(16, 64)},
+        {"gate_up": _tile(16, 32) | {"num_ctas": 1}, "down": _tile(16, 64)},
+    ],
+)
+def test_a_malformed_table_names_its_file(table_dir: Path, entry: dict) -> None:
+    _write(table_dir, {SHAPE.key(): {"1": entry}})
+    with pytest.raises(ValueError, match="Test_GPU.json: not a MoE tile table"):
+        load_table("Test GPU")
