@@ -244,6 +244,11 @@ def time_tiles(case: StepCase, which: int, tiles: list[dict[str, int]], ref: tor
     return rows
 
 
+def tile_name(tile: dict[str, int]) -> str:
+    """BLOCK_M/BLOCK_N/BLOCK_K/warps/stages"""
+    return "/".join(str(tile[key]) for key in TILE_KEYS)
+
+
 def retime(case: StepCase, contenders: list[tuple[int, dict[str, int]]]) -> list[float]:
     """Medians of ``ROUNDS`` interleaved timings: over a long sweep the clocks drift (sustained
     tensor-core load; 5-10% was seen), so the finalists are compared in one stretch."""
@@ -289,8 +294,10 @@ def tune_step(step: Step, shape: dict[str, int], experts: Experts) -> dict[str, 
                       "down_ms": heuristic_ms[1]},
         "tuned": {"gate_up": tuned[0], "down": tuned[1]},
         "speedup": sum(heuristic_ms) / (tuned[0]["ms"] + tuned[1]["ms"]),
-        "finalists": final,
-        "screened": screened,
+        "finalists": {name: {tile_name(row["tile"]): row["ms"] for row in final
+                             if row["gemm"] == name} for name in GEMMS},
+        "screened": {name: {tile_name(row["tile"]): row.get("ms", row.get("error"))
+                            for row in rows} for name, rows in screened.items()},
     }  # fmt: skip
 
 
