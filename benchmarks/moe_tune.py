@@ -2,21 +2,26 @@
 writes the table kvserve reads (``kvserve/kernels/moe_configs/<GPU name>.json``, see
 ``kvserve/kernels/moe_tiles.py``).
 
-    python -m benchmarks.moe_tune --models qwen3-30b-a3b,glm-4.5-air --formats bf16,fp8,nvfp4 \
-        [--tokens 1,2,4,...,8192] [--tp 1] [--workers 12] [--table DIR] [--out-dir DIR]
+    python -m benchmarks.moe_tune --models qwen3-30b-a3b,glm-4.5-air \
+        --formats bf16,fp8,nvfp4,mxfp4 [--tokens 1,2,4,...,8192] [--tp 1] [--workers 12] \
+        [--table DIR] [--out-dir DIR]
 
-For each model's experts (``benchmarks/configs/<model>/config.json``, the intermediate size split
-``--tp`` ways as tensor parallelism shards it), format and token count, random tokens are routed
-by a softmax top-k of random logits, and the kernels the engine launches for that step (the
-format's grouped GEMM, on the slots sorted or one to a block as ``fused_moe`` would) are timed
-at every tile of ``candidate_tiles``: gate/up and down separately, sharing ``BLOCK_M``. The
-fastest pair is kept; a tile whose output strays from the heuristic tile's is dropped. Steps on
-other kernels are skipped: FP4 decode (the word GEMV) and FP4 steps whose experts are dequantized
-(``bf16`` tunes those). ``--workers`` compiles the tiles in that many processes first (Triton's
-disk cache), then one process times them: the compile is most of the cost.
+Formats: ``bf16``, ``fp8`` (128 x 128 weight blocks, as Qwen3-FP8 ships), ``fp8-channel``
+(per-channel weight scales), ``nvfp4``, ``mxfp4``. For each model's experts
+(``benchmarks/configs/<model>/config.json``, the intermediate size split ``--tp`` ways as tensor
+parallelism shards it), format and token count, random tokens are routed by a softmax top-k of
+random logits, and the kernels the engine launches for that step (the format's grouped GEMM, on
+the slots sorted or one to a block as ``fused_moe`` would) are screened at every tile of
+``candidate_tiles``: gate/up and down separately, sharing ``BLOCK_M``; a tile whose output
+strays from the heuristic tile's is dropped. The ``FINALISTS`` best of each GEMM and ``BLOCK_M``
+are then timed again against the heuristic tile, interleaved (``retime``), and the fastest pair
+is kept, the heuristic's unless beaten. Steps on other kernels are skipped: FP4 decode (the word
+GEMV) and FP4 steps whose experts are dequantized (``bf16`` tunes those). ``--workers``
+compiles the tiles in that many processes first (Triton's disk cache), then one process times
+them: the compile is most of the cost.
 
-Writes ``moe_tune_<tag>_<date>.json`` (every step: the heuristic's and the tuned tiles' times)
-and merges the kept tiles into the table.
+Writes ``moe_tune_<tag>_<date>.json`` (every step: the screened and retimed tiles) and merges
+the kept tiles into the table after each step.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from kvserve.kernels.fused_moe import (
     slot_blocks,
 )
 from kvserve.kernels.fused_moe_fp4 import DEQUANT_MIN_SLOTS_PER_EXPERT, _fp4_grouped_gemm
-from kvserve.kernels.fused_moe_fp8 import _fp8_grouped_gemm
+from kvserve.kernels.fused_moe_fp8 import _fp8_grouped_gemm, fp8_kind
 from kvserve.kernels.moe_tiles import TABLE_DIR, TILE_KEYS, MoeShape, table_path
 
 FP8_BLOCK = (128, 128)
@@ -56,7 +61,8 @@ ROUNDS = 3
 TOKENS = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192"
 SMEM_BYTES = 227 * 1024  # the H100/H200 opt-in shared memory a block
 # bytes an element of (A, W) in shared memory
-OPERAND_BYTES = {"bf16": (2, 2), "fp8": (1, 1), "nvfp4": (2, 0.5), "mxfp4": (2, 0.5)}
+OPERAND_BYTES = {"bf16": (2, 2), "fp8": (1, 1), "fp8-channel": (1, 1), "nvfp4": (2, 0.5),
+                 "mxfp4": (2, 0.5)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,8 @@ def shape_of(model: str, tp: int) -> dict[str, int]:
 
 
 def shape_key(fmt: str, shape: dict[str, int]) -> MoeShape:
-    kind = {"bf16": "bfloat16", "fp8": f"fp8_block{FP8_BLOCK[0]}x{FP8_BLOCK[1]}"}.get(fmt, fmt)
+    kinds = {"bf16": "bfloat16", "fp8": fp8_kind(FP8_BLOCK), "fp8-channel": fp8_kind(None)}
+    kind = kinds.get(fmt, fmt)
     return MoeShape(kind, shape["experts"], 2 * shape["inter"], shape["hidden"], shape["top_k"])
 
 
@@ -145,8 +152,12 @@ class Experts:
                 torch.randn(e, 2 * inter, h, dtype=torch.bfloat16, device="cuda") / h**0.5,
                 torch.randn(e, h, inter, dtype=torch.bfloat16, device="cuda") / inter**0.5,
             )
-        elif fmt == "fp8":
-            self.stacks = (self._fp8(e, 2 * inter, h), self._fp8(e, h, inter))
+        elif fmt.startswith("fp8"):
+            self.block = FP8_BLOCK if fmt == "fp8" else None
+            self.stacks = (
+                self._fp8(e, 2 * inter, h, self.block),
+                self._fp8(e, h, inter, self.block),
+            )
         else:
             self.stacks = (
                 random_fp4_stack(fmt, e, 2 * inter, h),
@@ -154,10 +165,11 @@ class Experts:
             )
 
     @staticmethod
-    def _fp8(e: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _fp8(e: int, n: int, k: int, block: tuple[int, int] | None,
+             ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         w = torch.randn(e, n, k, device="cuda").clamp_(-448, 448).to(torch.float8_e4m3fn)
-        scale = torch.rand(e, n // FP8_BLOCK[0], k // FP8_BLOCK[1], device="cuda") / (8 * k**0.5)
-        return w, scale
+        scale_shape = (e, n // block[0], k // block[1]) if block else (e, n)
+        return w, torch.rand(scale_shape, device="cuda") / (8 * k**0.5)
 
     def run(self, a: torch.Tensor, which: int, blocks: Any, slots: int, top_k: int,  # noqa: ANN401
             tile: dict[str, int], row_weights: torch.Tensor | None,
@@ -166,8 +178,8 @@ class Experts:
         if self.fmt == "bf16":
             return _grouped_gemm(a, stack, blocks, slots, top_k, tile, row_weights,
                                  token_sum=token_sum)  # fmt: skip
-        if self.fmt == "fp8":
-            return _fp8_grouped_gemm(a, *stack, FP8_BLOCK, blocks, slots, top_k, tile,
+        if self.fmt.startswith("fp8"):
+            return _fp8_grouped_gemm(a, *stack, self.block, blocks, slots, top_k, tile,
                                      row_weights, token_sum)  # fmt: skip
         return _fp4_grouped_gemm(a, stack, blocks, slots, top_k, tile, row_weights, token_sum)
 

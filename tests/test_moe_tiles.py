@@ -50,13 +50,15 @@ def test_shipped_tables_are_well_formed() -> None:
 
 
 def test_tuner_keys_are_what_the_kernels_look_up() -> None:
-    """qwen3-30b-a3b's experts: 128 of 2 x 768 x 2048, top 8; TP 2 halves the intermediate."""
+    """qwen3-30b-a3b's experts: 128 of 2 x 768 x 2048, top 8; TP 2 halves the intermediate;
+    the FP8 kinds are ``fused_moe_fp8.fp8_kind``'s."""
     assert shape_key("bf16", shape_of("qwen3-30b-a3b", 1)).key() == (
         "bfloat16 E=128 N=1536 K=2048 top_k=8"
     )
     assert shape_key("fp8", shape_of("qwen3-30b-a3b", 2)).key() == (
         "fp8_block128x128 E=128 N=768 K=2048 top_k=8"
     )
+    assert shape_key("fp8-channel", shape_of("glm-4.5-air", 1)).kind == "fp8_channel"
 
 
 def test_candidates_fit_shared_memory_and_fp8_scale_blocks() -> None:

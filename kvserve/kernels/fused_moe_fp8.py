@@ -184,6 +184,11 @@ def _fp8_grouped_gemm(
     return dest.out
 
 
+def fp8_kind(block: tuple[int, int] | None) -> str:
+    """The experts' format in the tile tables (``moe_tiles``)."""
+    return f"fp8_block{block[0]}x{block[1]}" if block else "fp8_channel"
+
+
 def fused_moe_fp8(
     x: torch.Tensor,
     w13: torch.Tensor,
@@ -205,8 +210,7 @@ def fused_moe_fp8(
                                  token_sum, pdl)  # fmt: skip
 
     experts, n, k = w13.shape
-    kind = f"fp8_block{block[0]}x{block[1]}" if block else "fp8_channel"
     fallback = _block_config(topk_ids.numel(), experts)
-    shape = MoeShape(kind, experts, n, k, topk_ids.shape[1])
+    shape = MoeShape(fp8_kind(block), experts, n, k, topk_ids.shape[1])
     tiles = moe_tiles(shape, topk_ids.shape[0], x.device, fallback)
     return fused_moe_with(x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend)
