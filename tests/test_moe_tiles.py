@@ -106,3 +106,23 @@ def test_a_malformed_table_names_its_file(table_dir: Path, entry: dict) -> None:
     _write(table_dir, {SHAPE.key(): {"1": entry}})
     with pytest.raises(ValueError, match="Test_GPU.json: not a MoE tile table"):
         load_table("Test GPU")
+
+
+def test_a_gpu_takes_its_table_and_names_an_untuned_shape_once(
+    table_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The GPU's name is the one thing a CPU cannot answer: it is given here."""
+    monkeypatch.setattr(moe_tiles, "_device_name", lambda index: "Test GPU")
+    tuned = {"gate_up": _tile(16, 32), "down": _tile(16, 64)}
+    _write(table_dir, {SHAPE.key(): {"1": tuned}})
+    gpu, fallback = torch.device("cuda", 0), _tile(64, 128)
+    assert moe_tiles.moe_tiles(SHAPE, 3, gpu, fallback) == MoeTiles(**tuned)
+    other = MoeShape("nvfp4", 8, 256, 128, 2)
+    moe_tiles._note_untuned.cache_clear()
+    with caplog.at_level("WARNING", logger="kvserve.kernels"):
+        for _ in range(3):
+            assert moe_tiles.moe_tiles(other, 3, gpu, fallback) == MoeTiles(fallback, fallback)
+    assert [r.getMessage() for r in caplog.records] == [
+        "MoE tiles: no tuned entry for nvfp4 E=8 N=256 K=128 top_k=2 on Test GPU in "
+        "Test_GPU.json; heuristic tiles (tune with python -m benchmarks.moe_tune)"
+    ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import torch
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 TABLE_DIR = Path(__file__).parent / "moe_configs"
 TUNED_ENV = "KVSERVE_MOE_TUNED"
+log = logging.getLogger("kvserve.kernels")
 
 
 @dataclass(frozen=True)
@@ -110,4 +112,13 @@ def moe_tiles(
         tiles = tuned_tiles(shape, tokens, _device_name(device.index))
         if tiles is not None:
             return tiles
+        _note_untuned(shape, _device_name(device.index))
     return MoeTiles(fallback, fallback)
+
+
+@functools.cache
+def _note_untuned(shape: MoeShape, device_name: str) -> None:
+    log.warning(
+        "MoE tiles: no tuned entry for %s on %s in %s; heuristic tiles (tune with "
+        "python -m benchmarks.moe_tune)", shape.key(), device_name, table_path(device_name).name,
+    )  # fmt: skip
