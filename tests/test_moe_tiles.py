@@ -24,9 +24,9 @@ def _tile(m: int, n: int) -> dict[str, int]:
 @pytest.fixture
 def table_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(moe_tiles, "TABLE_DIR", tmp_path)
-    load_table.cache_clear()
+    moe_tiles.reload_tables()
     yield tmp_path
-    load_table.cache_clear()
+    moe_tiles.reload_tables()
 
 
 def _write(directory: Path, shapes: dict) -> None:

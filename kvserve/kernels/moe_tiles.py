@@ -91,12 +91,19 @@ def load_table(device_name: str) -> dict[str, dict[int, MoeTiles]]:
         raise ValueError(f"{path}: not a MoE tile table ({e})") from e
 
 
+@functools.lru_cache(maxsize=4096)  # every MoE layer of an eager step asks (3 us uncached)
 def tuned_tiles(shape: MoeShape, tokens: int, device_name: str) -> MoeTiles | None:
     entries = load_table(device_name).get(shape.key())
     if not entries:
         return None
     nearest = min(entries, key=lambda t: (abs(math.log2(t) - math.log2(max(tokens, 1))), t))
     return entries[nearest]
+
+
+def reload_tables() -> None:
+    """Forget the tables read so far (tests that write their own)."""
+    load_table.cache_clear()
+    tuned_tiles.cache_clear()
 
 
 @functools.cache

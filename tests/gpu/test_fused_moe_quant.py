@@ -296,7 +296,7 @@ def test_shipped_tuned_tiles_match_reference(kind, one_slot, tile, tmp_path, mon
     table = {"shapes": {shape.key(): {"1": {"gate_up": tile, "down": tile}}}}
     monkeypatch.setattr(moe_tiles, "TABLE_DIR", tmp_path)
     moe_tiles.table_path(torch.cuda.get_device_name()).write_text(json.dumps(table))
-    moe_tiles.load_table.cache_clear()
+    moe_tiles.reload_tables()
     monkeypatch.setenv(MOE_GEMV_ENV, "0")
     fused_moe_fp4_module.moe_gemv_enabled.cache_clear()
     try:
@@ -314,6 +314,6 @@ def test_shipped_tuned_tiles_match_reference(kind, one_slot, tile, tmp_path, mon
             got = fused_moe_fp4(x, s13, s2, weights, ids)
             want = fused_moe_fp4_reference(x.float(), s13, s2, weights, ids)
     finally:
-        moe_tiles.load_table.cache_clear()
+        moe_tiles.reload_tables()
         fused_moe_fp4_module.moe_gemv_enabled.cache_clear()
     _close(got, want, 3e-2)
