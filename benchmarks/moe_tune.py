@@ -10,15 +10,15 @@ Formats: ``bf16``, ``fp8`` (128 x 128 weight blocks, as Qwen3-FP8 ships), ``fp8-
 (per-channel weight scales), ``nvfp4``, ``mxfp4``. For each model's experts
 (``benchmarks/configs/<model>/config.json``, the intermediate size split ``--tp`` ways as tensor
 parallelism shards it), format and token count, random tokens are routed by a softmax top-k of
-random logits, and the kernels the engine launches for that step (the format's grouped GEMM, on
-the slots sorted or one to a block as ``fused_moe`` would) are screened at every tile of
-``candidate_tiles``: gate/up and down separately, sharing ``BLOCK_M``; a tile whose output
-strays from the heuristic tile's is dropped. The ``FINALISTS`` best of each GEMM and ``BLOCK_M``
-are then timed again against the heuristic tile, interleaved (``retime``), and the fastest pair
-is kept, the heuristic's unless beaten. Steps on other kernels are skipped: FP4 decode (the word
-GEMV) and FP4 steps whose experts are dequantized (``bf16`` tunes those). ``--workers``
-compiles the tiles in that many processes first (Triton's disk cache), then one process times
-them: the compile is most of the cost.
+random logits. The kernels the engine launches for that step are screened over a grid of tiles
+(``step_candidates``): the format's grouped GEMM on the slots sorted or one to a block, as
+``fused_moe`` runs it, gate/up and down apart but sharing ``BLOCK_M``; for FP4 decode steps the
+word GEMV (``*_gemv`` entries). A tile whose output strays from the heuristic tile's is dropped.
+The ``FINALISTS`` best of each GEMM and group are then timed again against the heuristic tile,
+interleaved (``retime``), and the fastest pair is kept, the heuristic's unless beaten. FP4 steps
+whose experts are dequantized are skipped (``bf16`` tunes their kernel). ``--workers`` compiles
+the tiles in that many processes first (Triton's disk cache), then one process times them: the
+compile is most of the cost.
 
 Writes ``moe_tune_<tag>_<date>.json`` (every step: the screened and retimed tiles) and merges
 the kept tiles into the table after each step.
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import itertools
 import json
 import multiprocessing as mp
@@ -50,14 +51,20 @@ from kvserve.kernels.fused_moe import (
     one_slot_per_block,
     slot_blocks,
 )
-from kvserve.kernels.fused_moe_fp4 import DEQUANT_MIN_SLOTS_PER_EXPERT, _fp4_grouped_gemm
+from kvserve.kernels.fused_moe_fp4 import (
+    DEQUANT_MIN_SLOTS_PER_EXPERT,
+    _fp4_grouped_gemm,
+    _fp4_moe_gemv,
+)
 from kvserve.kernels.fused_moe_fp8 import _fp8_grouped_gemm, fp8_kind
-from kvserve.kernels.moe_tiles import TABLE_DIR, TILE_KEYS, MoeShape, table_path
+from kvserve.kernels.moe_tiles import GEMV_KEYS, TABLE_DIR, TILE_KEYS, MoeShape, table_path
+from kvserve.kernels.word_gemv import GEMV_TILES, gemv_config
 
 FP8_BLOCK = (128, 128)
 GEMMS = ("gate_up", "down")
 FINALISTS = 2  # screened tiles of each GEMM and BLOCK_M timed again against the heuristic's
 ROUNDS = 3
+FP4_FORMATS = ("nvfp4", "mxfp4")
 TOKENS = "1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192"
 SMEM_BYTES = 227 * 1024  # the H100/H200 opt-in shared memory a block
 # bytes an element of (A, W) in shared memory
@@ -77,14 +84,22 @@ def shape_of(model: str, tp: int) -> dict[str, int]:
     return shape | {"inter": shape["inter"] // tp}
 
 
-def shape_key(fmt: str, shape: dict[str, int]) -> MoeShape:
+def shape_key(fmt: str, shape: dict[str, int], gemv: bool = False) -> MoeShape:
     kinds = {"bf16": "bfloat16", "fp8": fp8_kind(FP8_BLOCK), "fp8-channel": fp8_kind(None)}
-    kind = kinds.get(fmt, fmt)
+    kind = kinds.get(fmt, fmt) + ("_gemv" if gemv else "")
     return MoeShape(kind, shape["experts"], 2 * shape["inter"], shape["hidden"], shape["top_k"])
 
 
+def on_gemv(fmt: str, slots: int, experts: int) -> bool:
+    """FP4 decode steps run the word GEMV (``fused_moe_fp4``)."""
+    return fmt in FP4_FORMATS and one_slot_per_block(slots, experts)
+
+
 def heuristic_tile(fmt: str, slots: int, experts: int) -> dict[str, int]:
-    """The tile the engine runs without a table (``fused_moe*``), as the kernel launches it."""
+    """The tile the engine runs without a table (``fused_moe*``), as the kernel launches it;
+    the GEMV's is ``{}``, its own default."""
+    if on_gemv(fmt, slots, experts):
+        return {}
     tile = _block_config(slots, experts)
     if fmt == "bf16":
         return half_weight_config(tile, torch.bfloat16)
@@ -128,15 +143,43 @@ def candidate_tiles(fmt: str, block_m: int) -> list[dict[str, int]]:
     return tiles
 
 
+def gemv_tiles(n: int, words: int, slots: int, num_sms: int) -> list[dict[str, int]]:
+    """The word GEMV's tiles for one GEMM of a decode step: ``GEMV_TILES`` at 4, 8 and 2
+    programs an SM (K split to match), as ``word_gemv.gemv_candidates`` tries them for dense
+    layers."""
+    tiles: list[dict[str, int]] = []
+    for per_sm, (block_n, block_w, warps) in itertools.product((4, 8, 2), GEMV_TILES):
+        cfg = gemv_config(n, words, num_sms=num_sms, block_n=block_n, block_w=block_w,
+                          num_warps=warps, programs_per_sm=per_sm, slots=slots)  # fmt: skip
+        tile = {key: getattr(cfg, key) for key in GEMV_KEYS}
+        if tile not in tiles:
+            tiles.append(tile)
+    return tiles
+
+
+def step_candidates(step: Step, shape: dict[str, int], num_sms: int,
+                    ) -> dict[int, tuple[list, list]]:  # fmt: skip
+    """{group: (gate/up tiles, down tiles)}: a group per BLOCK_M, or one (0) of GEMV tiles."""
+    slots, experts = step.tokens * shape["top_k"], shape["experts"]
+    if on_gemv(step.fmt, slots, experts):
+        h, inter = shape["hidden"], shape["inter"]  # FP4 words: 8 values of K each
+        gate_up, down = (2 * inter, h // 8), (h, inter // 8)
+        return {0: (gemv_tiles(*gate_up, slots, num_sms), gemv_tiles(*down, slots, num_sms))}
+    return {m: (candidate_tiles(step.fmt, m),) * 2 for m in block_ms(slots, experts)}
+
+
+@functools.cache
+def num_sms() -> int:
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
 def tuned_steps(models: list[str], formats: list[str], tokens: list[int], tp: int,
                 ) -> Iterator[tuple[Step, dict[str, int]]]:  # fmt: skip
     for model, fmt, t in itertools.product(models, formats, tokens):
         shape = shape_of(model, tp)
         slots, experts = t * shape["top_k"], shape["experts"]
-        if fmt in ("nvfp4", "mxfp4") and (
-            one_slot_per_block(slots, experts) or slots >= DEQUANT_MIN_SLOTS_PER_EXPERT * experts
-        ):
-            continue  # the word GEMV, or the bf16 GEMM on dequantized experts
+        if fmt in FP4_FORMATS and slots >= DEQUANT_MIN_SLOTS_PER_EXPERT * experts:
+            continue  # the bf16 GEMM on dequantized experts
         yield Step(model, fmt, t), shape
 
 
@@ -181,6 +224,8 @@ class Experts:
         if self.fmt.startswith("fp8"):
             return _fp8_grouped_gemm(a, *stack, self.block, blocks, slots, top_k, tile,
                                      row_weights, token_sum)  # fmt: skip
+        if isinstance(blocks, torch.Tensor):  # a decode step: the word GEMV
+            return _fp4_moe_gemv(a, stack, blocks, top_k, row_weights, token_sum, config=tile)
         return _fp4_grouped_gemm(a, stack, blocks, slots, top_k, tile, row_weights, token_sum)
 
 
@@ -194,7 +239,7 @@ class StepCase:
         self._blocks: dict[int, Any] = {}
 
     def gemm(self, which: int, tile: dict[str, int]) -> Callable[[], torch.Tensor]:
-        r, m = self.r, tile["BLOCK_M"]
+        r, m = self.r, tile.get("BLOCK_M", 16)
         if m not in self._blocks:
             self._blocks[m] = slot_blocks(r.ids, r.experts, m)
         blocks = self._blocks[m]
@@ -228,9 +273,9 @@ def warm_in_workers(steps: list[tuple[Step, dict[str, int]]], workers: int) -> N
     for step, shape in steps:
         slots, experts = step.tokens * shape["top_k"], shape["experts"]
         variant = (step.fmt, one_slot_per_block(slots, experts), slots % 16 == 0)
-        for m, which in itertools.product(block_ms(slots, experts), (0, 1)):
-            for tile in candidate_tiles(step.fmt, m):
-                key = (*variant, which, tuple(tile.values()))
+        for per_gemm in step_candidates(step, shape, num_sms()).values():
+            for which, tile in ((w, t) for w in (0, 1) for t in per_gemm[w]):
+                key = (*variant, which, tuple(tile.items()))
                 tasks.setdefault(key, (step, shape, which, tile))
     ordered = list(tasks.values())
     with mp.get_context("spawn").Pool(workers) as pool:
@@ -257,8 +302,8 @@ def time_tiles(case: StepCase, which: int, tiles: list[dict[str, int]], ref: tor
 
 
 def tile_name(tile: dict[str, int]) -> str:
-    """BLOCK_M/BLOCK_N/BLOCK_K/warps/stages"""
-    return "/".join(str(tile[key]) for key in TILE_KEYS)
+    """BLOCK_M/BLOCK_N/BLOCK_K/warps/stages, or block_n/block_w/split_k/warps/stages"""
+    return "/".join(str(v) for v in tile.values()) or "default"
 
 
 def retime(case: StepCase, contenders: list[tuple[int, dict[str, int]]]) -> list[float]:
@@ -280,9 +325,9 @@ def tune_step(step: Step, shape: dict[str, int], experts: Experts) -> dict[str, 
     refs = [case.gemm(which, heuristic)().float() for which in (0, 1)]
     screened: dict[str, list[dict[str, Any]]] = {"gate_up": [], "down": []}
     contenders = [(0, heuristic), (1, heuristic)]
-    for m in block_ms(r.slots, r.experts):
+    for per_gemm in step_candidates(step, shape, num_sms()).values():
         for which, name in enumerate(GEMMS):
-            rows = time_tiles(case, which, candidate_tiles(step.fmt, m), refs[which])
+            rows = time_tiles(case, which, per_gemm[which], refs[which])
             screened[name] += rows
             good = sorted((row for row in rows if "ms" in row and row["rel_err"] < 2e-2),
                           key=lambda row: row["ms"])  # fmt: skip
@@ -292,8 +337,9 @@ def tune_step(step: Step, shape: dict[str, int], experts: Experts) -> dict[str, 
     final = [{"gemm": GEMMS[which], "tile": tile, "ms": ms}
              for (which, tile), ms in zip(contenders, times, strict=True)]  # fmt: skip
     pairs = []
-    for m in {row["tile"]["BLOCK_M"] for row in final}:
-        best = [min((row for row in final if row["gemm"] == name and row["tile"]["BLOCK_M"] == m),
+    for m in {row["tile"].get("BLOCK_M", 0) for row in final}:
+        in_group = [row for row in final if row["tile"].get("BLOCK_M", 0) == m]
+        best = [min((row for row in in_group if row["gemm"] == name),
                     key=lambda row: row["ms"], default=None) for name in GEMMS]  # fmt: skip
         if None not in best:
             pairs.append((best[0]["ms"] + best[1]["ms"], best[0]["tile"] != heuristic, best))
@@ -301,7 +347,7 @@ def tune_step(step: Step, shape: dict[str, int], experts: Experts) -> dict[str, 
     heuristic_ms = [final[0]["ms"], final[1]["ms"]]
     return {
         "model": step.model, "format": step.fmt, "tokens": step.tokens, "slots": r.slots,
-        "shape": shape_key(step.fmt, shape).key(),
+        "shape": shape_key(step.fmt, shape, on_gemv(step.fmt, r.slots, r.experts)).key(),
         "heuristic": {"tile": heuristic, "gate_up_ms": heuristic_ms[0],
                       "down_ms": heuristic_ms[1]},
         "tuned": {"gate_up": tuned[0], "down": tuned[1]},

@@ -13,6 +13,7 @@ import torch
 from benchmarks.moe_tune import candidate_tiles, shape_key, shape_of
 from kvserve.kernels import moe_tiles
 from kvserve.kernels.moe_tiles import MoeShape, MoeTiles, load_table, tuned_tiles
+from kvserve.kernels.word_gemv import GemvConfig
 
 SHAPE = MoeShape("bfloat16", 8, 256, 128, 2)
 
@@ -44,8 +45,9 @@ def test_shipped_tables_are_well_formed() -> None:
         assert table and all(entries for entries in table.values())
         for key in table:
             kind, *fields = key.split()
-            assert kind in ("bfloat16", "float16", "fp8_block128x128", "fp8_channel", "nvfp4",
-                            "mxfp4"), key  # fmt: skip
+            assert kind.removesuffix("_gemv") in (
+                "bfloat16", "float16", "fp8_block128x128", "fp8_channel", "nvfp4", "mxfp4"
+            ), key  # fmt: skip
             assert [f.split("=")[0] for f in fields] == ["E", "N", "K", "top_k"], key
 
 
@@ -97,6 +99,7 @@ def test_without_a_gpu_or_with_tables_off_the_fallback_runs(
     "entry",
     [
         {"gate_up": _tile(16, 32)},  # no down tile
+        {"gate_up": {}, "down": {}},  # only a GEMV tile may be empty
         {"gate_up": _tile(16, 32), "down": _tile(32, 64)},  # BLOCK_M differs
         {"gate_up": _tile(16, 32) | {"BLOCK_N": "32"}, "down": _tile(16, 64)},
         {"gate_up": _tile(16, 32) | {"num_ctas": 1}, "down": _tile(16, 64)},
@@ -126,3 +129,17 @@ def test_a_gpu_takes_its_table_and_names_an_untuned_shape_once(
         "MoE tiles: no tuned entry for nvfp4 E=8 N=256 K=128 top_k=2 on Test GPU in "
         "Test_GPU.json; heuristic tiles (tune with python -m benchmarks.moe_tune)"
     ]
+
+
+def test_gemv_kinds_take_gemv_configs_or_the_default(table_dir: Path) -> None:
+    """FP4 decode steps run the word GEMV: its GemvConfig fields, or {} for its own default."""
+    gemv = {"block_n": 16, "block_w": 256, "split_k": 2, "num_warps": 4, "num_stages": 3}
+    shape = MoeShape("nvfp4_gemv", 8, 256, 128, 2)
+    _write(table_dir, {shape.key(): {"1": {"gate_up": {}, "down": gemv}}})
+    tiles = tuned_tiles(shape, 1, "Test GPU")
+    assert (tiles.gate_up, tiles.down) == ({}, gemv)
+    GemvConfig(**tiles.down)  # the fields the GEMV launch takes
+    _write(table_dir, {shape.key(): {"1": {"gate_up": _tile(16, 32), "down": gemv}}})
+    moe_tiles.reload_tables()
+    with pytest.raises(ValueError, match="not a MoE tile table"):
+        load_table("Test GPU")

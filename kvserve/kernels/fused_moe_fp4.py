@@ -41,9 +41,10 @@ from kvserve.kernels.fused_moe import (
     fused_moe_with,
     grouped_grid,
     half_weight_tiles,
+    one_slot_per_block,
 )
 from kvserve.kernels.moe_tiles import MoeShape, MoeTiles, moe_tiles
-from kvserve.kernels.word_gemv import MoeSlots, gemv_config, launch_word_gemv
+from kvserve.kernels.word_gemv import GemvConfig, MoeSlots, gemv_config, launch_word_gemv
 
 MOE_GEMV_ENV = "KVSERVE_FP4_MOE_GEMV"
 # From this many slots an expert on average, the experts are dequantized and multiplied by the
@@ -238,16 +239,21 @@ def _fp4_moe_gemv(
     row_weights: torch.Tensor | None,
     token_sum: TokenSum | None = None,
     pdl: bool = False,
+    config: dict[str, int] | None = None,
 ) -> torch.Tensor:
     """One GEMV per slot: [slots, N] (see ``MoeSlots``); with a ``token_sum``, [tokens, N], each
-    token's k rows summed in the GEMV's epilogue."""
+    token's k rows summed in the GEMV's epilogue. ``config``: ``GemvConfig`` fields (a tuned
+    ``*_gemv`` tile), else ``gemv_config``'s."""
     packed, block_scale, row_scale = stack
     num_slots, n = experts.numel(), packed.shape[1]
     a = a if a.stride(1) == 1 else a.contiguous()
     group = group_size_of(block_scale)
     # Plain scale loads for both formats: the MoE A/B on the H200 ran them; the asm loads that
     # the dense NVFP4 GEMV takes are not yet timed here.
-    cfg = gemv_config(n, packed.shape[2] // 4, num_sms=sm_count(a.device), slots=num_slots)
+    if config:
+        cfg = GemvConfig(**config)
+    else:
+        cfg = gemv_config(n, packed.shape[2] // 4, num_sms=sm_count(a.device), slots=num_slots)
     dest = SlotOutput.plan(a, num_slots, n, top_k, cfg.block_n, token_sum)
     slots = MoeSlots(
         experts, top_k, row_weights is None, row_weights, dest if token_sum is not None else None
@@ -274,7 +280,9 @@ def fused_moe_fp4(
         args = (a, stacks[which], blocks, num_slots, top_k, config, row_weights)
         if isinstance(blocks, torch.Tensor):  # one slot per block
             if moe_gemv_enabled():
-                return _fp4_moe_gemv(a, stacks[which], blocks, top_k, row_weights, token_sum, pdl)
+                return _fp4_moe_gemv(
+                    a, stacks[which], blocks, top_k, row_weights, token_sum, pdl, config
+                )
         elif dequantized:
             return _dequantized_grouped_gemm(*args, pdl=pdl)
         return _fp4_grouped_gemm(*args, token_sum, pdl)
@@ -286,12 +294,15 @@ def fused_moe_fp4(
 
 def fp4_tiles(w13: Fp4Stack, topk_ids: torch.Tensor, x: torch.Tensor, dequantized: bool,
               ) -> MoeTiles:  # fmt: skip
-    """Dequantized experts run the half-precision grouped GEMM, and take its tiles."""
+    """Dequantized experts run the half-precision grouped GEMM, and take its tiles; decode
+    steps on the word GEMV take ``*_gemv`` entries."""
     packed, block_scale = w13[0], w13[1]
     shape = (packed.shape[0], packed.shape[1], 2 * packed.shape[2])
     if dequantized:
         return half_weight_tiles(torch.Size(shape), x.dtype, topk_ids, x.device)
     kind = "nvfp4" if group_size_of(block_scale) == 16 else "mxfp4"
-    key = MoeShape(kind, *shape, topk_ids.shape[1])
     fallback = _block_config(topk_ids.numel(), shape[0])
+    if one_slot_per_block(topk_ids.numel(), shape[0]) and moe_gemv_enabled():
+        kind, fallback = f"{kind}_gemv", {}  # the GEMV's own default
+    key = MoeShape(kind, *shape, topk_ids.shape[1])
     return moe_tiles(key, topk_ids.shape[0], x.device, fallback)

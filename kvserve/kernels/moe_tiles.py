@@ -1,5 +1,6 @@
-"""The tiles the experts' grouped GEMMs run at: tuned per GPU, expert shape, format and token
-count where ``moe_configs/<GPU name>.json`` has them, else the caller's heuristic tile.
+"""The tiles the experts' GEMMs run at (the grouped GEMMs; the word GEMV of FP4 decode steps):
+tuned per GPU, expert shape, format and token count where ``moe_configs/<GPU name>.json`` has
+them, else the caller's heuristic tile.
 
 A table is written by ``python -m benchmarks.moe_tune`` on the GPU it names, which times the
 same kernels the engine launches over a grid of tiles and keeps the fastest gate/up and down
@@ -12,7 +13,8 @@ Table layout::
     {"device": "NVIDIA H200", "produced_by": "<command>", "commit": ..., "date": ...,
      "shapes": {"<MoeShape.key()>": {"<tokens>": {"gate_up": {tile}, "down": {tile}}}}}
 
-where a tile is ``{"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}``.
+where a tile is ``{"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}``, or for a
+``*_gemv`` kind ``{"block_n", "block_w", "split_k", "num_warps", "num_stages"}``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 import torch
 
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+GEMV_KEYS = ("block_n", "block_w", "split_k", "num_warps", "num_stages")
 TABLE_DIR = Path(__file__).parent / "moe_configs"
 TUNED_ENV = "KVSERVE_MOE_TUNED"
 log = logging.getLogger("kvserve.kernels")
@@ -37,8 +40,9 @@ log = logging.getLogger("kvserve.kernels")
 class MoeShape:
     """What a tuned tile depends on besides the token count. ``kind``: the weights' format as
     the kernel sees it (``bfloat16``, ``fp8_block128x128``, ``fp8_channel``, ``nvfp4``,
-    ``mxfp4``); ``n``, ``k``: the gate/up stack's rows and columns (2 x the intermediate size
-    of a shard, the hidden size)."""
+    ``mxfp4``; ``nvfp4_gemv``, ``mxfp4_gemv`` for decode steps on the word GEMV); ``n``, ``k``:
+    the gate/up stack's rows and columns (2 x the intermediate size of a shard, the hidden
+    size)."""
 
     kind: str
     experts: int
@@ -52,23 +56,32 @@ class MoeShape:
 
 @dataclass(frozen=True)
 class MoeTiles:
-    """One tile for each GEMM; both share ``BLOCK_M``, the block the slots are sorted into."""
+    """One tile for each GEMM. Grouped-GEMM tiles (``TILE_KEYS``) share ``BLOCK_M``, the block
+    the slots are sorted into. Kinds ending in ``_gemv`` (FP4 decode steps on the word GEMV)
+    hold ``word_gemv.GemvConfig`` fields (``GEMV_KEYS``), or nothing: the GEMV's own default."""
 
     gate_up: dict[str, int]
     down: dict[str, int]
 
     def __post_init__(self) -> None:
-        for tile in (self.gate_up, self.down):
-            if sorted(tile) != sorted(TILE_KEYS) or not all(
-                isinstance(v, int) and v > 0 for v in tile.values()
-            ):
-                raise ValueError(f"a MoE tile has exactly {TILE_KEYS}, positive ints: {tile}")
-        if self.gate_up["BLOCK_M"] != self.down["BLOCK_M"]:
+        if self.gate_up.get("BLOCK_M") != self.down.get("BLOCK_M"):
             raise ValueError(f"gate/up and down tiles differ in BLOCK_M: {self}")
 
     @property
     def block_m(self) -> int:
-        return self.gate_up["BLOCK_M"]
+        """The sort block (a GEMV step is not sorted: any value)."""
+        return self.gate_up.get("BLOCK_M", 16)
+
+
+def _checked_tiles(kind: str, entry: dict) -> MoeTiles:
+    keys = sorted(GEMV_KEYS if kind.endswith("_gemv") else TILE_KEYS)
+    for tile in (entry["gate_up"], entry["down"]):
+        default = not tile and kind.endswith("_gemv")
+        if not default and (
+            sorted(tile) != keys or not all(isinstance(v, int) and v > 0 for v in tile.values())
+        ):
+            raise ValueError(f"a {kind} tile has exactly {keys}, positive ints: {tile}")
+    return MoeTiles(entry["gate_up"], entry["down"])
 
 
 def table_path(device_name: str) -> Path:
@@ -84,7 +97,7 @@ def load_table(device_name: str) -> dict[str, dict[int, MoeTiles]]:
     try:
         shapes = json.loads(path.read_text())["shapes"]
         return {
-            key: {int(t): MoeTiles(e["gate_up"], e["down"]) for t, e in entries.items()}
+            key: {int(t): _checked_tiles(key.split()[0], e) for t, e in entries.items()}
             for key, entries in shapes.items()
         }
     except (KeyError, TypeError, ValueError) as e:

@@ -230,6 +230,19 @@ def test_fp4_decode_on_the_gemv_matches_reference(shape, tokens, fmt, load, moe_
     _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
 
 
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_fp4_moe_gemv_runs_a_tuned_config(fmt: str) -> None:
+    """A ``*_gemv`` table entry's fields (``moe_tiles``) reach the GEMV: narrow, split tiles
+    give the default's result."""
+    x, w13, _, _, ids = _case(1, 8, 256, 128, 2, "random")
+    s13 = quantize_fp4_experts(w13, fmt)
+    flat = ids.flatten().contiguous()
+    tuned = {"block_n": 16, "block_w": 16, "split_k": 2, "num_warps": 4, "num_stages": 3}
+    got = fused_moe_fp4_module._fp4_moe_gemv(x, s13, flat, 2, None, config=tuned)
+    want = fused_moe_fp4_module._fp4_moe_gemv(x, s13, flat, 2, None)
+    _close(got, want, 1e-5 if torch.float32 == DTYPE else 1e-2)
+
+
 @pytest.mark.parametrize("split_k", [1, 2])  # K = 128: two steps of 8 words
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("accumulate", [False, True], ids=["new", "addend"])
@@ -272,47 +285,60 @@ def test_fp4_decode_on_the_gemv_replays_from_a_cuda_graph(moe_gemv) -> None:  # 
 
 
 def _shipped_tiles() -> list:
-    """Each distinct (kind, one slot a block, tile) of the shipped tuned tables."""
+    """Each distinct (kind, one slot a block, tile, N and K for a GEMV tile) of the shipped
+    tuned tables."""
     seen = {}
     for path in sorted(moe_tiles.TABLE_DIR.glob("*.json")):
         for key, entries in json.loads(path.read_text())["shapes"].items():
-            experts, top_k = int(key.split()[1][2:]), int(key.split()[4][6:])
+            kind, e, n, k, top_k = (f.split("=")[-1] for f in key.split())
+            gemv_nk = (int(n), int(k)) if kind.endswith("_gemv") else None
             for tokens, entry in entries.items():
-                one_slot = int(tokens) * top_k * 4 <= experts
+                one_slot = int(tokens) * int(top_k) * 4 <= int(e)
                 for tile in entry.values():
-                    kind = key.split()[0]
-                    seen[(kind, one_slot, tuple(tile.items()))] = (kind, one_slot, tile)
-    return [pytest.param(*case, id=f"{case[0]}-{case[1]}-{case[2]}") for case in seen.values()]
+                    case = (kind, one_slot, tile, gemv_nk)
+                    seen[(kind, one_slot, tuple(tile.items()), gemv_nk)] = case
+    return [pytest.param(*case, id="-".join(map(str, case))) for case in seen.values()]
+
+
+def _tuned_step(kind: str, x, w13, w2, weights, ids):  # noqa: ANN001, ANN202
+    """(the MoE path of ``kind`` on these experts, its reference)."""
+    if kind == "bfloat16":
+        got = fused_moe(x, w13.to(DTYPE), w2.to(DTYPE), weights, ids)
+        return got, fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids)
+    if kind.startswith("fp8"):
+        block = (128, 128) if kind.startswith("fp8_block") else None
+        q13, s13 = quantize_fp8_experts(w13, block)
+        q2, s2 = quantize_fp8_experts(w2, block)
+        got = fused_moe_fp8(x, q13, s13, q2, s2, weights, ids, block)
+        return got, fused_moe_fp8_reference(x, q13, s13, q2, s2, weights, ids, block)
+    fmt = kind.removesuffix("_gemv")
+    s13, s2 = quantize_fp4_experts(w13, fmt), quantize_fp4_experts(w2, fmt)
+    got = fused_moe_fp4(x, s13, s2, weights, ids)
+    return got, fused_moe_fp4_reference(x.float(), s13, s2, weights, ids)
 
 
 @ON_GPU_ONLY
-@pytest.mark.parametrize(("kind", "one_slot", "tile"), _shipped_tiles())
-def test_shipped_tuned_tiles_match_reference(kind, one_slot, tile, tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    """Every tile of the shipped tables, written into a table for this GPU and a small shape,
-    runs both GEMMs of a step of its kind (one slot a block or sorted) to the reference."""
+@pytest.mark.parametrize(("kind", "one_slot", "tile", "gemv_nk"), _shipped_tiles())
+def test_shipped_tuned_tiles_match_reference(
+    kind, one_slot, tile, gemv_nk, tmp_path, monkeypatch
+) -> None:  # noqa: ANN001, E501
+    """Every tile of the shipped tables, written into a table for this GPU and a small step,
+    runs both GEMMs of a step of its kind (one slot a block or sorted; the word GEMV for
+    ``*_gemv``, at the shape it was tuned for, N and K, with 8 experts) to the reference."""
     experts, hidden, inter, k = 8, 256, 128, 2
+    if gemv_nk:
+        hidden, inter = gemv_nk[1], gemv_nk[0] // 2
     x, w13, w2, weights, ids = _case(1 if one_slot else 64, experts, hidden, inter, k, "random")
     shape = moe_tiles.MoeShape(kind, experts, 2 * inter, hidden, k)
     table = {"shapes": {shape.key(): {"1": {"gate_up": tile, "down": tile}}}}
     monkeypatch.setattr(moe_tiles, "TABLE_DIR", tmp_path)
     moe_tiles.table_path(torch.cuda.get_device_name()).write_text(json.dumps(table))
     moe_tiles.reload_tables()
-    monkeypatch.setenv(MOE_GEMV_ENV, "0")
+    monkeypatch.setenv(MOE_GEMV_ENV, "1" if gemv_nk else "0")
     fused_moe_fp4_module.moe_gemv_enabled.cache_clear()
     try:
         assert moe_tiles.moe_tiles(shape, 64, DEVICE, {}).gate_up == tile
-        if kind == "bfloat16":
-            got = fused_moe(x, w13.to(DTYPE), w2.to(DTYPE), weights, ids)
-            want = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids)
-        elif kind.startswith("fp8"):
-            q13, s13 = quantize_fp8_experts(w13, (128, 128))
-            q2, s2 = quantize_fp8_experts(w2, (128, 128))
-            got = fused_moe_fp8(x, q13, s13, q2, s2, weights, ids, (128, 128))
-            want = fused_moe_fp8_reference(x, q13, s13, q2, s2, weights, ids, (128, 128))
-        else:
-            s13, s2 = quantize_fp4_experts(w13, kind), quantize_fp4_experts(w2, kind)
-            got = fused_moe_fp4(x, s13, s2, weights, ids)
-            want = fused_moe_fp4_reference(x.float(), s13, s2, weights, ids)
+        got, want = _tuned_step(kind, x, w13, w2, weights, ids)
     finally:
         moe_tiles.reload_tables()
         fused_moe_fp4_module.moe_gemv_enabled.cache_clear()
