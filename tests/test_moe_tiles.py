@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.moe_tune import candidate_tiles, shape_key, shape_of
+from benchmarks.moe_tune_space import candidate_tiles, shape_key, shape_of
 from kvserve.kernels import moe_tiles
 from kvserve.kernels.moe_tiles import MoeShape, MoeTiles, load_table, tuned_tiles
 from kvserve.kernels.word_gemv import GemvConfig
