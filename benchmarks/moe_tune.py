@@ -193,8 +193,9 @@ def tile_name(tile: dict[str, int]) -> str:
 
 
 def retime(case: StepCase, contenders: list[tuple[int, dict[str, int]]]) -> list[float]:
-    """Medians of ``ROUNDS`` interleaved timings: over a long sweep the clocks drift (sustained
-    tensor-core load; 5-10% was seen), so the finalists are compared in one stretch."""
+    """Medians of ``ROUNDS`` interleaved timings, so the finalists are compared in one stretch:
+    in a sweep without this round one tile timed 8% apart at its start and its end (Qwen3 bf16,
+    4K tokens, moe_tune on the H200), more than the tiles' differences."""
     times: list[list[float]] = [[] for _ in contenders]
     for _ in range(ROUNDS):
         for i, (which, tile) in enumerate(contenders):
