@@ -22,6 +22,7 @@ Dummy (random) bf16 weights from the config alone. Writes roofline_<date>.json.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from typing import Any
 
@@ -127,31 +128,42 @@ def step_breakdown(core: EngineCore, batch: int, ctx: int, steps: int = 40) -> d
 
 
 def run_prefill(
-    core: EngineCore, ceil: dict, lengths: list[int], matmul_tflops: float | None = None
-) -> list[dict]:
+    core: EngineCore, ceil: dict, lengths: list[int], matmul_tflops: float | None = None,
+    repeats: int = 3,
+) -> list[dict]:  # fmt: skip
     """Prefill of ``lengths``-token prompts, as many a step as the engine's token budget takes;
-    its share of ``matmul_tflops`` (bf16's ceiling by default)."""
+    its share of ``matmul_tflops`` (bf16's ceiling by default). After one warm-up the step is
+    timed ``repeats`` times and the median reported, with every sample: one step's time varied
+    by up to 14% within a run on the H200 (moe_decode_h200_s37_qwen_ab_tuned0_2026-12-02.json)."""
     budget = core.config.scheduler.max_num_batched_tokens
     rows = []
     vocab = core.model_config.vocab_size
     for length in lengths:
         n = max(1, budget // length)
-        for warm in (True, False):
-            for i, p in enumerate(random_prompts(n, length, vocab, seed=length + warm)):
-                core.add_request(f"p{length}-{warm}-{i}", p, greedy(1))
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            drain(core)
-            dt = time.perf_counter() - t
-            reset_prefix_cache(core)
+        times = [_prefill_step_s(core, n, length, vocab, seed) for seed in range(repeats + 1)]
+        dt = statistics.median(times[1:])  # the first is the warm-up
         flops = n * prefill_flops(core, length)
         tflops = flops / dt / 1e12
         share = tflops / (matmul_tflops or ceil["bf16_matmul_TFLOPs"])
         rows.append({"prompt_len": length, "prompts_per_step": n, "tok_s": n * length / dt,
-                     "TFLOPs": tflops, "share_of_matmul_ceiling": share})  # fmt: skip
+                     "TFLOPs": tflops, "share_of_matmul_ceiling": share,
+                     "samples_tok_s": [n * length / t for t in times[1:]]})  # fmt: skip
         print(f"prefill {n}x{length}: {n * length / dt:.0f} tok/s, {tflops:.0f} TFLOP/s "
-              f"({100 * share:.0f}%)", flush=True)  # fmt: skip
+              f"({100 * share:.0f}%), median of {repeats}", flush=True)  # fmt: skip
     return rows
+
+
+def _prefill_step_s(core: EngineCore, n: int, length: int, vocab: int, seed: int) -> float:
+    """Seconds to prefill ``n`` fresh random prompts (the prefix cache is emptied after)."""
+    for i, p in enumerate(random_prompts(n, length, vocab, seed=length * 1000 + seed)):
+        core.add_request(f"p{length}-{seed}-{i}", p, greedy(1))
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    drain(core)
+    dt = time.perf_counter() - t
+    reset_prefix_cache(core)
+    return dt
 
 
 def offline_floor(
