@@ -109,6 +109,11 @@ def test_a_malformed_table_names_its_file(table_dir: Path, entry: dict) -> None:
     _write(table_dir, {SHAPE.key(): {"1": entry}})
     with pytest.raises(ValueError, match="Test_GPU.json: not a MoE tile table"):
         load_table("Test GPU")
+    moe_tiles.reload_tables()
+    well_formed = {"gate_up": _tile(16, 32), "down": _tile(16, 64)}
+    _write(table_dir, {SHAPE.key(): {"0": well_formed}})  # a step has at least one token
+    with pytest.raises(ValueError, match="Test_GPU.json: not a MoE tile table"):
+        load_table("Test GPU")
 
 
 def test_a_gpu_takes_its_table_and_names_an_untuned_shape_once(

@@ -96,10 +96,13 @@ def load_table(device_name: str) -> dict[str, dict[int, MoeTiles]]:
         return {}
     try:
         shapes = json.loads(path.read_text())["shapes"]
-        return {
+        table = {
             key: {int(t): _checked_tiles(key.split()[0], e) for t, e in entries.items()}
             for key, entries in shapes.items()
         }
+        if any(t < 1 for entries in table.values() for t in entries):
+            raise ValueError("token counts are positive")
+        return table
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: not a MoE tile table ({e})") from e
 
