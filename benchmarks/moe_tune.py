@@ -52,16 +52,14 @@ from benchmarks.moe_tune_space import (
     tuned_steps,
 )
 from kvserve.kernels.fused_moe import (
+    ExpertGemm,
     TokenSum,
-    _grouped_gemm,
+    expert_gemm,
     one_slot_per_block,
     slot_blocks,
 )
-from kvserve.kernels.fused_moe_fp4 import (
-    _fp4_grouped_gemm,
-    _fp4_moe_gemv,
-)
-from kvserve.kernels.fused_moe_fp8 import _fp8_grouped_gemm
+from kvserve.kernels.fused_moe_fp4 import fp4_expert_gemm, fp4_path
+from kvserve.kernels.fused_moe_fp8 import fp8_expert_gemm
 from kvserve.kernels.moe_tiles import TABLE_DIR, table_path
 
 GEMMS = ("gate_up", "down")
@@ -70,12 +68,12 @@ ROUNDS = 3
 
 
 class Experts:
-    """One model's experts in one format (random weights), and the grouped GEMM that runs them
-    as the engine would: ``run(a, which, blocks, slots, top_k, tile, row_weights, token_sum)``."""
+    """One model's experts in one format (random weights); ``gemm(slots)`` is the engine's
+    ``ExpertGemm`` over them for a step of that many slots."""
 
     def __init__(self, fmt: str, shape: dict[str, int]) -> None:
         e, h, inter = shape["experts"], shape["hidden"], shape["inter"]
-        self.fmt = fmt
+        self.fmt, self.experts = fmt, e
         if fmt == "bf16":
             self.stacks: tuple[Any, Any] = (
                 torch.randn(e, 2 * inter, h, dtype=torch.bfloat16, device="cuda") / h**0.5,
@@ -100,19 +98,12 @@ class Experts:
         scale_shape = (e, n // block[0], k // block[1]) if block else (e, n)
         return w, torch.rand(scale_shape, device="cuda") / (8 * k**0.5)
 
-    def run(self, a: torch.Tensor, which: int, blocks: Any, slots: int, top_k: int,  # noqa: ANN401
-            tile: dict[str, int], row_weights: torch.Tensor | None,
-            token_sum: TokenSum | None) -> torch.Tensor:  # fmt: skip
-        stack = self.stacks[which]
+    def gemm(self, slots: int) -> ExpertGemm:
         if self.fmt == "bf16":
-            return _grouped_gemm(a, stack, blocks, slots, top_k, tile, row_weights,
-                                 token_sum=token_sum)  # fmt: skip
+            return expert_gemm(*self.stacks)
         if self.fmt.startswith("fp8"):
-            return _fp8_grouped_gemm(a, *stack, self.block, blocks, slots, top_k, tile,
-                                     row_weights, token_sum)  # fmt: skip
-        if isinstance(blocks, torch.Tensor):  # a decode step: the word GEMV
-            return _fp4_moe_gemv(a, stack, blocks, top_k, row_weights, token_sum, config=tile)
-        return _fp4_grouped_gemm(a, stack, blocks, slots, top_k, tile, row_weights, token_sum)
+            return fp8_expert_gemm(*self.stacks[0], *self.stacks[1], self.block)
+        return fp4_expert_gemm(*self.stacks, fp4_path(slots, self.experts))
 
 
 class StepCase:
@@ -120,8 +111,9 @@ class StepCase:
     ``gemm(which, tile)`` runs one GEMM as ``fused_moe_with`` would."""
 
     def __init__(self, experts: Experts, shape: dict[str, int], tokens: int) -> None:
-        self.experts, self.r = experts, Routed(shape, tokens)
+        self.r = Routed(shape, tokens)
         self.hidden = torch.randn(self.r.slots, shape["inter"], dtype=torch.bfloat16, device="cuda")
+        self.expert_gemm = experts.gemm(self.r.slots)
         self._blocks: dict[int, Any] = {}
 
     def gemm(self, which: int, tile: dict[str, int]) -> Callable[[], torch.Tensor]:
@@ -132,7 +124,8 @@ class StepCase:
         one_slot = isinstance(blocks, torch.Tensor)
         a, rw = (r.x, None) if which == 0 else (self.hidden, r.flat_weights)
         token_sum = TokenSum() if which == 1 and one_slot else None
-        return lambda: self.experts.run(a, which, blocks, r.slots, r.top_k, tile, rw, token_sum)
+        gemm = self.expert_gemm
+        return lambda: gemm(a, which, blocks, r.slots, r.top_k, tile, rw, token_sum)
 
 
 Task = tuple[Step, dict[str, int], int, dict[str, int]]  # step, shape, 0 gate/up or 1 down, tile

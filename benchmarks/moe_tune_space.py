@@ -13,7 +13,7 @@ import torch
 
 from benchmarks.moe_gemm import moe_shape
 from kvserve.kernels.fused_moe import _block_config, half_weight_config, one_slot_per_block
-from kvserve.kernels.fused_moe_fp4 import DEQUANT_MIN_SLOTS_PER_EXPERT
+from kvserve.kernels.fused_moe_fp4 import fp4_path
 from kvserve.kernels.fused_moe_fp8 import fp8_kind
 from kvserve.kernels.moe_tiles import GEMV_KEYS, TILE_KEYS, MoeShape
 from kvserve.kernels.word_gemv import GEMV_TILES, gemv_config
@@ -47,7 +47,7 @@ def shape_key(fmt: str, shape: dict[str, int], gemv: bool = False) -> MoeShape:
 
 def on_gemv(fmt: str, slots: int, experts: int) -> bool:
     """FP4 decode steps run the word GEMV (``fused_moe_fp4``)."""
-    return fmt in FP4_FORMATS and one_slot_per_block(slots, experts)
+    return fmt in FP4_FORMATS and fp4_path(slots, experts) == "gemv"
 
 
 def heuristic_tile(fmt: str, slots: int, experts: int) -> dict[str, int]:
@@ -133,6 +133,6 @@ def tuned_steps(models: list[str], formats: list[str], tokens: list[int], tp: in
     for model, fmt, t in itertools.product(models, formats, tokens):
         shape = shape_of(model, tp)
         slots, experts = t * shape["top_k"], shape["experts"]
-        if fmt in FP4_FORMATS and slots >= DEQUANT_MIN_SLOTS_PER_EXPERT * experts:
-            continue  # the bf16 GEMM on dequantized experts
+        if fmt in FP4_FORMATS and fp4_path(slots, experts) == "dequantized":
+            continue  # bf16's GEMM on dequantized experts: tuned as bf16
         yield Step(model, fmt, t), shape

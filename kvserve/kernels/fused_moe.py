@@ -38,7 +38,7 @@ from kvserve.kernels._triton import (
     triton,
 )
 from kvserve.kernels.activation import silu_and_mul
-from kvserve.kernels.moe_tiles import MoeShape, MoeTiles, moe_tiles
+from kvserve.kernels.moe_tiles import MoeTiles, expert_tiles
 from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
 
 
@@ -524,16 +524,21 @@ def fused_moe(
     """The GPU path of ``fused_moe_reference`` (same arguments, same result within bf16
     rounding of the intermediate). ``pdl``: programmatic dependent launch of its kernels."""
     assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
-    stacks = (w13, w2)
-
-    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
-        return _grouped_gemm(a, stacks[which], blocks, num_slots, top_k, config, row_weights,
-                             token_sum=token_sum, pdl=pdl)  # fmt: skip
-
     tiles = half_weight_tiles(w13.shape, w13.dtype, topk_ids, x.device)
+    gemm = expert_gemm(w13, w2, pdl)
     return fused_moe_with(
         x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, tiles, pdl, addend
     )
+
+
+def expert_gemm(w13: torch.Tensor, w2: torch.Tensor, pdl: bool = False) -> ExpertGemm:
+    """``fused_moe``'s grouped GEMM over these stacks."""
+
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
+        return _grouped_gemm(a, (w13, w2)[which], blocks, num_slots, top_k, config, row_weights,
+                             token_sum=token_sum, pdl=pdl)  # fmt: skip
+
+    return gemm
 
 
 def half_weight_tiles(
@@ -541,10 +546,8 @@ def half_weight_tiles(
 ) -> MoeTiles:
     """The tiles of ``_grouped_gemm`` over half-precision experts, ``shape`` that of the
     gate/up stack [E, N, K]."""
-    experts, n, k = shape
-    key = MoeShape(str(dtype).removeprefix("torch."), experts, n, k, topk_ids.shape[1])
-    fallback = half_weight_config(_block_config(topk_ids.numel(), experts), dtype)
-    return moe_tiles(key, topk_ids.shape[0], device, fallback)
+    fallback = half_weight_config(_block_config(topk_ids.numel(), shape[0]), dtype)
+    return expert_tiles(str(dtype).removeprefix("torch."), shape, topk_ids, device, fallback)
 
 
 def one_slot_per_block(num_slots: int, num_experts: int) -> bool:

@@ -28,6 +28,7 @@ from kvserve.kernels.fp4_dequantize import dequantize_fp4_dense
 from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
 from kvserve.kernels.fp4_tile import code_words, dequant_tile
 from kvserve.kernels.fused_moe import (
+    ExpertGemm,
     SlotOutput,
     SortedSlots,
     TokenSum,
@@ -43,7 +44,7 @@ from kvserve.kernels.fused_moe import (
     half_weight_tiles,
     one_slot_per_block,
 )
-from kvserve.kernels.moe_tiles import MoeShape, MoeTiles, moe_tiles
+from kvserve.kernels.moe_tiles import MoeTiles, expert_tiles
 from kvserve.kernels.word_gemv import GemvConfig, MoeSlots, gemv_config, launch_word_gemv
 
 MOE_GEMV_ENV = "KVSERVE_FP4_MOE_GEMV"
@@ -272,37 +273,48 @@ def fused_moe_fp4(
     addend: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The GPU path of ``fused_moe_fp4_reference`` (same arguments)."""
-    stacks = (w13, w2)
     experts = w13[0].shape[0]
-    dequantized = topk_ids.numel() >= DEQUANT_MIN_SLOTS_PER_EXPERT * experts
-
-    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
-        args = (a, stacks[which], blocks, num_slots, top_k, config, row_weights)
-        if isinstance(blocks, torch.Tensor):  # one slot per block
-            if moe_gemv_enabled():
-                return _fp4_moe_gemv(
-                    a, stacks[which], blocks, top_k, row_weights, token_sum, pdl, config
-                )
-        elif dequantized:
-            return _dequantized_grouped_gemm(*args, pdl=pdl)
-        return _fp4_grouped_gemm(*args, token_sum, pdl)
-
-    tiles = fp4_tiles(w13, topk_ids, x, dequantized)
+    path = fp4_path(topk_ids.numel(), experts)
+    tiles = fp4_tiles(w13, topk_ids, x, path)
+    gemm = fp4_expert_gemm(w13, w2, path, pdl)
     return fused_moe_with(x, topk_weights, topk_ids, experts, w2[0].shape[1], gemm, tiles, pdl,
                           addend)  # fmt: skip
 
 
-def fp4_tiles(w13: Fp4Stack, topk_ids: torch.Tensor, x: torch.Tensor, dequantized: bool,
-              ) -> MoeTiles:  # fmt: skip
+def fp4_path(num_slots: int, experts: int) -> str:
+    """Which kernel a step's FP4 experts run: ``gemv`` (decode steps, one slot a block, unless
+    ``KVSERVE_FP4_MOE_GEMV=0``), ``dequantized`` (``DEQUANT_MIN_SLOTS_PER_EXPERT`` slots an expert
+    and more) or ``grouped`` (the in-register grouped GEMM)."""
+    if one_slot_per_block(num_slots, experts):
+        return "gemv" if moe_gemv_enabled() else "grouped"
+    return "dequantized" if num_slots >= DEQUANT_MIN_SLOTS_PER_EXPERT * experts else "grouped"
+
+
+def fp4_expert_gemm(w13: Fp4Stack, w2: Fp4Stack, path: str, pdl: bool = False) -> ExpertGemm:
+    """``fused_moe_fp4``'s GEMM over these stacks on ``path`` (``fp4_path``)."""
+    stacks = (w13, w2)
+
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
+        if path == "gemv":
+            return _fp4_moe_gemv(a, stacks[which], blocks, top_k, row_weights, token_sum, pdl,
+                                 config)  # fmt: skip
+        args = (a, stacks[which], blocks, num_slots, top_k, config, row_weights)
+        if path == "dequantized":
+            return _dequantized_grouped_gemm(*args, pdl=pdl)
+        return _fp4_grouped_gemm(*args, token_sum, pdl)
+
+    return gemm
+
+
+def fp4_tiles(w13: Fp4Stack, topk_ids: torch.Tensor, x: torch.Tensor, path: str) -> MoeTiles:
     """Dequantized experts run the half-precision grouped GEMM, and take its tiles; decode
-    steps on the word GEMV take ``*_gemv`` entries."""
+    steps on the word GEMV take ``*_gemv`` entries, else the GEMV's own default."""
     packed, block_scale = w13[0], w13[1]
     shape = (packed.shape[0], packed.shape[1], 2 * packed.shape[2])
-    if dequantized:
+    if path == "dequantized":
         return half_weight_tiles(torch.Size(shape), x.dtype, topk_ids, x.device)
     kind = "nvfp4" if group_size_of(block_scale) == 16 else "mxfp4"
+    if path == "gemv":
+        return expert_tiles(f"{kind}_gemv", shape, topk_ids, x.device, {})
     fallback = _block_config(topk_ids.numel(), shape[0])
-    if one_slot_per_block(topk_ids.numel(), shape[0]) and moe_gemv_enabled():
-        kind, fallback = f"{kind}_gemv", {}  # the GEMV's own default
-    key = MoeShape(kind, *shape, topk_ids.shape[1])
-    return moe_tiles(key, topk_ids.shape[0], x.device, fallback)
+    return expert_tiles(kind, shape, topk_ids, x.device, fallback)

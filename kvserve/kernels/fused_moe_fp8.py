@@ -22,6 +22,7 @@ import torch
 from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, tl
 from kvserve.kernels.fp8_quant import dequantize_fp8_activation, quantize_fp8
 from kvserve.kernels.fused_moe import (
+    ExpertGemm,
     SlotOutput,
     SortedSlots,
     TokenSum,
@@ -34,7 +35,7 @@ from kvserve.kernels.fused_moe import (
     fused_moe_with,
     grouped_grid,
 )
-from kvserve.kernels.moe_tiles import MoeShape, moe_tiles
+from kvserve.kernels.moe_tiles import expert_tiles
 
 
 def dequantize_fp8_experts(
@@ -202,6 +203,18 @@ def fused_moe_fp8(
     addend: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The GPU path of ``fused_moe_fp8_reference`` (same arguments)."""
+    experts = w13.shape[0]
+    fallback = _block_config(topk_ids.numel(), experts)
+    tiles = expert_tiles(fp8_kind(block), w13.shape, topk_ids, x.device, fallback)
+    gemm = fp8_expert_gemm(w13, w13_scale, w2, w2_scale, block, pdl)
+    return fused_moe_with(x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend)
+
+
+def fp8_expert_gemm(
+    w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
+    block: tuple[int, int] | None, pdl: bool = False,
+) -> ExpertGemm:  # fmt: skip
+    """``fused_moe_fp8``'s grouped GEMM over these stacks."""
     stacks = ((w13, w13_scale), (w2, w2_scale))
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
@@ -209,8 +222,4 @@ def fused_moe_fp8(
         return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights,
                                  token_sum, pdl)  # fmt: skip
 
-    experts, n, k = w13.shape
-    fallback = _block_config(topk_ids.numel(), experts)
-    shape = MoeShape(fp8_kind(block), experts, n, k, topk_ids.shape[1])
-    tiles = moe_tiles(shape, topk_ids.shape[0], x.device, fallback)
-    return fused_moe_with(x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend)
+    return gemm

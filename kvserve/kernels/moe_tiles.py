@@ -132,11 +132,22 @@ def moe_tiles(
 ) -> MoeTiles:
     """The tuned tiles for this GPU and shape, else ``fallback`` for both GEMMs."""
     if device.type == "cuda" and os.environ.get(TUNED_ENV, "1") != "0":
-        tiles = tuned_tiles(shape, tokens, _device_name(device.index))
+        name = _device_name(device.index)
+        tiles = tuned_tiles(shape, tokens, name)
         if tiles is not None:
             return tiles
-        _note_untuned(shape, _device_name(device.index))
+        _note_untuned(shape, name)
     return MoeTiles(fallback, fallback)
+
+
+def expert_tiles(
+    kind: str, stack_shape: tuple[int, int, int], topk_ids: torch.Tensor, device: torch.device,
+    fallback: dict[str, int],
+) -> MoeTiles:  # fmt: skip
+    """``moe_tiles`` for a step routed as ``topk_ids`` [T, k] through experts whose gate/up
+    stack is ``stack_shape`` [E, N, K]."""
+    key = MoeShape(kind, *stack_shape, topk_ids.shape[1])
+    return moe_tiles(key, topk_ids.shape[0], device, fallback)
 
 
 @functools.cache
