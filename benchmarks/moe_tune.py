@@ -243,8 +243,9 @@ def merge_table(directory: Path, rows: list[dict[str, Any]], command: str) -> Pa
     name = torch.cuda.get_device_name()
     path = table_path(name) if directory == TABLE_DIR else directory / table_path(name).name
     table = json.loads(path.read_text()) if path.exists() else {"shapes": {}}
-    table |= {"device": name, "produced_by": command, "commit": git_commit(),
-              "date": dt.date.today().isoformat()}  # fmt: skip
+    run = {"command": command, "commit": git_commit(), "date": dt.date.today().isoformat()}
+    runs = [r for r in table.get("produced_by", []) if r["command"] != command]
+    table |= {"device": name, "produced_by": [*runs, run]}  # every run that wrote entries
     for row in rows:
         entry = {"gate_up": row["tuned"]["gate_up"]["tile"], "down": row["tuned"]["down"]["tile"]}
         table["shapes"].setdefault(row["shape"], {})[str(row["tokens"])] = entry
@@ -256,15 +257,17 @@ def merge_table(directory: Path, rows: list[dict[str, Any]], command: str) -> Pa
 
 
 def table_text(table: dict[str, Any]) -> str:
-    """JSON with the stamp first and one line a token count."""
-    head = {key: value for key, value in table.items() if key != "shapes"}
+    """JSON with the stamp first, one line a run and one line a token count."""
+    runs = ",\n".join(f"  {json.dumps(run)}" for run in table["produced_by"])
     shapes = ",\n".join(
         f"  {json.dumps(key)}: {{\n"
         + ",\n".join(f"   {json.dumps(t)}: {json.dumps(e)}" for t, e in entries.items())
         + "\n  }"
         for key, entries in table["shapes"].items()
     )
-    return json.dumps(head, indent=1)[:-2] + ',\n "shapes": {\n' + shapes + "\n }\n}\n"
+    device = json.dumps(table["device"])
+    return (f'{{\n "device": {device},\n "produced_by": [\n{runs}\n ],\n "shapes": {{\n'
+            + shapes + "\n }\n}\n")  # fmt: skip
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ tuned token count nearest its own (in log scale). ``KVSERVE_MOE_TUNED=0`` ignore
 
 Table layout::
 
-    {"device": "NVIDIA H200", "produced_by": "<command>", "commit": ..., "date": ...,
+    {"device": "NVIDIA H200",
+     "produced_by": [{"command": "python -m benchmarks.moe_tune ...", "commit": ..., "date": ...}],
      "shapes": {"<MoeShape.key()>": {"<tokens>": {"gate_up": {tile}, "down": {tile}}}}}
 
 where a tile is ``{"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}``, or for a
