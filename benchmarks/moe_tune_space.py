@@ -132,6 +132,11 @@ def tuned_steps(models: list[str], formats: list[str], tokens: list[int], tp: in
                 ) -> Iterator[tuple[Step, dict[str, int]]]:  # fmt: skip
     for model, fmt, t in itertools.product(models, formats, tokens):
         shape = shape_of(model, tp)
+        if fmt == "fp8" and shape["inter"] % FP8_BLOCK[0]:
+            if t == tokens[0]:  # the engine refuses this shard too (moe_fp8: check_divides)
+                print(f"{model} fp8 at --tp {tp}: skipped, the experts' intermediate size "
+                      f"{shape['inter']} is not a multiple of {FP8_BLOCK[0]}")  # fmt: skip
+            continue
         slots, experts = t * shape["top_k"], shape["experts"]
         if fmt in FP4_FORMATS and fp4_path(slots, experts) == "dequantized":
             continue  # bf16's GEMM on dequantized experts: tuned as bf16
