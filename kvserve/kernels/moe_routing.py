@@ -34,31 +34,58 @@ def softmax_topk_reference(
 
 
 @jit
+def _top_lanes(
+    values, lanes, NUM_LANES: tl.constexpr, TOP_K: tl.constexpr, BLOCK_K: tl.constexpr
+):  # fmt: skip
+    """The lanes ([BLOCK_K] int32, the first TOP_K meaningful) of the TOP_K largest of
+    ``values`` (2-D float32; ``lanes`` their distinct numbers below NUM_LANES), best first and
+    the lowest lane among equal values. One int64 max a pick: a key holds the value's bits made
+    order-preserving as a signed integer in its high half and the lane reversed in its low
+    half, where two float maxima and an index minimum a pick cost three reductions."""
+    bits = values.to(tl.int32, bitcast=True)
+    ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # negative floats: magnitude flipped
+    keys = (ordered.to(tl.int64) << 32) | (NUM_LANES - 1 - lanes).to(tl.int64)
+    ks = tl.arange(0, BLOCK_K)
+    picked = tl.zeros([BLOCK_K], dtype=tl.int32)
+    for i in tl.static_range(TOP_K):
+        best = tl.max(tl.max(keys, axis=1), axis=0)
+        lane = (NUM_LANES - 1 - (best & 0xFFFFFFFF)).to(tl.int32)
+        picked = tl.where(ks == i, lane, picked)
+        keys = tl.where(lanes == lane, -9223372036854775808, keys)
+    return picked
+
+
+@jit
+def _store_top(
+    weights_row, ids_row, values, lanes, picked, ids, scale, RENORMALIZE: tl.constexpr,
+    TOP_K: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Stores the picked lanes' ``values`` (2-D, as ``_top_lanes``'), times ``scale`` and, with
+    RENORMALIZE, over their sum, and their expert ``ids``: one vector store each."""
+    hit = lanes[None, :, :] == picked[:, None, None]
+    weights = tl.sum(tl.sum(tl.where(hit, values[None, :, :], 0.0), axis=2), axis=1)
+    real = tl.arange(0, BLOCK_K) < TOP_K
+    if RENORMALIZE:
+        scale = scale / (tl.sum(tl.where(real, weights, 0.0), axis=0) + 1e-20)
+    tl.store(weights_row + tl.arange(0, BLOCK_K), weights * scale, mask=real)
+    tl.store(ids_row + tl.arange(0, BLOCK_K), ids, mask=real)
+
+
+@jit
 def softmax_topk_row(
     logits_row, weights_row, ids_row, num_experts,
-    TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, BLOCK_E: tl.constexpr,
+    TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """One token's softmax top-k: its logits at ``logits_row`` (read from L2: the fused router
     kernel's other programs wrote them), its k weights and ids to the two rows."""
-    cols = tl.arange(0, BLOCK_E)
+    cols = tl.arange(0, BLOCK_E)[None, :]  # [1, BLOCK_E]: the 2-D lanes of _top_lanes
     valid = cols < num_experts
     x = tl.load(logits_row + cols, mask=valid, other=-float("inf"), cache_modifier=".cg")
     x = x.to(tl.float32)
-    p = tl.exp(x - tl.max(x, axis=0))
-    p = p / tl.sum(p, axis=0)
-    p = tl.where(valid, p, -1.0)
-    total = 0.0
-    for i in tl.static_range(TOP_K):
-        best = tl.max(p, axis=0)
-        idx = tl.min(tl.where(p == best, cols, BLOCK_E), axis=0)  # lowest index among ties
-        tl.store(weights_row + i, best)
-        tl.store(ids_row + i, idx.to(tl.int32))
-        total += best
-        p = tl.where(cols == idx, -1.0, p)
-    if RENORMALIZE:
-        for i in tl.static_range(TOP_K):
-            w = tl.load(weights_row + i)
-            tl.store(weights_row + i, w / total)
+    p = tl.exp(x - tl.max(x, axis=1)[:, None])
+    p = p / tl.sum(p, axis=1)[:, None]
+    picked = _top_lanes(tl.where(valid, p, -1.0), cols, BLOCK_E, TOP_K, BLOCK_K)
+    _store_top(weights_row, ids_row, p, cols, picked, picked, 1.0, RENORMALIZE, TOP_K, BLOCK_K)
 
 
 @jit
@@ -71,6 +98,7 @@ def _softmax_topk_kernel(
     TOP_K: tl.constexpr,
     RENORMALIZE: tl.constexpr,
     BLOCK_E: tl.constexpr,
+    BLOCK_K: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pdl_wait(USE_PDL)
@@ -78,7 +106,7 @@ def _softmax_topk_kernel(
     token = tl.program_id(0).to(tl.int64)
     softmax_topk_row(
         logits_ptr + token * stride_logits, weights_ptr + token * TOP_K, ids_ptr + token * TOP_K,
-        num_experts, TOP_K, RENORMALIZE, BLOCK_E,
+        num_experts, TOP_K, RENORMALIZE, BLOCK_E, BLOCK_K,
     )  # fmt: skip
 
 
@@ -92,7 +120,8 @@ def softmax_topk(
     if tokens:
         _softmax_topk_kernel[(tokens,)](
             logits, weights, ids, experts, logits.stride(0), TOP_K=top_k,
-            RENORMALIZE=renormalize, BLOCK_E=next_pow2(experts), num_warps=4,
+            RENORMALIZE=renormalize, BLOCK_E=next_pow2(experts), BLOCK_K=next_pow2(top_k),
+            num_warps=4,
             **launch_options(pdl),
         )  # fmt: skip
     return weights, ids
@@ -129,11 +158,12 @@ def grouped_sigmoid_topk_row(
     logits_row, bias_ptr, weights_row, ids_row, scaling,
     GROUPS: tl.constexpr, PER_GROUP: tl.constexpr, TOPK_GROUPS: tl.constexpr,
     TOP_K: tl.constexpr, HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """One token's grouped sigmoid top-k (logits read from L2, as ``softmax_topk_row``)."""
     group = tl.arange(0, BLOCK_G)
     member = tl.arange(0, BLOCK_P)[None, :]
+    lane = group[:, None] * BLOCK_P + member  # distinct, and ordered as the experts are
     valid = (group[:, None] < GROUPS) & (member < PER_GROUP)
     # [BLOCK_G, BLOCK_P]; a padding lane's number may repeat a real expert's (member >=
     # PER_GROUP), so its score is 0 and its choice -inf: it is never picked nor summed
@@ -160,20 +190,11 @@ def grouped_sigmoid_topk_row(
             kept = tl.where(group == at, 1, kept)
             group_score = tl.where(group == at, -float("inf"), group_score)
         choice = tl.where(kept[:, None] > 0, choice, -float("inf"))
-    total = 0.0
-    no_expert: tl.constexpr = BLOCK_G * BLOCK_P
-    for i in tl.static_range(TOP_K):
-        best = tl.max(tl.max(choice, axis=1), axis=0)
-        at = tl.min(tl.min(tl.where(choice == best, expert, no_expert), axis=1), axis=0)
-        weight = tl.sum(tl.sum(tl.where(expert == at, scores, 0.0), axis=1), axis=0)
-        tl.store(weights_row + i, weight)
-        tl.store(ids_row + i, at.to(tl.int32))
-        total += weight
-        choice = tl.where(expert == at, -float("inf"), choice)
-    norm = scaling / (total + 1e-20) if RENORMALIZE else scaling
-    for i in tl.static_range(TOP_K):
-        w = tl.load(weights_row + i)
-        tl.store(weights_row + i, w * norm)
+    picked = _top_lanes(choice, lane, BLOCK_G * BLOCK_P, TOP_K, BLOCK_K)
+    ids = (picked // BLOCK_P) * PER_GROUP + picked % BLOCK_P
+    _store_top(
+        weights_row, ids_row, scores, lane, picked, ids, scaling, RENORMALIZE, TOP_K, BLOCK_K
+    )
 
 
 @jit
@@ -192,6 +213,7 @@ def _grouped_sigmoid_topk_kernel(
     RENORMALIZE: tl.constexpr,
     BLOCK_G: tl.constexpr,
     BLOCK_P: tl.constexpr,
+    BLOCK_K: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pdl_wait(USE_PDL)
@@ -200,7 +222,7 @@ def _grouped_sigmoid_topk_kernel(
     grouped_sigmoid_topk_row(
         logits_ptr + token * stride_logits, bias_ptr, weights_ptr + token * TOP_K,
         ids_ptr + token * TOP_K, scaling, GROUPS, PER_GROUP, TOPK_GROUPS, TOP_K, HAS_BIAS,
-        RENORMALIZE, BLOCK_G, BLOCK_P,
+        RENORMALIZE, BLOCK_G, BLOCK_P, BLOCK_K,
     )  # fmt: skip
 
 
@@ -228,7 +250,8 @@ def grouped_sigmoid_topk(
             logits, bias, weights, ids, logits.stride(0), float(scaling), GROUPS=num_groups,
             PER_GROUP=per_group, TOPK_GROUPS=topk_groups, TOP_K=top_k,
             HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize,
-            BLOCK_G=next_pow2(num_groups), BLOCK_P=next_pow2(per_group), num_warps=4,
+            BLOCK_G=next_pow2(num_groups), BLOCK_P=next_pow2(per_group),
+            BLOCK_K=next_pow2(top_k), num_warps=4,
             **launch_options(pdl),
         )  # fmt: skip
     return weights, ids
@@ -265,6 +288,7 @@ class Routing:
             "HAS_BIAS": has_bias,
             "BLOCK_G": next_pow2(self.num_groups),
             "BLOCK_P": next_pow2(per_group),
+            "BLOCK_K": next_pow2(self.top_k),
         }
 
 
@@ -274,15 +298,15 @@ def topk_row(
     SCORING: tl.constexpr, TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr,
     BLOCK_ALL_E: tl.constexpr, GROUPS: tl.constexpr, PER_GROUP: tl.constexpr,
     TOPK_GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_G: tl.constexpr,
-    BLOCK_P: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     """One token's top-k by ``Routing``'s scoring."""
     if SCORING == SOFTMAX_SCORING:
         softmax_topk_row(
-            logits_row, weights_row, ids_row, num_experts, TOP_K, RENORMALIZE, BLOCK_ALL_E
+            logits_row, weights_row, ids_row, num_experts, TOP_K, RENORMALIZE, BLOCK_ALL_E, BLOCK_K
         )
     else:
         grouped_sigmoid_topk_row(
             logits_row, bias_ptr, weights_row, ids_row, scaling, GROUPS, PER_GROUP, TOPK_GROUPS,
-            TOP_K, HAS_BIAS, RENORMALIZE, BLOCK_G, BLOCK_P,
+            TOP_K, HAS_BIAS, RENORMALIZE, BLOCK_G, BLOCK_P, BLOCK_K,
         )  # fmt: skip

@@ -101,6 +101,7 @@ def _router_logits_kernel(
     HAS_BIAS: tl.constexpr = False,
     BLOCK_G: tl.constexpr = 1,
     BLOCK_P: tl.constexpr = 1,
+    BLOCK_K: tl.constexpr = 1,
 ):
     pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
@@ -131,6 +132,7 @@ def _router_logits_kernel(
                         out_ptr + token * stride_out, bias_ptr, topk_weights_ptr + token * TOP_K,
                         topk_ids_ptr + token * TOP_K, E, scaling, SCORING, TOP_K, RENORMALIZE,
                         BLOCK_ALL_E, GROUPS, PER_GROUP, TOPK_GROUPS, HAS_BIAS, BLOCK_G, BLOCK_P,
+                        BLOCK_K,
                     )  # fmt: skip
             tl.store(counter, 0)
 
@@ -235,9 +237,10 @@ def _launch_cuda_core(
     x, out = _operands(x, weight)
     tokens, hidden = x.shape
     experts = weight.shape[0]
-    # Few tokens: 4 experts a program, so a decode step's weight reads spread over >= E / 4 SMs
+    # Few tokens, few experts a program: a decode step's weight reads spread over E / 2 SMs at
+    # one token (Qwen3-30B-A3B's H = 2048 in one step of the loop), E / 4 at 2-4
     block_t = next_pow2(tokens)
-    block_e = 4 if tokens <= 4 else 8
+    block_e = 2 if tokens == 1 else 4 if tokens <= 4 else 8
     block_h = 4096 // (block_t * block_e)  # the accumulator: 32 fp32 registers a thread
     grid = (-(-experts // block_e), -(-tokens // block_t))
     topk_weights, topk_ids, bias, scaling = routed or (out, out, out, 1.0)

@@ -215,6 +215,21 @@ def test_grouped_sigmoid_topk_kernel_matches_reference(
     torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
 
 
+def test_topk_kernels_pick_the_lowest_expert_among_equal_scores() -> None:
+    """Ties (equal logits; negative choices after a correction bias) go to the lowest expert
+    number, as one packed-key maximum a pick orders them."""
+    logits = torch.zeros(2, 16, device=DEVICE)
+    logits[1, 5] = logits[1, 9] = 1.0
+    weights, ids = softmax_topk(logits, 3, True)
+    assert ids.tolist() == [[0, 1, 2], [5, 9, 0]]
+    torch.testing.assert_close(weights, softmax_topk_reference(logits, 3, True)[0])
+    bias = torch.full((16,), -2.0, device=DEVICE)
+    bias[7] = bias[3] = -1.5
+    weights, ids = grouped_sigmoid_topk(logits, 3, 1, 1, False, 1.0, bias)
+    assert ids.tolist() == [[3, 7, 0], [3, 7, 5]]
+    assert (weights[:, :2] == 0.5).all()
+
+
 # (tokens, experts, hidden, routing): Qwen3-30B-A3B's softmax top 8 of 128, GLM-4.5-Air's
 # grouped sigmoid (one group) with its correction bias, DeepSeek-V3's grouping, odd sizes
 ROUTER_TOPK_CASES = [
