@@ -54,7 +54,10 @@ TILES = (
 
 
 def moe_shape(model: str) -> dict[str, int]:
-    data = json.loads((CONFIGS / model / "config.json").read_text())
+    """The experts' shape of ``model``: a directory under benchmarks/configs, or any directory
+    holding the model's config.json."""
+    directory = Path(model) if (Path(model) / "config.json").is_file() else CONFIGS / model
+    data = json.loads((directory / "config.json").read_text())
     cfg = moe_config_of(data, data["architectures"][0])
     assert cfg is not None, f"{model} is not a mixture of experts"
     return {"experts": cfg.num_experts, "top_k": cfg.top_k, "hidden": data["hidden_size"],

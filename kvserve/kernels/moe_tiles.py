@@ -27,8 +27,10 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a GPU is asked: preflight reads tables without it
+    import torch
 
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 GEMV_KEYS = ("block_n", "block_w", "split_k", "num_warps", "num_stages")
@@ -125,6 +127,8 @@ def reload_tables() -> None:
 
 @functools.cache
 def _device_name(index: int | None) -> str:
+    import torch
+
     return torch.cuda.get_device_name(index)
 
 

@@ -186,6 +186,7 @@ class ModelFacts:
     expert_bytes: int = 0
     num_experts: int | None = None
     experts_per_token: int | None = None
+    expert_intermediate_size: int | None = None
 
     @property
     def active_weight_bytes(self) -> int | None:

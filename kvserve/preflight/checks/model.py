@@ -5,6 +5,7 @@ from __future__ import annotations
 from kvserve.models.registry import SUPPORTED_ARCHITECTURES
 from kvserve.preflight.capacity import KV_DTYPE_BYTES, MemoryFit, kv_bytes_per_token
 from kvserve.preflight.checks.common import GIB, gib
+from kvserve.preflight.checks.moe_tiles import check_moe_tiles
 from kvserve.preflight.facts import GpuFacts, ModelFacts
 from kvserve.preflight.options import PreflightOptions
 from kvserve.preflight.quant import scheme_for, supported
@@ -135,10 +136,13 @@ def check_model(
         return rows + [skipped(name, "model config not readable") for name in NAMES[1:]]
     tp = opts.tp or 1
     context = opts.context_length or model.max_context or 4096
-    return rows + [
+    rows += [
         check_architecture(model),
         check_quantization(model, opts),
         check_tp(model, tp),
         check_context(model, context),
         check_memory(model, gpu, opts, tp),
     ]
+    if model.num_experts:
+        rows.append(check_moe_tiles(model, gpu, tp))
+    return rows

@@ -69,6 +69,7 @@ def _apply_hf_config(cfg: dict[str, Any], facts: ModelFacts) -> None:
         shape.get("num_experts") or shape.get("n_routed_experts") or shape.get("num_local_experts")
     )
     facts.experts_per_token = shape.get("num_experts_per_tok")
+    facts.expert_intermediate_size = shape.get("moe_intermediate_size")
 
 
 def read_hf_dir(directory: Path) -> ModelFacts:
@@ -139,6 +140,7 @@ def _apply_gguf_experts(reader: Any, arch: str, facts: ModelFacts) -> None:
     the decoder's blocks, and how many of ``expert_count`` a token reads."""
     facts.num_experts = _field(reader, f"{arch}.expert_count")
     facts.experts_per_token = _field(reader, f"{arch}.expert_used_count")
+    facts.expert_intermediate_size = _field(reader, f"{arch}.expert_feed_forward_length")
     layers = facts.num_layers or 0
     facts.expert_bytes = sum(
         int(t.n_bytes)
