@@ -39,9 +39,10 @@ def _top_lanes(
 ):  # fmt: skip
     """The lanes ([BLOCK_K] int32, the first TOP_K meaningful) of the TOP_K largest of
     ``values`` (2-D float32; ``lanes`` their distinct numbers below NUM_LANES), best first and
-    the lowest lane among equal values. One int64 max a pick: a key holds the value's bits made
-    order-preserving as a signed integer in its high half and the lane reversed in its low
-    half, where two float maxima and an index minimum a pick cost three reductions."""
+    the lowest lane among equal values. Each pick is one int64 maximum over keys holding the
+    value's bits, made order-preserving as a signed integer, in the high half and the reversed
+    lane in the low half (it took a value maximum, an index minimum and, for the grouped
+    scoring, a weight sum: two or three cross-warp reductions)."""
     bits = values.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # negative floats: magnitude flipped
     keys = (ordered.to(tl.int64) << 32) | (NUM_LANES - 1 - lanes).to(tl.int64)
