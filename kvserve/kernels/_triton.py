@@ -86,7 +86,8 @@ def next_pow2(n: int) -> int:
 
 # Programmatic dependent launch (sm_90+). A kernel launched with it may be scheduled while the
 # kernel before it in the stream drains, instead of after; it waits (``pdl_wait``) before it
-# touches memory, so only the launch latency overlaps, never reads or writes. Once past the
+# touches memory that kernels write, so only the launch latency overlaps and, where a kernel
+# loads weights before its wait (the word GEMV, the router), those reads. Once past the
 # wait a kernel lets the next one launch (``pdl_release``). The wrappers take ``pdl=``; the
 # kernels see it as the constexpr ``USE_PDL``.
 def launch_options(pdl: bool) -> dict[str, bool]:

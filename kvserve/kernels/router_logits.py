@@ -103,18 +103,22 @@ def _router_logits_kernel(
     BLOCK_P: tl.constexpr = 1,
     BLOCK_K: tl.constexpr = 1,
 ):
-    pdl_wait(USE_PDL)
-    pdl_release(USE_PDL)
     tokens, experts, x_rows, w_rows, t_ok, e_ok = _tile(
         x_ptr, w_ptr, tl.program_id(1), tl.program_id(0), T, E, stride_x, stride_w, BLOCK_T,
         BLOCK_E,
     )  # fmt: skip
-    dims = tl.arange(0, BLOCK_H)
+    h = tl.arange(0, BLOCK_H)[None, :]
+    # The weights never change, so a dependent launch loads the first step's while the kernel
+    # before still runs (at one token that is all of Qwen3-30B-A3B's); x only after the wait.
+    w = tl.load(w_rows + h, mask=e_ok & (h < H), other=0.0).to(tl.float32)
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
+    x = tl.load(x_rows + h, mask=t_ok & (h < H), other=0.0).to(tl.float32)
     # Products summed per lane of H in the loop, across lanes once at the end: a reduction
     # every step would cost more shuffles than the FMAs
-    acc = tl.zeros([BLOCK_T, BLOCK_E, BLOCK_H], dtype=tl.float32)
-    for h0 in range(0, H, BLOCK_H):
-        h = h0 + dims[None, :]
+    acc = x[:, None, :] * w[None, :, :]
+    for h0 in range(BLOCK_H, H, BLOCK_H):
+        h = h0 + tl.arange(0, BLOCK_H)[None, :]
         x = tl.load(x_rows + h, mask=t_ok & (h < H), other=0.0).to(tl.float32)
         w = tl.load(w_rows + h, mask=e_ok & (h < H), other=0.0).to(tl.float32)
         acc += x[:, None, :] * w[None, :, :]
