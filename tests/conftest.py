@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,14 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
         return made[key]
 
     return build
+
+
+@pytest.fixture
+def moe_table_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty directory that ``kvserve.kernels.moe_tiles`` reads its tile tables from."""
+    from kvserve.kernels import moe_tiles
+
+    monkeypatch.setattr(moe_tiles, "TABLE_DIR", tmp_path)
+    moe_tiles.reload_tables()
+    yield tmp_path
+    moe_tiles.reload_tables()

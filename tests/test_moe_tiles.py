@@ -22,14 +22,6 @@ def _tile(m: int, n: int) -> dict[str, int]:
     return {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
 
 
-@pytest.fixture
-def table_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr(moe_tiles, "TABLE_DIR", tmp_path)
-    moe_tiles.reload_tables()
-    yield tmp_path
-    moe_tiles.reload_tables()
-
-
 def _write(directory: Path, shapes: dict) -> None:
     (directory / "Test_GPU.json").write_text(json.dumps({"device": "Test GPU", "shapes": shapes}))
 
@@ -73,10 +65,10 @@ def test_candidates_fit_shared_memory_and_fp8_scale_blocks() -> None:
                 assert all(t["BLOCK_K"] == 128 and t["BLOCK_N"] <= 128 for t in tiles)
 
 
-def test_nearest_tuned_token_count_in_log_scale(table_dir: Path) -> None:
+def test_nearest_tuned_token_count_in_log_scale(moe_table_dir: Path) -> None:
     entries = {str(t): {"gate_up": _tile(16, 32 * i), "down": _tile(16, 64)}
                for i, t in enumerate((1, 4, 64), start=1)}  # fmt: skip
-    _write(table_dir, {SHAPE.key(): entries})
+    _write(moe_table_dir, {SHAPE.key(): entries})
     picked = {t: tuned_tiles(SHAPE, t, "Test GPU").gate_up["BLOCK_N"] for t in (1, 2, 3, 9, 40)}
     # 2 is as near 1 as 4 (the smaller wins); 9 is nearer 4 than 64 in log scale, 40 nearer 64
     assert picked == {1: 32, 2: 32, 3: 64, 9: 64, 40: 96}
@@ -86,9 +78,9 @@ def test_nearest_tuned_token_count_in_log_scale(table_dir: Path) -> None:
 
 
 def test_without_a_gpu_or_with_tables_off_the_fallback_runs(
-    table_dir: Path, monkeypatch: pytest.MonkeyPatch
+    moe_table_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _write(table_dir, {SHAPE.key(): {"1": {"gate_up": _tile(16, 32), "down": _tile(16, 64)}}})
+    _write(moe_table_dir, {SHAPE.key(): {"1": {"gate_up": _tile(16, 32), "down": _tile(16, 64)}}})
     fallback = _tile(64, 128)
     got = moe_tiles.moe_tiles(SHAPE, 1, torch.device("cpu"), fallback)
     assert got == MoeTiles(fallback, fallback)
@@ -106,26 +98,26 @@ def test_without_a_gpu_or_with_tables_off_the_fallback_runs(
         {"gate_up": _tile(16, 32) | {"num_ctas": 1}, "down": _tile(16, 64)},
     ],
 )
-def test_a_malformed_table_names_its_file(table_dir: Path, entry: dict) -> None:
-    _write(table_dir, {SHAPE.key(): {"1": entry}})
+def test_a_malformed_table_names_its_file(moe_table_dir: Path, entry: dict) -> None:
+    _write(moe_table_dir, {SHAPE.key(): {"1": entry}})
     with pytest.raises(ValueError, match="Test_GPU.json: not a MoE tile table"):
         load_table("Test GPU")
 
 
-def test_a_table_of_zero_tokens_is_refused(table_dir: Path) -> None:
+def test_a_table_of_zero_tokens_is_refused(moe_table_dir: Path) -> None:
     well_formed = {"gate_up": _tile(16, 32), "down": _tile(16, 64)}
-    _write(table_dir, {SHAPE.key(): {"0": well_formed}})  # a step has at least one token
+    _write(moe_table_dir, {SHAPE.key(): {"0": well_formed}})  # a step has at least one token
     with pytest.raises(ValueError, match="token counts are positive"):
         load_table("Test GPU")
 
 
 def test_a_gpu_takes_its_table_and_names_an_untuned_shape_once(
-    table_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    moe_table_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The GPU's name is the one thing a CPU cannot answer: it is given here."""
     monkeypatch.setattr(moe_tiles, "_device_name", lambda index: "Test GPU")
     tuned = {"gate_up": _tile(16, 32), "down": _tile(16, 64)}
-    _write(table_dir, {SHAPE.key(): {"1": tuned}})
+    _write(moe_table_dir, {SHAPE.key(): {"1": tuned}})
     gpu, fallback = torch.device("cuda", 0), _tile(64, 128)
     assert moe_tiles.moe_tiles(SHAPE, 3, gpu, fallback) == MoeTiles(**tuned)
     other = MoeShape("nvfp4", 8, 256, 128, 2)
@@ -139,15 +131,15 @@ def test_a_gpu_takes_its_table_and_names_an_untuned_shape_once(
     ]
 
 
-def test_gemv_kinds_take_gemv_configs_or_the_default(table_dir: Path) -> None:
+def test_gemv_kinds_take_gemv_configs_or_the_default(moe_table_dir: Path) -> None:
     """FP4 decode steps run the word GEMV: its GemvConfig fields, or {} for its own default."""
     gemv = {"block_n": 16, "block_w": 256, "split_k": 2, "num_warps": 4, "num_stages": 3}
     shape = MoeShape("nvfp4_gemv", 8, 256, 128, 2)
-    _write(table_dir, {shape.key(): {"1": {"gate_up": {}, "down": gemv}}})
+    _write(moe_table_dir, {shape.key(): {"1": {"gate_up": {}, "down": gemv}}})
     tiles = tuned_tiles(shape, 1, "Test GPU")
     assert (tiles.gate_up, tiles.down) == ({}, gemv)
     GemvConfig(**tiles.down)  # the fields the GEMV launch takes
-    _write(table_dir, {shape.key(): {"1": {"gate_up": _tile(16, 32), "down": gemv}}})
+    _write(moe_table_dir, {shape.key(): {"1": {"gate_up": _tile(16, 32), "down": gemv}}})
     moe_tiles.reload_tables()
     with pytest.raises(ValueError, match="not a MoE tile table"):
         load_table("Test GPU")

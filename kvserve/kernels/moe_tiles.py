@@ -53,8 +53,11 @@ class MoeShape:
     k: int
     top_k: int
 
+    def dims(self) -> str:
+        return f"E={self.experts} N={self.n} K={self.k} top_k={self.top_k}"
+
     def key(self) -> str:
-        return f"{self.kind} E={self.experts} N={self.n} K={self.k} top_k={self.top_k}"
+        return f"{self.kind} {self.dims()}"
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,12 @@ def tuned_tiles(shape: MoeShape, tokens: int, device_name: str) -> MoeTiles | No
         return None
     nearest = min(entries, key=lambda t: (abs(math.log2(t) - math.log2(max(tokens, 1))), t))
     return entries[nearest]
+
+
+def tuned_kinds(device_name: str, shape: MoeShape) -> list[str]:
+    """The formats this GPU's table tunes at ``shape``'s dimensions (its kind aside)."""
+    return sorted(key.split(" ", 1)[0] for key in load_table(device_name)
+                  if key.split(" ", 1)[1] == shape.dims())  # fmt: skip
 
 
 def reload_tables() -> None:

@@ -33,6 +33,7 @@ from kvserve.kernels.fused_moe import (  # noqa: E402
     TokenSum,
     fused_moe,
     fused_moe_reference,
+    one_slot_per_block,
 )
 from kvserve.kernels.fused_moe_fp4 import (  # noqa: E402
     MOE_GEMV_ENV,
@@ -291,7 +292,7 @@ def _shipped_tiles() -> list:
             kind, e, n, k, top_k = (f.split("=")[-1] for f in key.split())
             gemv_nk = (int(n), int(k)) if kind.endswith("_gemv") else None
             for tokens, entry in entries.items():
-                one_slot = int(tokens) * int(top_k) * 4 <= int(e)
+                one_slot = one_slot_per_block(int(tokens) * int(top_k), int(e))
                 for tile in entry.values():
                     case = (kind, one_slot, tile, gemv_nk)
                     seen[(kind, one_slot, tuple(tile.items()), gemv_nk)] = case

@@ -49,18 +49,16 @@ def test_moe_weights_held_and_read_per_token(tiny_model_dir) -> None:  # noqa: A
 
 
 @pytest.fixture
-def tile_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
-    """A table directory of the test's own (``{device name: shapes}`` to write)."""
-    monkeypatch.setattr(moe_tiles, "TABLE_DIR", tmp_path)
-    moe_tiles.reload_tables()
+def tile_tables(moe_table_dir: Path):  # noqa: ANN201
+    """Writes ``{device name: shapes}`` as that GPU's tile table, in a directory of the test's
+    own."""
 
     def write(tables: dict[str, dict]) -> None:
         for name, shapes in tables.items():
             moe_tiles.table_path(name).write_text(json.dumps({"device": name, "shapes": shapes}))
         moe_tiles.reload_tables()
 
-    yield write
-    moe_tiles.reload_tables()
+    return write
 
 
 def test_moe_tiles_named_for_each_rank_shape_or_the_tuner_command(

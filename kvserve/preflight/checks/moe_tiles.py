@@ -7,41 +7,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvserve.kernels.moe_tiles import load_table, table_path
+from kvserve.kernels.moe_tiles import MoeShape, table_path, tuned_kinds
 from kvserve.preflight.facts import GpuFacts, ModelFacts
 from kvserve.preflight.result import CheckResult, Status, skipped
 
 NAME = "model: MoE tiles"
 
 
-def expert_shape(model: ModelFacts, tp: int) -> str | None:
-    """The shape part of a tile table's key (``moe_tiles.MoeShape.key`` without the kind) for
-    one rank: experts shard along their intermediate size."""
+def expert_shape(model: ModelFacts, tp: int) -> MoeShape | None:
+    """The experts' shape one rank runs (experts shard along their intermediate size); its
+    kind is the table's to say."""
     inter, hidden = model.expert_intermediate_size, model.hidden_size
     if not (model.num_experts and model.experts_per_token and inter and hidden):
         return None
-    return f"E={model.num_experts} N={2 * inter // tp} K={hidden} top_k={model.experts_per_token}"
-
-
-def tuned_kinds(device_name: str, shape: str) -> list[str]:
-    """The formats (table kinds) tuned for ``shape`` on this GPU; raises ValueError for a
-    malformed table, as the engine would."""
-    return sorted(key.split(" ", 1)[0] for key in load_table(device_name)
-                  if key.split(" ", 1)[1] == shape)  # fmt: skip
+    return MoeShape("any", model.num_experts, 2 * inter // tp, hidden, model.experts_per_token)
 
 
 def check_moe_tiles(model: ModelFacts, gpu: GpuFacts, tp: int) -> CheckResult:
     shape = expert_shape(model, tp)
     if shape is None:
         return skipped(NAME, "the config gives no expert count, top-k or intermediate size")
+    dims = shape.dims()
     names = sorted({d.name for d in gpu.devices})
     if not names:
-        return skipped(NAME, f"no GPU to look up tuned tiles for ({shape})")
-    expected = f"tuned tiles for {shape} in kvserve/kernels/moe_configs/<GPU>.json"
+        return skipped(NAME, f"no GPU to look up tuned tiles for ({dims})")
+    expected = f"tuned tiles for {dims} in kvserve/kernels/moe_configs/<GPU>.json"
     found, missing = [], []
     for name in names:
         try:
-            kinds = tuned_kinds(name, shape)
+            kinds = tuned_kinds(name, shape)  # a malformed table raises, as in the engine
         except ValueError as exc:
             fix = f"restore or re-tune {table_path(name).name}"
             return CheckResult(NAME, Status.FAIL, str(exc), expected, fix)
@@ -50,12 +44,12 @@ def check_moe_tiles(model: ModelFacts, gpu: GpuFacts, tp: int) -> CheckResult:
         else:
             missing.append(name)
     if not missing:
-        return CheckResult(NAME, Status.PASS, f"{'; '.join(found)} at {shape}", expected)
+        return CheckResult(NAME, Status.PASS, f"{'; '.join(found)} at {dims}", expected)
     source = model.path if Path(model.path).is_dir() else "<a directory with its config.json>"
     fix = (
         f"the heuristic tile runs instead; tune on this GPU from a kvserve checkout: python -m "
         f"benchmarks.moe_tune --models {source} --formats <bf16|fp8|fp8-channel|nvfp4|mxfp4> "
         f"--tp {tp}"
     )
-    observed = f"no entry for {shape} on {', '.join(missing)}" + "".join(f"; {f}" for f in found)
+    observed = f"no entry for {dims} on {', '.join(missing)}" + "".join(f"; {f}" for f in found)
     return CheckResult(NAME, Status.WARN, observed, expected, fix)
