@@ -14,7 +14,7 @@ import torch
 from benchmarks.moe_gemm import moe_shape
 from kvserve.kernels.fused_moe import _block_config, half_weight_config, one_slot_per_block
 from kvserve.kernels.fused_moe_fp4 import fp4_path
-from kvserve.kernels.fused_moe_fp8 import fp8_kind
+from kvserve.kernels.fused_moe_fp8 import fp8_kind, launch_tile
 from kvserve.kernels.moe_tiles import GEMV_KEYS, TILE_KEYS, MoeShape
 from kvserve.kernels.word_gemv import GEMV_TILES, gemv_config
 
@@ -59,7 +59,7 @@ def heuristic_tile(fmt: str, slots: int, experts: int) -> dict[str, int]:
     if fmt == "bf16":
         return half_weight_config(tile, torch.bfloat16)
     if fmt == "fp8":
-        return tile | {"BLOCK_N": min(tile["BLOCK_N"], FP8_BLOCK[0]), "BLOCK_K": FP8_BLOCK[1]}
+        return launch_tile(tile, FP8_BLOCK)
     return tile
 
 

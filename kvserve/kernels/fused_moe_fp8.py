@@ -166,8 +166,8 @@ def _fp8_grouped_gemm(
     ``a @ w[e].T`` per slot as ``fused_moe._grouped_gemm`` does (``token_sum`` too)."""
     n, k = w.shape[1], w.shape[2]
     aq, a_scale = quantize_fp8(a, block[1] if block else None, pdl=pdl)
-    block_k = block[1] if block else config["BLOCK_K"]
-    block_n = min(config["BLOCK_N"], block[0]) if block else config["BLOCK_N"]
+    config = launch_tile(config, block)
+    block_n, block_k = config["BLOCK_N"], config["BLOCK_K"]
     dest = SlotOutput.plan(a, num_slots, n, top_k, block_n, token_sum)
     block_expert, slots, one_slot = block_tables(blocks)
     grid = grouped_grid(block_expert, n, block_n)
@@ -183,6 +183,14 @@ def _fp8_grouped_gemm(
         num_warps=config["num_warps"], num_stages=config["num_stages"], **launch_options(pdl),
     )  # fmt: skip
     return dest.out
+
+
+def launch_tile(config: dict[str, int], block: tuple[int, int] | None) -> dict[str, int]:
+    """``config`` as the kernel runs it: with 128 x 128 weight blocks a K step is one scale
+    block and a program's columns stay within one."""
+    if block is None:
+        return config
+    return config | {"BLOCK_N": min(config["BLOCK_N"], block[0]), "BLOCK_K": block[1]}
 
 
 def fp8_kind(block: tuple[int, int] | None) -> str:
