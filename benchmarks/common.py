@@ -112,11 +112,11 @@ _RUN_PATHS: dict[tuple[Path, str], Path] = {}  # (directory, name) -> this proce
 
 
 # -- ceilings and timing ---------------------------------------------------------------------
-def median_ms(fn: Callable[[], object]) -> float:
+def median_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 200) -> float:
     """Median GPU time of ``fn`` after warm-up (Triton's do_bench)."""
     from triton.testing import do_bench
 
-    return float(do_bench(fn, warmup=25, rep=200, return_mode="median"))
+    return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
 def copy_bandwidth_gbs(device: str = "cuda") -> float:

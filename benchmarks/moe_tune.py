@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import git_commit, write_result
+from benchmarks.common import git_commit, median_ms, write_result
 from benchmarks.moe_gemm import Routed, random_fp4_stack
 from benchmarks.moe_tune_space import (
     FP8_BLOCK,
@@ -162,9 +162,8 @@ def warm_in_workers(steps: list[tuple[Step, dict[str, int]]], workers: int) -> N
 
 
 def bench_ms(fn: Callable[[], torch.Tensor]) -> float:
-    from triton.testing import do_bench
-
-    return float(do_bench(fn, warmup=5, rep=25, return_mode="median"))
+    """A short median: a sweep times hundreds of tiles, and ``retime`` the finalists again."""
+    return median_ms(fn, warmup_ms=5, rep_ms=25)
 
 
 def time_tiles(case: StepCase, which: int, tiles: list[dict[str, int]], ref: torch.Tensor,
