@@ -85,6 +85,7 @@ def test_without_a_gpu_or_with_tables_off_the_fallback_runs(
     got = moe_tiles.moe_tiles(SHAPE, 1, torch.device("cpu"), fallback)
     assert got == MoeTiles(fallback, fallback)
     monkeypatch.setenv(moe_tiles.TUNED_ENV, "0")
+    moe_tiles.reload_tables()
     assert moe_tiles.moe_tiles(SHAPE, 1, torch.device("cuda", 0), fallback).block_m == 64
 
 

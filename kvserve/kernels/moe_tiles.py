@@ -129,9 +129,15 @@ def tuned_kinds(device_name: str, shape: MoeShape) -> list[str]:
 
 
 def reload_tables() -> None:
-    """Forget the tables read so far (tests that write their own)."""
+    """Forget the tables read so far and ``KVSERVE_MOE_TUNED`` (tests that set their own)."""
     load_table.cache_clear()
     tuned_tiles.cache_clear()
+    _tables_on.cache_clear()
+
+
+@functools.cache  # read once: every MoE layer of an eager step asks
+def _tables_on() -> bool:
+    return os.environ.get(TUNED_ENV, "1") != "0"
 
 
 @functools.cache
@@ -145,7 +151,7 @@ def moe_tiles(
     shape: MoeShape, tokens: int, device: torch.device, fallback: dict[str, int]
 ) -> MoeTiles:
     """The tuned tiles for this GPU and shape, else ``fallback`` for both GEMMs."""
-    if device.type == "cuda" and os.environ.get(TUNED_ENV, "1") != "0":
+    if device.type == "cuda" and _tables_on():
         name = _device_name(device.index)
         tiles = tuned_tiles(shape, tokens, name)
         if tiles is not None:
