@@ -24,8 +24,7 @@ The bf16 kernel is off the engine's path by default (``KVSERVE_BF16_SKINNY_ROWS`
 projections and leads it by 3-8% on a 128K-vocabulary weight in isolation, but the LM head on
 it was no faster in the engine (benchmarks/results/lm_head_ab_h200_2026-11-29.json), nor were
 Qwen3-30B-A3B's projections with programmatic dependent launch (306 against 303 tok/s at
-batch 1, moe_decode_h200_s35_head{,_skinny}). Since then each program loads its first W tile
-before the dependent-launch wait, which cuBLAS cannot (not yet timed). It is the
+batch 1, moe_decode_h200_s35_head{,_skinny}). It is the
 base for what could beat cuBLAS: the RMSNorm fused into the prologue and SiLU-and-multiply into
 the down projection's.
 """
@@ -203,12 +202,6 @@ def tile_start(
 
 
 @jit
-def _k_tile(ptrs, k, K, EVEN_K: tl.constexpr):
-    """A [rows, BLOCK_K] tile at ``ptrs`` whose columns are ``k``; zeros past K."""
-    return tl.load(ptrs) if EVEN_K else tl.load(ptrs, mask=(k < K)[None, :], other=0.0)
-
-
-@jit
 def tile_index():
     """This program's output tile among the launch's, for ``_finish_tile``."""
     return tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
@@ -242,18 +235,19 @@ def _skinny_gemm_kernel(
     rn, rm, rk, k_start, k_end, w_ptrs, x_ptrs = tile_start(
         x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, k_per_split, BLOCK_N, BLOCK_M, BLOCK_K
     )
-    # W never changes: a dependent launch loads its first tile while the kernel before still
-    # runs (a split has at least one tile); x only after the wait
-    w = _k_tile(w_ptrs, k_start + rk, K, EVEN_K)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     pdl_wait(USE_PDL)
-    x = _k_tile(x_ptrs, k_start + rk, K, EVEN_K)
-    acc = tl.dot(w, tl.trans(x), input_precision=DOT_PRECISION)
-    for k0 in range(k_start + BLOCK_K, k_end, BLOCK_K):
+    for k0 in range(k_start, k_end, BLOCK_K):
+        if EVEN_K:
+            w = tl.load(w_ptrs)
+            x = tl.load(x_ptrs)
+        else:
+            k_mask = (k0 + rk < K)[None, :]
+            w = tl.load(w_ptrs, mask=k_mask, other=0.0)
+            x = tl.load(x_ptrs, mask=k_mask, other=0.0)
+        acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
-        w = _k_tile(w_ptrs, k0 + rk, K, EVEN_K)
-        x = _k_tile(x_ptrs, k0 + rk, K, EVEN_K)
-        acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
     pdl_release(USE_PDL)
     _finish_tile(
         acc, tile_index(), tl.program_id(2), num_splits, ws_ptr, counter_ptr, out_ptr, bias_ptr,
