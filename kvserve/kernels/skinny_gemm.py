@@ -24,7 +24,10 @@ The bf16 kernel is off the engine's path by default (``KVSERVE_BF16_SKINNY_ROWS`
 projections and leads it by 3-8% on a 128K-vocabulary weight in isolation, but the LM head on
 it was no faster in the engine (benchmarks/results/lm_head_ab_h200_2026-11-29.json), nor were
 Qwen3-30B-A3B's projections with programmatic dependent launch (306 against 303 tok/s at
-batch 1, moe_decode_h200_s35_head{,_skinny}). It is the
+batch 1, moe_decode_h200_s35_head{,_skinny}). Loading each program's first W tile before the
+dependent-launch wait did not change that (ee8f395: 306 / 303 against 305 / 308 tok/s, and
+3,426 / 3,430 against 3,457 / 3,452 at batch 64, moe_decode_h200_s39_{skinny,head}{1,2}) and
+failed one 33-row candidate config on the H200, so it was reverted. It is the
 base for what could beat cuBLAS: the RMSNorm fused into the prologue and SiLU-and-multiply into
 the down projection's.
 """
