@@ -15,7 +15,12 @@ random logits. The kernels the engine launches for that step are screened over a
 ``fused_moe`` runs it, gate/up and down apart but sharing ``BLOCK_M``; for FP4 decode steps the
 word GEMV (``*_gemv`` entries). A tile whose output strays from the heuristic tile's is dropped.
 The ``FINALISTS`` best of each GEMM and group are then timed again against the heuristic tile,
-interleaved (``retime``), and the fastest pair is kept, the heuristic's unless beaten. FP4 steps
+interleaved (``retime``), and the fastest pair is kept, the heuristic's unless beaten. Every
+timing is of launches replayed from a CUDA graph under programmatic dependent launch, as the
+engine's decode steps run, over ``ROUTINGS`` routings at decode sizes (``StepCase.ms``). Until
+2026-12-03 it was Triton's ``do_bench`` of one launch, L2 flushed before it: at 1-4 tokens that
+timed 18-90 us for kernels whose bytes take 3-6 us, mostly the host's launch, and its tiles'
+gains did not reach the engine (GLM-4.5-Air NVFP4 batch 1: 205 -> 207 tok/s). FP4 steps
 whose experts are dequantized are skipped (``bf16`` tunes their kernel). ``--workers`` compiles
 the tiles in that many processes first (Triton's disk cache), then one process times them: the
 compile is most of the cost.
@@ -38,7 +43,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import git_commit, median_ms, write_result
+from benchmarks.common import captured_ms, git_commit, write_result
 from benchmarks.moe_gemm import Routed, random_fp4_stack
 from benchmarks.moe_tune_space import (
     FP8_BLOCK,
@@ -51,6 +56,7 @@ from benchmarks.moe_tune_space import (
     step_candidates,
     tuned_steps,
 )
+from kvserve.kernels._triton import hopper_or_newer
 from kvserve.kernels.fused_moe import (
     ExpertGemm,
     TokenSum,
@@ -65,6 +71,16 @@ from kvserve.kernels.moe_tiles import TABLE_DIR, table_path
 GEMMS = ("gate_up", "down")
 FINALISTS = 2  # screened tiles of each GEMM and BLOCK_M timed again against the heuristic's
 ROUNDS = 3
+# A decode-sized step is timed over this many routings of its tokens, one after another in one
+# CUDA graph, so the experts one launch reads are not the ones the launch before read (in the
+# engine the next launch is another layer's). From DECODE_MAX_TOKENS up, a step reads most
+# experts and runs long against a launch: one routing.
+ROUTINGS = 8
+DECODE_MAX_TOKENS = 64
+
+
+def routings_for(tokens: int) -> int:
+    return ROUTINGS if tokens <= DECODE_MAX_TOKENS else 1
 
 
 class Experts:
@@ -99,33 +115,57 @@ class Experts:
         return w, torch.rand(scale_shape, device="cuda") / (8 * k**0.5)
 
     def gemm(self, slots: int) -> ExpertGemm:
+        """With programmatic dependent launch where the engine uses it (sm_90+)."""
+        pdl = hopper_or_newer(torch.device("cuda"))
         if self.fmt == "bf16":
-            return expert_gemm(*self.stacks)
+            return expert_gemm(*self.stacks, pdl=pdl)
         if self.fmt.startswith("fp8"):
-            return fp8_expert_gemm(*self.stacks[0], *self.stacks[1], self.block)
-        return fp4_expert_gemm(*self.stacks, fp4_path(slots, self.experts))
+            return fp8_expert_gemm(*self.stacks[0], *self.stacks[1], self.block, pdl=pdl)
+        return fp4_expert_gemm(*self.stacks, fp4_path(slots, self.experts), pdl=pdl)
 
 
 class StepCase:
-    """One step's inputs: routed tokens, the down GEMM's input rows, and per BLOCK_M the blocks;
-    ``gemm(which, tile)`` runs one GEMM as ``fused_moe_with`` would."""
+    """One step's inputs, ``routings`` times over: routed tokens, the down GEMM's input rows,
+    and per BLOCK_M the blocks. ``gemm(which, tile)`` runs one GEMM on the first routing as
+    ``fused_moe_with`` would; ``cycle(which, tile)`` runs it on each routing in turn."""
 
-    def __init__(self, experts: Experts, shape: dict[str, int], tokens: int) -> None:
-        self.r = Routed(shape, tokens)
-        self.hidden = torch.randn(self.r.slots, shape["inter"], dtype=torch.bfloat16, device="cuda")
+    def __init__(self, experts: Experts, shape: dict[str, int], tokens: int, routings: int = 1,
+                 ) -> None:  # fmt: skip
+        self.routes = [Routed(shape, tokens) for _ in range(routings)]
+        self.r = self.routes[0]
+        self.hidden = [
+            torch.randn(r.slots, shape["inter"], dtype=torch.bfloat16, device="cuda")
+            for r in self.routes
+        ]
         self.expert_gemm = experts.gemm(self.r.slots)
-        self._blocks: dict[int, Any] = {}
+        self._blocks: dict[tuple[int, int], Any] = {}
 
-    def gemm(self, which: int, tile: dict[str, int]) -> Callable[[], torch.Tensor]:
-        r, m = self.r, tile.get("BLOCK_M", 16)
-        if m not in self._blocks:
-            self._blocks[m] = slot_blocks(r.ids, r.experts, m)
-        blocks = self._blocks[m]
+    def gemm(self, which: int, tile: dict[str, int], route: int = 0,
+             ) -> Callable[[], torch.Tensor]:  # fmt: skip
+        r, m = self.routes[route], tile.get("BLOCK_M", 16)
+        if (route, m) not in self._blocks:
+            self._blocks[(route, m)] = slot_blocks(r.ids, r.experts, m)
+        blocks = self._blocks[(route, m)]
         one_slot = isinstance(blocks, torch.Tensor)
-        a, rw = (r.x, None) if which == 0 else (self.hidden, r.flat_weights)
+        a, rw = (r.x, None) if which == 0 else (self.hidden[route], r.flat_weights)
         token_sum = TokenSum() if which == 1 and one_slot else None
         gemm = self.expert_gemm
         return lambda: gemm(a, which, blocks, r.slots, r.top_k, tile, rw, token_sum)
+
+    def cycle(self, which: int, tile: dict[str, int]) -> Callable[[], None]:
+        runs = [self.gemm(which, tile, route) for route in range(len(self.routes))]
+
+        def run_all() -> None:
+            for run in runs:
+                run()
+
+        return run_all
+
+    def ms(self, which: int, tile: dict[str, int]) -> float:
+        """One launch's time: the median replay of a CUDA graph of ``cycle`` (launches back to
+        back under the engine's dependent launch; no host launch time, L2 not flushed) over
+        the routings."""
+        return captured_ms(self.cycle(which, tile)) / len(self.routes)
 
 
 Task = tuple[Step, dict[str, int], int, dict[str, int]]  # step, shape, 0 gate/up or 1 down, tile
@@ -161,11 +201,6 @@ def warm_in_workers(steps: list[tuple[Step, dict[str, int]]], workers: int) -> N
         pool.map(warm, [ordered[i::workers] for i in range(workers)])
 
 
-def bench_ms(fn: Callable[[], torch.Tensor]) -> float:
-    """A short median: a sweep times hundreds of tiles, and ``retime`` the finalists again."""
-    return median_ms(fn, warmup_ms=5, rep_ms=25)
-
-
 def time_tiles(case: StepCase, which: int, tiles: list[dict[str, int]], ref: torch.Tensor,
                ) -> list[dict[str, Any]]:  # fmt: skip
     rows = []
@@ -173,7 +208,7 @@ def time_tiles(case: StepCase, which: int, tiles: list[dict[str, int]], ref: tor
         try:
             run = case.gemm(which, tile)
             err = float((run().float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
-            rows.append({"tile": tile, "ms": bench_ms(run), "rel_err": err})
+            rows.append({"tile": tile, "ms": case.ms(which, tile), "rel_err": err})
         except Exception as e:  # noqa: BLE001 - out of resources and the like
             rows.append({"tile": tile, "error": f"{type(e).__name__}: {str(e)[:120]}"})
     return rows
@@ -191,14 +226,14 @@ def retime(case: StepCase, contenders: list[tuple[int, dict[str, int]]]) -> list
     times: list[list[float]] = [[] for _ in contenders]
     for _ in range(ROUNDS):
         for i, (which, tile) in enumerate(contenders):
-            times[i].append(bench_ms(case.gemm(which, tile)))
+            times[i].append(case.ms(which, tile))
     return [statistics.median(t) for t in times]
 
 
 def tune_step(step: Step, shape: dict[str, int], experts: Experts) -> dict[str, Any]:
     """Screens every candidate, then times the heuristic tile and the ``FINALISTS`` best of each
     GEMM and BLOCK_M again, interleaved; keeps the fastest pair, the heuristic's unless beaten."""
-    case = StepCase(experts, shape, step.tokens)
+    case = StepCase(experts, shape, step.tokens, routings_for(step.tokens))
     r = case.r
     heuristic = heuristic_tile(step.fmt, r.slots, r.experts)
     refs = [case.gemm(which, heuristic)().float() for which in (0, 1)]
