@@ -18,9 +18,11 @@ The ``FINALISTS`` best of each GEMM and group are then timed again against the h
 interleaved (``retime``), and the fastest pair is kept, the heuristic's unless beaten. Every
 timing is of launches replayed from a CUDA graph under programmatic dependent launch, as the
 engine's decode steps run, over ``ROUTINGS`` routings at decode sizes (``StepCase.ms``). Until
-2026-12-03 it was Triton's ``do_bench`` of one launch, L2 flushed before it: at 1-4 tokens that
-timed 18-90 us for kernels whose bytes take 3-6 us, mostly the host's launch, and its tiles'
-gains did not reach the engine (GLM-4.5-Air NVFP4 batch 1: 205 -> 207 tok/s). FP4 steps
+2026-12-03 it was Triton's ``do_bench`` of one launch after an L2 flush, which at decode sizes
+timed something else: Qwen3-30B-A3B's NVFP4 GEMV at one token (heuristic tile, gate/up + down)
+took 29.7 + 26.8 us that way and 10.3 + 7.6 us this way (on two H200s), where bf16's gate/up,
+14.8 us here, takes 15.0 us in the engine's profile (moe_tune_h200_s38_gemv,
+moe_tune_h200_s39_graph). FP4 steps
 whose experts are dequantized are skipped (``bf16`` tunes their kernel). ``--workers`` compiles
 the tiles in that many processes first (Triton's disk cache), then one process times them: the
 compile is most of the cost.
