@@ -22,7 +22,10 @@ engine's decode steps run, over ``ROUTINGS`` routings at decode sizes (``StepCas
 timed something else: Qwen3-30B-A3B's NVFP4 GEMV at one token (heuristic tile, gate/up + down)
 took 29.7 + 26.8 us that way and 10.3 + 7.6 us this way (on two H200s), where bf16's gate/up,
 14.8 us here, takes 15.0 us in the engine's profile (moe_tune_h200_s38_gemv,
-moe_tune_h200_s39_graph). FP4 steps
+moe_tune_h200_s39_graph). Even so, a kernel timed alone does not rank decode tiles as the engine
+does: of this timing's 1-2 token entries, the engine ran GLM-4.5-Air's NVFP4 GEMV 4.7% faster at
+batch 1 but Qwen3-30B-A3B's bf16 tiles 4.9% slower (moe_decode_h200_s39_ab_*), so decode entries
+go into the shipped table after an engine A/B (``moe_decode`` with each table in place). FP4 steps
 whose experts are dequantized are skipped (``bf16`` tunes their kernel). ``--workers`` compiles
 the tiles in that many processes first (Triton's disk cache), then one process times them: the
 compile is most of the cost.
