@@ -89,6 +89,22 @@ def test_without_a_gpu_or_with_tables_off_the_fallback_runs(
     assert moe_tiles.moe_tiles(SHAPE, 1, torch.device("cuda", 0), fallback).block_m == 64
 
 
+def test_a_config_dir_with_a_table_for_the_gpu_overrides_the_shipped_one(
+    moe_table_dir: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(moe_table_dir, {SHAPE.key(): {"1": {"gate_up": _tile(16, 32), "down": _tile(16, 64)}}})
+    tuned_here = tmp_path_factory.mktemp("tuned_here")
+    _write(tuned_here, {SHAPE.key(): {"1": {"gate_up": _tile(16, 128), "down": _tile(16, 64)}}})
+    monkeypatch.setenv(moe_tiles.CONFIG_DIR_ENV, str(tuned_here))
+    moe_tiles.reload_tables()
+    assert tuned_tiles(SHAPE, 1, "Test GPU").gate_up["BLOCK_N"] == 128
+    assert moe_tiles.active_table_path("Test GPU") == tuned_here / "Test_GPU.json"
+    # a directory without this GPU's table leaves the shipped one in force
+    monkeypatch.setenv(moe_tiles.CONFIG_DIR_ENV, str(tmp_path_factory.mktemp("empty")))
+    moe_tiles.reload_tables()
+    assert tuned_tiles(SHAPE, 1, "Test GPU").gate_up["BLOCK_N"] == 32
+
+
 @pytest.mark.parametrize(
     "entry",
     [
@@ -128,7 +144,8 @@ def test_a_gpu_takes_its_table_and_names_an_untuned_shape_once(
             assert moe_tiles.moe_tiles(other, 3, gpu, fallback) == MoeTiles(fallback, fallback)
     assert [r.getMessage() for r in caplog.records] == [
         "MoE tiles: no tuned entry for nvfp4 E=8 N=256 K=128 top_k=2 on Test GPU in "
-        "Test_GPU.json; heuristic tiles (tune with python -m benchmarks.moe_tune)"
+        f"{moe_table_dir / 'Test_GPU.json'}; heuristic tiles (tune with python -m "
+        "benchmarks.moe_tune)"
     ]
 
 

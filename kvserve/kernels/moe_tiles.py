@@ -6,7 +6,8 @@ A table is written by ``python -m benchmarks.moe_tune`` on the GPU it names, whi
 same kernels the engine launches over a grid of tiles and keeps the fastest gate/up and down
 pair (one ``BLOCK_M``: the slots are sorted once for both GEMMs). A step takes the entry of the
 tuned token count nearest its own (in log scale). ``KVSERVE_MOE_TUNED=0`` ignores the tables
-(A/B runs).
+(A/B runs). ``KVSERVE_MOE_CONFIG_DIR``: a directory whose ``<GPU name>.json`` is read instead of
+the shipped one where it has one (a table tuned on the node, or one side of an engine A/B).
 
 Table layout::
 
@@ -36,6 +37,7 @@ TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 GEMV_KEYS = ("block_n", "block_w", "split_k", "num_warps", "num_stages")
 TABLE_DIR = Path(__file__).parent / "moe_configs"
 TUNED_ENV = "KVSERVE_MOE_TUNED"
+CONFIG_DIR_ENV = "KVSERVE_MOE_CONFIG_DIR"
 log = logging.getLogger("kvserve.kernels")
 
 
@@ -91,13 +93,25 @@ def _checked_tiles(kind: str, entry: dict) -> MoeTiles:
 
 
 def table_path(device_name: str) -> Path:
+    """The shipped table of this GPU."""
     return TABLE_DIR / f"{device_name.replace(' ', '_')}.json"
+
+
+def active_table_path(device_name: str) -> Path:
+    """The table the kernels read: ``KVSERVE_MOE_CONFIG_DIR``'s for this GPU if it has one,
+    else the shipped one."""
+    override = os.environ.get(CONFIG_DIR_ENV)
+    if override:
+        path = Path(override) / table_path(device_name).name
+        if path.exists():
+            return path
+    return table_path(device_name)
 
 
 @functools.cache
 def load_table(device_name: str) -> dict[str, dict[int, MoeTiles]]:
     """{shape key: {tokens: tiles}} for one GPU, empty when none was tuned for it."""
-    path = table_path(device_name)
+    path = active_table_path(device_name)
     if not path.exists():
         return {}
     try:
@@ -129,7 +143,8 @@ def tuned_kinds(device_name: str, shape: MoeShape) -> list[str]:
 
 
 def reload_tables() -> None:
-    """Forget the tables read so far and ``KVSERVE_MOE_TUNED`` (tests that set their own)."""
+    """Forget the tables read so far, ``KVSERVE_MOE_TUNED`` and ``KVSERVE_MOE_CONFIG_DIR``
+    (tests that set their own)."""
     load_table.cache_clear()
     tuned_tiles.cache_clear()
     _tables_on.cache_clear()
@@ -174,5 +189,5 @@ def expert_tiles(
 def _note_untuned(shape: MoeShape, device_name: str) -> None:
     log.warning(
         "MoE tiles: no tuned entry for %s on %s in %s; heuristic tiles (tune with "
-        "python -m benchmarks.moe_tune)", shape.key(), device_name, table_path(device_name).name,
+        "python -m benchmarks.moe_tune)", shape.key(), device_name, active_table_path(device_name),
     )  # fmt: skip

@@ -81,6 +81,7 @@ def test_moe_tiles_named_for_each_rank_shape_or_the_tuner_command(
     row = _tiles_row(model, _gpu(), tp=2)
     assert row.status == Status.WARN and "no entry for E=8 N=32 K=64 top_k=2" in row.observed
     assert f"benchmarks.moe_tune --models {path} " in row.fix and "--tp 2" in row.fix
+    assert "KVSERVE_MOE_CONFIG_DIR=DIR" in row.fix
     assert _tiles_row(model, _gpu("NVIDIA H100 80GB HBM3")).status == Status.WARN
 
 

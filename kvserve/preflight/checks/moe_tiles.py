@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvserve.kernels.moe_tiles import MoeShape, table_path, tuned_kinds
+from kvserve.kernels.moe_tiles import CONFIG_DIR_ENV, MoeShape, active_table_path, tuned_kinds
 from kvserve.preflight.facts import GpuFacts, ModelFacts
 from kvserve.preflight.result import CheckResult, Status, skipped
 
@@ -37,7 +37,7 @@ def check_moe_tiles(model: ModelFacts, gpu: GpuFacts, tp: int) -> CheckResult:
         try:
             kinds = tuned_kinds(name, shape)  # a malformed table raises, as in the engine
         except ValueError as exc:
-            fix = f"restore or re-tune {table_path(name).name}"
+            fix = f"restore or re-tune {active_table_path(name)}"
             return CheckResult(NAME, Status.FAIL, str(exc), expected, fix)
         if kinds:
             found.append(f"{name}: {', '.join(kinds)}")
@@ -49,7 +49,7 @@ def check_moe_tiles(model: ModelFacts, gpu: GpuFacts, tp: int) -> CheckResult:
     fix = (
         f"the heuristic tile runs instead; tune on this GPU from a kvserve checkout: python -m "
         f"benchmarks.moe_tune --models {source} --formats <bf16|fp8|fp8-channel|nvfp4|mxfp4> "
-        f"--tp {tp}"
+        f"--tp {tp} --table DIR, then run with {CONFIG_DIR_ENV}=DIR"
     )
     observed = f"no entry for {dims} on {', '.join(missing)}" + "".join(f"; {f}" for f in found)
     return CheckResult(NAME, Status.WARN, observed, expected, fix)
