@@ -90,8 +90,9 @@ def test_without_a_gpu_or_with_tables_off_the_fallback_runs(
 
 
 def test_a_config_dir_with_a_table_for_the_gpu_overrides_the_shipped_one(
-    moe_table_dir: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    moe_table_dir: Path, tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
     _write(moe_table_dir, {SHAPE.key(): {"1": {"gate_up": _tile(16, 32), "down": _tile(16, 64)}}})
     tuned_here = tmp_path_factory.mktemp("tuned_here")
     _write(tuned_here, {SHAPE.key(): {"1": {"gate_up": _tile(16, 128), "down": _tile(16, 64)}}})
@@ -103,6 +104,15 @@ def test_a_config_dir_with_a_table_for_the_gpu_overrides_the_shipped_one(
     monkeypatch.setenv(moe_tiles.CONFIG_DIR_ENV, str(tmp_path_factory.mktemp("empty")))
     moe_tiles.reload_tables()
     assert tuned_tiles(SHAPE, 1, "Test GPU").gate_up["BLOCK_N"] == 32
+    # a mistyped directory is named in a warning, and the shipped table is read
+    monkeypatch.setenv(moe_tiles.CONFIG_DIR_ENV, str(tuned_here / "no_such_dir"))
+    moe_tiles.reload_tables()
+    with caplog.at_level("WARNING", logger="kvserve.kernels"):
+        assert tuned_tiles(SHAPE, 1, "Test GPU").gate_up["BLOCK_N"] == 32
+    assert [r.getMessage() for r in caplog.records] == [
+        f"MoE tiles: KVSERVE_MOE_CONFIG_DIR={tuned_here / 'no_such_dir'} is not a directory; "
+        "the shipped table is read"
+    ]
 
 
 @pytest.mark.parametrize(

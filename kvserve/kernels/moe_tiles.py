@@ -111,6 +111,10 @@ def active_table_path(device_name: str) -> Path:
 @functools.cache
 def load_table(device_name: str) -> dict[str, dict[int, MoeTiles]]:
     """{shape key: {tokens: tiles}} for one GPU, empty when none was tuned for it."""
+    override = os.environ.get(CONFIG_DIR_ENV)
+    if override and not Path(override).is_dir():
+        log.warning("MoE tiles: %s=%s is not a directory; the shipped table is read",
+                    CONFIG_DIR_ENV, override)  # fmt: skip
     path = active_table_path(device_name)
     if not path.exists():
         return {}
