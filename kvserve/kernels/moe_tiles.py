@@ -97,24 +97,32 @@ def table_path(device_name: str) -> Path:
     return TABLE_DIR / f"{device_name.replace(' ', '_')}.json"
 
 
+@functools.cache  # read once, like KVSERVE_MOE_TUNED; reload_tables forgets it
+def _config_dir() -> Path | None:
+    """``KVSERVE_MOE_CONFIG_DIR``, when it names a directory (else a warning, once)."""
+    override = os.environ.get(CONFIG_DIR_ENV)
+    if not override:
+        return None
+    if not Path(override).is_dir():
+        log.warning("MoE tiles: %s=%s is not a directory; the shipped table is read",
+                    CONFIG_DIR_ENV, override)  # fmt: skip
+        return None
+    return Path(override)
+
+
 def active_table_path(device_name: str) -> Path:
     """The table the kernels read: ``KVSERVE_MOE_CONFIG_DIR``'s for this GPU if it has one,
     else the shipped one."""
-    override = os.environ.get(CONFIG_DIR_ENV)
-    if override:
-        path = Path(override) / table_path(device_name).name
-        if path.exists():
-            return path
-    return table_path(device_name)
+    shipped = table_path(device_name)
+    override = _config_dir()
+    if override is not None and (override / shipped.name).exists():
+        return override / shipped.name
+    return shipped
 
 
 @functools.cache
 def load_table(device_name: str) -> dict[str, dict[int, MoeTiles]]:
     """{shape key: {tokens: tiles}} for one GPU, empty when none was tuned for it."""
-    override = os.environ.get(CONFIG_DIR_ENV)
-    if override and not Path(override).is_dir():
-        log.warning("MoE tiles: %s=%s is not a directory; the shipped table is read",
-                    CONFIG_DIR_ENV, override)  # fmt: skip
     path = active_table_path(device_name)
     if not path.exists():
         return {}
@@ -152,6 +160,7 @@ def reload_tables() -> None:
     load_table.cache_clear()
     tuned_tiles.cache_clear()
     _tables_on.cache_clear()
+    _config_dir.cache_clear()
 
 
 @functools.cache  # read once: every MoE layer of an eager step asks
