@@ -115,7 +115,12 @@ def copy_heads(
 # faster, so neither is kept. Triton widens after the shared-memory load, where V (the MMA's B
 # operand in [K, N] order) is read a byte at a time; widening in PTX before shared memory (fp16
 # tiles read with ldmatrix) halves the decode loop's instructions but ran at 0.73x of this
-# (32 x 32K, 2026-12-02, fp8_kv_decode_h200_sweep_page), so that was not kept either.
+# (32 x 32K, 2026-12-02, fp8_kv_decode_h200_sweep_page), so that was not kept either. Values
+# stored dims-major in the cache (a page's 16 tokens of one dimension together: the PV product's
+# operand K-contiguous, read with 16-byte copies and ldmatrix, no LDS.U8; 24% fewer instructions
+# a tile) were faster only at 256 x 1K (179-198 against 230 us) and slower at 32 x 32K (766-803
+# against 673 us) and at 64 x 1K and 8 x 4K (93c7d62, fp8_kv_v_layout_h200_s40), so the cache
+# layout stays one for both dtypes.
 FP8_AS_QDTYPE = 0  # Triton's conversion to q's dtype (the only choice for fp32 q)
 FP8_AS_FP16 = 1  # fp16 operands, q and p cast to fp16 (one cvt per two values on sm_89+)
 
