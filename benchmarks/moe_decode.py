@@ -56,11 +56,12 @@ def _moe_layers(core: EngineCore) -> list[SparseMoE]:
 
 
 def weight_split(core: EngineCore) -> dict[str, float]:
-    """Bytes of the expert stacks, of one expert's three matrices, and of everything else that
-    a step reads (the embedding table is read one row per token, so it is left out)."""
+    """Bytes of the expert stacks (a stacked shared expert's too), of one expert's three
+    matrices, and of everything else that a step reads (the embedding table is read one row per
+    token, so it is left out)."""
     expert_total = sum(_stack_bytes(m) for m in _moe_layers(core))
     first = _moe_layers(core)[0]
-    per_expert = _stack_bytes(first) / first.cfg.num_experts
+    per_expert = _stack_bytes(first) / first.stacked_experts
     other = step_weight_bytes(core) - expert_total
     return {"expert_bytes_total": expert_total, "bytes_per_expert": per_expert,
             "non_expert_bytes": other}  # fmt: skip
@@ -73,7 +74,8 @@ def _stack_bytes(moe: SparseMoE) -> int:
 
 def experts_touched(core: EngineCore, batch: int) -> float:
     """Mean distinct experts per MoE layer that each layer's router picks for ``batch`` random
-    hidden states (with dummy weights the engine's own hidden states are as random)."""
+    hidden states (with dummy weights the engine's own hidden states are as random), plus a
+    stacked shared expert, which every step reads."""
     layers = _moe_layers(core)
     first = layers[0].gate.weight
     gen = torch.Generator(device=first.device).manual_seed(batch)
@@ -83,7 +85,7 @@ def experts_touched(core: EngineCore, batch: int) -> float:
         for layer in layers:
             logits = torch.nn.functional.linear(x, layer.gate.weight)
             _, ids = select_experts(logits, layer.cfg, layer.gate.e_score_correction_bias)
-            counts.append(int(ids.unique().numel()))
+            counts.append(int(ids.unique().numel()) + int(layer.shared_expert))
     return sum(counts) / len(counts)
 
 

@@ -79,6 +79,16 @@ def load_reference_model(path: str) -> Any:
     return model.eval()
 
 
+def hf_greedy(path: str | Path, prompt: list[int], tokens: int) -> list[int]:
+    """transformers' greedy continuation of ``prompt`` (token ids), ``tokens`` long, no EOS."""
+    ref = load_reference_model(str(path))
+    with torch.no_grad():
+        out = ref.generate(torch.tensor([prompt]), max_new_tokens=tokens, do_sample=False,
+                           attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                           eos_token_id=None, pad_token_id=0)  # fmt: skip
+    return out[0, len(prompt) :].tolist()
+
+
 def make_tiny_model(
     arch: str,
     out_dir: Path,

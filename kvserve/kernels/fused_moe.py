@@ -520,11 +520,13 @@ def fused_moe(
     topk_ids: torch.Tensor,
     pdl: bool = False,
     addend: torch.Tensor | None = None,
+    shared: bool = False,
 ) -> torch.Tensor:
     """The GPU path of ``fused_moe_reference`` (same arguments, same result within bf16
-    rounding of the intermediate). ``pdl``: programmatic dependent launch of its kernels."""
+    rounding of the intermediate). ``pdl``: programmatic dependent launch of its kernels;
+    ``shared``: the stacks' last expert is a stacked shared expert (``moe_tiles.expert_tiles``)."""
     assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
-    tiles = half_weight_tiles(w13.shape, w13.dtype, topk_ids, x.device)
+    tiles = half_weight_tiles(w13.shape, w13.dtype, topk_ids, x.device, shared)
     gemm = expert_gemm(w13, w2, pdl)
     return fused_moe_with(
         x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, tiles, pdl, addend
@@ -542,12 +544,17 @@ def expert_gemm(w13: torch.Tensor, w2: torch.Tensor, pdl: bool = False) -> Exper
 
 
 def half_weight_tiles(
-    shape: torch.Size, dtype: torch.dtype, topk_ids: torch.Tensor, device: torch.device
+    shape: torch.Size,
+    dtype: torch.dtype,
+    topk_ids: torch.Tensor,
+    device: torch.device,
+    shared: bool = False,
 ) -> MoeTiles:
     """The tiles of ``_grouped_gemm`` over half-precision experts, ``shape`` that of the
     gate/up stack [E, N, K]."""
     fallback = half_weight_config(_block_config(topk_ids.numel(), shape[0]), dtype)
-    return expert_tiles(str(dtype).removeprefix("torch."), shape, topk_ids, device, fallback)
+    kind = str(dtype).removeprefix("torch.")
+    return expert_tiles(kind, shape, topk_ids, device, fallback, shared)
 
 
 def one_slot_per_block(num_slots: int, num_experts: int) -> bool:

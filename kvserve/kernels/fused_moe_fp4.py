@@ -271,11 +271,13 @@ def fused_moe_fp4(
     topk_ids: torch.Tensor,
     pdl: bool = False,
     addend: torch.Tensor | None = None,
+    shared: bool = False,
 ) -> torch.Tensor:
-    """The GPU path of ``fused_moe_fp4_reference`` (same arguments)."""
+    """The GPU path of ``fused_moe_fp4_reference`` (same arguments; ``shared`` as
+    ``fused_moe``'s)."""
     experts = w13[0].shape[0]
     path = fp4_path(topk_ids.numel(), experts)
-    tiles = fp4_tiles(w13, topk_ids, x, path)
+    tiles = fp4_tiles(w13, topk_ids, x, path, shared)
     gemm = fp4_expert_gemm(w13, w2, path, pdl)
     return fused_moe_with(x, topk_weights, topk_ids, experts, w2[0].shape[1], gemm, tiles, pdl,
                           addend)  # fmt: skip
@@ -306,15 +308,17 @@ def fp4_expert_gemm(w13: Fp4Stack, w2: Fp4Stack, path: str, pdl: bool = False) -
     return gemm
 
 
-def fp4_tiles(w13: Fp4Stack, topk_ids: torch.Tensor, x: torch.Tensor, path: str) -> MoeTiles:
+def fp4_tiles(
+    w13: Fp4Stack, topk_ids: torch.Tensor, x: torch.Tensor, path: str, shared: bool = False
+) -> MoeTiles:
     """Dequantized experts run the half-precision grouped GEMM, and take its tiles; decode
     steps on the word GEMV take ``*_gemv`` entries, else the GEMV's own default."""
     packed, block_scale = w13[0], w13[1]
     shape = (packed.shape[0], packed.shape[1], 2 * packed.shape[2])
     if path == "dequantized":
-        return half_weight_tiles(torch.Size(shape), x.dtype, topk_ids, x.device)
+        return half_weight_tiles(torch.Size(shape), x.dtype, topk_ids, x.device, shared)
     kind = "nvfp4" if group_size_of(block_scale) == 16 else "mxfp4"
     if path == "gemv":
-        return expert_tiles(f"{kind}_gemv", shape, topk_ids, x.device, {})
+        return expert_tiles(f"{kind}_gemv", shape, topk_ids, x.device, {}, shared)
     fallback = _block_config(topk_ids.numel(), shape[0])
-    return expert_tiles(kind, shape, topk_ids, x.device, fallback)
+    return expert_tiles(kind, shape, topk_ids, x.device, fallback, shared)

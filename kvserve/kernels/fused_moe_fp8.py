@@ -209,11 +209,13 @@ def fused_moe_fp8(
     block: tuple[int, int] | None,
     pdl: bool = False,
     addend: torch.Tensor | None = None,
+    shared: bool = False,
 ) -> torch.Tensor:
-    """The GPU path of ``fused_moe_fp8_reference`` (same arguments)."""
+    """The GPU path of ``fused_moe_fp8_reference`` (same arguments; ``shared`` as
+    ``fused_moe``'s)."""
     experts = w13.shape[0]
     fallback = _block_config(topk_ids.numel(), experts)
-    tiles = expert_tiles(fp8_kind(block), w13.shape, topk_ids, x.device, fallback)
+    tiles = expert_tiles(fp8_kind(block), w13.shape, topk_ids, x.device, fallback, shared)
     gemm = fp8_expert_gemm(w13, w13_scale, w2, w2_scale, block, pdl)
     return fused_moe_with(x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend)
 

@@ -2,7 +2,12 @@
 first. Softmax scoring (Qwen3-MoE, Mixtral) and grouped sigmoid scoring (GLM-4.5, DeepSeek-V3;
 see ``kvserve.layers.moe_router``). One Triton program per token replaces the scoring, top-k,
 renormalisation and index-cast kernels (a dozen and more for the grouped scoring), which at
-decode cost more than the routing itself; the ``*_reference`` functions are the same in torch."""
+decode cost more than the routing itself; the ``*_reference`` functions are the same in torch.
+
+``shared``: a layer whose shared expert runs as one more expert of its stacks
+(``kvserve.layers.moe``) routes every token to it too: the rows get ``k + 1`` columns, the
+last naming expert ``E`` (the stack's extra one) with weight 1.0, so the experts' kernels run it
+with the routed ones and no launch of its own."""
 
 from __future__ import annotations
 
@@ -22,15 +27,38 @@ from kvserve.kernels._triton import (
 )
 
 
-def softmax_topk_reference(
-    logits: torch.Tensor, top_k: int, renormalize: bool
+def with_shared_slot(
+    weights: torch.Tensor, ids: torch.Tensor, num_experts: int, shared: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weights [T, k] float32, expert ids [T, k] int32), best first."""
+    """(weights, ids) [T, k], plus with ``shared`` a last column for the shared expert: id
+    ``num_experts`` (the routed expert count), weight 1.0."""
+    if not shared:
+        return weights, ids
+    tokens = ids.shape[0]
+    extra_w = torch.ones(tokens, 1, dtype=weights.dtype, device=weights.device)
+    extra_id = torch.full((tokens, 1), num_experts, dtype=ids.dtype, device=ids.device)
+    return torch.cat([weights, extra_w], 1), torch.cat([ids, extra_id], 1)
+
+
+def routed_outputs(
+    tokens: int, top_k: int, shared: bool, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Empty (weights fp32, ids int32) [T, k], or [T, k + 1] with ``shared``."""
+    slots = top_k + int(shared)
+    weights = torch.empty(tokens, slots, dtype=torch.float32, device=device)
+    return weights, torch.empty(tokens, slots, dtype=torch.int32, device=device)
+
+
+def softmax_topk_reference(
+    logits: torch.Tensor, top_k: int, renormalize: bool, shared: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weights [T, k] float32, expert ids [T, k] int32), best first; [T, k + 1] with
+    ``shared``."""
     probs = logits.softmax(dim=-1, dtype=torch.float32)
     weights, ids = probs.topk(top_k, dim=-1)
     if renormalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights, ids.to(torch.int32)
+    return with_shared_slot(weights, ids.to(torch.int32), logits.shape[1], shared)
 
 
 @jit
@@ -58,11 +86,12 @@ def _top_lanes(
 
 @jit
 def _store_top(
-    weights_row, ids_row, values, lanes, picked, ids, scale, RENORMALIZE: tl.constexpr,
-    TOP_K: tl.constexpr, BLOCK_K: tl.constexpr,
+    weights_row, ids_row, values, lanes, picked, ids, scale, num_experts,
+    RENORMALIZE: tl.constexpr, TOP_K: tl.constexpr, BLOCK_K: tl.constexpr, SHARED: tl.constexpr,
 ):  # fmt: skip
     """Stores the picked lanes' ``values`` (2-D, as ``_top_lanes``'), times ``scale`` and, with
-    RENORMALIZE, over their sum, and their expert ``ids``: one vector store each."""
+    RENORMALIZE, over their sum, and their expert ``ids``: one vector store each; with SHARED
+    the shared expert (id ``num_experts``, weight 1.0) after them."""
     hit = lanes[None, :, :] == picked[:, None, None]
     weights = tl.sum(tl.sum(tl.where(hit, values[None, :, :], 0.0), axis=2), axis=1)
     real = tl.arange(0, BLOCK_K) < TOP_K
@@ -70,12 +99,16 @@ def _store_top(
         scale = scale / (tl.sum(tl.where(real, weights, 0.0), axis=0) + 1e-20)
     tl.store(weights_row + tl.arange(0, BLOCK_K), weights * scale, mask=real)
     tl.store(ids_row + tl.arange(0, BLOCK_K), ids, mask=real)
+    if SHARED:
+        tl.store(weights_row + TOP_K, 1.0)
+        tl.store(ids_row + TOP_K, num_experts)
 
 
 @jit
 def softmax_topk_row(
     logits_row, weights_row, ids_row, num_experts,
     TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
+    SHARED: tl.constexpr,
 ):  # fmt: skip
     """One token's softmax top-k: its logits at ``logits_row`` (read from L2: the fused router
     kernel's other programs wrote them), its k weights and ids to the two rows."""
@@ -86,7 +119,8 @@ def softmax_topk_row(
     p = tl.exp(x - tl.max(x, axis=1)[:, None])
     p = p / tl.sum(p, axis=1)[:, None]
     picked = _top_lanes(tl.where(valid, p, -1.0), cols, BLOCK_E, TOP_K, BLOCK_K)
-    _store_top(weights_row, ids_row, p, cols, picked, picked, 1.0, RENORMALIZE, TOP_K, BLOCK_K)
+    _store_top(weights_row, ids_row, p, cols, picked, picked, 1.0, num_experts, RENORMALIZE,
+               TOP_K, BLOCK_K, SHARED)  # fmt: skip
 
 
 @jit
@@ -100,29 +134,30 @@ def _softmax_topk_kernel(
     RENORMALIZE: tl.constexpr,
     BLOCK_E: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SHARED: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
     token = tl.program_id(0).to(tl.int64)
+    row = token * (TOP_K + SHARED)
     softmax_topk_row(
-        logits_ptr + token * stride_logits, weights_ptr + token * TOP_K, ids_ptr + token * TOP_K,
-        num_experts, TOP_K, RENORMALIZE, BLOCK_E, BLOCK_K,
+        logits_ptr + token * stride_logits, weights_ptr + row, ids_ptr + row, num_experts, TOP_K,
+        RENORMALIZE, BLOCK_E, BLOCK_K, SHARED,
     )  # fmt: skip
 
 
 def softmax_topk(
-    logits: torch.Tensor, top_k: int, renormalize: bool, *, pdl: bool = False
+    logits: torch.Tensor, top_k: int, renormalize: bool, shared: bool = False, *, pdl: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     require_triton()
     tokens, experts = logits.shape
-    weights = torch.empty(tokens, top_k, dtype=torch.float32, device=logits.device)
-    ids = torch.empty(tokens, top_k, dtype=torch.int32, device=logits.device)
+    weights, ids = routed_outputs(tokens, top_k, shared, logits.device)
     if tokens:
         _softmax_topk_kernel[(tokens,)](
             logits, weights, ids, experts, logits.stride(0), TOP_K=top_k,
             RENORMALIZE=renormalize, BLOCK_E=next_pow2(experts), BLOCK_K=next_pow2(top_k),
-            num_warps=4,
+            SHARED=shared, num_warps=4,
             **launch_options(pdl),
         )  # fmt: skip
     return weights, ids
@@ -136,8 +171,10 @@ def grouped_sigmoid_topk_reference(
     renormalize: bool,
     scaling: float,
     correction_bias: torch.Tensor | None = None,  # [E]
+    shared: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weights [T, k] float32, expert ids [T, k] int32), best first."""
+    """(weights [T, k] float32, expert ids [T, k] int32), best first; [T, k + 1] with
+    ``shared``."""
     scores = logits.float().sigmoid()
     choice = scores if correction_bias is None else scores + correction_bias
     tokens, experts = choice.shape
@@ -151,7 +188,7 @@ def grouped_sigmoid_topk_reference(
     weights = scores.gather(1, ids)
     if renormalize:
         weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
-    return weights * scaling, ids.to(torch.int32)
+    return with_shared_slot(weights * scaling, ids.to(torch.int32), experts, shared)
 
 
 @jit
@@ -159,7 +196,7 @@ def grouped_sigmoid_topk_row(
     logits_row, bias_ptr, weights_row, ids_row, scaling,
     GROUPS: tl.constexpr, PER_GROUP: tl.constexpr, TOPK_GROUPS: tl.constexpr,
     TOP_K: tl.constexpr, HAS_BIAS: tl.constexpr, RENORMALIZE: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, SHARED: tl.constexpr,
 ):  # fmt: skip
     """One token's grouped sigmoid top-k (logits read from L2, as ``softmax_topk_row``)."""
     group = tl.arange(0, BLOCK_G)
@@ -193,9 +230,8 @@ def grouped_sigmoid_topk_row(
         choice = tl.where(kept[:, None] > 0, choice, -float("inf"))
     picked = _top_lanes(choice, lane, BLOCK_G * BLOCK_P, TOP_K, BLOCK_K)
     ids = (picked // BLOCK_P) * PER_GROUP + picked % BLOCK_P
-    _store_top(
-        weights_row, ids_row, scores, lane, picked, ids, scaling, RENORMALIZE, TOP_K, BLOCK_K
-    )
+    _store_top(weights_row, ids_row, scores, lane, picked, ids, scaling, GROUPS * PER_GROUP,
+               RENORMALIZE, TOP_K, BLOCK_K, SHARED)  # fmt: skip
 
 
 @jit
@@ -215,15 +251,17 @@ def _grouped_sigmoid_topk_kernel(
     BLOCK_G: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SHARED: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
     token = tl.program_id(0).to(tl.int64)
+    row = token * (TOP_K + SHARED)
     grouped_sigmoid_topk_row(
-        logits_ptr + token * stride_logits, bias_ptr, weights_ptr + token * TOP_K,
-        ids_ptr + token * TOP_K, scaling, GROUPS, PER_GROUP, TOPK_GROUPS, TOP_K, HAS_BIAS,
-        RENORMALIZE, BLOCK_G, BLOCK_P, BLOCK_K,
+        logits_ptr + token * stride_logits, bias_ptr, weights_ptr + row, ids_ptr + row, scaling,
+        GROUPS, PER_GROUP, TOPK_GROUPS, TOP_K, HAS_BIAS, RENORMALIZE, BLOCK_G, BLOCK_P, BLOCK_K,
+        SHARED,
     )  # fmt: skip
 
 
@@ -235,6 +273,7 @@ def grouped_sigmoid_topk(
     renormalize: bool,
     scaling: float,
     correction_bias: torch.Tensor | None = None,
+    shared: bool = False,
     *,
     pdl: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -243,8 +282,7 @@ def grouped_sigmoid_topk(
     tokens, experts = logits.shape
     logits = logits if logits.stride(1) == 1 else logits.contiguous()
     per_group = experts // num_groups
-    weights = torch.empty(tokens, top_k, dtype=torch.float32, device=logits.device)
-    ids = torch.empty(tokens, top_k, dtype=torch.int32, device=logits.device)
+    weights, ids = routed_outputs(tokens, top_k, shared, logits.device)
     if tokens:
         bias = correction_bias if correction_bias is not None else weights
         _grouped_sigmoid_topk_kernel[(tokens,)](
@@ -252,7 +290,7 @@ def grouped_sigmoid_topk(
             PER_GROUP=per_group, TOPK_GROUPS=topk_groups, TOP_K=top_k,
             HAS_BIAS=correction_bias is not None, RENORMALIZE=renormalize,
             BLOCK_G=next_pow2(num_groups), BLOCK_P=next_pow2(per_group),
-            BLOCK_K=next_pow2(top_k), num_warps=4,
+            BLOCK_K=next_pow2(top_k), SHARED=shared, num_warps=4,
             **launch_options(pdl),
         )  # fmt: skip
     return weights, ids
@@ -274,6 +312,7 @@ class Routing:
     num_groups: int = 1
     topk_groups: int = 1
     scaling: float = 1.0
+    shared: bool = False  # a last column for the shared expert (module docstring)
 
     def constants(self, has_bias: bool) -> dict[str, int | bool]:
         """The constexprs of ``topk_row``."""
@@ -290,6 +329,7 @@ class Routing:
             "BLOCK_G": next_pow2(self.num_groups),
             "BLOCK_P": next_pow2(per_group),
             "BLOCK_K": next_pow2(self.top_k),
+            "SHARED": self.shared,
         }
 
 
@@ -299,15 +339,16 @@ def topk_row(
     SCORING: tl.constexpr, TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr,
     BLOCK_ALL_E: tl.constexpr, GROUPS: tl.constexpr, PER_GROUP: tl.constexpr,
     TOPK_GROUPS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_G: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr, SHARED: tl.constexpr,
 ):  # fmt: skip
     """One token's top-k by ``Routing``'s scoring."""
     if SCORING == SOFTMAX_SCORING:
         softmax_topk_row(
-            logits_row, weights_row, ids_row, num_experts, TOP_K, RENORMALIZE, BLOCK_ALL_E, BLOCK_K
-        )
+            logits_row, weights_row, ids_row, num_experts, TOP_K, RENORMALIZE, BLOCK_ALL_E, BLOCK_K,
+            SHARED,
+        )  # fmt: skip
     else:
         grouped_sigmoid_topk_row(
             logits_row, bias_ptr, weights_row, ids_row, scaling, GROUPS, PER_GROUP, TOPK_GROUPS,
-            TOP_K, HAS_BIAS, RENORMALIZE, BLOCK_G, BLOCK_P, BLOCK_K,
+            TOP_K, HAS_BIAS, RENORMALIZE, BLOCK_G, BLOCK_P, BLOCK_K, SHARED,
         )  # fmt: skip

@@ -190,11 +190,14 @@ def moe_tiles(
 
 def expert_tiles(
     kind: str, stack_shape: tuple[int, int, int], topk_ids: torch.Tensor, device: torch.device,
-    fallback: dict[str, int],
+    fallback: dict[str, int], shared: bool = False,
 ) -> MoeTiles:  # fmt: skip
     """``moe_tiles`` for a step routed as ``topk_ids`` [T, k] through experts whose gate/up
-    stack is ``stack_shape`` [E, N, K]."""
-    key = MoeShape(kind, *stack_shape, topk_ids.shape[1])
+    stack is ``stack_shape`` [E, N, K]. A stacked shared expert (``shared``: expert E - 1 and
+    each token's last slot, ``kvserve.layers.moe``) takes the entry of the routed experts,
+    E - 1 of them and k - 1 slots a token: the tables are tuned on the model's routed shape."""
+    experts, n, k = stack_shape
+    key = MoeShape(kind, experts - shared, n, k, topk_ids.shape[1] - shared)
     return moe_tiles(key, topk_ids.shape[0], device, fallback)
 
 

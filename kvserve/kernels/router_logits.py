@@ -33,7 +33,7 @@ from kvserve.kernels._triton import (
     require_triton,
     tl,
 )
-from kvserve.kernels.moe_routing import Routing, topk_row
+from kvserve.kernels.moe_routing import Routing, routed_outputs, topk_row
 from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
 
 # Up to this many tokens the CUDA-core kernel computes the logits. On the H200
@@ -76,8 +76,8 @@ def _router_logits_kernel(
     x_ptr,
     w_ptr,
     out_ptr,
-    topk_weights_ptr,  # SCORING: fp32 [T, TOP_K] out
-    topk_ids_ptr,  # SCORING: int32 [T, TOP_K] out
+    topk_weights_ptr,  # SCORING: fp32 [T, TOP_K + SHARED] out
+    topk_ids_ptr,  # SCORING: int32 [T, TOP_K + SHARED] out
     bias_ptr,  # SCORING and HAS_BIAS: fp32 [E] correction bias
     counter_ptr,  # SCORING: int32 arrival counters, one per token block, zero between launches
     scaling,
@@ -102,6 +102,7 @@ def _router_logits_kernel(
     BLOCK_G: tl.constexpr = 1,
     BLOCK_P: tl.constexpr = 1,
     BLOCK_K: tl.constexpr = 1,
+    SHARED: tl.constexpr = False,
 ):
     tokens, experts, x_rows, w_rows, t_ok, e_ok = _tile(
         x_ptr, w_ptr, tl.program_id(1), tl.program_id(0), T, E, stride_x, stride_w, BLOCK_T,
@@ -132,11 +133,12 @@ def _router_logits_kernel(
             for t in range(BLOCK_T):
                 token = (tl.program_id(1) * BLOCK_T + t).to(tl.int64)
                 if token < T:
+                    row = token * (TOP_K + SHARED)
                     topk_row(
-                        out_ptr + token * stride_out, bias_ptr, topk_weights_ptr + token * TOP_K,
-                        topk_ids_ptr + token * TOP_K, E, scaling, SCORING, TOP_K, RENORMALIZE,
-                        BLOCK_ALL_E, GROUPS, PER_GROUP, TOPK_GROUPS, HAS_BIAS, BLOCK_G, BLOCK_P,
-                        BLOCK_K,
+                        out_ptr + token * stride_out, bias_ptr, topk_weights_ptr + row,
+                        topk_ids_ptr + row, E, scaling, SCORING, TOP_K, RENORMALIZE, BLOCK_ALL_E,
+                        GROUPS, PER_GROUP, TOPK_GROUPS, HAS_BIAS, BLOCK_G, BLOCK_P, BLOCK_K,
+                        SHARED,
                     )  # fmt: skip
             tl.store(counter, 0)
 
@@ -187,13 +189,13 @@ def router_topk(
     *,
     pdl: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Router logits and each token's top-k experts (weights fp32 [T, k], ids int32 [T, k])
-    in one launch, for ``x`` [T, H] with T <= ``FUSED_TOPK_MAX_TOKENS``: as
-    ``router_logits`` then ``moe_routing.softmax_topk`` / ``grouped_sigmoid_topk``."""
+    """Router logits and each token's top-k experts (weights fp32 [T, k], ids int32 [T, k];
+    k + 1 columns with ``routing.shared``) in one launch, for ``x`` [T, H] with T <=
+    ``FUSED_TOPK_MAX_TOKENS``: as ``router_logits`` then ``moe_routing.softmax_topk`` /
+    ``grouped_sigmoid_topk``."""
     tokens = x.shape[0]
     assert 0 < tokens <= FUSED_TOPK_MAX_TOKENS
-    weights = torch.empty(tokens, routing.top_k, dtype=torch.float32, device=x.device)
-    ids = torch.empty(tokens, routing.top_k, dtype=torch.int32, device=x.device)
+    weights, ids = routed_outputs(tokens, routing.top_k, routing.shared, x.device)
     bias = correction_bias if correction_bias is not None else weights
     routed = (weights, ids, bias, float(routing.scaling))
     _launch_cuda_core(x, weight, routed, routing.constants(correction_bias is not None), pdl)

@@ -2,6 +2,13 @@
 their SwiGLU MLPs run (``kvserve.kernels.fused_moe*``), and an optional shared expert (a dense
 MLP every token goes through, GLM-4.5) is added.
 
+A shared expert of the routed experts' size and format joins their stacks as expert E
+(``shared_expert``): the router gives every token one more slot, on it, with weight 1.0, and the
+experts' kernels run it with the others. At decode that spares its own three or four launches
+(gate/up, SiLU-mul, down, and their activation quantizations) and, under tensor parallelism, its
+all-reduce. Otherwise (``KVSERVE_SHARED_EXPERT_FUSION=0``, another size, or a checkpoint that
+leaves it unquantized) it is its own dense MLP (``shared_experts``).
+
 Parameter names follow the HF checkpoints: ``gate.weight`` (router, [E, H]),
 ``gate.e_score_correction_bias`` ([E], grouped-sigmoid routers), ``shared_experts.*``. The
 experts are stacked (``w13`` [E, 2I, ...] gate then up rows, ``w2`` [E, H, ...]) in the format
@@ -12,6 +19,7 @@ MXFP4), which also reads each checkpoint tensor ``experts.{e}.{proj}.{name}`` in
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 from torch import nn
@@ -20,10 +28,22 @@ from kvserve.config import MoEConfig
 from kvserve.distributed.collectives import all_reduce
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.distributed.sharding import column_shard, row_shard
+from kvserve.errors import ConfigError
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.layers.moe_router import route
 from kvserve.quant.moe_method import EXPERT_SHARDS, ExpertMethod, load_rows, projection_rows
 from kvserve.quant.moe_unquantized import UnquantizedExpertMethod
+
+SHARED_EXPERT_FUSION_ENV = "KVSERVE_SHARED_EXPERT_FUSION"
+
+
+def shared_expert_fusion() -> bool:
+    """``KVSERVE_SHARED_EXPERT_FUSION``: 1 (the default) stacks a shared expert that can be
+    stacked; 0 keeps it a separate MLP (for A/B runs)."""
+    value = os.environ.get(SHARED_EXPERT_FUSION_ENV, "1")
+    if value not in ("0", "1"):
+        raise ConfigError(f"{SHARED_EXPERT_FUSION_ENV}={value!r}: expected 0 or 1")
+    return value == "1"
 
 
 class Router(nn.Module):
@@ -50,7 +70,10 @@ class SparseMoE(nn.Module):
         method: ExpertMethod | None = None,
         prefix: str = "mlp",
         tp: TPGroup = SINGLE,
+        shared_expert: bool = False,
     ) -> None:
+        """``shared_experts``: a separate shared MLP; ``shared_expert``: the shared expert held
+        as expert E of the stacks instead (module docstring)."""
         super().__init__()
         # Tensor parallelism: every rank holds every expert's slice of the intermediate size
         # (gate/up rows, down columns); the router is whole on each rank.
@@ -59,6 +82,9 @@ class SparseMoE(nn.Module):
             local = tp.split(cfg.expert_intermediate_size, f"{prefix} expert intermediate size")
             cfg = dataclasses.replace(cfg, expert_intermediate_size=local)
         self.cfg, self.kernels, self.hidden_size, self.prefix = cfg, kernels, hidden_size, prefix
+        assert not (shared_expert and shared_experts), "the shared expert is stacked or separate"
+        self.shared_expert = shared_expert
+        self.stacked_experts = cfg.num_experts + int(shared_expert)
         self.gate = Router(hidden_size, cfg)
         self.method = method or UnquantizedExpertMethod()
         self.method.create_weights(self, dtype)
@@ -68,23 +94,38 @@ class SparseMoE(nn.Module):
     def missing(self) -> list[str]:
         """Checkpoint names (relative to this layer) of expert tensors not loaded yet."""
         return [
-            f"experts.{e}.{proj}.{name}"
-            for e in range(self.cfg.num_experts)
+            f"{self.checkpoint_expert(e)}.{proj}.{name}"
+            for e in range(self.stacked_experts)
             for proj in EXPERT_SHARDS
             for name in self.method.required()
             if (e, proj, name) not in self._loaded
         ]
 
+    def checkpoint_expert(self, expert: int) -> str:
+        """The checkpoint's name (relative to this layer) of stacked expert ``expert``."""
+        return "shared_experts" if expert == self.cfg.num_experts else f"experts.{expert}"
+
     def load_expert(self, expert: int, proj: str, loaded: torch.Tensor) -> str:
         """Read one checkpoint tensor ``experts.{expert}.{proj}`` (``proj`` may carry the
         tensor name: ``gate_proj.weight_scale``; bare, it is the weight) into the stacks; the
         name of the stack it went to."""
+        if not 0 <= expert < self.cfg.num_experts:
+            raise ValueError(f"no expert tensor experts.{expert}.{proj} in this layer")
+        return self._load_stacked(expert, proj, loaded)
+
+    def load_shared_expert(self, proj: str, loaded: torch.Tensor) -> str:
+        """``shared_experts.{proj}`` into stacked expert E, as ``load_expert``."""
+        if not self.shared_expert:
+            raise ValueError(f"shared_experts.{proj} is not stacked in this layer")
+        return self._load_stacked(self.cfg.num_experts, proj, loaded)
+
+    def _load_stacked(self, expert: int, proj: str, loaded: torch.Tensor) -> str:
         proj, _, name = proj.partition(".")
         name = name or "weight"
+        what = f"{self.checkpoint_expert(expert)}.{proj}.{name}"
         reader = self.method.readers().get(name)
-        if proj not in EXPERT_SHARDS or not 0 <= expert < self.cfg.num_experts or not reader:
-            raise ValueError(f"no expert tensor experts.{expert}.{proj}.{name} in this layer")
-        what = f"experts.{expert}.{proj}.{name}"
+        if proj not in EXPERT_SHARDS or not reader:
+            raise ValueError(f"no expert tensor {what} in this layer")
         if self.tp.is_parallel:
             loaded = self._rank_slice(loaded, proj, what)
         load_rows(self, expert, proj, reader(loaded, projection_rows(self, proj)), what)
@@ -111,7 +152,7 @@ class SparseMoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = self.gate.e_score_correction_bias
-        weights, ids = route(x, self.gate.weight, self.cfg, bias, self.kernels)
+        weights, ids = route(x, self.gate.weight, self.cfg, bias, self.kernels, self.shared_expert)
         if self.tp.is_parallel:  # the shared expert's row-parallel down reduces on its own
             out = all_reduce(self.method.apply(self, x, weights, ids, self.kernels.triton), self.tp)
             return out if self.shared_experts is None else out + self.shared_experts(x)

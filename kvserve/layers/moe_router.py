@@ -6,6 +6,9 @@ Two scorings, as the configs name them (``MoEConfig.scoring``):
   the ``topk_groups`` groups whose two best biased scores sum highest, then the top k experts
   inside them; the *weights* are the unbiased scores of the chosen experts, renormalised when
   ``norm_topk_prob``, times ``routed_scaling_factor``.
+
+With ``shared`` (a shared expert run as one more expert of the stacks) each row gets a last
+column for it: id E, weight 1.0 (``moe_routing.with_shared_slot``).
 """
 
 from __future__ import annotations
@@ -32,14 +35,17 @@ def select_experts(
     cfg: MoEConfig,
     correction_bias: torch.Tensor | None = None,  # [E] float32, grouped_sigmoid only
     kernels: KernelOptions = TORCH_REFERENCE,
+    shared: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns (weights [T, k] float32, expert ids [T, k] int32)."""
+    """Returns (weights [T, k] float32, expert ids [T, k] int32); k + 1 columns with
+    ``shared``."""
     if cfg.scoring == "softmax":
+        softmax = (router_logits, cfg.top_k, cfg.norm_topk_prob, shared)
         if kernels.triton:
-            return softmax_topk(router_logits, cfg.top_k, cfg.norm_topk_prob, pdl=kernels.pdl)
-        return softmax_topk_reference(router_logits, cfg.top_k, cfg.norm_topk_prob)
+            return softmax_topk(*softmax, pdl=kernels.pdl)
+        return softmax_topk_reference(*softmax)
     grouped = (cfg.top_k, cfg.num_groups, cfg.topk_groups, cfg.norm_topk_prob,
-               cfg.routed_scaling_factor, correction_bias)  # fmt: skip
+               cfg.routed_scaling_factor, correction_bias, shared)  # fmt: skip
     if kernels.triton:
         return grouped_sigmoid_topk(router_logits, *grouped, pdl=kernels.pdl)
     return grouped_sigmoid_topk_reference(router_logits, *grouped)
@@ -51,23 +57,25 @@ def route(
     cfg: MoEConfig,
     correction_bias: torch.Tensor | None = None,
     kernels: KernelOptions = TORCH_REFERENCE,
+    shared: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Router logits, then ``select_experts``: (weights [T, k] float32, ids [T, k] int32). On
-    the Triton path decode steps of up to ``FUSED_TOPK_MAX_TOKENS`` tokens take one kernel for
-    both (``router_topk``)."""
+    """Router logits, then ``select_experts``: (weights [T, k] float32, ids [T, k] int32; k + 1
+    columns with ``shared``). On the Triton path decode steps of up to
+    ``FUSED_TOPK_MAX_TOKENS`` tokens take one kernel for both (``router_topk``)."""
     if kernels.triton and 0 < x.shape[0] <= FUSED_TOPK_MAX_TOKENS:
-        return router_topk(x, router_weight, routing(cfg), correction_bias, pdl=kernels.pdl)
+        how = routing(cfg, shared)
+        return router_topk(x, router_weight, how, correction_bias, pdl=kernels.pdl)
     if kernels.triton:
         logits = router_logits(x, router_weight, pdl=kernels.pdl)
     else:
         logits = F.linear(x.float(), router_weight)
-    return select_experts(logits, cfg, correction_bias, kernels)
+    return select_experts(logits, cfg, correction_bias, kernels, shared)
 
 
 @functools.cache
-def routing(cfg: MoEConfig) -> Routing:
+def routing(cfg: MoEConfig, shared: bool = False) -> Routing:
     """The fused router kernel's view of ``cfg`` (built once per config)."""
     return Routing(
         cfg.num_experts, cfg.top_k, cfg.norm_topk_prob, cfg.scoring == "grouped_sigmoid",
-        cfg.num_groups, cfg.topk_groups, cfg.routed_scaling_factor,
+        cfg.num_groups, cfg.topk_groups, cfg.routed_scaling_factor, shared,
     )  # fmt: skip

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from kvserve.config import ModelConfig
+from kvserve.config import ModelConfig, MoEConfig
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.errors import ModelLoadError
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
@@ -17,7 +17,7 @@ from kvserve.kernels.rotary_store_kv import QKNorm, fusable, rotary_store_kv
 from kvserve.layers.activation import SiluAndMul
 from kvserve.layers.embedding import LMHead, VocabEmbedding
 from kvserve.layers.linear import Linear
-from kvserve.layers.moe import SparseMoE
+from kvserve.layers.moe import SparseMoE, shared_expert_fusion
 from kvserve.layers.norm import RMSNorm
 from kvserve.layers.parallel_linear import (
     ColumnParallelLinear,
@@ -28,7 +28,13 @@ from kvserve.layers.parallel_linear import (
 from kvserve.layers.rotary import RotaryEmbedding
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.kv_cache_scales import KVCacheScales
-from kvserve.quant.registry import UNQUANTIZED, QuantConfig, expert_method, linear_method
+from kvserve.quant.registry import (
+    UNQUANTIZED,
+    QuantConfig,
+    expert_method,
+    linear_method,
+    same_expert_format,
+)
 
 # checkpoint name fragment -> (merged module name, shard index)
 STACKED_PARAMS: dict[str, tuple[str, int]] = {
@@ -216,14 +222,25 @@ def _feed_forward(
     moe = cfg.moe
     if moe is None or not moe.is_sparse(idx):
         return MLP(cfg, dtype, kernels, prefix, quant, tp=tp)
-    shared = None
-    if moe.shared_expert_intermediate_size:
-        shared_prefix = f"{prefix}.shared_experts"
+    shared, shared_prefix = None, f"{prefix}.shared_experts"
+    stacked = _stacks_shared_expert(moe, quant, prefix)
+    if moe.shared_expert_intermediate_size and not stacked:
         shared = MLP(
             cfg, dtype, kernels, shared_prefix, quant, moe.shared_expert_intermediate_size, tp
         )
     method = expert_method(quant, f"{prefix}.experts")
-    return SparseMoE(cfg.hidden_size, moe, dtype, shared, kernels, method, prefix, tp)
+    return SparseMoE(cfg.hidden_size, moe, dtype, shared, kernels, method, prefix, tp, stacked)
+
+
+def _stacks_shared_expert(moe: MoEConfig, quant: QuantConfig, prefix: str) -> bool:
+    """Whether the layer holds its shared expert as one more expert of its stacks
+    (``kvserve.layers.moe``): one of the routed experts' size, in their format, and
+    ``KVSERVE_SHARED_EXPERT_FUSION`` not 0."""
+    return (
+        moe.shared_expert_intermediate_size == moe.expert_intermediate_size
+        and shared_expert_fusion()
+        and same_expert_format(quant, f"{prefix}.experts", f"{prefix}.shared_experts")
+    )
 
 
 class DecoderLayer(nn.Module):
@@ -367,15 +384,21 @@ class DecoderForCausalLM(nn.Module):
 
 
 def _load_expert(moes: dict[str, SparseMoE], name: str, tensor: torch.Tensor) -> str | None:
-    """``<moe>.experts.<e>.<proj>.weight`` into its expert stack; None for any other tensor."""
+    """``<moe>.experts.<e>.<proj>.weight`` into its expert stack, and a stacked shared
+    expert's ``<moe>.shared_experts.<proj>.weight``; None for any other tensor."""
     moe_name, sep, rest = name.partition(".experts.")
-    if not sep or moe_name not in moes:
-        return None
-    expert, _, proj = rest.removesuffix(".weight").partition(".")
+    shared_name, shared_sep, shared_rest = name.partition(".shared_experts.")
     try:
-        return f"{moe_name}.{moes[moe_name].load_expert(int(expert), proj, tensor)}"
+        if sep and moe_name in moes:
+            expert, _, proj = rest.removesuffix(".weight").partition(".")
+            return f"{moe_name}.{moes[moe_name].load_expert(int(expert), proj, tensor)}"
+        moe = moes.get(shared_name) if shared_sep else None
+        if moe is not None and moe.shared_expert:
+            proj = shared_rest.removesuffix(".weight")
+            return f"{shared_name}.{moe.load_shared_expert(proj, tensor)}"
     except ValueError as exc:
         raise ModelLoadError(f"checkpoint weight {name!r}: {exc}") from exc
+    return None
 
 
 def _load_one(

@@ -65,7 +65,7 @@ class Fp4ExpertMethod:
 
     def create_weights(self, moe: SparseMoE, dtype: torch.dtype) -> None:
         experts, inter, hidden = (
-            moe.cfg.num_experts,
+            moe.stacked_experts,
             moe.cfg.expert_intermediate_size,
             moe.hidden_size,
         )
@@ -117,7 +117,8 @@ class Fp4ExpertMethod:
     ) -> torch.Tensor:
         w13, w2 = _stack(moe, "w13"), _stack(moe, "w2")
         if triton:
-            return fused_moe_fp4(x, w13, w2, topk_weights, topk_ids, moe.kernels.pdl, addend)
+            pdl, shared = moe.kernels.pdl, moe.shared_expert
+            return fused_moe_fp4(x, w13, w2, topk_weights, topk_ids, pdl, addend, shared)
         dense = moe.__dict__.get(_CPU_DENSE)
         if dense is None:
             dense = (dequantize_fp4_experts(w13), dequantize_fp4_experts(w2))

@@ -69,7 +69,7 @@ class Fp8ExpertMethod:
 
     def create_weights(self, moe: SparseMoE, dtype: torch.dtype) -> None:
         experts, inter, hidden = (
-            moe.cfg.num_experts,
+            moe.stacked_experts,
             moe.cfg.expert_intermediate_size,
             moe.hidden_size,
         )
@@ -122,7 +122,7 @@ class Fp8ExpertMethod:
         if triton:
             return fused_moe_fp8(
                 x, moe.w13, moe.w13_scale, moe.w2, moe.w2_scale, topk_weights, topk_ids,
-                self.block, moe.kernels.pdl, addend,
+                self.block, moe.kernels.pdl, addend, moe.shared_expert,
             )  # fmt: skip
         w13, w2 = self._dequantized(moe)
         group = self.block[1] if self.block else None

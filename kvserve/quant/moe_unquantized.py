@@ -21,7 +21,7 @@ def _weight(loaded: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
 class UnquantizedExpertMethod:
     def create_weights(self, moe: SparseMoE, dtype: torch.dtype) -> None:
         experts, inter, hidden = (
-            moe.cfg.num_experts,
+            moe.stacked_experts,
             moe.cfg.expert_intermediate_size,
             moe.hidden_size,
         )
@@ -53,7 +53,10 @@ class UnquantizedExpertMethod:
         if triton:
             from kvserve.kernels.fused_moe import fused_moe
 
-            return fused_moe(x, moe.w13, moe.w2, topk_weights, topk_ids, moe.kernels.pdl, addend)
+            pdl = moe.kernels.pdl
+            return fused_moe(
+                x, moe.w13, moe.w2, topk_weights, topk_ids, pdl, addend, moe.shared_expert
+            )
         return fused_moe_reference(x, moe.w13, moe.w2, topk_weights, topk_ids, addend=addend)
 
 

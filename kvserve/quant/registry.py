@@ -116,15 +116,31 @@ def linear_method(config: QuantConfig, prefixes: list[str]) -> LinearMethod:
 
 def expert_method(config: QuantConfig, prefix: str) -> ExpertMethod:
     """The method for the experts of one mixture-of-experts layer whose checkpoint names are
-    ``prefix.{e}.{proj}`` (an ignore pattern matching the first expert's gate covers all)."""
-    ignored = config.ignores(prefix) or config.ignores(f"{prefix}.0.gate_proj")
-    target = SCHEMES["none"] if ignored else scheme(config.scheme)
+    ``prefix.{e}.{proj}``."""
+    target = SCHEMES["none"] if _experts_ignored(config, prefix) else scheme(config.scheme)
     if target.moe_method is None:
         raise UnsupportedQuantization(
             f"{config.scheme} ({config.source}) is not supported for mixture-of-experts layers"
         )
     module, _, attr = target.moe_method.partition(":")
     return getattr(importlib.import_module(module), attr)(config)
+
+
+def same_expert_format(config: QuantConfig, experts_prefix: str, shared_prefix: str) -> bool:
+    """Whether a shared expert's checkpoint tensors (``shared_prefix.{proj}``) are in the
+    routed experts' format (``experts_prefix.{e}.{proj}``): both quantized by the scheme or
+    both left out of it, so the experts' method reads them into the same stacks."""
+    experts = _experts_ignored(config, experts_prefix)
+    shared = [config.ignores(f"{shared_prefix}.{proj}") for proj in _EXPERT_PROJECTIONS]
+    return all(ignored == experts for ignored in shared)
+
+
+_EXPERT_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")  # moe_method.EXPERT_SHARDS' keys
+
+
+def _experts_ignored(config: QuantConfig, prefix: str) -> bool:
+    """An ignore pattern matching the experts' prefix or the first expert's gate covers all."""
+    return config.ignores(prefix) or config.ignores(f"{prefix}.0.gate_proj")
 
 
 def gpu_path(name: str, cc: tuple[int, int]) -> tuple[GpuPath | None, GpuPath | None]:

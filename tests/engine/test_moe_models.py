@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 from engine_checks import assert_engine_clean
-from model_factory import MOE_TINY, load_reference_model
+from model_factory import MOE_TINY, hf_greedy
 
 from kvserve import LLM, SamplingParams
 from kvserve.config import MoEConfig
@@ -50,15 +50,6 @@ def _greedy(llm: LLM) -> list[list[int]]:
     return [o.token_ids for o in llm.generate(PROMPTS, GREEDY)]
 
 
-def _hf_greedy(path, prompt: list[int]) -> list[int]:  # noqa: ANN001
-    ref = load_reference_model(str(path))
-    with torch.no_grad():
-        out = ref.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False,
-                           attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                           eos_token_id=None, pad_token_id=0)  # fmt: skip
-    return out[0, len(prompt) :].tolist()
-
-
 @pytest.fixture(scope="module")
 def baseline(moe_dir) -> list[list[int]]:
     _, path = moe_dir
@@ -70,8 +61,8 @@ def baseline(moe_dir) -> list[list[int]]:
 
 def test_greedy_matches_transformers(moe_dir, baseline) -> None:
     _, path = moe_dir
-    assert baseline[0] == _hf_greedy(path, PROMPTS[0])
-    assert baseline[3] == _hf_greedy(path, PROMPTS[3])
+    assert baseline[0] == hf_greedy(path, PROMPTS[0], GREEDY.max_tokens)
+    assert baseline[3] == hf_greedy(path, PROMPTS[3], GREEDY.max_tokens)
 
 
 @pytest.mark.parametrize(

@@ -144,13 +144,15 @@ def test_sort_kernel_gives_each_expert_its_slots(tokens, experts, k, block_m, pa
     assert per_expert(got) == per_expert(ref)
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["routed", "shared_slot"])
 @pytest.mark.parametrize("renormalize", [True, False])
 @pytest.mark.parametrize(("tokens", "experts", "k"), [(1, 8, 2), (7, 60, 4), (512, 128, 8)])
-def test_softmax_topk_kernel_matches_reference(tokens, experts, k, renormalize) -> None:  # noqa: ANN001
+def test_softmax_topk_kernel_matches_reference(tokens, experts, k, renormalize, shared) -> None:  # noqa: ANN001
     gen = torch.Generator().manual_seed(tokens + experts)
     logits = (torch.randn(tokens, experts, generator=gen) * 3).to(DEVICE)
-    weights, ids = softmax_topk(logits, k, renormalize)
-    ref_weights, ref_ids = softmax_topk_reference(logits, k, renormalize)
+    weights, ids = softmax_topk(logits, k, renormalize, shared)
+    ref_weights, ref_ids = softmax_topk_reference(logits, k, renormalize, shared)
+    assert ids.shape == (tokens, k + shared)
     assert ids.tolist() == ref_ids.tolist()
     torch.testing.assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
 
@@ -199,16 +201,24 @@ GROUPED_CASES = [(1, 128, 1, 1, 8), (7, 160, 1, 1, 8), (5, 256, 8, 4, 8), (33, 6
                  (3, 8, 8, 3, 2)]  # fmt: skip
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["routed", "shared_slot"])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("renormalize", [True, False])
 @pytest.mark.parametrize(("tokens", "experts", "groups", "kept", "k"), GROUPED_CASES)
 def test_grouped_sigmoid_topk_kernel_matches_reference(
-    tokens: int, experts: int, groups: int, kept: int, k: int, renormalize: bool, bias: bool
+    tokens: int,
+    experts: int,
+    groups: int,
+    kept: int,
+    k: int,
+    renormalize: bool,
+    bias: bool,
+    shared: bool,
 ) -> None:
     gen = torch.Generator().manual_seed(tokens * 7 + experts)
     logits = (torch.randn(tokens, experts, generator=gen) * 2).to(DEVICE)
     correction = (torch.randn(experts, generator=gen) * 0.5).to(DEVICE) if bias else None
-    args = (k, groups, kept, renormalize, 2.5, correction)
+    args = (k, groups, kept, renormalize, 2.5, correction, shared)
     weights, ids = grouped_sigmoid_topk(logits, *args)
     ref_weights, ref_ids = grouped_sigmoid_topk_reference(logits, *args)
     assert ids.tolist() == ref_ids.tolist()
@@ -238,6 +248,9 @@ ROUTER_TOPK_CASES = [
     (1, 128, 4096, Routing(128, 8, True, True, 1, 1, 1.0)),
     (3, 256, 512, Routing(256, 8, True, True, 8, 4, 2.5)),
     (2, 160, 320, Routing(160, 8, False, True, 1, 1, 2.5)),
+    # a stacked shared expert (id E, weight 1.0 in each row's last column): GLM-4.5-Air's
+    (1, 128, 4096, Routing(128, 8, True, True, 1, 1, 1.0, True)),
+    (3, 60, 1000, Routing(60, 4, True, shared=True)),
 ]  # fmt: skip
 
 
@@ -256,10 +269,10 @@ def test_router_topk_matches_logits_then_topk(tokens, experts, hidden, routing, 
     if routing.grouped_sigmoid:
         want = grouped_sigmoid_topk_reference(
             logits, routing.top_k, routing.num_groups, routing.topk_groups, routing.renormalize,
-            routing.scaling, bias,
+            routing.scaling, bias, routing.shared,
         )  # fmt: skip
     else:
-        want = softmax_topk_reference(logits, routing.top_k, routing.renormalize)
+        want = softmax_topk_reference(logits, routing.top_k, routing.renormalize, routing.shared)
     for _ in range(2):
         weights, ids = router_topk(x, weight, routing, bias)
         assert ids.tolist() == want[1].tolist()
