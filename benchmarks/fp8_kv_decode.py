@@ -67,12 +67,7 @@ def sweep_configs() -> dict[str, DecodeConfig]:
 
 
 def time_shape(
-    batch: int,
-    ctx: int,
-    kv_dtype: torch.dtype,
-    cache: torch.Tensor,
-    cfg: DecodeConfig,
-    v_dims_major: bool = False,
+    batch: int, ctx: int, kv_dtype: torch.dtype, cache: torch.Tensor, cfg: DecodeConfig
 ) -> float:
     """ms per call: CALLS_PER_GRAPH calls on their own random page sets in one graph."""
     pages = ctx // PAGE
@@ -89,8 +84,7 @@ def time_shape(
     def run() -> None:
         for q, tables, lens, out in calls:
             paged_decode_attention(
-                q, cache, tables, lens, HEAD_DIM**-0.5, out, kv_scales, config=cfg,
-                v_dims_major=v_dims_major,
+                q, cache, tables, lens, HEAD_DIM**-0.5, out, kv_scales, config=cfg
             )
 
     return captured_ms(run) / CALLS_PER_GRAPH
@@ -103,7 +97,6 @@ def measure(
     cfg: DecodeConfig,
     shapes=SHAPES,
     heads_major: bool = False,
-    v_dims_major: bool = False,
 ) -> list[dict[str, Any]]:
     """``heads_major``: the cache's memory holds each kv head's tokens of a page together
     ([2, pages, Hkv, page, D]) and the kernel reads it through a permuted view, as the pool
@@ -119,7 +112,7 @@ def measure(
     rows = []
     for batch, ctx in shapes:
         try:
-            ms = time_shape(batch, ctx, kv_dtype, cache, cfg, v_dims_major)
+            ms = time_shape(batch, ctx, kv_dtype, cache, cfg)
         except Exception as exc:  # a config that does not compile must not end the sweep
             print(f"{name} B={batch} ctx={ctx}: failed: {exc!r}"[:300], flush=True)
             rows.append({"batch": batch, "ctx": ctx, "error": repr(exc)[:300]})
@@ -151,53 +144,6 @@ def compare_layouts(args: argparse.Namespace) -> None:
                                hm),
         }  # fmt: skip
     print(f"wrote {write_result(f'fp8_kv_layouts_{args.tag}', out, args.out_dir)}")
-
-
-V_LAYOUT_CONFIGS = {
-    "default": FP8_DECODE_CONFIG,
-    "n128_s3": replace(FP8_DECODE_CONFIG, num_stages=3),
-    "n128_s2_pps4": replace(FP8_DECODE_CONFIG, programs_per_sm=4),
-    "n64_s3": replace(FP8_DECODE_CONFIG, block_n=64, num_stages=3),
-    "n64_s3_pps4": replace(FP8_DECODE_CONFIG, block_n=64, num_stages=3, programs_per_sm=4),
-    "n128_s2_w8": replace(FP8_DECODE_CONFIG, num_warps=8),
-}
-
-
-def check_v_dims_major() -> float:
-    """Largest difference between the kernel over a cache whose values are stored dims-major
-    and over the same values token-major (the same sums in the same order: 0 expected)."""
-    pages, batch, ctx = 64, 3, 300
-    cache = torch.randn(2, pages, PAGE, HKV, HEAD_DIM, device="cuda").to(torch.float8_e4m3fn)
-    moved = cache.clone()
-    dims_major = cache[1].view(torch.uint8).permute(0, 2, 3, 1).contiguous()
-    moved[1].view(torch.uint8).view(-1).copy_(dims_major.view(-1))
-    tables = torch.randperm(pages, device="cuda")[: batch * 19].view(batch, 19).to(torch.int32)
-    lens = torch.tensor([ctx, 17, 1], dtype=torch.int32, device="cuda")
-    q = torch.randn(batch, HQ, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
-    one = torch.tensor([0.5], device="cuda")
-    outs = [
-        paged_decode_attention(q, c, tables, lens, HEAD_DIM**-0.5, None, (one, one),
-                               config=replace(FP8_DECODE_CONFIG, num_splits=splits),
-                               v_dims_major=dm)  # fmt: skip
-        for splits in (1, 2, 5)
-        for c, dm in ((cache, False), (moved, True))
-    ]
-    return max((a.float() - b.float()).abs().max().item() for a, b in zip(outs[::2], outs[1::2]))
-
-
-def compare_v_layouts(args: argparse.Namespace) -> None:
-    """FP8 values stored token-major (a token's D values together, as bf16) against dims-major
-    (a page's tokens of one dimension together: the PV product's K-contiguous operand)."""
-    copy_gbs = copy_bandwidth_gbs()
-    out: dict[str, Any] = {"copy_GBps": copy_gbs, "max_diff": check_v_dims_major()}
-    print(f"dims-major vs token-major values: max |diff| {out['max_diff']}", flush=True)
-    out["bf16"] = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig())
-    out["fp8_token_major"] = measure(torch.float8_e4m3fn, copy_gbs, "fp8_tm", FP8_DECODE_CONFIG)
-    for name, cfg in V_LAYOUT_CONFIGS.items():
-        out[f"fp8_dims_major_{name}"] = measure(
-            torch.float8_e4m3fn, copy_gbs, f"fp8_dm_{name}", cfg, v_dims_major=True
-        )
-    print(f"wrote {write_result(f'fp8_kv_v_layout_{args.tag}', out, args.out_dir)}")
 
 
 MERGE_SHAPES = ((1, 1024), (8, 4096), (32, 32768), (8, 131072))
@@ -267,10 +213,7 @@ def main() -> None:
     ap.add_argument("--prefill", action="store_true", help="the prefill kernel, bf16 and FP8")
     ap.add_argument("--layouts", action="store_true", help="token-major vs heads-major pages")
     ap.add_argument("--fused-merge", action="store_true", help="merge kernel vs last arrival")
-    ap.add_argument("--v-layout", action="store_true", help="values token- vs dims-major")
     args = ap.parse_args()
-    if args.v_layout:
-        return compare_v_layouts(args)
     if args.layouts:
         return compare_layouts(args)
     if args.fused_merge:

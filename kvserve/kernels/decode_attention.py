@@ -125,7 +125,6 @@ def _decode_split_kernel(
     USE_PDL: tl.constexpr,
     FUSED_MERGE: tl.constexpr,  # the split that arrives last merges (no merge kernel)
     BLOCK_S: tl.constexpr,  # FUSED_MERGE: splits merged at once, >= num_splits
-    V_DIMS_MAJOR: tl.constexpr = False,
 ):
     pdl_wait(USE_PDL)
     b = tl.program_id(0)
@@ -137,7 +136,7 @@ def _decode_split_kernel(
     # The sequence cut into num_splits runs of whole tiles: a short one fills only its first
     # few splits, and the programs of the others exit at once.
     split_len = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N, min_split)
-    start = tl.multiple_of(split * split_len, BLOCK_N)  # for the 16-byte loads of values
+    start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
     if split > 0 and start >= end:
         return  # past the sequence's end: the merge reads only the splits before this one
@@ -161,18 +160,11 @@ def _decode_split_kernel(
         toks = n0 + tl.arange(0, BLOCK_N)
         tok_mask = toks < end
         page = tl.load(table + toks // PAGE_SIZE, mask=tok_mask, other=0).to(tl.int64)
-        page = tl.max_constancy(page, PAGE_SIZE)
         kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok
         kv_off = kv_off + kv_head * stride_cache_head
         kv_ptrs = kv_off[:, None] + dims[None, :]  # [BLOCK_N, D]
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
-        if V_DIMS_MAJOR:
-            v_off = page * stride_cache_page + kv_head * (HEAD_DIM * PAGE_SIZE) + toks % PAGE_SIZE
-            v_ptrs = v_off[:, None] + dims[None, :] * PAGE_SIZE
-            page_mask = toks < tl.cdiv(end, PAGE_SIZE) * PAGE_SIZE
-            v = tl.load(v_cache_ptr + v_ptrs, mask=page_mask[:, None], other=0.0)
-        else:
-            v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
         if FP8:
             k, v = k.to(q.dtype), v.to(q.dtype)  # fp16 already for FP8_AS_FP16
 
@@ -332,7 +324,6 @@ def paged_decode_attention(
     *,
     config: DecodeConfig | None = None,
     pdl: bool = False,
-    v_dims_major: bool = False,
 ) -> torch.Tensor:
     require_triton()
     cfg = config or (FP8_DECODE_CONFIG if is_fp8_kv(kv_cache) else DecodeConfig())
@@ -396,7 +387,6 @@ def paged_decode_attention(
         FP8_MODE=fp8_mode,
         FUSED_MERGE=fused,
         BLOCK_S=merge_block,
-        V_DIMS_MAJOR=v_dims_major,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch_options(pdl),
