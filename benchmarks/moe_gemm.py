@@ -37,6 +37,7 @@ from kvserve.kernels.fused_moe import (
     sort_slots_by_expert_kernel,
 )
 from kvserve.kernels.fused_moe_fp4 import Fp4Stack, _fp4_grouped_gemm, fused_moe_fp4
+from kvserve.kernels.moe_routing import with_shared_slot
 from kvserve.loader.hf_moe_config import moe_config_of
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -55,13 +56,23 @@ TILES = (
 
 def moe_shape(model: str) -> dict[str, int]:
     """The experts' shape of ``model``: a directory under benchmarks/configs, or any directory
-    holding the model's config.json."""
+    holding the model's config.json. ``shared`` is 1 when the engine stacks a shared expert as
+    one more expert (one of the routed experts' size: ``kvserve.layers.moe``)."""
     directory = Path(model) if (Path(model) / "config.json").is_file() else CONFIGS / model
     data = json.loads((directory / "config.json").read_text())
     cfg = moe_config_of(data, data["architectures"][0])
     assert cfg is not None, f"{model} is not a mixture of experts"
+    shared = cfg.shared_expert_intermediate_size == cfg.expert_intermediate_size
     return {"experts": cfg.num_experts, "top_k": cfg.top_k, "hidden": data["hidden_size"],
-            "inter": cfg.expert_intermediate_size}  # fmt: skip
+            "inter": cfg.expert_intermediate_size, "shared": int(shared)}  # fmt: skip
+
+
+def stacked(shape: dict[str, int]) -> tuple[int, int]:
+    """(slots a token, experts in the stacks) of a step as the engine runs ``shape``: a stacked
+    shared expert adds one of each. The tile tables stay keyed by the routed ``experts`` and
+    ``top_k`` (``moe_tiles.expert_tiles``)."""
+    shared = shape.get("shared", 0)
+    return shape["top_k"] + shared, shape["experts"] + shared
 
 
 def random_fp4_stack(fmt: str, e: int, n: int, k: int) -> Fp4Stack:
@@ -103,17 +114,20 @@ def time_gemm(run: Callable[[dict[str, int]], torch.Tensor], configs: list[dict[
 
 
 class Routed:
-    """Random tokens routed by a softmax top-k of random logits, sorted for each BLOCK_M."""
+    """Random tokens routed by a softmax top-k of random logits (then the stacked shared
+    expert's slot, as the engine's router writes it), sorted for each BLOCK_M."""
 
-    def __init__(self, shape: dict[str, int], tokens: int) -> None:
-        e, self.top_k, h = shape["experts"], shape["top_k"], shape["hidden"]
-        self.experts, self.tokens, self.slots = e, tokens, tokens * self.top_k
-        self.x = torch.randn(tokens, h, dtype=torch.bfloat16, device="cuda")
-        weights, ids = torch.randn(tokens, e, device="cuda").softmax(-1).topk(self.top_k)
-        self.weights = (weights / weights.sum(-1, keepdim=True)).contiguous()
-        self.ids = ids.to(torch.int32).contiguous()
+    def __init__(self, shape: dict[str, int], tokens: int, device: str = "cuda") -> None:
+        e, routed, h = shape["experts"], shape["top_k"], shape["hidden"]
+        self.top_k, self.experts = stacked(shape)
+        self.tokens, self.slots = tokens, tokens * self.top_k
+        self.x = torch.randn(tokens, h, dtype=torch.bfloat16, device=device)
+        weights, ids = torch.randn(tokens, e, device=device).softmax(-1).topk(routed)
+        weights, ids = weights / weights.sum(-1, keepdim=True), ids.to(torch.int32)
+        weights, ids = with_shared_slot(weights, ids, e, bool(shape.get("shared")))
+        self.weights, self.ids = weights.contiguous(), ids.contiguous()
         self.flat_weights = self.weights.flatten().float().contiguous()
-        self.default = _block_config(self.slots, e)
+        self.default = _block_config(self.slots, self.experts)
         self._sorted: dict[int, Any] = {}
 
     def blocks(self, block_m: int) -> Any:  # noqa: ANN401 - SortedSlots
@@ -124,7 +138,7 @@ class Routed:
 
 def expert_stacks(fmt: str, shape: dict[str, int]) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
     """(the stacks in ``fmt``, the same experts in bf16)."""
-    e, h, inter = shape["experts"], shape["hidden"], shape["inter"]
+    (_, e), h, inter = stacked(shape), shape["hidden"], shape["inter"]
     if fmt == "bf16":
         w13 = torch.randn(e, 2 * inter, h, dtype=torch.bfloat16, device="cuda") / h**0.5
         w2 = torch.randn(e, h, inter, dtype=torch.bfloat16, device="cuda") / inter**0.5

@@ -10,10 +10,13 @@ Formats: ``bf16``, ``fp8`` (128 x 128 weight blocks, as Qwen3-FP8 ships), ``fp8-
 (per-channel weight scales), ``nvfp4``, ``mxfp4``. For each model's experts
 (``benchmarks/configs/<model>/config.json``, the intermediate size split ``--tp`` ways as tensor
 parallelism shards it), format and token count, random tokens are routed by a softmax top-k of
-random logits. The kernels the engine launches for that step are screened over a grid of tiles
-(``step_candidates``): the format's grouped GEMM on the slots sorted or one to a block, as
-``fused_moe`` runs it, gate/up and down apart but sharing ``BLOCK_M``; for FP4 decode steps the
-word GEMV (``*_gemv`` entries). A tile whose output strays from the heuristic tile's is dropped.
+random logits, plus a last slot on a stacked shared expert where the engine stacks one
+(GLM-4.5-Air: 9 slots a token over 129 experts; the table entry keeps the routed shape, E = 128
+and top_k = 8; ``moe_gemm.stacked``). The kernels the engine launches for that step are screened
+over a grid of tiles (``step_candidates``): the format's grouped GEMM on the slots sorted or one
+to a block, as ``fused_moe`` runs it, gate/up and down apart but sharing ``BLOCK_M``; for FP4
+decode steps the word GEMV (``*_gemv`` entries). A tile whose output strays from the heuristic
+tile's is dropped.
 The ``FINALISTS`` best of each GEMM and group are then timed again against the heuristic tile,
 interleaved (``retime``), and the fastest pair is kept, the heuristic's unless beaten. Every
 timing is of launches replayed from a CUDA graph under programmatic dependent launch, as the
@@ -49,7 +52,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import captured_ms, git_commit, write_result
-from benchmarks.moe_gemm import Routed, random_fp4_stack
+from benchmarks.moe_gemm import Routed, random_fp4_stack, stacked
 from benchmarks.moe_tune_space import (
     FP8_BLOCK,
     TOKENS,
@@ -93,7 +96,7 @@ class Experts:
     ``ExpertGemm`` over them for a step of that many slots."""
 
     def __init__(self, fmt: str, shape: dict[str, int]) -> None:
-        e, h, inter = shape["experts"], shape["hidden"], shape["inter"]
+        (_, e), h, inter = stacked(shape), shape["hidden"], shape["inter"]
         self.fmt, self.experts = fmt, e
         if fmt == "bf16":
             self.stacks: tuple[Any, Any] = (
@@ -195,7 +198,8 @@ def warm_in_workers(steps: list[tuple[Step, dict[str, int]]], workers: int) -> N
     code): the first step of each (format, one slot a block, slots a multiple of 16)."""
     tasks: dict[tuple, Task] = {}
     for step, shape in steps:
-        slots, experts = step.tokens * shape["top_k"], shape["experts"]
+        per_token, experts = stacked(shape)
+        slots = step.tokens * per_token
         variant = (step.fmt, one_slot_per_block(slots, experts), slots % 16 == 0)
         for per_gemm in step_candidates(step, shape, num_sms()).values():
             for which, tile in ((w, t) for w in (0, 1) for t in per_gemm[w]):

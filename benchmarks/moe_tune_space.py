@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks.moe_gemm import moe_shape
+from benchmarks.moe_gemm import moe_shape, stacked
 from kvserve.kernels.fused_moe import _block_config, half_weight_config, one_slot_per_block
 from kvserve.kernels.fused_moe_fp4 import fp4_path
 from kvserve.kernels.fused_moe_fp8 import fp8_kind, launch_tile
@@ -115,7 +115,8 @@ def gemv_tiles(n: int, words: int, slots: int, num_sms: int) -> list[dict[str, i
 def step_candidates(step: Step, shape: dict[str, int], num_sms: int,
                     ) -> dict[int, tuple[list, list]]:  # fmt: skip
     """{group: (gate/up tiles, down tiles)}: a group per BLOCK_M, or one (0) of GEMV tiles."""
-    slots, experts = step.tokens * shape["top_k"], shape["experts"]
+    per_token, experts = stacked(shape)
+    slots = step.tokens * per_token
     if on_gemv(step.fmt, slots, experts):
         h, inter = shape["hidden"], shape["inter"]  # FP4 words: 8 values of K each
         gate_up, down = (2 * inter, h // 8), (h, inter // 8)
@@ -137,7 +138,7 @@ def tuned_steps(models: list[str], formats: list[str], tokens: list[int], tp: in
                 print(f"{model} fp8 at --tp {tp}: skipped, the experts' intermediate size "
                       f"{shape['inter']} is not a multiple of {FP8_BLOCK[0]}")  # fmt: skip
             continue
-        slots, experts = t * shape["top_k"], shape["experts"]
-        if fmt in FP4_FORMATS and fp4_path(slots, experts) == "dequantized":
+        per_token, experts = stacked(shape)
+        if fmt in FP4_FORMATS and fp4_path(t * per_token, experts) == "dequantized":
             continue  # bf16's GEMM on dequantized experts: tuned as bf16
         yield Step(model, fmt, t), shape

@@ -169,6 +169,26 @@ def test_moe_gemm_reads_each_configs_expert_shape() -> None:
     pytest.importorskip("triton")
     from benchmarks.moe_gemm import moe_shape
 
-    qwen = {"experts": 128, "top_k": 8, "hidden": 2048, "inter": 768}
+    qwen = {"experts": 128, "top_k": 8, "hidden": 2048, "inter": 768, "shared": 0}
     assert moe_shape("qwen3-30b-a3b") == qwen
-    assert moe_shape("glm-4.5-air") == {"experts": 128, "top_k": 8, "hidden": 4096, "inter": 1408}
+    glm = {"experts": 128, "top_k": 8, "hidden": 4096, "inter": 1408, "shared": 1}
+    assert moe_shape("glm-4.5-air") == glm
+
+
+def test_moe_benchmarks_route_a_stacked_shared_expert_as_the_engine_does() -> None:
+    """GLM-4.5-Air's shared expert is stacked as expert 128: the tuner's steps carry its slot
+    (k + 1 a token, weight 1.0, last) over 129 experts, keyed by the routed shape."""
+    pytest.importorskip("triton")
+    import torch
+
+    from benchmarks.moe_gemm import Routed, moe_shape, stacked
+    from benchmarks.moe_tune_space import shape_key
+
+    glm, qwen = moe_shape("glm-4.5-air"), moe_shape("qwen3-30b-a3b")
+    assert stacked(glm) == (9, 129) and stacked(qwen) == (8, 128)
+    r = Routed(glm, 3, device="cpu")
+    assert (r.top_k, r.experts, r.slots) == (9, 129, 27) and r.ids.shape == (3, 9)
+    assert (r.ids[:, 8] == 128).all() and (r.ids[:, :8] < 128).all()
+    assert torch.equal(r.weights[:, 8], torch.ones(3))
+    torch.testing.assert_close(r.weights[:, :8].sum(-1), torch.ones(3))
+    assert shape_key("nvfp4", glm).key() == "nvfp4 E=128 N=2816 K=4096 top_k=8"
