@@ -17,8 +17,8 @@ def silu_and_mul_reference(x: torch.Tensor) -> torch.Tensor:
 
 @jit
 def silu_mul(gate, up):
-    """silu(gate) * up in fp32: the one formula of the SiLU-and-mul kernel and of the MoE down
-    GEMM that takes it in (``fused_moe.py``)."""
+    """silu(gate) * up in fp32: the one formula of the SiLU-and-mul kernel and of the FP8
+    quantization that takes the gate and up in (``fp8_quant``, ``gated``)."""
     gate = gate.to(tl.float32)
     return gate * tl.sigmoid(gate) * up.to(tl.float32)
 

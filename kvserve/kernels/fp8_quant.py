@@ -5,6 +5,10 @@ static per-tensor scale.
 ``group`` columns ``[M, K / group]``, static: the given scale. ``x ~= q * scale``; a dynamic
 scale is ``amax / 448`` of its row or group (never below a tiny floor, so zero rows stay zero).
 One Triton program per (row, group) on CUDA; the torch reference elsewhere.
+
+``gated``: ``x [M, 2K]`` holds a SwiGLU's gate then up, and what is quantized is
+``silu(gate) * up`` rounded to x's dtype, as ``activation.silu_and_mul`` stores it: one launch
+for the two (an FP8 MoE's down projection at decode, ``fused_moe_fp8``), the same bits as both.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from kvserve.kernels._triton import (
     require_triton,
     tl,
 )
+from kvserve.kernels.activation import silu_and_mul_reference, silu_mul
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -27,8 +32,13 @@ MIN_SCALE = 1e-12 / FP8_MAX
 
 
 def quantize_fp8_reference(
-    x: torch.Tensor, group: int | None = None, static_scale: torch.Tensor | None = None
+    x: torch.Tensor,
+    group: int | None = None,
+    static_scale: torch.Tensor | None = None,
+    gated: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if gated:
+        x = silu_and_mul_reference(x.float()).to(x.dtype)
     x32 = x.float()
     if static_scale is not None:
         scale = static_scale.float()
@@ -55,7 +65,8 @@ def dequantize_fp8_activation(q: torch.Tensor, scale: torch.Tensor) -> torch.Ten
 @jit
 def _quant_kernel(
     x_ptr, q_ptr, s_ptr, static_ptr, K, stride_x, stride_q, num_groups,
-    GROUP: tl.constexpr, BLOCK: tl.constexpr, STATIC: tl.constexpr, USE_PDL: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK: tl.constexpr, STATIC: tl.constexpr, GATED: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):  # fmt: skip
     pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
@@ -63,7 +74,12 @@ def _quant_kernel(
     grp = tl.program_id(1)
     cols = grp * GROUP + tl.arange(0, BLOCK)
     mask = (tl.arange(0, BLOCK) < GROUP) & (cols < K)
-    x = tl.load(x_ptr + row.to(tl.int64) * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    x_row = x_ptr + row.to(tl.int64) * stride_x
+    x = tl.load(x_row + cols, mask=mask, other=0.0)
+    if GATED:  # x's row is [gate | up], K columns each
+        up = tl.load(x_row + K + cols, mask=mask, other=0.0)
+        x = silu_mul(x, up).to(x_ptr.dtype.element_ty)
+    x = x.to(tl.float32)
     if STATIC:
         scale = tl.load(static_ptr).to(tl.float32)
     else:
@@ -80,12 +96,26 @@ def quantize_fp8(
     static_scale: torch.Tensor | None = None,
     *,
     pdl: bool = False,
+    gated: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """As ``quantize_fp8_reference``, one kernel launch on CUDA (no host sync)."""
     if x.device.type != "cuda":
-        return quantize_fp8_reference(x, group, static_scale)
+        return quantize_fp8_reference(x, group, static_scale, gated)
+    return quantize_fp8_kernel(x, group, static_scale, pdl=pdl, gated=gated)
+
+
+def quantize_fp8_kernel(
+    x: torch.Tensor,
+    group: int | None = None,
+    static_scale: torch.Tensor | None = None,
+    *,
+    pdl: bool = False,
+    gated: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize_fp8``'s kernel launch on any device (Triton's interpreter runs it on CPU)."""
     require_triton()
-    m, k = x.shape
+    m, k = x.shape[0], x.shape[1] // 2 if gated else x.shape[1]
+    assert x.stride(-1) == 1
     g = k if group is None else group
     if k % g:
         raise ValueError(f"{k} columns do not split into groups of {g}")
@@ -98,6 +128,6 @@ def quantize_fp8(
     warps = 1 if block <= 256 else 4 if block <= 2048 else 8 if block <= 8192 else 16
     _quant_kernel[(m, k // g)](
         x, q, scales, scales, k, x.stride(0), q.stride(0), k // g,
-        GROUP=g, BLOCK=block, STATIC=static, num_warps=warps, **launch_options(pdl),
+        GROUP=g, BLOCK=block, STATIC=static, GATED=gated, num_warps=warps, **launch_options(pdl),
     )  # fmt: skip
     return q, scales

@@ -161,11 +161,14 @@ def _fp8_grouped_gemm(
     row_weights: torch.Tensor | None,
     token_sum: TokenSum | None = None,
     pdl: bool = False,
+    gated: bool = False,
 ) -> torch.Tensor:
     """``a`` in the activation dtype: quantized here (per token group or per token), then
-    ``a @ w[e].T`` per slot as ``fused_moe._grouped_gemm`` does (``token_sum`` too)."""
+    ``a @ w[e].T`` per slot as ``fused_moe._grouped_gemm`` does (``token_sum`` too). ``gated``:
+    ``a`` is the gate/up output [slots, 2K], SiLU-multiplied in the same launch as its
+    quantization (``fp8_quant``)."""
     n, k = w.shape[1], w.shape[2]
-    aq, a_scale = quantize_fp8(a, block[1] if block else None, pdl=pdl)
+    aq, a_scale = quantize_fp8(a, block[1] if block else None, pdl=pdl, gated=gated)
     config = launch_tile(config, block)
     block_n, block_k = config["BLOCK_N"], config["BLOCK_K"]
     dest = SlotOutput.plan(a, num_slots, n, top_k, block_n, token_sum)
@@ -216,20 +219,24 @@ def fused_moe_fp8(
     experts = w13.shape[0]
     fallback = _block_config(topk_ids.numel(), experts)
     tiles = expert_tiles(fp8_kind(block), w13.shape, topk_ids, x.device, fallback, shared)
-    gemm = fp8_expert_gemm(w13, w13_scale, w2, w2_scale, block, pdl)
-    return fused_moe_with(x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend)
+    gemm = fp8_expert_gemm(w13, w13_scale, w2, w2_scale, block, pdl, gated_down=True)
+    return fused_moe_with(
+        x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend, gated_down=True
+    )
 
 
 def fp8_expert_gemm(
     w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
-    block: tuple[int, int] | None, pdl: bool = False,
+    block: tuple[int, int] | None, pdl: bool = False, gated_down: bool = False,
 ) -> ExpertGemm:  # fmt: skip
-    """``fused_moe_fp8``'s grouped GEMM over these stacks."""
+    """``fused_moe_fp8``'s grouped GEMM over these stacks; with ``gated_down`` the down GEMM
+    takes the gate/up output (``fused_moe_with``'s)."""
     stacks = ((w13, w13_scale), (w2, w2_scale))
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         w, ws = stacks[which]
+        gated = gated_down and which == 1
         return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights,
-                                 token_sum, pdl)  # fmt: skip
+                                 token_sum, pdl, gated)  # fmt: skip
 
     return gemm

@@ -27,7 +27,9 @@ from kernel_test_device import (  # noqa: E402
 
 from kvserve.kernels import fused_moe_fp4 as fused_moe_fp4_module  # noqa: E402
 from kvserve.kernels import moe_tiles  # noqa: E402
+from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.fp4_reference import group_size_of  # noqa: E402
+from kvserve.kernels.fp8_quant import quantize_fp8_kernel, quantize_fp8_reference  # noqa: E402
 from kvserve.kernels.fused_moe import (  # noqa: E402
     SlotOutput,
     TokenSum,
@@ -47,6 +49,32 @@ from kvserve.quant.moe_fp4 import quantize_fp4_experts  # noqa: E402
 from kvserve.quant.moe_fp8 import quantize_fp8_experts  # noqa: E402
 
 pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16, torch.float32])
+@pytest.mark.parametrize(
+    ("rows", "inter", "group"), [(1, 256, 128), (9, 1408, 128), (5, 768, None)]
+)
+def test_gated_fp8_quant_is_silu_and_mul_then_quant(rows, inter, group, dtype) -> None:  # noqa: ANN001
+    """The FP8 MoE's down input in one launch: SiLU-mul of the gate/up rows, rounded to their
+    dtype, quantized per token group (or token): the bits of the two kernels it replaces and of
+    the reference."""
+    gen = torch.Generator().manual_seed(rows * inter)
+    gate_up = (torch.randn(rows, 2 * inter + 8, generator=gen) * 3).to(DEVICE, dtype)
+    gate_up = gate_up[:, : 2 * inter]  # a row stride other than the width
+    q, scales = quantize_fp8_kernel(gate_up, group, gated=True)
+    assert q.shape == (rows, inter) and q.dtype == torch.float8_e4m3fn
+    q_two, scales_two = quantize_fp8_kernel(silu_and_mul(gate_up), group)
+    assert torch.equal(scales, scales_two)
+    assert torch.equal(q.view(torch.uint8), q_two.view(torch.uint8))
+    q_ref, scales_ref = quantize_fp8_reference(gate_up, group, gated=True)
+    torch.testing.assert_close(scales, scales_ref, rtol=1e-5, atol=0)
+    if INTERPRETED:
+        return  # Triton 3.6's interpreter rounds -124.6 to e4m3 -64, not -128
+    # torch's SiLU rounds a little differently, which can move a value by one e4m3 step
+    step = torch.maximum(q.float().abs(), q_ref.float().abs()) / 8 + 2.0**-9
+    assert ((q.float() - q_ref.float()).abs() <= step).all()
+
 
 # (experts, hidden, inter, k): interpreter-sized, then a Qwen3-30B-A3B-like layer on the GPU
 SHAPES = [(8, 256, 128, 2)] if INTERPRETED else [(8, 256, 128, 2), (128, 2048, 768, 8)]
