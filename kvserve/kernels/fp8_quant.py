@@ -101,16 +101,11 @@ def quantize_fp8(
     """As ``quantize_fp8_reference``, one kernel launch on CUDA (no host sync)."""
     if x.device.type != "cuda":
         return quantize_fp8_reference(x, group, static_scale, gated)
-    return quantize_fp8_kernel(x, group, static_scale, pdl=pdl, gated=gated)
+    return launch_quant_kernel(x, group, static_scale, pdl, gated)
 
 
-def quantize_fp8_kernel(
-    x: torch.Tensor,
-    group: int | None = None,
-    static_scale: torch.Tensor | None = None,
-    *,
-    pdl: bool = False,
-    gated: bool = False,
+def launch_quant_kernel(
+    x: torch.Tensor, group: int | None, static_scale: torch.Tensor | None, pdl: bool, gated: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``quantize_fp8``'s kernel launch on any device (Triton's interpreter runs it on CPU)."""
     require_triton()
@@ -121,7 +116,7 @@ def quantize_fp8_kernel(
         raise ValueError(f"{k} columns do not split into groups of {g}")
     q = torch.empty((m, k), dtype=FP8, device=x.device)
     static = static_scale is not None
-    scales = static_scale if static else torch.empty((m, k // g), device=x.device)
+    scales = static_scale if static_scale is not None else torch.empty((m, k // g), device=x.device)
     if m == 0:
         return q, scales
     block = next_pow2(g)

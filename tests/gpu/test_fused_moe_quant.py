@@ -29,7 +29,7 @@ from kvserve.kernels import fused_moe_fp4 as fused_moe_fp4_module  # noqa: E402
 from kvserve.kernels import moe_tiles  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.fp4_reference import group_size_of  # noqa: E402
-from kvserve.kernels.fp8_quant import quantize_fp8_kernel, quantize_fp8_reference  # noqa: E402
+from kvserve.kernels.fp8_quant import launch_quant_kernel, quantize_fp8_reference  # noqa: E402
 from kvserve.kernels.fused_moe import (  # noqa: E402
     SlotOutput,
     TokenSum,
@@ -62,9 +62,9 @@ def test_gated_fp8_quant_is_silu_and_mul_then_quant(rows, inter, group, dtype) -
     gen = torch.Generator().manual_seed(rows * inter)
     gate_up = (torch.randn(rows, 2 * inter + 8, generator=gen) * 3).to(DEVICE, dtype)
     gate_up = gate_up[:, : 2 * inter]  # a row stride other than the width
-    q, scales = quantize_fp8_kernel(gate_up, group, gated=True)
+    q, scales = launch_quant_kernel(gate_up, group, None, False, True)
     assert q.shape == (rows, inter) and q.dtype == torch.float8_e4m3fn
-    q_two, scales_two = quantize_fp8_kernel(silu_and_mul(gate_up), group)
+    q_two, scales_two = launch_quant_kernel(silu_and_mul(gate_up), group, None, False, False)
     assert torch.equal(scales, scales_two)
     assert torch.equal(q.view(torch.uint8), q_two.view(torch.uint8))
     q_ref, scales_ref = quantize_fp8_reference(gate_up, group, gated=True)
