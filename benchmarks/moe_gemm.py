@@ -62,9 +62,9 @@ def moe_shape(model: str) -> dict[str, int]:
     data = json.loads((directory / "config.json").read_text())
     cfg = moe_config_of(data, data["architectures"][0])
     assert cfg is not None, f"{model} is not a mixture of experts"
-    shared = cfg.shared_expert_intermediate_size == cfg.expert_intermediate_size
     return {"experts": cfg.num_experts, "top_k": cfg.top_k, "hidden": data["hidden_size"],
-            "inter": cfg.expert_intermediate_size, "shared": int(shared)}  # fmt: skip
+            "inter": cfg.expert_intermediate_size,
+            "shared": int(cfg.shared_expert_fits_stacks)}  # fmt: skip
 
 
 def stacked(shape: dict[str, int]) -> tuple[int, int]:

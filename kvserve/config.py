@@ -62,6 +62,12 @@ class MoEConfig:
     def is_sparse(self, layer: int) -> bool:
         return layer not in self.dense_layers
 
+    @property
+    def shared_expert_fits_stacks(self) -> bool:
+        """A shared expert of the routed experts' size, which a layer can hold as one more
+        expert of its stacks (``kvserve.layers.moe``)."""
+        return self.shared_expert_intermediate_size == self.expert_intermediate_size
+
 
 @dataclass(frozen=True)
 class ModelConfig:

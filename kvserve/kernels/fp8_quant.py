@@ -116,7 +116,7 @@ def launch_quant_kernel(
         raise ValueError(f"{k} columns do not split into groups of {g}")
     q = torch.empty((m, k), dtype=FP8, device=x.device)
     static = static_scale is not None
-    scales = static_scale if static_scale is not None else torch.empty((m, k // g), device=x.device)
+    scales = static_scale if static else torch.empty((m, k // g), device=x.device)
     if m == 0:
         return q, scales
     block = next_pow2(g)

@@ -219,7 +219,7 @@ def fused_moe_fp8(
     experts = w13.shape[0]
     fallback = _block_config(topk_ids.numel(), experts)
     tiles = expert_tiles(fp8_kind(block), w13.shape, topk_ids, x.device, fallback, shared)
-    gemm = fp8_expert_gemm(w13, w13_scale, w2, w2_scale, block, pdl, gated_down=True)
+    gemm = fp8_expert_gemm(w13, w13_scale, w2, w2_scale, block, pdl)
     return fused_moe_with(
         x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend, gated_down=True
     )
@@ -227,15 +227,16 @@ def fused_moe_fp8(
 
 def fp8_expert_gemm(
     w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
-    block: tuple[int, int] | None, pdl: bool = False, gated_down: bool = False,
+    block: tuple[int, int] | None, pdl: bool = False,
 ) -> ExpertGemm:  # fmt: skip
-    """``fused_moe_fp8``'s grouped GEMM over these stacks; with ``gated_down`` the down GEMM
-    takes the gate/up output (``fused_moe_with``'s)."""
+    """``fused_moe_fp8``'s grouped GEMM over these stacks. The down GEMM takes the SiLU-mul
+    output [slots, I], or the gate/up output [slots, 2I] (``fused_moe_with``'s ``gated_down``),
+    which its quantization SiLU-multiplies."""
     stacks = ((w13, w13_scale), (w2, w2_scale))
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         w, ws = stacks[which]
-        gated = gated_down and which == 1
+        gated = which == 1 and a.shape[1] == 2 * w.shape[2]
         return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights,
                                  token_sum, pdl, gated)  # fmt: skip
 

@@ -237,7 +237,7 @@ def _stacks_shared_expert(moe: MoEConfig, quant: QuantConfig, prefix: str) -> bo
     (``kvserve.layers.moe``): one of the routed experts' size, in their format, and
     ``KVSERVE_SHARED_EXPERT_FUSION`` not 0."""
     return (
-        moe.shared_expert_intermediate_size == moe.expert_intermediate_size
+        moe.shared_expert_fits_stacks
         and shared_expert_fusion()
         and same_expert_format(quant, f"{prefix}.experts", f"{prefix}.shared_experts")
     )
