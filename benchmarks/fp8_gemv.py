@@ -23,7 +23,7 @@ import gc
 import math
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -82,13 +82,15 @@ def layer_block(layer: SimpleNamespace) -> tuple[int, int] | None:
 def time_gemvs(
     xs: list, layers: list, ref: torch.Tensor, floor_us: float, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """The GEMV's default config (first) and up to --gemv-configs candidates."""
+    """The GEMV's default config (first) and up to --gemv-configs candidates, each tile with
+    and without ``half_sums``."""
     n, k = layers[0].weight.shape
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows, words = xs[0].shape[0], k // FP8_PER_WORD
     default = fp8_gemv_config(n, words, rows, sms)
     others = gemv_candidates(n, words, rows=rows, num_sms=sms)
-    configs = [default, *(c for c in others if c != default)]
+    tiles = [default, *(c for c in others if c != default)]
+    configs = [c for t in tiles for c in (t, replace(t, half_sums=not t.half_sums))]
     results = []
     for cfg in configs[: args.gemv_configs]:
 

@@ -71,6 +71,7 @@ def gemv_defaults() -> dict[str, tuple[GemvConfig, int]]:
         "nvfp4": (fp4_gemv_config(N, fp4_words, 1, 132, NVFP4_GROUP), NVFP4_GROUP),
         "mxfp4": (fp4_gemv_config(N, fp4_words, 1, 132, MXFP4_GROUP), MXFP4_GROUP),
         "fp8": (fp8_gemv_config(N, fp8_words, 1, 132), 0),
+        "fp8 half sums": (replace(fp8_gemv_config(N, fp8_words, 1, 132), half_sums=True), 0),
     }
 
 
@@ -89,9 +90,10 @@ def compile_gemv(cfg: GemvConfig, group: int) -> bytes:
         "BLOCK_N": cfg.block_n, "BLOCK_W": cfg.block_w, "FP4": fp4, "GROUP": group or 8,
         "ROWS": 1, "SCALE_E8M0": group == MXFP4_GROUP, "HAS_ROW_SCALE": group != MXFP4_GROUP,
         "SCALAR_ROW_SCALE": False, "HAS_BIAS": False, "DIRECT": cfg.split_k == 1,
-        "USE_ASM": True, "PACKED": fp4, "X_BF16": True,
+        "USE_ASM": True, "PACKED": fp4 or cfg.half_sums, "X_BF16": True,
         "ASM_SCALE_LOADS": cfg.asm_scale_loads, "MOE": False, "A_PER_TOKEN": False,
         "SCALE_ROWS": False, "TOP_K": 1, "SUM_TOKENS": 0, "USE_PDL": True,
+        "X_CHUNK": 0 if fp4 or not cfg.half_sums else 4096,
     }  # fmt: skip
     options: dict[str, Any] = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     if cfg.maxnreg:
@@ -193,16 +195,20 @@ _BRANCH = re.compile(r"BRA\s+0x([0-9a-f]+)")
 
 
 def loop_opcodes(sass: str) -> Counter[str]:
-    """Opcodes (without modifiers) from the target of the first backward branch to the branch:
-    the K-step loop (the only loop before the epilogue)."""
+    """Opcodes (without modifiers) from the target of a backward branch to the branch, for the
+    longest such loop: the K-step loop (FP8's half sums have a short one before it, x's peak)."""
     instructions = [(int(m.group(1), 16), m.group(2), line) for line in sass.splitlines()
                     if (m := _LINE.search(line))]  # fmt: skip
+    loops = []
     for address, opcode, line in instructions:
         target = _BRANCH.search(line) if opcode == "BRA" else None
         if target and int(target.group(1), 16) < address:
             start = int(target.group(1), 16)
-            return Counter(op.split(".")[0] for a, op, _ in instructions if start <= a <= address)
-    raise ValueError("no backward branch in the SASS")
+            loops.append(Counter(op.split(".")[0] for a, op, _ in instructions
+                                 if start <= a <= address))  # fmt: skip
+    if not loops:
+        raise ValueError("no backward branch in the SASS")
+    return max(loops, key=lambda ops: sum(ops.values()))
 
 
 def describe(cubin: bytes, weights: int) -> dict[str, Any]:

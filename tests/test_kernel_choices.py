@@ -102,11 +102,20 @@ def test_fp4_one_row_takes_narrow_tiles_wide_in_k(n: int, k: int, tile: tuple) -
     assert gemv_config(n, k // 8, slots=8, scale_group=NVFP4_GROUP).block_n == 128
 
 
-@pytest.mark.parametrize(("n", "k"), [(4096, 4096), (4096, 14336), (4096, 12288)])
-def test_fp8_gemv_splits_k_at_most_four_ways(n: int, k: int) -> None:
-    """Eight splits were slower than four on every FP8 shape that took them at one row."""
-    assert fp8_gemv_config(n, k // 4, 1, 132).split_k == 4
-    assert gemv_config(n, k // 4, block_n=64, block_w=64).split_k > 4  # without the cap
+@pytest.mark.parametrize(
+    ("n", "k", "tile"),
+    [
+        (4096, 4096, (128, 32, 16)), (4096, 14336, (128, 32, 16)), (4096, 12288, (128, 32, 16)),
+        (6144, 4096, (64, 64, 4)), (14336, 4096, (64, 64, 2)), (28672, 4096, (64, 64, 1)),
+    ],
+)  # fmt: skip
+def test_fp8_gemv_one_row_tiles(n: int, k: int, tile: tuple) -> None:
+    """One row: half sums; N = 4096 on 128-row by 32-word tiles split up to sixteen ways (with
+    half sums faster than 64 x 64 split four ways, which fp32 sums preferred); wider N on 64 x 64
+    tiles split at most four ways. Three or four rows keep fp32 sums."""
+    cfg = fp8_gemv_config(n, k // 4, 1, 132)
+    assert (cfg.block_n, cfg.block_w, cfg.split_k) == tile and cfg.half_sums
+    assert not fp8_gemv_config(n, k // 4, 3, 132).half_sums
 
 
 @pytest.mark.parametrize("m", [DEQUANT_GEMM_MIN_ROWS, 8192])

@@ -262,6 +262,95 @@ def _fp4_pair_dots(q0, q1, x0, x1, x2, x3, x4, x5, x6, x7):
     )
 
 
+# FP8's x for one word pair: eight 16-bit activations -> four f16x2 operands (x0, x1), (x2, x3),
+# (x4, x5), (x6, x7), each times the program's factor ($5, fp32 bits; ``_x_factor``) in fp32, then
+# rounded to f16.
+_X_BF16_QUAD = """shl.b32 lo, {a}, 16; and.b32 hi, {a}, 0xFFFF0000;
+        mul.f32 lo, lo, $5; mul.f32 hi, hi, $5; cvt.rn.f16x2.f32 {out}, hi, lo;"""
+_X_F16_QUAD = """mov.b32 {{h0, h1}}, {a}; cvt.f32.f16 lo, h0; cvt.f32.f16 hi, h1;
+        mul.f32 lo, lo, $5; mul.f32 hi, hi, $5; cvt.rn.f16x2.f32 {out}, hi, lo;"""
+
+
+def _x_quads_asm(bf16: bool) -> str:
+    """PTX: x[8p .. 8p + 7] loaded from $4 as four 32-bit words, scaled by $5 -> $0..$3."""
+    quad = _X_BF16_QUAD if bf16 else _X_F16_QUAD
+    body = "\n".join(quad.format(a=f"a{i}", out=f"${i}") for i in range(4))
+    return (
+        "{ .reg .b32 a0, a1, a2, a3, lo, hi; .reg .b16 h0, h1;\n"
+        "ld.global.nc.v4.u32 {a0, a1, a2, a3}, [$4];\n" + body + " }"
+    )
+
+
+X_BF16_QUADS_ASM = constexpr(_x_quads_asm(True))
+X_F16_QUADS_ASM = constexpr(_x_quads_asm(False))
+# Two K-adjacent words of e4m3 bytes times their x operands in one f16x2 chain: each lane sums
+# four products of |w| <= 448 and |x'| < 16, so |sum| < 2**15, inside f16.
+FP8_PAIR_DOTS_ASM = constexpr(
+    """{ .reg .b16 b0, b1, b2, b3, l, h; .reg .b32 w0, w1, w2, w3, acc;
+        mov.b32 {b0, b1}, $2;
+        mov.b32 {b2, b3}, $3;
+        cvt.rn.f16x2.e4m3x2 w0, b0;
+        cvt.rn.f16x2.e4m3x2 w1, b1;
+        cvt.rn.f16x2.e4m3x2 w2, b2;
+        cvt.rn.f16x2.e4m3x2 w3, b3;
+        mul.rn.f16x2 acc, w0, $4;
+        fma.rn.f16x2 acc, w1, $5, acc;
+        fma.rn.f16x2 acc, w2, $6, acc;
+        fma.rn.f16x2 acc, w3, $7, acc;
+        mov.b32 {l, h}, acc;
+        cvt.f32.f16 $0, l;
+        cvt.f32.f16 $1, h; }"""
+)
+
+
+@jit
+def _x_factor(x_ptr, row, stride_xm, M, w_start, w_end, X_CHUNK: tl.constexpr):
+    """2**e such that max |x[row, 4 w_start : 4 w_end]| * 2**e is in [8, 16) (2**127 for a
+    row of zeros): the factor FP8's f16 sums take x at, so that they neither overflow nor lose
+    small activations to f16's subnormals."""
+    r = tl.where(row < M, row, 0).to(tl.int64)
+    peak = tl.zeros([X_CHUNK], dtype=tl.float32)
+    for k0 in range(4 * w_start, 4 * w_end, X_CHUNK):
+        k = k0 + tl.arange(0, X_CHUNK)
+        v = tl.load(x_ptr + r * stride_xm + k, mask=k < 4 * w_end, other=0.0)
+        peak = tl.maximum(peak, tl.abs(v.to(tl.float32)))
+    biased_exp = (tl.max(peak, axis=0).to(tl.int32, bitcast=True) >> 23) & 0xFF
+    # amax in [2**(b - 127), 2**(b - 126)) -> 2**(130 - b): exponent field 257 - b, kept finite
+    return (tl.minimum(257 - biased_exp, 254) << 23).to(tl.float32, bitcast=True)
+
+
+@jit
+def _fp8_packed_part(
+    x_ptr, row, stride_xm, M, w_first, words, q, factor, X_BF16: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    """sum over each word pair's 8 weights of w * x[row] * factor: [BLOCK_N, BLOCK_W // 2].
+    Pairs past the end read the last pair's x (in bounds); their weights were loaded as 0."""
+    q0, q1 = tl.split(tl.reshape(q, (BLOCK_N, BLOCK_W // 2, 2)))
+    pair = tl.minimum(w_first // 2 + tl.arange(0, BLOCK_W // 2), words // 2 - 1)[None, :]
+    r = tl.where(row < M, row, 0).to(tl.int64)
+    factor_bits = factor.to(tl.int32, bitcast=True)
+    x0, x1, x2, x3 = tl.inline_asm_elementwise(
+        asm=X_BF16_QUADS_ASM if X_BF16 else X_F16_QUADS_ASM,
+        constraints="=r,=r,=r,=r,l,r",
+        # the factor's bits: inline asm broadcasts its arguments as binary operands, and a
+        # pointer does not pair with a float
+        args=[x_ptr + r * stride_xm + pair * 8, tl.zeros(pair.shape, tl.int32) + factor_bits],
+        dtype=(tl.int32,) * 4,
+        is_pure=True,
+        pack=1,
+    )
+    lo, hi = tl.inline_asm_elementwise(
+        asm=FP8_PAIR_DOTS_ASM,
+        constraints="=f,=f,r,r,r,r,r,r",
+        args=[q0, q1, x0, x1, x2, x3],
+        dtype=(tl.float32, tl.float32),
+        is_pure=True,
+        pack=1,
+    )
+    return lo + hi
+
+
 @jit
 def _fp4_packed_part(
     x_ptr, row, stride_xm, M, w_first, words, q, X_BF16: tl.constexpr,
@@ -288,6 +377,7 @@ def _row_step(
     mask,
     q,
     scale,
+    x_factor,
     FP4: tl.constexpr,
     PACKED: tl.constexpr,
     X_BF16: tl.constexpr,
@@ -315,6 +405,11 @@ def _row_step(
         per_group: tl.constexpr = WORDS_PER_GROUP // 2 if PACKED else WORDS_PER_GROUP
         groups = tl.reshape(part, (BLOCK_N, BLOCK_W // WORDS_PER_GROUP, per_group))
         acc += tl.sum(groups, axis=2) * scale
+    elif PACKED:
+        part = _fp8_packed_part(
+            x_ptr, row, stride_xm, M, w_first, words, q, x_factor, X_BF16, BLOCK_N, BLOCK_W
+        )
+        acc += part * scale
     else:
         w0, w1, w2, w3 = _e4m3x4_to_f32(q, USE_ASM)
         # scale: 1.0, or each word's FP8 block scale (one FFMA in place of the add)

@@ -10,8 +10,8 @@ handing a dequantized tile to them in their operand layout costs more than the m
 MMA kernel took 27 us on Llama-3-8B's qkv at M = 1 against 10 us here, and the CUDA-core GEMV
 this replaced, byte loads and cross-thread sums, 14.5 instructions a weight). Here every thread
 owns whole 16-byte runs of W's rows and decodes them in registers (instructions a weight in
-the loop, from the sm_90 SASS of the defaults: NVFP4 3.1, MXFP4 3.0, FP8 3.8;
-``benchmarks/lowbit_sass.py``):
+the loop, from the sm_90 SASS of the defaults: NVFP4 3.1, MXFP4 3.0, FP8 2.7 with half sums and
+3.8 without; ``benchmarks/lowbit_sass.py``):
 
 - FP4 -> e4m3 bytes, four codes per 32-bit operation: a code ``s e1 e0 m`` with its magnitude
   moved under an e4m3 byte's exponent/mantissa boundary is an e4m3 number worth exactly
@@ -26,7 +26,15 @@ the loop, from the sm_90 SASS of the defaults: NVFP4 3.1, MXFP4 3.0, FP8 3.8;
   round at f16's 11 bits, finer than the bf16 output's 8; the 2**-4 keeps activations up to
   2**20 inside f16's range. (One word per chain and x read 2 bytes at a time took 3.9 and 3.4
   instructions a weight.)
-- Otherwise (FP8; fp32 x; Triton's interpreter) f16 -> f32 and one fp32 FMA per weight.
+- FP8 with bf16/fp16 x and ``GemvConfig.half_sums`` (the default at one or two rows): a word
+  pair's eight products in one f16x2 chain (four HFMA2), then its two lanes in fp32. e4m3 values
+  reach 448, so a fixed factor on x cannot both keep the chains inside f16 and keep small
+  activations out of its subnormals; each program first reads its K range of x and takes it at
+  the power of two that puts its largest |x| in [8, 16) (``word_decode._x_factor``): a lane's
+  four products stay under 2**15, x keeps f16's 11 bits down to 2**-19 of its largest value, and
+  the sums are divided by the factor once, at the end.
+- Otherwise (FP8 without half sums; fp32 x; Triton's interpreter) f16 -> f32 and one fp32 FMA
+  per weight.
 - Per scale group the partial sum is multiplied by its block scale once.
 
 A program owns BLOCK_N rows of W and walks K in steps of BLOCK_W words (the in-register pieces
@@ -50,6 +58,7 @@ from kvserve.kernels._triton import (
     interpreting,
     jit,
     launch_options,
+    next_pow2,
     pdl_release,
     pdl_wait,
     require_triton,
@@ -67,6 +76,7 @@ from kvserve.kernels.word_decode import (
     _row_step,
     _scale_bytes,
     _times_unit,
+    _x_factor,
 )
 
 GEMV_ROWS = 4  # the most rows the GEMV takes
@@ -87,6 +97,9 @@ class GemvConfig:
     # defaults since x is read 16 bytes at a time (gemv_config); the candidates try it.
     asm_scale_loads: bool = False
     maxnreg: int = 0  # registers a thread may use (0: ptxas decides)
+    # FP8 with 16-bit x on the GPU: a word pair's products summed in one f16x2 chain, x taken
+    # at a power-of-two factor per program (``word_decode._x_factor``); else fp32 FMAs
+    half_sums: bool = False
 
     def __post_init__(self) -> None:
         for b in (self.block_n, self.block_w):
@@ -133,7 +146,7 @@ def _word_gemv_kernel(
     HAS_BIAS: tl.constexpr,
     DIRECT: tl.constexpr,
     USE_ASM: tl.constexpr,
-    PACKED: tl.constexpr,  # FP4 with 16-bit x on the GPU: products summed in f16x2
+    PACKED: tl.constexpr,  # 16-bit x on the GPU: products summed in f16x2 (FP4; FP8 half_sums)
     X_BF16: tl.constexpr,  # PACKED: x is bf16 (else fp16)
     ASM_SCALE_LOADS: tl.constexpr,
     MOE: tl.constexpr,  # grid z = slots: W, scales and the x row chosen per slot
@@ -147,9 +160,11 @@ def _word_gemv_kernel(
     # FP8 with a scale per block of FP8_BLOCK rows and 128 columns ([N / FP8_BLOCK, K / 128]
     # at s_ptr; a multiple of BLOCK_N, so all of a program's rows share a block row); 0: none
     FP8_BLOCK: tl.constexpr = 0,
+    X_CHUNK: tl.constexpr = 0,  # FP8 PACKED: x values a program reads at once for its factor
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
-    BLOCK_G: tl.constexpr = BLOCK_W // WORDS_PER_GROUP if FP4 else BLOCK_W
+    # FP8 PACKED: one partial sum per word pair
+    BLOCK_G: tl.constexpr = BLOCK_W // WORDS_PER_GROUP if FP4 else BLOCK_W // (1 + PACKED)
     unit_log2 = E4M3_CODE_LOG2 + X_PAIR_LOG2 if PACKED else E4M3_CODE_LOG2
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -172,6 +187,7 @@ def _word_gemv_kernel(
     w_ptrs = w_ptr + rows * stride_wn + (w_start + rw)[None, :]
     rg = tl.arange(0, BLOCK_G)
     s_ptrs = s_ptr + rows * stride_sn + (w_start // WORDS_PER_GROUP + rg)[None, :]
+    words_per_sum: tl.constexpr = BLOCK_W // BLOCK_G  # FP8: the words of an accumulator column
     acc0 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
     acc1 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_N, BLOCK_G], dtype=tl.float32)
@@ -192,26 +208,39 @@ def _word_gemv_kernel(
         # loads while the kernel before still runs; x (and the split-K workspace) only after.
         pdl_wait(USE_PDL)
         pdl_release(USE_PDL)
+    xf0 = 1.0
+    xf1 = 1.0
+    xf2 = 1.0
+    xf3 = 1.0
+    if PACKED and not FP4:
+        xf0 = _x_factor(x_ptr, 0, stride_xm, M, w_start, w_end, X_CHUNK)
+        if ROWS > 1:
+            xf1 = _x_factor(x_ptr, 1, stride_xm, M, w_start, w_end, X_CHUNK)
+        if ROWS > 2:
+            xf2 = _x_factor(x_ptr, 2, stride_xm, M, w_start, w_end, X_CHUNK)
+            xf3 = _x_factor(x_ptr, 3, stride_xm, M, w_start, w_end, X_CHUNK)
     for w0 in range(w_start, w_end, BLOCK_W):
         in_k_next = w0 + BLOCK_W + rw < w_end
         q_next = tl.load(w_ptrs + BLOCK_W, mask=in_k_next[None, :], other=0)
         scale = 1.0
         if FP8_BLOCK:
-            scale = tl.load(fp8_block_scales + (w0 + rw) // 32, mask=in_k, other=0.0)[None, :]
+            sum_words = w0 + rg * words_per_sum
+            scale = tl.load(fp8_block_scales + sum_words // 32, mask=sum_words < w_end, other=0.0)
+            scale = scale[None, :]
         if FP4:
             in_g_next = _groups_in(w0 + BLOCK_W, rg, w_end, WORDS_PER_GROUP)
             s_next = _scale_bytes(s_ptrs + BLOCK_G, in_g_next, s_ptr, ASM_SCALE_LOADS)
             scale = _block_scale(s, SCALE_E8M0)
         # fmt: off
-        acc0 = _row_step(acc0, x_ptr, 0, stride_xm, M, w0, words, in_k, q, scale, FP4,
+        acc0 = _row_step(acc0, x_ptr, 0, stride_xm, M, w0, words, in_k, q, scale, xf0, FP4,
                          PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
         if ROWS > 1:
-            acc1 = _row_step(acc1, x_ptr, 1, stride_xm, M, w0, words, in_k, q, scale, FP4,
+            acc1 = _row_step(acc1, x_ptr, 1, stride_xm, M, w0, words, in_k, q, scale, xf1, FP4,
                              PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
         if ROWS > 2:
-            acc2 = _row_step(acc2, x_ptr, 2, stride_xm, M, w0, words, in_k, q, scale, FP4,
+            acc2 = _row_step(acc2, x_ptr, 2, stride_xm, M, w0, words, in_k, q, scale, xf2, FP4,
                              PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
-            acc3 = _row_step(acc3, x_ptr, 3, stride_xm, M, w0, words, in_k, q, scale, FP4,
+            acc3 = _row_step(acc3, x_ptr, 3, stride_xm, M, w0, words, in_k, q, scale, xf3, FP4,
                              PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
         # fmt: on
         q = q_next
@@ -223,12 +252,12 @@ def _word_gemv_kernel(
 
     # One [BLOCK_N, ROWS] tile, column m = row m of x, as the MMA kernels' epilogue takes it.
     cols = tl.arange(0, ROWS)[None, :]
-    tile = tl.where(cols == 0, tl.sum(acc0, axis=1)[:, None], 0.0)
+    tile = tl.where(cols == 0, (tl.sum(acc0, axis=1) / xf0)[:, None], 0.0)
     if ROWS > 1:
-        tile += tl.where(cols == 1, tl.sum(acc1, axis=1)[:, None], 0.0)
+        tile += tl.where(cols == 1, (tl.sum(acc1, axis=1) / xf1)[:, None], 0.0)
     if ROWS > 2:
-        tile += tl.where(cols == 2, tl.sum(acc2, axis=1)[:, None], 0.0)
-        tile += tl.where(cols == 3, tl.sum(acc3, axis=1)[:, None], 0.0)
+        tile += tl.where(cols == 2, (tl.sum(acc2, axis=1) / xf2)[:, None], 0.0)
+        tile += tl.where(cols == 3, (tl.sum(acc3, axis=1) / xf3)[:, None], 0.0)
     tile = _times_unit(tile, FP4, unit_log2)
     if SCALAR_ROW_SCALE:
         tile = tile * tl.load(rs_ptr)
@@ -348,7 +377,10 @@ def launch_word_gemv(
     scales = block_scale.view(torch.uint8) if fp4 else weight_bytes
     if fp8_block_rows:
         scales = block_scale
-    packed = fp4 and x.dtype != torch.float32 and not interpreting()
+    half = fp4 or (cfg.half_sums and words % 2 == 0)
+    packed = half and x.dtype != torch.float32 and not interpreting()
+    # FP8 packed: a program reads its K range of x at most 4096 values at a time for its factor
+    x_chunk = min(4096, 4 * next_pow2(steps_per_split * cfg.block_w))
     if packed and (x.data_ptr() % 16 or x.stride(0) * x.element_size() % 16):
         x = x.clone(memory_format=torch.contiguous_format)  # x is read 16 bytes at a time
     w_words = weight_bytes.view(torch.int32)
@@ -370,7 +402,8 @@ def launch_word_gemv(
         SCALE_ROWS=moe is not None and moe.router_weights is not None,
         TOP_K=1 if moe is None else moe.top_k,
         SUM_TOKENS=moe.token_sum.sum_mode if summing else 0,
-        FP8_BLOCK=fp8_block_rows, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        FP8_BLOCK=fp8_block_rows, X_CHUNK=x_chunk if packed and not fp4 else 0,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **launch_options(pdl), **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
 
@@ -487,14 +520,22 @@ def gemv_config(
 
 
 def fp8_gemv_config(n: int, words: int, rows: int, num_sms: int) -> GemvConfig:
-    """64 rows by 64 words per program for one or two rows of x: on the H200 it matched the
-    shared default on Llama-3-8B's qkv, o and down and took gate_up from 45.5 to 33.2 us
-    (skinny_fp8_gemm_h200_gemv2_2026-12-01.json); FP8 has half FP4's math per byte. K is split
-    at most four ways: eight took Llama-3-8B's o / down from 9.05 / 22.26 to 10.74 / 23.58 us
-    and GLM-4.5-Air's o (K 12288) from 18.84 to 21.06 us (fp8_gemv_h200_s36_*tiles, one row)."""
+    """One or two rows of x: half sums, and 64 rows by 64 words per program with K split at
+    most four ways, or where N has at most half an SM count of such row tiles (N = 4096),
+    128 rows by 32 words with K split up to sixteen ways. On the H200, one row, one machine
+    (fp8_gemv_h200_s41_halfsums_{llama,glm}), half sums took GLM-4.5-Air's block-scaled qkv from
+    24.6 to 18.1 us and Llama-3-8B's gate_up from 32.6 to 30.9; the wide tile took o / down /
+    GLM o (K 12288) from 9.2 / 22.0 / 19.2 us (64 x 64, fp32 sums) to 8.8 / 19.3 / 18.0 (with
+    fp32 sums it was slower: 10.8 / 24.1 / 21.3). In the engine, batch 1: GLM-4.5-Air FP8
+    blocks 191 -> 201 tok/s, Llama-3-8B FP8 on the GEMV within noise (326-331 either way).
+    Three or four rows: ``gemv_config``, fp32 sums (not timed with half sums)."""
     if rows > 2:
         return gemv_config(n, words, rows=rows, num_sms=num_sms)
-    return gemv_config(n, words, rows=rows, num_sms=num_sms, block_n=64, block_w=64, max_split=4)
+    if -(-n // 64) <= num_sms // 2:
+        cfg = gemv_config(n, words, rows=rows, num_sms=num_sms, block_n=128, block_w=32)
+    else:
+        cfg = gemv_config(n, words, rows=rows, num_sms=num_sms, block_n=64, block_w=64, max_split=4)
+    return replace(cfg, half_sums=True)
 
 
 def fp4_gemv_config(n: int, words: int, rows: int, num_sms: int, group: int) -> GemvConfig:
