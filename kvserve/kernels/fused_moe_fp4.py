@@ -45,7 +45,7 @@ from kvserve.kernels.fused_moe import (
     one_slot_per_block,
 )
 from kvserve.kernels.moe_tiles import MoeTiles, expert_tiles
-from kvserve.kernels.word_gemv import GemvConfig, MoeSlots, gemv_config, launch_word_gemv
+from kvserve.kernels.word_gemv import GemvConfig, gemv_config, moe_gemv
 
 MOE_GEMV_ENV = "KVSERVE_FP4_MOE_GEMV"
 # From this many slots an expert on average, the experts are dequantized and multiplied by the
@@ -247,20 +247,15 @@ def _fp4_moe_gemv(
     ``*_gemv`` tile), else ``gemv_config``'s."""
     packed, block_scale, row_scale = stack
     num_slots, n = experts.numel(), packed.shape[1]
-    a = a if a.stride(1) == 1 else a.contiguous()
-    group = group_size_of(block_scale)
     # Plain scale loads for both formats: the MoE A/B on the H200 ran them; the asm loads that
     # the dense NVFP4 GEMV takes are not yet timed here.
     if config:
         cfg = GemvConfig(**config)
     else:
         cfg = gemv_config(n, packed.shape[2] // 4, num_sms=sm_count(a.device), slots=num_slots)
-    dest = SlotOutput.plan(a, num_slots, n, top_k, cfg.block_n, token_sum)
-    slots = MoeSlots(
-        experts, top_k, row_weights is None, row_weights, dest if token_sum is not None else None
-    )
-    launch_word_gemv(a, packed, block_scale, row_scale, None, dest.out, cfg, group, slots, pdl)
-    return dest.out
+    route = (experts, top_k, row_weights)
+    group = group_size_of(block_scale)
+    return moe_gemv(a, packed, (block_scale, row_scale), cfg, group, route, token_sum, pdl)
 
 
 def fused_moe_fp4(

@@ -11,15 +11,24 @@ Weights ``w13 [E, 2I, H]`` and ``w2 [E, H, I]`` in float8_e4m3fn with fp32 scale
 ``fused_moe_fp8_reference`` is the plain-torch reference (dequantize the experts, quantize and
 dequantize the activations the same way, then ``fused_moe_reference``); it runs anywhere and
 is what the CPU path computes. No host syncs: capturable in CUDA graphs.
+
+With ``KVSERVE_FP8_MOE_GEMV=1``, decode steps (one slot per expert block) run weight-only on the
+word GEMV of ``word_gemv.py`` (bf16 activations, half sums), as FP4 experts do: two launches
+fewer a layer (the activations' quantizations; a SiLU-mul kernel comes back). Off by default
+until it is timed in the engine.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+from dataclasses import replace
 from functools import partial
 
 import torch
 
-from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, tl
+from kvserve.errors import ConfigError
+from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, sm_count, tl
 from kvserve.kernels.fp8_quant import dequantize_fp8_activation, quantize_fp8
 from kvserve.kernels.fused_moe import (
     ExpertGemm,
@@ -34,8 +43,12 @@ from kvserve.kernels.fused_moe import (
     fused_moe_reference,
     fused_moe_with,
     grouped_grid,
+    one_slot_per_block,
 )
-from kvserve.kernels.moe_tiles import expert_tiles
+from kvserve.kernels.moe_tiles import MoeTiles, expert_tiles
+from kvserve.kernels.word_gemv import FP8_PER_WORD, GemvConfig, gemv_config, moe_gemv
+
+FP8_MOE_GEMV_ENV = "KVSERVE_FP8_MOE_GEMV"
 
 
 def dequantize_fp8_experts(
@@ -217,25 +230,86 @@ def fused_moe_fp8(
     """The GPU path of ``fused_moe_fp8_reference`` (same arguments; ``shared`` as
     ``fused_moe``'s)."""
     experts = w13.shape[0]
-    fallback = _block_config(topk_ids.numel(), experts)
-    tiles = expert_tiles(fp8_kind(block), w13.shape, topk_ids, x.device, fallback, shared)
-    gemm = fp8_expert_gemm(w13, w13_scale, w2, w2_scale, block, pdl)
+    gemv = fp8_moe_gemv_here(topk_ids.numel(), w13, block)
+    tiles = fp8_tiles(w13.shape, block, topk_ids, x.device, gemv, shared)
+    gemm = fp8_expert_gemm(w13, w13_scale, w2, w2_scale, block, pdl, gemv)
     return fused_moe_with(
-        x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend, gated_down=True
-    )
+        x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend,
+        gated_down=not gemv,
+    )  # fmt: skip
+
+
+@functools.cache
+def fp8_moe_gemv_enabled() -> bool:
+    """``KVSERVE_FP8_MOE_GEMV``: 1 runs FP8 experts' decode steps on the word GEMV; 0 (the
+    default) on the grouped tensor-core kernel."""
+    value = os.environ.get(FP8_MOE_GEMV_ENV, "0")
+    if value not in ("0", "1"):
+        raise ConfigError(f"{FP8_MOE_GEMV_ENV}={value!r}: expected 0 or 1")
+    return value == "1"
+
+
+def fp8_moe_gemv_here(num_slots: int, w13: torch.Tensor, block: tuple[int, int] | None) -> bool:
+    """A decode step (one slot per expert block) with the GEMV switched on, and scales it takes:
+    per channel, or blocks of 128 columns and a multiple of 64 rows."""
+    fits = block is None or (block[1] == 128 and block[0] % 64 == 0)
+    return fits and one_slot_per_block(num_slots, w13.shape[0]) and fp8_moe_gemv_enabled()
+
+
+def fp8_tiles(
+    shape: torch.Size, block: tuple[int, int] | None, topk_ids: torch.Tensor,
+    device: torch.device, gemv: bool, shared: bool = False,
+) -> MoeTiles:  # fmt: skip
+    """The grouped kernel's tiles, or on the GEMV its ``*_gemv`` entries (else its default)."""
+    if gemv:
+        return expert_tiles(f"{fp8_kind(block)}_gemv", shape, topk_ids, device, {}, shared)
+    fallback = _block_config(topk_ids.numel(), shape[0])
+    return expert_tiles(fp8_kind(block), shape, topk_ids, device, fallback, shared)
+
+
+def _fp8_moe_gemv(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    ws: torch.Tensor,
+    block: tuple[int, int] | None,
+    experts: torch.Tensor,
+    top_k: int,
+    row_weights: torch.Tensor | None,
+    token_sum: TokenSum | None,
+    pdl: bool,
+    config: dict[str, int],
+) -> torch.Tensor:
+    """One weight-only GEMV per slot (``word_gemv.moe_gemv``), half sums; ``config``:
+    ``GemvConfig`` fields (a tuned ``*_gemv`` tile), else ``gemv_config``'s, with a program's
+    rows inside one scale block."""
+    n, k = w.shape[1], w.shape[2]
+    if config:
+        cfg = GemvConfig(**config)
+    else:
+        cfg = gemv_config(n, k // FP8_PER_WORD, num_sms=sm_count(a.device), slots=experts.numel())
+        cfg = replace(cfg, half_sums=True)
+    scales = (None, ws) if block is None else (ws, None)
+    if block is not None:
+        cfg = replace(cfg, block_n=min(cfg.block_n, block[0]))
+    route = (experts, top_k, row_weights)
+    return moe_gemv(a, w.view(torch.uint8), scales, cfg, 8, route, token_sum, pdl,
+                    block[0] if block else 0)  # fmt: skip
 
 
 def fp8_expert_gemm(
     w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
-    block: tuple[int, int] | None, pdl: bool = False,
+    block: tuple[int, int] | None, pdl: bool = False, gemv: bool = False,
 ) -> ExpertGemm:  # fmt: skip
-    """``fused_moe_fp8``'s grouped GEMM over these stacks. The down GEMM takes the SiLU-mul
-    output [slots, I], or the gate/up output [slots, 2I] (``fused_moe_with``'s ``gated_down``),
-    which its quantization SiLU-multiplies."""
+    """``fused_moe_fp8``'s grouped GEMM over these stacks, or with ``gemv`` the word GEMV. The
+    grouped down GEMM takes the SiLU-mul output [slots, I], or the gate/up output [slots, 2I]
+    (``fused_moe_with``'s ``gated_down``), which its quantization SiLU-multiplies."""
     stacks = ((w13, w13_scale), (w2, w2_scale))
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         w, ws = stacks[which]
+        if gemv:
+            return _fp8_moe_gemv(a, w, ws, block, blocks, top_k, row_weights, token_sum, pdl,
+                                 config)  # fmt: skip
         gated = which == 1 and a.shape[1] == 2 * w.shape[2]
         return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights,
                                  token_sum, pdl, gated)  # fmt: skip

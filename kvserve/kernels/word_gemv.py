@@ -66,7 +66,7 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.fp4_reference import MXFP4_GROUP
-from kvserve.kernels.fused_moe import SlotOutput, _sum_token_rows
+from kvserve.kernels.fused_moe import SlotOutput, TokenSum, _sum_token_rows
 from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit, split_total
 from kvserve.kernels.word_decode import (
     E4M3_CODE_LOG2,
@@ -348,7 +348,7 @@ def launch_word_gemv(
     m, k = x.shape
     n, row_bytes = weight_bytes.shape[-2:]
     fp4 = block_scale is not None and not fp8_block_rows
-    if fp8_block_rows and (fp8_block_rows % cfg.block_n or moe is not None):
+    if fp8_block_rows and fp8_block_rows % cfg.block_n:
         raise ValueError(f"FP8 scale blocks of {fp8_block_rows} rows do not fit {cfg}")
     slots = 1 if moe is None else moe.experts.numel()
     if m > GEMV_ROWS and moe is None:
@@ -406,6 +406,31 @@ def launch_word_gemv(
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **launch_options(pdl), **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
+
+
+def moe_gemv(
+    a: torch.Tensor,
+    weight_bytes: torch.Tensor,
+    scales: tuple[torch.Tensor | None, torch.Tensor | None],
+    cfg: GemvConfig,
+    group: int,
+    route: tuple[torch.Tensor, int, torch.Tensor | None],
+    token_sum: TokenSum | None = None,
+    pdl: bool = False,
+    fp8_block_rows: int = 0,
+) -> torch.Tensor:
+    """One GEMV per slot of a decode step's experts (``launch_word_gemv`` with ``MoeSlots``):
+    ``route`` is (expert of each slot, top_k, router weights or None: the gate/up GEMM, x row
+    per token); ``scales`` (block scales, row scales). Returns [slots, N], or with a
+    ``token_sum`` [tokens, N], each token's k rows summed in the epilogue."""
+    experts, top_k, row_weights = route
+    a = a if a.stride(1) == 1 else a.contiguous()
+    dest = SlotOutput.plan(a, experts.numel(), weight_bytes.shape[1], top_k, cfg.block_n, token_sum)
+    summing = dest if token_sum is not None else None
+    slots = MoeSlots(experts, top_k, row_weights is None, row_weights, summing)
+    launch_word_gemv(a, weight_bytes, *scales, None, dest.out, cfg, group, slots, pdl,
+                     fp8_block_rows)  # fmt: skip
+    return dest.out
 
 
 def _moe_args(

@@ -14,8 +14,10 @@ import torch
 from model_factory import MOE_TINY
 
 from kvserve import LLM, SamplingParams
+from kvserve.errors import ConfigError
 from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
+from kvserve.kernels.fused_moe_fp8 import FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled
 from kvserve.quant.fp8_weights import quantize_weight
 from kvserve.quant.mxfp4 import quantize_mxfp4
 from kvserve.quant.nvfp4 import quantize_nvfp4
@@ -114,3 +116,19 @@ def test_dummy_weights_in_the_checkpoint_layout(quantization_config: dict, tmp_p
     assert moe.w13.dtype in (torch.float8_e4m3fn, torch.uint8)
     out = llm.generate([[5, 6, 7, 8]], SamplingParams(temperature=0, max_tokens=4))
     assert len(out[0].token_ids) == 4
+
+
+def test_a_bad_fp8_moe_gemv_switch_fails_the_load(
+    tiny_model_dir, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: ANN001
+    """``KVSERVE_FP8_MOE_GEMV`` is read when the FP8 experts are built, not at the first step."""
+    arch = "Qwen3MoeForCausalLM"
+    src = tiny_model_dir(arch, **MOE_TINY[arch])
+    monkeypatch.setenv(FP8_MOE_GEMV_ENV, "on")
+    fp8_moe_gemv_enabled.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=f"{FP8_MOE_GEMV_ENV}='on': expected 0 or 1"):
+            LLM(model=str(src), device="cpu", quantization="fp8", max_total_tokens=1024)
+    finally:
+        monkeypatch.delenv(FP8_MOE_GEMV_ENV)
+        fp8_moe_gemv_enabled.cache_clear()

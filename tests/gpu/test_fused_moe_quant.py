@@ -25,6 +25,7 @@ from kernel_test_device import (  # noqa: E402
     ON_GPU_ONLY,
 )
 
+from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import fused_moe_fp4 as fused_moe_fp4_module  # noqa: E402
 from kvserve.kernels import moe_tiles  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
@@ -43,7 +44,14 @@ from kvserve.kernels.fused_moe_fp4 import (  # noqa: E402
     fused_moe_fp4_reference,
     moe_gemv_enabled,
 )
-from kvserve.kernels.fused_moe_fp8 import fused_moe_fp8, fused_moe_fp8_reference  # noqa: E402
+from kvserve.kernels.fused_moe_fp8 import (  # noqa: E402
+    FP8_MOE_GEMV_ENV,
+    dequantize_fp8_experts,
+    fp8_moe_gemv_enabled,
+    fp8_moe_gemv_here,
+    fused_moe_fp8,
+    fused_moe_fp8_reference,
+)
 from kvserve.kernels.word_gemv import GemvConfig, MoeSlots, launch_word_gemv  # noqa: E402
 from kvserve.quant.moe_fp4 import quantize_fp4_experts  # noqa: E402
 from kvserve.quant.moe_fp8 import quantize_fp8_experts  # noqa: E402
@@ -219,24 +227,31 @@ def test_replays_from_a_cuda_graph(fmt: str) -> None:
     torch.testing.assert_close(out, run(), atol=0, rtol=0)
 
 
-def _moe_gemv_env(monkeypatch: pytest.MonkeyPatch, value: str):  # noqa: ANN202
-    monkeypatch.setenv(MOE_GEMV_ENV, value)
-    moe_gemv_enabled.cache_clear()
+def _switch_env(monkeypatch: pytest.MonkeyPatch, name: str, value: str, cached):  # noqa: ANN001, ANN202
+    """``name=value`` for one test, ``cached`` (the functools.cache that reads it) cleared."""
+    monkeypatch.setenv(name, value)
+    cached.cache_clear()
     yield
-    monkeypatch.delenv(MOE_GEMV_ENV)
-    moe_gemv_enabled.cache_clear()
+    monkeypatch.delenv(name)
+    cached.cache_clear()
 
 
 @pytest.fixture
 def moe_gemv(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     """KVSERVE_FP4_MOE_GEMV=1 (the default) for one test."""
-    yield from _moe_gemv_env(monkeypatch, "1")
+    yield from _switch_env(monkeypatch, MOE_GEMV_ENV, "1", moe_gemv_enabled)
 
 
 @pytest.fixture
 def grouped_mma(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     """KVSERVE_FP4_MOE_GEMV=0 for one test: decode steps too on the grouped MMA kernel."""
-    yield from _moe_gemv_env(monkeypatch, "0")
+    yield from _switch_env(monkeypatch, MOE_GEMV_ENV, "0", moe_gemv_enabled)
+
+
+@pytest.fixture
+def fp8_moe_gemv(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """KVSERVE_FP8_MOE_GEMV=1 for one test: FP8 experts' decode steps on the word GEMV."""
+    yield from _switch_env(monkeypatch, FP8_MOE_GEMV_ENV, "1", fp8_moe_gemv_enabled)
 
 
 # (shape, tokens) of decode-sized steps, slots * 4 <= experts: the ones that take the GEMV
@@ -255,6 +270,34 @@ def test_fp4_decode_on_the_gemv_matches_reference(shape, tokens, fmt, load, moe_
     got = fused_moe_fp4(x, s13, s2, weights, ids)
     want = fused_moe_fp4_reference(x.float(), s13, s2, weights, ids)
     _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
+
+
+@pytest.mark.parametrize("load", LOADS)
+@pytest.mark.parametrize("block", [(128, 128), None], ids=["block", "channel"])
+@pytest.mark.parametrize(("shape", "tokens"), DECODE_CASES)
+def test_fp8_decode_on_the_gemv_matches_weight_only_reference(  # noqa: ANN201
+    shape, tokens, block, load, fp8_moe_gemv  # noqa: ANN001
+):  # fmt: skip
+    """KVSERVE_FP8_MOE_GEMV=1: a decode step's FP8 experts weight-only on the word GEMV (half
+    sums on the GPU), each token's k rows and a shared expert's output summed in the down
+    GEMV's epilogue: the dequantized experts' product without activation quantization."""
+    x, w13, w2, weights, ids = _case(tokens, *shape, load)
+    (q13, s13), (q2, s2) = quantize_fp8_experts(w13, block), quantize_fp8_experts(w2, block)
+    assert fp8_moe_gemv_here(ids.numel(), q13, block)
+    addend = torch.randn(x.shape, generator=torch.Generator().manual_seed(5)).to(x)
+    got = fused_moe_fp8(x, q13, s13, q2, s2, weights, ids, block, addend=addend.clone())
+    w13_f, w2_f = dequantize_fp8_experts(q13, s13, block), dequantize_fp8_experts(q2, s2, block)
+    want = fused_moe_reference(x.float(), w13_f, w2_f, weights, ids, None, x.dtype, addend)
+    _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
+
+
+def test_fp8_moe_gemv_switch_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    gen = _switch_env(monkeypatch, FP8_MOE_GEMV_ENV, "yes", fp8_moe_gemv_enabled)
+    next(gen)
+    with pytest.raises(ConfigError, match=FP8_MOE_GEMV_ENV):
+        fp8_moe_gemv_enabled()
+    next(gen, None)
+    assert not fp8_moe_gemv_enabled()  # off unless asked
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
