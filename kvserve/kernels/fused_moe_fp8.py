@@ -287,10 +287,9 @@ def _fp8_moe_gemv(
         cfg = GemvConfig(**config)
     else:
         cfg = gemv_config(n, k // FP8_PER_WORD, num_sms=sm_count(a.device), slots=experts.numel())
-        cfg = replace(cfg, half_sums=True)
+    block_n = cfg.block_n if block is None else min(cfg.block_n, block[0])
+    cfg = replace(cfg, block_n=block_n, half_sums=True)  # table entries do not name half sums
     scales = (None, ws) if block is None else (ws, None)
-    if block is not None:
-        cfg = replace(cfg, block_n=min(cfg.block_n, block[0]))
     route = (experts, top_k, row_weights)
     return moe_gemv(a, w.view(torch.uint8), scales, cfg, 8, route, token_sum, pdl,
                     block[0] if block else 0)  # fmt: skip
