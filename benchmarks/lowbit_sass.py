@@ -71,7 +71,7 @@ def gemv_defaults() -> dict[str, tuple[GemvConfig, int]]:
         "nvfp4": (fp4_gemv_config(N, fp4_words, 1, 132, NVFP4_GROUP), NVFP4_GROUP),
         "mxfp4": (fp4_gemv_config(N, fp4_words, 1, 132, MXFP4_GROUP), MXFP4_GROUP),
         "fp8": (fp8_gemv_config(N, fp8_words, 1, 132), 0),
-        "fp8 half sums": (replace(fp8_gemv_config(N, fp8_words, 1, 132), half_sums=True), 0),
+        "fp8 fp32 sums": (replace(fp8_gemv_config(N, fp8_words, 1, 132), half_sums=False), 0),
     }
 
 
