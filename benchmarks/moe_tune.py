@@ -15,8 +15,8 @@ random logits, plus a last slot on a stacked shared expert where the engine stac
 and top_k = 8; ``moe_gemm.stacked``). The kernels the engine launches for that step are screened
 over a grid of tiles (``step_candidates``): the format's grouped GEMM on the slots sorted or one
 to a block, as ``fused_moe`` runs it, gate/up and down apart but sharing ``BLOCK_M``; for FP4
-decode steps the word GEMV (``*_gemv`` entries). A tile whose output strays from the heuristic
-tile's is dropped.
+decode steps the word GEMV (``*_gemv`` entries), and for FP8 ones with
+``KVSERVE_FP8_MOE_GEMV=1``. A tile whose output strays from the heuristic tile's is dropped.
 The ``FINALISTS`` best of each GEMM and group are then timed again against the heuristic tile,
 interleaved (``retime``), and the fastest pair is kept, the heuristic's unless beaten. Every
 timing is of launches replayed from a CUDA graph under programmatic dependent launch, as the
@@ -128,7 +128,8 @@ class Experts:
         if self.fmt == "bf16":
             return expert_gemm(*self.stacks, pdl=pdl)
         if self.fmt.startswith("fp8"):
-            return fp8_expert_gemm(*self.stacks[0], *self.stacks[1], self.block, pdl=pdl)
+            gemv = on_gemv(self.fmt, slots, self.experts)
+            return fp8_expert_gemm(*self.stacks[0], *self.stacks[1], self.block, pdl, gemv)
         return fp4_expert_gemm(*self.stacks, fp4_path(slots, self.experts), pdl=pdl)
 
 

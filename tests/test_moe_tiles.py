@@ -10,9 +10,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.moe_tune_space import candidate_tiles, shape_key, shape_of
+from benchmarks.moe_tune_space import (
+    Step,
+    candidate_tiles,
+    gemv_tiles,
+    on_gemv,
+    shape_key,
+    shape_of,
+    step_candidates,
+)
 from kvserve.kernels import moe_tiles
-from kvserve.kernels.moe_tiles import MoeShape, MoeTiles, load_table, tuned_tiles
+from kvserve.kernels.fused_moe_fp8 import FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled
+from kvserve.kernels.moe_tiles import GEMV_KEYS, MoeShape, MoeTiles, load_table, tuned_tiles
 from kvserve.kernels.word_gemv import GemvConfig
 
 SHAPE = MoeShape("bfloat16", 8, 256, 128, 2)
@@ -54,6 +63,35 @@ def test_tuner_keys_are_what_the_kernels_look_up() -> None:
         "fp8_block128x128 E=128 N=768 K=2048 top_k=8"
     )
     assert shape_key("fp8-channel", shape_of("glm-4.5-air", 1)).kind == "fp8_channel"
+
+
+def test_fp8_decode_steps_tune_gemv_tiles_when_the_gemv_is_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``KVSERVE_FP8_MOE_GEMV=1`` a one-token GLM-4.5-Air FP8 step is tuned as the engine
+    runs it, on the word GEMV: GEMV tiles (K in words of four values) under the ``*_gemv`` key
+    ``fused_moe_fp8.fp8_tiles`` looks up; otherwise the grouped kernel's tiles."""
+    shape = shape_of("glm-4.5-air", 1)
+    step = Step("glm-4.5-air", "fp8", 1)
+    slots, experts = 9, 129  # the shared expert stacked (moe_gemm.stacked)
+    try:
+        monkeypatch.setenv(FP8_MOE_GEMV_ENV, "1")
+        fp8_moe_gemv_enabled.cache_clear()
+        assert on_gemv("fp8", slots, experts) and not on_gemv("fp8", 64 * slots, experts)
+        (gate_up, down), = step_candidates(step, shape, 132).values()  # fmt: skip
+        assert all(set(t) == set(GEMV_KEYS) for t in gate_up + down)
+        # K counted in words of four e4m3 values (FP4's hold eight)
+        assert gate_up == gemv_tiles(2816, 4096 // 4, slots, 132)
+        assert down == gemv_tiles(4096, 1408 // 4, slots, 132)
+        assert (
+            shape_key("fp8", shape, True).key()
+            == "fp8_block128x128_gemv E=128 N=2816 K=4096 top_k=8"
+        )
+    finally:
+        monkeypatch.delenv(FP8_MOE_GEMV_ENV)
+        fp8_moe_gemv_enabled.cache_clear()
+    assert not on_gemv("fp8", slots, experts)
+    assert all("BLOCK_M" in t for ts in step_candidates(step, shape, 132).values() for t in ts[0])
 
 
 def test_candidates_fit_shared_memory_and_fp8_scale_blocks() -> None:
