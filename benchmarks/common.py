@@ -75,12 +75,20 @@ def _cpu_name() -> str:
     return platform.processor()
 
 
+# kvserve's switches as the command line set them (KVSERVE_FP8_MOE_GEMV=1, ...), before a
+# benchmark sets its own per part: which side of an A/B a result file is
+_SETTINGS_AT_START = {
+    k: v for k, v in os.environ.items() if k.startswith("KVSERVE_") and k != "KVSERVE_COMMIT"
+}
+
+
 def stamp(name: str) -> dict[str, Any]:
     return {
         "benchmark": name,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "commit": git_commit(),
         "machine": machine(),
+        "kvserve_env_at_start": dict(sorted(_SETTINGS_AT_START.items())),
     }
 
 

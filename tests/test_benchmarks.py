@@ -29,8 +29,11 @@ def test_every_benchmark_imports(name: str) -> None:
 
 def test_write_result_stamps_commit_from_env(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("KVSERVE_COMMIT", "abc1234")
+    # the switches the command line set, as read when the benchmark started
+    monkeypatch.setattr(common, "_SETTINGS_AT_START", {"KVSERVE_FP8_MOE_GEMV": "1"})
     path = common.write_result("probe", {"figure": 1.5}, tmp_path)
     record = json.loads(path.read_text())
+    assert record["kvserve_env_at_start"] == {"KVSERVE_FP8_MOE_GEMV": "1"}
     assert path.parent == tmp_path and path.name.startswith("probe_")
     assert record["commit"] == "abc1234" and record["benchmark"] == "probe"
     assert record["figure"] == 1.5 and "torch" in record["machine"] and record["date"]
@@ -104,19 +107,22 @@ def test_code_ab_worker_measures_with_the_public_api(tiny_dir: str) -> None:
     assert summary(rounds)["decode_b1_tok_s"]["ratio_mean"] == 2.0
 
 
-def test_lowbit_sass_counts_the_loop_of_the_first_backward_branch() -> None:
+def test_lowbit_sass_counts_the_longest_loop() -> None:
     """The SASS counter behind the kernels' instructions-a-weight figures, on cuobjdump's
-    layout: the prologue, a forward branch and the epilogue are left out."""
+    layout: the prologue, a forward branch, a shorter loop before (the FP8 half sums' pass over
+    x) and the epilogue are left out."""
     from benchmarks.lowbit_sass import loop_opcodes
 
     sass = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;  /* 0x00000a0000017a02 */
-        /*0010*/               @P2 BRA 0x60 ;              /* 0x0000004000002947 */
-        /*0020*/                   LOP3.LUT R2, R1, 0x7, RZ, 0xc0, !PT ;
-        /*0030*/               @P0 LDG.E.128 R4, desc[UR4][R2.64] ;
-        /*0040*/                   HFMA2 R6, R4, R5, R6 ;
-        /*0050*/              @!P1 BRA 0x20 ;
-        /*0060*/                   EXIT ;
+        /*0010*/                   FMNMX R3, R3, R1, !PT ;
+        /*0020*/              @!P3 BRA 0x10 ;
+        /*0030*/               @P2 BRA 0x80 ;              /* 0x0000004000002947 */
+        /*0040*/                   LOP3.LUT R2, R1, 0x7, RZ, 0xc0, !PT ;
+        /*0050*/               @P0 LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0060*/                   HFMA2 R6, R4, R5, R6 ;
+        /*0070*/              @!P1 BRA 0x40 ;
+        /*0080*/                   EXIT ;
     """
     assert loop_opcodes(sass) == {"LOP3": 1, "LDG": 1, "HFMA2": 1, "BRA": 1}
     with pytest.raises(ValueError, match="no backward branch"):
