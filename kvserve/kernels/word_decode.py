@@ -190,25 +190,26 @@ _DECODE_WORD = (
         cvt.rn.f16x2.e4m3x2 w2, o_lo;
         cvt.rn.f16x2.e4m3x2 w3, o_hi;"""
 )
+
+
+def _f16x2_chain(first_x: int, start: bool) -> str:
+    """PTX: acc (+)= w0 * $first_x + w1 * $(first_x + 1) + ... + w3 * $(first_x + 3) in f16x2."""
+    terms = [f"fma.rn.f16x2 acc, w{i}, ${first_x + i}, acc;" for i in range(4)]
+    if start:
+        terms[0] = f"mul.rn.f16x2 acc, w0, ${first_x};"
+    return "\n" + "\n".join(terms) + "\n"
+
+
+# the chain's two lanes as fp32 outputs $0 and $1, and the end of the asm block
+_LANES_TO_F32 = "mov.b32 {a_lo, a_hi}, acc; cvt.f32.f16 $0, a_lo; cvt.f32.f16 $1, a_hi; }"
 FP4_PAIR_DOTS_ASM = constexpr(
     "{ .reg .b32 ev, od, t0, t1, w0, w1, w2, w3, acc;\n"
     ".reg .b16 e_lo, e_hi, o_lo, o_hi, a_lo, a_hi;\n"
     + _DECODE_WORD.format(q="$2")
-    + """
-        mul.rn.f16x2 acc, w0, $4;
-        fma.rn.f16x2 acc, w1, $5, acc;
-        fma.rn.f16x2 acc, w2, $6, acc;
-        fma.rn.f16x2 acc, w3, $7, acc;
-        """
+    + _f16x2_chain(4, start=True)
     + _DECODE_WORD.format(q="$3")
-    + """
-        fma.rn.f16x2 acc, w0, $8, acc;
-        fma.rn.f16x2 acc, w1, $9, acc;
-        fma.rn.f16x2 acc, w2, $10, acc;
-        fma.rn.f16x2 acc, w3, $11, acc;
-        mov.b32 {a_lo, a_hi}, acc;
-        cvt.f32.f16 $0, a_lo;
-        cvt.f32.f16 $1, a_hi; }"""
+    + _f16x2_chain(8, start=False)
+    + _LANES_TO_F32
 )
 
 
@@ -286,20 +287,16 @@ X_F16_QUADS_ASM = constexpr(_x_quads_asm(False))
 # Two K-adjacent words of e4m3 bytes times their x operands in one f16x2 chain: each lane sums
 # four products of |w| <= 448 and |x'| < 16, so |sum| < 2**15, inside f16.
 FP8_PAIR_DOTS_ASM = constexpr(
-    """{ .reg .b16 b0, b1, b2, b3, l, h; .reg .b32 w0, w1, w2, w3, acc;
+    """{ .reg .b16 b0, b1, b2, b3, a_lo, a_hi; .reg .b32 w0, w1, w2, w3, acc;
         mov.b32 {b0, b1}, $2;
         mov.b32 {b2, b3}, $3;
         cvt.rn.f16x2.e4m3x2 w0, b0;
         cvt.rn.f16x2.e4m3x2 w1, b1;
         cvt.rn.f16x2.e4m3x2 w2, b2;
         cvt.rn.f16x2.e4m3x2 w3, b3;
-        mul.rn.f16x2 acc, w0, $4;
-        fma.rn.f16x2 acc, w1, $5, acc;
-        fma.rn.f16x2 acc, w2, $6, acc;
-        fma.rn.f16x2 acc, w3, $7, acc;
-        mov.b32 {l, h}, acc;
-        cvt.f32.f16 $0, l;
-        cvt.f32.f16 $1, h; }"""
+"""
+    + _f16x2_chain(4, start=True)
+    + _LANES_TO_F32
 )
 
 
