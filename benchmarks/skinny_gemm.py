@@ -1,6 +1,7 @@
 """Decode-shaped GEMMs (few rows, a large weight) against the copy ceiling of the same run:
-cuBLAS through ``F.linear`` and every candidate config of the skinny Triton kernel
-(``kvserve/kernels/skinny_gemm.py``, M <= 64 rows).
+cuBLAS through ``F.linear``, every candidate config of the skinny Triton kernel
+(``kvserve/kernels/skinny_gemm.py``, M <= 64 rows) and, at most 4 rows, the 16-bit word GEMV
+(``word_gemv.half_gemv``: its default and up to --gemv-configs candidates).
 
 A decode step's linear layers read each weight once, so their floor is weight bytes / bandwidth,
 the copy ceiling (bytes read + written per second). As in the engine's decode graph, which runs
@@ -29,6 +30,13 @@ import torch.nn.functional as F
 
 from benchmarks.common import copy_bandwidth_gbs, graph_replay_ms, write_result
 from kvserve.kernels.skinny_gemm import MAX_ROWS, SkinnyGemmConfig, candidate_configs, skinny_linear
+from kvserve.kernels.word_gemv import (
+    GEMV_ROWS,
+    GemvConfig,
+    gemv_candidates,
+    gemv_config,
+    half_gemv,
+)
 
 # name: (N, K) of Llama-3-8B's fused projections and its lm_head
 SHAPES = {
@@ -97,6 +105,33 @@ def time_triton(
     return {"us": us}
 
 
+def time_gemvs(
+    xs: list[torch.Tensor], weights: list[torch.Tensor], ref: torch.Tensor, floor_us: float,
+    args: argparse.Namespace,
+) -> dict[str, Any]:  # fmt: skip
+    """The 16-bit word GEMV (``half_gemv``, at most 4 rows): its default config first, then up
+    to --gemv-configs - 1 of ``gemv_candidates``; each checked against F.linear."""
+    n, k = weights[0].shape
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    default = gemv_config(n, k // 2, rows=xs[0].shape[0], num_sms=sms)
+    others = gemv_candidates(n, k // 2, rows=xs[0].shape[0], num_sms=sms)
+    results = []
+    for cfg in [default, *(c for c in others if c != default)][: args.gemv_configs]:
+
+        def op(x: torch.Tensor, w: torch.Tensor, c: GemvConfig = cfg) -> torch.Tensor:
+            return half_gemv(x, w, config=c)
+
+        us, out = graph_us(op, xs, weights, args.replays)
+        results.append({"config": asdict(cfg), "us": us, "err": rel_err(out, ref)})
+    ok = [r for r in results if r["err"] <= REL_TOL]
+    row: dict[str, Any] = {"gemv_configs": results, "gemv_default_us": results[0]["us"]}
+    if ok:
+        best = min(ok, key=lambda r: r["us"])
+        row |= {"gemv_us": best["us"], "gemv_best": best["config"],
+                "gemv_share": floor_us / best["us"]}  # fmt: skip
+    return row
+
+
 def time_row(
     name: str, weights: list[torch.Tensor], m: int, copy_gbs: float, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -108,6 +143,8 @@ def time_row(
     row: dict[str, Any] = {"shape": name, "N": n, "K": k, "M": m, "layers": len(weights)}
     row["cublas_graph_err"] = rel_err(out, ref)  # a check of the harness: ~0
     row |= {"floor_us": floor_us, "cublas_us": cublas_us, "cublas_share": floor_us / cublas_us}
+    if m <= GEMV_ROWS and args.gemv_configs:
+        row |= time_gemvs(xs, weights, ref, floor_us, args)
     if m > MAX_ROWS:
         return row
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -139,6 +176,11 @@ def describe(row: dict[str, Any]) -> str:
             f" w{c['num_warps']}"
             f" st{c['num_stages']}; default {row.get('triton_default_us', float('nan')):.1f} us"
         )
+    if "gemv_us" in row:
+        line += (
+            f" | GEMV {row['gemv_us']:6.1f} us ({100 * row['gemv_share']:3.0f}%,"
+            f" default {row['gemv_default_us']:.1f})"
+        )
     if row.get("triton_failed"):
         line += f" [{row['triton_failed']} configs failed]"
     return line
@@ -152,6 +194,8 @@ def main() -> None:
     ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated M values")
     ap.add_argument("--max-configs", type=int, default=0, help="Triton configs per row; 0: all")
     ap.add_argument("--replays", type=int, default=10, help="timed graph replays per op")
+    ap.add_argument("--gemv-configs", type=int, default=6,
+                    help="word GEMV configs per row of at most 4 (0: none)")  # fmt: skip
     args = ap.parse_args()
     rows_m = [int(m) for m in args.rows.split(",")]
     t0 = time.perf_counter()

@@ -53,6 +53,19 @@ def _byte_to_f32(word, B: tl.constexpr):
 
 
 @jit
+def _halves_to_f32(word, BF16: tl.constexpr):
+    """The two 16-bit weights of a word, lowest first, as fp32 (exact): bf16 by moving its bits
+    into an fp32's top half, fp16 by converting."""
+    if BF16:
+        lo = (word << 16).to(tl.float32, bitcast=True)
+        hi = (word & -65536).to(tl.float32, bitcast=True)  # 0xFFFF0000 as an int32
+    else:
+        lo = word.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        hi = (word >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    return lo, hi
+
+
+@jit
 def _block_scale(s, SCALE_E8M0: tl.constexpr):
     """Block scale bytes -> fp32 (E8M0: 2**(e - 127) as fp32 bits; e == 0 gives 0 instead of
     2**-127). The partial sums come out in units of 2**-LOG2_UNIT, multiplied back once at the
@@ -382,11 +395,16 @@ def _row_step(
     BLOCK_N: tl.constexpr,
     BLOCK_W: tl.constexpr,
     WORDS_PER_GROUP: tl.constexpr,
+    W16: tl.constexpr,
 ):
     """One K step of one row of x, words w_first .. w_first + BLOCK_W - 1 of W's rows, added
     into its accumulator."""
-    k_first = (w_first + tl.arange(0, BLOCK_W)) * (8 if FP4 else 4)
-    if FP4:
+    k_first = (w_first + tl.arange(0, BLOCK_W)) * (8 if FP4 else (2 if W16 else 4))
+    if W16:
+        lo, hi = _halves_to_f32(q, X_BF16)
+        acc += lo * _x_at(x_ptr, row, stride_xm, M, k_first, mask)
+        acc += hi * _x_at(x_ptr, row, stride_xm, M, k_first + 1, mask)
+    elif FP4:
         if PACKED:
             part = _fp4_packed_part(
                 x_ptr, row, stride_xm, M, w_first, words, q, X_BF16, BLOCK_N, BLOCK_W

@@ -161,6 +161,7 @@ def _word_gemv_kernel(
     # at s_ptr; a multiple of BLOCK_N, so all of a program's rows share a block row); 0: none
     FP8_BLOCK: tl.constexpr = 0,
     X_CHUNK: tl.constexpr = 0,  # FP8 PACKED: x values a program reads at once for its factor
+    W16: tl.constexpr = False,  # W holds x's 16-bit dtype, two values a word (not FP4 or FP8)
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
     # FP8 PACKED: one partial sum per word pair
@@ -233,15 +234,15 @@ def _word_gemv_kernel(
             scale = _block_scale(s, SCALE_E8M0)
         # fmt: off
         acc0 = _row_step(acc0, x_ptr, 0, stride_xm, M, w0, words, in_k, q, scale, xf0, FP4,
-                         PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+                         PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP, W16)
         if ROWS > 1:
             acc1 = _row_step(acc1, x_ptr, 1, stride_xm, M, w0, words, in_k, q, scale, xf1, FP4,
-                             PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+                             PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP, W16)
         if ROWS > 2:
             acc2 = _row_step(acc2, x_ptr, 2, stride_xm, M, w0, words, in_k, q, scale, xf2, FP4,
-                             PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+                             PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP, W16)
             acc3 = _row_step(acc3, x_ptr, 3, stride_xm, M, w0, words, in_k, q, scale, xf3, FP4,
-                             PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP)
+                             PACKED, X_BF16, USE_ASM, BLOCK_N, BLOCK_W, WORDS_PER_GROUP, W16)
         # fmt: on
         q = q_next
         in_k = in_k_next
@@ -339,12 +340,13 @@ def launch_word_gemv(
     moe: MoeSlots | None = None,
     pdl: bool = False,
     fp8_block_rows: int = 0,
+    half_weights: bool = False,
 ) -> None:
     """``weight_bytes`` uint8 [N, K/2] (FP4 codes; ``block_scale`` [N, K/group]) or float8
     e4m3 [N, K] (FP8; ``row_scale`` [N] or [1], or with ``fp8_block_rows`` ``block_scale`` fp32
-    [N / fp8_block_rows, K / 128]). With ``moe``, each of them has a leading expert dimension
-    and ``out`` is [slots, N]. ``pdl``: programmatic dependent launch
-    (``kvserve.kernels._triton``)."""
+    [N / fp8_block_rows, K / 128]), or with ``half_weights`` the bytes of a weight in x's 16-bit
+    dtype, uint8 [N, 2K]. With ``moe``, each of them has a leading expert dimension and ``out``
+    is [slots, N]. ``pdl``: programmatic dependent launch (``kvserve.kernels._triton``)."""
     m, k = x.shape
     n, row_bytes = weight_bytes.shape[-2:]
     fp4 = block_scale is not None and not fp8_block_rows
@@ -377,7 +379,7 @@ def launch_word_gemv(
     scales = block_scale.view(torch.uint8) if fp4 else weight_bytes
     if fp8_block_rows:
         scales = block_scale
-    half = fp4 or (cfg.half_sums and words % 2 == 0)
+    half = fp4 or (cfg.half_sums and not half_weights and words % 2 == 0)
     packed = half and x.dtype != torch.float32 and not interpreting()
     # FP8 packed: a program reads its K range of x at most 4096 values at a time for its factor
     x_chunk = min(4096, 4 * next_pow2(steps_per_split * cfg.block_w))
@@ -402,7 +404,7 @@ def launch_word_gemv(
         SCALE_ROWS=moe is not None and moe.router_weights is not None,
         TOP_K=1 if moe is None else moe.top_k,
         SUM_TOKENS=moe.token_sum.sum_mode if summing else 0,
-        FP8_BLOCK=fp8_block_rows, X_CHUNK=x_chunk if packed and not fp4 else 0,
+        FP8_BLOCK=fp8_block_rows, X_CHUNK=x_chunk if packed and not fp4 else 0, W16=half_weights,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **launch_options(pdl), **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
@@ -485,6 +487,34 @@ def fp8_gemv(
         cfg = replace(cfg, block_n=min(cfg.block_n, block_rows))
     launch_word_gemv(x, weight.view(torch.uint8), block_scale, row_scale, bias, out, cfg, 8,
                      pdl=pdl, fp8_block_rows=block_rows)  # fmt: skip
+    return out
+
+
+def half_gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    config: GemvConfig | None = None,
+    *,
+    pdl: bool = False,
+) -> torch.Tensor:
+    """``x`` [M <= 4, K] @ ``weight``.T (+ bias), the weight in x's dtype (bf16 or fp16), on the
+    word GEMV: two weights a 32-bit word, widened exactly to fp32, one fp32 FMA each. K even."""
+    n, k = weight.shape
+    ok = (
+        x.dim() == 2 and x.shape[1] == k and 0 < x.shape[0] <= GEMV_ROWS and k % 2 == 0
+        and x.dtype in (torch.bfloat16, torch.float16) and weight.dtype == x.dtype
+        and weight.stride(1) == 1 and x.device == weight.device
+    )  # fmt: skip
+    if not ok:
+        got = f"x {tuple(x.shape)} {x.dtype}, weight {tuple(weight.shape)} {weight.dtype}"
+        raise ValueError(f"half_gemv: {got}")
+    require_triton()
+    x = x if x.stride(1) == 1 else x.contiguous()
+    out = torch.empty(x.shape[0], n, dtype=x.dtype, device=x.device)
+    cfg = config or gemv_config(n, k // 2, rows=x.shape[0], num_sms=sm_count(x.device))
+    launch_word_gemv(x, weight.view(torch.uint8), None, None, bias, out, cfg, 8, pdl=pdl,
+                     half_weights=True)  # fmt: skip
     return out
 
 

@@ -12,6 +12,7 @@ from torch import nn
 from kvserve.kernels._triton import hopper_or_newer
 from kvserve.kernels.skinny_gemm import MAX_ROWS as SKINNY_MAX_ROWS
 from kvserve.kernels.skinny_gemm import skinny_linear
+from kvserve.kernels.word_gemv import GEMV_ROWS, half_gemv
 from kvserve.quant.method import copy_checked, rows_from_env, shard_rows, unknown_param
 
 if TYPE_CHECKING:
@@ -38,12 +39,32 @@ class UnquantizedLinearMethod:
         layer.weight.data.uniform_(-0.02, 0.02, generator=gen)
 
     def apply(self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if _gemv_here(layer.weight, x):
+            return half_gemv(x, layer.weight, bias, pdl=layer.launch_pdl)
         if x.shape[0] <= skinny_max_rows() and x.is_cuda and hopper_or_newer(x.device):
             return skinny_linear(x, layer.weight, None, bias, pdl=layer.launch_pdl)
         return F.linear(x, layer.weight, bias)
 
 
+def _gemv_here(weight: torch.Tensor, x: torch.Tensor) -> bool:
+    """A step of at most ``gemv_max_rows()`` tokens, 16-bit and on a GPU, weight and x alike."""
+    return (
+        0 < x.shape[0] <= gemv_max_rows() and x.is_cuda and x.dtype == weight.dtype
+        and x.dtype in (torch.bfloat16, torch.float16) and x.shape[-1] % 2 == 0
+    )  # fmt: skip
+
+
 SKINNY_ROWS_ENV = "KVSERVE_BF16_SKINNY_ROWS"
+GEMV_ROWS_ENV = "KVSERVE_BF16_GEMV_ROWS"
+
+
+@functools.cache
+def gemv_max_rows() -> int:
+    """Steps of at most this many tokens (0-4) take the word GEMV (``kernels/word_gemv.py``'s
+    ``half_gemv``: two 16-bit weights a word, fp32 FMAs) instead of cuBLAS
+    (``KVSERVE_BF16_GEMV_ROWS``, bf16 and fp16 weights; off by default until timed in the
+    engine)."""
+    return rows_from_env(GEMV_ROWS_ENV, 0, GEMV_ROWS)
 
 
 @functools.cache
@@ -57,4 +78,5 @@ def skinny_max_rows() -> int:
 
 def make_method(config: object) -> UnquantizedLinearMethod:
     skinny_max_rows()  # a bad KVSERVE_BF16_SKINNY_ROWS fails the load, not the first step
+    gemv_max_rows()
     return UnquantizedLinearMethod()

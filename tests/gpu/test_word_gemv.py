@@ -17,7 +17,13 @@ import torch
 
 pytest.importorskip("triton")
 
-from kernel_test_device import DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS, ON_GPU_ONLY  # noqa: E402
+from kernel_test_device import (  # noqa: E402
+    BF16_UNLESS_INTERPRETED,
+    DEVICE,
+    INTERPRETED,
+    NEEDS_CUDA_GRAPHS,
+    ON_GPU_ONLY,
+)
 from test_fp4_gemm import fp4_weight  # noqa: E402
 
 from kvserve.errors import ConfigError  # noqa: E402
@@ -31,7 +37,9 @@ from kvserve.kernels.word_gemv import (  # noqa: E402
     fp8_gemv,
     fp8_gemv_config,
     gemv_config,
+    half_gemv,
 )
+from kvserve.quant import unquantized  # noqa: E402
 from kvserve.quant.fp8_config import Fp8Spec  # noqa: E402
 from kvserve.quant.fp8_method import W8A16_ROWS_ENV, Fp8LinearMethod, w8a16_max_rows  # noqa: E402
 from kvserve.quant.fp8_weights import quantize_weight  # noqa: E402
@@ -158,6 +166,65 @@ def test_bad_operands_are_refused() -> None:
         fp8_gemv(x[:, :64], q, scale)
     with pytest.raises(ValueError, match="fp8_gemv"):
         fp8_gemv(x, q.float(), scale)
+
+
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize(
+    ("n", "k"), [(256, 512), (200, 300), pytest.param(6144, 4096, marks=ON_GPU_ONLY)]
+)
+@pytest.mark.parametrize("m", [1, 2, 4])
+def test_half_weights_match_f_linear(m: int, n: int, k: int, split_k: int, dtype) -> None:  # noqa: ANN001
+    """16-bit weights two a word (``half_gemv``): N and K tails, split K, a bias; the default
+    tile and a narrow one."""
+    gen = torch.Generator().manual_seed(m + n + k)
+    x = torch.randn(m, k, generator=gen).to(DEVICE, dtype)
+    w = (torch.randn(n, k, generator=gen) / k**0.5).to(DEVICE, dtype)
+    bias = torch.randn(n, generator=gen).to(DEVICE, dtype)
+    ref = x.float() @ w.float().T + bias.float()
+    for cfg in (None, GemvConfig(64, 16, split_k)):
+        out = half_gemv(x, w, bias, cfg)
+        err = (out.float() - ref).abs().max() / ref.abs().max()
+        assert out.dtype == dtype and err < TOL[dtype], f"relative error {err:.3g}"
+
+
+def test_half_weights_refuse_what_they_cannot_take() -> None:
+    x = torch.randn(2, 64, device=DEVICE, dtype=torch.float16)
+    w = torch.randn(32, 64, device=DEVICE, dtype=torch.float16)
+    with pytest.raises(ValueError, match="half_gemv"):
+        half_gemv(x.float(), w.float())  # fp32: not a 16-bit dtype
+    with pytest.raises(ValueError, match="half_gemv"):
+        half_gemv(x, w[:, :63])  # an odd K
+    with pytest.raises(ValueError, match="half_gemv"):
+        half_gemv(torch.cat([x, x, x]), w)  # 6 rows
+
+
+def test_unquantized_method_takes_the_half_gemv_up_to_its_row_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``KVSERVE_BF16_GEMV_ROWS`` bounds the 16-bit steps that take ``half_gemv`` (CUDA only:
+    elsewhere the method keeps F.linear); a bad value is refused at the load."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 512, generator=gen).to(DEVICE, torch.float16)
+    w = (torch.randn(256, 512, generator=gen) / 512**0.5).to(DEVICE, torch.float16)
+    layer = SimpleNamespace(weight=w, launch_pdl=False)
+    monkeypatch.setenv(unquantized.GEMV_ROWS_ENV, "5")
+    unquantized.gemv_max_rows.cache_clear()
+    with pytest.raises(ConfigError, match="from 0 to 4"):
+        unquantized.make_method(None)
+    monkeypatch.setenv(unquantized.GEMV_ROWS_ENV, "2")
+    unquantized.gemv_max_rows.cache_clear()
+    try:
+        method = unquantized.make_method(None)
+        two = method.apply(layer, x[:2], None)  # type: ignore[arg-type]
+        if x.is_cuda:
+            assert torch.equal(two, half_gemv(x[:2], w))
+        torch.testing.assert_close(two.float(), x[:2].float() @ w.float().T, rtol=4e-3, atol=4e-3)
+        four = method.apply(layer, x, None)  # type: ignore[arg-type]
+        assert torch.equal(four, torch.nn.functional.linear(x, w))  # past the setting: F.linear
+    finally:
+        monkeypatch.delenv(unquantized.GEMV_ROWS_ENV)
+        unquantized.gemv_max_rows.cache_clear()
 
 
 @NEEDS_CUDA_GRAPHS
