@@ -420,10 +420,12 @@ def moe_gemv(
     token_sum: TokenSum | None = None,
     pdl: bool = False,
     fp8_block_rows: int = 0,
+    half_weights: bool = False,
 ) -> torch.Tensor:
     """One GEMV per slot of a decode step's experts (``launch_word_gemv`` with ``MoeSlots``):
     ``route`` is (expert of each slot, top_k, router weights or None: the gate/up GEMM, x row
-    per token); ``scales`` (block scales, row scales). Returns [slots, N], or with a
+    per token); ``scales`` (block scales, row scales); ``weight_bytes`` and ``half_weights`` as
+    ``launch_word_gemv``'s. Returns [slots, N], or with a
     ``token_sum`` [tokens, N], each token's k rows summed in the epilogue."""
     experts, top_k, row_weights = route
     a = a if a.stride(1) == 1 else a.contiguous()
@@ -431,7 +433,7 @@ def moe_gemv(
     summing = dest if token_sum is not None else None
     slots = MoeSlots(experts, top_k, row_weights is None, row_weights, summing)
     launch_word_gemv(a, weight_bytes, *scales, None, dest.out, cfg, group, slots, pdl,
-                     fp8_block_rows)  # fmt: skip
+                     fp8_block_rows, half_weights)  # fmt: skip
     return dest.out
 
 

@@ -8,6 +8,11 @@ import torch
 from torch import nn
 
 from kvserve.kernels.fused_moe import fused_moe_reference
+from kvserve.kernels.fused_moe_half_gemv import (
+    fused_moe_half_gemv,
+    half_moe_gemv_enabled,
+    half_moe_gemv_here,
+)
 from kvserve.quant.moe_method import ExpertReader
 
 if TYPE_CHECKING:
@@ -54,11 +59,12 @@ class UnquantizedExpertMethod:
             from kvserve.kernels.fused_moe import fused_moe
 
             pdl = moe.kernels.pdl
-            return fused_moe(
-                x, moe.w13, moe.w2, topk_weights, topk_ids, pdl, addend, moe.shared_expert
-            )
+            on_gemv = half_moe_gemv_here(topk_ids.numel(), moe.w13, moe.w2, x)
+            run = fused_moe_half_gemv if on_gemv else fused_moe
+            return run(x, moe.w13, moe.w2, topk_weights, topk_ids, pdl, addend, moe.shared_expert)
         return fused_moe_reference(x, moe.w13, moe.w2, topk_weights, topk_ids, addend=addend)
 
 
 def make_expert_method(config: object) -> UnquantizedExpertMethod:
+    half_moe_gemv_enabled()  # a bad KVSERVE_BF16_MOE_GEMV fails the load, not the first step
     return UnquantizedExpertMethod()

@@ -18,6 +18,7 @@ from kvserve.errors import ConfigError
 from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
 from kvserve.kernels.fused_moe_fp8 import FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled
+from kvserve.kernels.fused_moe_half_gemv import HALF_MOE_GEMV_ENV, half_moe_gemv_enabled
 from kvserve.quant.fp8_weights import quantize_weight
 from kvserve.quant.mxfp4 import quantize_mxfp4
 from kvserve.quant.nvfp4 import quantize_nvfp4
@@ -118,17 +119,30 @@ def test_dummy_weights_in_the_checkpoint_layout(quantization_config: dict, tmp_p
     assert len(out[0].token_ids) == 4
 
 
-def test_a_bad_fp8_moe_gemv_switch_fails_the_load(
-    tiny_model_dir, monkeypatch: pytest.MonkeyPatch
-) -> None:  # noqa: ANN001
-    """``KVSERVE_FP8_MOE_GEMV`` is read when the FP8 experts are built, not at the first step."""
+@pytest.mark.parametrize(
+    ("env", "cached", "quantization"),
+    [
+        (FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled, "fp8"),
+        (HALF_MOE_GEMV_ENV, half_moe_gemv_enabled, None),
+    ],
+    ids=["fp8", "bf16"],
+)
+def test_a_bad_moe_gemv_switch_fails_the_load(
+    env: str,
+    cached,
+    quantization: str | None,
+    tiny_model_dir,
+    monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+) -> None:
+    """``KVSERVE_FP8_MOE_GEMV`` / ``KVSERVE_BF16_MOE_GEMV`` are read when the experts are built,
+    not at the first step."""
     arch = "Qwen3MoeForCausalLM"
     src = tiny_model_dir(arch, **MOE_TINY[arch])
-    monkeypatch.setenv(FP8_MOE_GEMV_ENV, "on")
-    fp8_moe_gemv_enabled.cache_clear()
+    monkeypatch.setenv(env, "on")
+    cached.cache_clear()
     try:
-        with pytest.raises(ConfigError, match=f"{FP8_MOE_GEMV_ENV}='on': expected 0 or 1"):
-            LLM(model=str(src), device="cpu", quantization="fp8", max_total_tokens=1024)
+        with pytest.raises(ConfigError, match=f"{env}='on': expected 0 or 1"):
+            LLM(model=str(src), device="cpu", quantization=quantization, max_total_tokens=1024)
     finally:
-        monkeypatch.delenv(FP8_MOE_GEMV_ENV)
-        fp8_moe_gemv_enabled.cache_clear()
+        monkeypatch.delenv(env)
+        cached.cache_clear()

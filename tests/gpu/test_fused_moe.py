@@ -12,6 +12,7 @@ pytest.importorskip("triton")
 
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, NEEDS_CUDA_GRAPHS  # noqa: E402
 
+from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels.fused_moe import (  # noqa: E402
     SlotOutput,
     TokenSum,
@@ -19,6 +20,12 @@ from kvserve.kernels.fused_moe import (  # noqa: E402
     fused_moe_reference,
     sort_slots_by_expert,
     sort_slots_by_expert_kernel,
+)
+from kvserve.kernels.fused_moe_half_gemv import (  # noqa: E402
+    HALF_MOE_GEMV_ENV,
+    fused_moe_half_gemv,
+    half_moe_gemv_enabled,
+    half_moe_gemv_here,
 )
 from kvserve.kernels.moe_routing import (  # noqa: E402
     Routing,
@@ -63,6 +70,52 @@ def test_fused_moe_matches_reference(tokens, load, experts, hidden, inter, k, dt
     want = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids)
     scale = want.abs().max().item()
     assert (got - want).abs().max().item() <= 2e-2 * scale
+
+
+@pytest.fixture
+def half_moe_gemv(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """KVSERVE_BF16_MOE_GEMV=1 for one test."""
+    monkeypatch.setenv(HALF_MOE_GEMV_ENV, "1")
+    half_moe_gemv_enabled.cache_clear()
+    yield
+    monkeypatch.delenv(HALF_MOE_GEMV_ENV)
+    half_moe_gemv_enabled.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
+@pytest.mark.parametrize("load", ["random", "one_expert", "few_experts"])
+@pytest.mark.parametrize(
+    ("tokens", "experts", "hidden", "inter", "k"),
+    [(1, 8, 256, 128, 2), (1, 64, 320, 96, 8), (2, 64, 320, 96, 8)],
+)
+def test_decode_on_the_half_gemv_matches_reference(  # noqa: ANN201
+    tokens, experts, hidden, inter, k, load, dtype, half_moe_gemv  # noqa: ANN001
+):  # fmt: skip
+    """KVSERVE_BF16_MOE_GEMV=1: a decode step's 16-bit experts on the word GEMV, one slot a
+    program row, the k rows and a shared expert's output summed in the down GEMV's epilogue."""
+    x, w13, w2, weights, ids = _case(tokens, experts, hidden, inter, k, load, dtype)
+    assert half_moe_gemv_here(ids.numel(), w13, w2, x)
+    addend = torch.randn(x.shape, generator=torch.Generator().manual_seed(9)).to(x)
+    got = fused_moe_half_gemv(x, w13, w2, weights, ids, addend=addend.clone()).float()
+    want = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids, addend=addend)
+    scale = want.abs().max().item()
+    assert (got - want.float()).abs().max().item() <= 2e-2 * scale
+
+
+def test_half_moe_gemv_is_off_unless_asked_and_checks_its_switch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    x, w13, w2, _, ids = _case(1, 8, 256, 128, 2, "random", torch.float16)
+    half_moe_gemv_enabled.cache_clear()
+    assert not half_moe_gemv_here(ids.numel(), w13, w2, x)
+    monkeypatch.setenv(HALF_MOE_GEMV_ENV, "true")
+    half_moe_gemv_enabled.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=HALF_MOE_GEMV_ENV):
+            half_moe_gemv_enabled()
+    finally:
+        monkeypatch.delenv(HALF_MOE_GEMV_ENV)
+        half_moe_gemv_enabled.cache_clear()
 
 
 @NEEDS_CUDA_GRAPHS

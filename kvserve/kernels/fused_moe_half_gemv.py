@@ -1,0 +1,86 @@
+"""Decode steps of 16-bit (bf16 or fp16) experts on the word GEMV of ``word_gemv.py``, one slot
+per program row, two weights a 32-bit word (``half_gemv``'s decoding), each token's k rows and a
+shared expert's output summed in the down GEMV's epilogue: what FP4 experts do by default and
+FP8 ones with ``KVSERVE_FP8_MOE_GEMV=1``, in place of the grouped MMA kernel of
+``fused_moe.py``. ``KVSERVE_BF16_MOE_GEMV=1`` turns it on; off by default until it is timed in
+the engine. The result is ``fused_moe_reference``'s within bf16 rounding, as ``fused_moe``'s."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from kvserve.errors import ConfigError
+from kvserve.kernels._triton import sm_count
+from kvserve.kernels.fused_moe import TokenSum, fused_moe_with, one_slot_per_block
+from kvserve.kernels.moe_tiles import expert_tiles
+from kvserve.kernels.word_gemv import GemvConfig, gemv_config, moe_gemv
+
+HALF_MOE_GEMV_ENV = "KVSERVE_BF16_MOE_GEMV"
+
+
+@functools.cache
+def half_moe_gemv_enabled() -> bool:
+    """``KVSERVE_BF16_MOE_GEMV``: 1 runs 16-bit experts' decode steps on the word GEMV; 0 (the
+    default) on the grouped MMA kernel."""
+    value = os.environ.get(HALF_MOE_GEMV_ENV, "0")
+    if value not in ("0", "1"):
+        raise ConfigError(f"{HALF_MOE_GEMV_ENV}={value!r}: expected 0 or 1")
+    return value == "1"
+
+
+def half_moe_gemv_here(num_slots: int, w13: torch.Tensor, w2: torch.Tensor, x: torch.Tensor,
+                       ) -> bool:  # fmt: skip
+    """A decode step (one slot per expert block) with the switch on, 16-bit experts in x's
+    dtype, both stacks' K even (two weights a word)."""
+    return (
+        x.dtype in (torch.bfloat16, torch.float16) and w13.dtype == w2.dtype == x.dtype
+        and w13.shape[2] % 2 == 0 and w2.shape[2] % 2 == 0
+        and one_slot_per_block(num_slots, w13.shape[0]) and half_moe_gemv_enabled()
+    )  # fmt: skip
+
+
+def fused_moe_half_gemv(
+    x: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    pdl: bool = False,
+    addend: torch.Tensor | None = None,
+    shared: bool = False,
+) -> torch.Tensor:
+    """``fused_moe`` (same arguments) for a step ``half_moe_gemv_here`` accepts. Tiles: the
+    table's ``<dtype>_gemv`` entries, else the GEMV's default."""
+    kind = str(w13.dtype).removeprefix("torch.") + "_gemv"
+    tiles = expert_tiles(kind, w13.shape, topk_ids, x.device, {}, shared)
+    stacks = (w13, w2)
+
+    def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
+        return _half_moe_gemv(a, stacks[which], blocks, top_k, row_weights, token_sum, pdl, config)
+
+    return fused_moe_with(
+        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, tiles, pdl, addend
+    )
+
+
+def _half_moe_gemv(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    experts: torch.Tensor,
+    top_k: int,
+    row_weights: torch.Tensor | None,
+    token_sum: TokenSum | None,
+    pdl: bool,
+    config: dict[str, int],
+) -> torch.Tensor:
+    n, k = w.shape[1], w.shape[2]
+    if config:
+        cfg = GemvConfig(**config)
+    else:
+        cfg = gemv_config(n, k // 2, num_sms=sm_count(a.device), slots=experts.numel())
+    route = (experts, top_k, row_weights)
+    return moe_gemv(a, w.view(torch.uint8), (None, None), cfg, 8, route, token_sum, pdl,
+                    half_weights=True)  # fmt: skip
