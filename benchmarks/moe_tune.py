@@ -15,8 +15,9 @@ random logits, plus a last slot on a stacked shared expert where the engine stac
 and top_k = 8; ``moe_gemm.stacked``). The kernels the engine launches for that step are screened
 over a grid of tiles (``step_candidates``): the format's grouped GEMM on the slots sorted or one
 to a block, as ``fused_moe`` runs it, gate/up and down apart but sharing ``BLOCK_M``; for FP4
-decode steps the word GEMV (``*_gemv`` entries), and for FP8 ones with
-``KVSERVE_FP8_MOE_GEMV=1``. A tile whose output strays from the heuristic tile's is dropped.
+decode steps the word GEMV (``*_gemv`` entries), and for FP8 / bf16 ones with
+``KVSERVE_FP8_MOE_GEMV=1`` / ``KVSERVE_BF16_MOE_GEMV=1``. A tile whose output strays from the
+heuristic tile's is dropped.
 The ``FINALISTS`` best of each GEMM and group are then timed again against the heuristic tile,
 interleaved (``retime``), and the fastest pair is kept, the heuristic's unless beaten. Every
 timing is of launches replayed from a CUDA graph under programmatic dependent launch, as the
@@ -74,6 +75,7 @@ from kvserve.kernels.fused_moe import (
 )
 from kvserve.kernels.fused_moe_fp4 import fp4_expert_gemm, fp4_path
 from kvserve.kernels.fused_moe_fp8 import fp8_expert_gemm
+from kvserve.kernels.fused_moe_half_gemv import half_expert_gemv
 from kvserve.kernels.moe_tiles import TABLE_DIR, table_path
 
 GEMMS = ("gate_up", "down")
@@ -126,6 +128,8 @@ class Experts:
         """With programmatic dependent launch where the engine uses it (sm_90+)."""
         pdl = hopper_or_newer(torch.device("cuda"))
         if self.fmt == "bf16":
+            if on_gemv(self.fmt, slots, self.experts):
+                return half_expert_gemv(*self.stacks, pdl=pdl)
             return expert_gemm(*self.stacks, pdl=pdl)
         if self.fmt.startswith("fp8"):
             gemv = on_gemv(self.fmt, slots, self.experts)

@@ -1,7 +1,7 @@
 """The search space of ``moe_tune``: which steps are tuned, the heuristic tile each is compared
 with (the engine's without a table), and the candidate tiles: per ``BLOCK_M`` for the grouped
-GEMMs, the word GEMV's tiles and K splits for FP4 decode steps (and FP8 ones with
-``KVSERVE_FP8_MOE_GEMV=1``)."""
+GEMMs, the word GEMV's tiles and K splits for FP4 decode steps (and FP8 / bf16 ones with
+``KVSERVE_FP8_MOE_GEMV=1`` / ``KVSERVE_BF16_MOE_GEMV=1``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from benchmarks.moe_gemm import moe_shape, stacked
 from kvserve.kernels.fused_moe import _block_config, half_weight_config, one_slot_per_block
 from kvserve.kernels.fused_moe_fp4 import fp4_path
 from kvserve.kernels.fused_moe_fp8 import fp8_kind, fp8_moe_gemv_enabled, launch_tile
+from kvserve.kernels.fused_moe_half_gemv import half_moe_gemv_enabled
 from kvserve.kernels.moe_tiles import GEMV_KEYS, TILE_KEYS, MoeShape
 from kvserve.kernels.word_gemv import GEMV_TILES, gemv_config
 
@@ -47,10 +48,13 @@ def shape_key(fmt: str, shape: dict[str, int], gemv: bool = False) -> MoeShape:
 
 
 def on_gemv(fmt: str, slots: int, experts: int) -> bool:
-    """FP4 decode steps run the word GEMV (``fused_moe_fp4``), and FP8 ones with
-    ``KVSERVE_FP8_MOE_GEMV=1`` (``fused_moe_fp8``)."""
+    """FP4 decode steps run the word GEMV (``fused_moe_fp4``), FP8 ones with
+    ``KVSERVE_FP8_MOE_GEMV=1`` (``fused_moe_fp8``), bf16 ones with ``KVSERVE_BF16_MOE_GEMV=1``
+    (``fused_moe_half_gemv``)."""
     if fmt.startswith("fp8"):
         return one_slot_per_block(slots, experts) and fp8_moe_gemv_enabled()
+    if fmt == "bf16":
+        return one_slot_per_block(slots, experts) and half_moe_gemv_enabled()
     return fmt in FP4_FORMATS and fp4_path(slots, experts) == "gemv"
 
 
@@ -123,7 +127,7 @@ def step_candidates(step: Step, shape: dict[str, int], num_sms: int,
     slots = step.tokens * per_token
     if on_gemv(step.fmt, slots, experts):
         h, inter = shape["hidden"], shape["inter"]
-        per_word = 4 if step.fmt.startswith("fp8") else 8  # values of K a 32-bit word holds
+        per_word = {"bf16": 2, "fp8": 4, "fp8-channel": 4}.get(step.fmt, 8)  # values a word
         gate_up, down = (2 * inter, h // per_word), (h, inter // per_word)
         return {0: (gemv_tiles(*gate_up, slots, num_sms), gemv_tiles(*down, slots, num_sms))}
     return {m: (candidate_tiles(step.fmt, m),) * 2 for m in block_ms(slots, experts)}

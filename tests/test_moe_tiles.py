@@ -21,6 +21,7 @@ from benchmarks.moe_tune_space import (
 )
 from kvserve.kernels import moe_tiles
 from kvserve.kernels.fused_moe_fp8 import FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled
+from kvserve.kernels.fused_moe_half_gemv import HALF_MOE_GEMV_ENV, half_moe_gemv_enabled
 from kvserve.kernels.moe_tiles import GEMV_KEYS, MoeShape, MoeTiles, load_table, tuned_tiles
 from kvserve.kernels.word_gemv import GemvConfig
 
@@ -65,32 +66,37 @@ def test_tuner_keys_are_what_the_kernels_look_up() -> None:
     assert shape_key("fp8-channel", shape_of("glm-4.5-air", 1)).kind == "fp8_channel"
 
 
-def test_fp8_decode_steps_tune_gemv_tiles_when_the_gemv_is_on(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """With ``KVSERVE_FP8_MOE_GEMV=1`` a one-token GLM-4.5-Air FP8 step is tuned as the engine
-    runs it, on the word GEMV: GEMV tiles (K in words of four values) under the ``*_gemv`` key
-    ``fused_moe_fp8.fp8_tiles`` looks up; otherwise the grouped kernel's tiles."""
+@pytest.mark.parametrize(
+    ("fmt", "env", "cached", "per_word", "kind"),
+    [
+        ("fp8", FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled, 4, "fp8_block128x128_gemv"),
+        ("bf16", HALF_MOE_GEMV_ENV, half_moe_gemv_enabled, 2, "bfloat16_gemv"),
+    ],
+    ids=["fp8", "bf16"],
+)
+def test_decode_steps_tune_gemv_tiles_when_the_gemv_is_on(  # noqa: ANN201
+    fmt: str, env: str, cached, per_word: int, kind: str, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+):  # fmt: skip
+    """With ``KVSERVE_FP8_MOE_GEMV=1`` (``KVSERVE_BF16_MOE_GEMV=1``) a one-token GLM-4.5-Air FP8
+    (bf16) step is tuned as the engine runs it, on the word GEMV: GEMV tiles (K in words of
+    four e4m3 or two bf16 values) under the ``*_gemv`` key the kernels look up; otherwise the
+    grouped kernel's tiles."""
     shape = shape_of("glm-4.5-air", 1)
-    step = Step("glm-4.5-air", "fp8", 1)
+    step = Step("glm-4.5-air", fmt, 1)
     slots, experts = 9, 129  # the shared expert stacked (moe_gemm.stacked)
     try:
-        monkeypatch.setenv(FP8_MOE_GEMV_ENV, "1")
-        fp8_moe_gemv_enabled.cache_clear()
-        assert on_gemv("fp8", slots, experts) and not on_gemv("fp8", 64 * slots, experts)
+        monkeypatch.setenv(env, "1")
+        cached.cache_clear()
+        assert on_gemv(fmt, slots, experts) and not on_gemv(fmt, 64 * slots, experts)
         (gate_up, down), = step_candidates(step, shape, 132).values()  # fmt: skip
         assert all(set(t) == set(GEMV_KEYS) for t in gate_up + down)
-        # K counted in words of four e4m3 values (FP4's hold eight)
-        assert gate_up == gemv_tiles(2816, 4096 // 4, slots, 132)
-        assert down == gemv_tiles(4096, 1408 // 4, slots, 132)
-        assert (
-            shape_key("fp8", shape, True).key()
-            == "fp8_block128x128_gemv E=128 N=2816 K=4096 top_k=8"
-        )
+        assert gate_up == gemv_tiles(2816, 4096 // per_word, slots, 132)
+        assert down == gemv_tiles(4096, 1408 // per_word, slots, 132)
+        assert shape_key(fmt, shape, True).key() == f"{kind} E=128 N=2816 K=4096 top_k=8"
     finally:
-        monkeypatch.delenv(FP8_MOE_GEMV_ENV)
-        fp8_moe_gemv_enabled.cache_clear()
-    assert not on_gemv("fp8", slots, experts)
+        monkeypatch.delenv(env)
+        cached.cache_clear()
+    assert not on_gemv(fmt, slots, experts)
     assert all("BLOCK_M" in t for ts in step_candidates(step, shape, 132).values() for t in ts[0])
 
 

@@ -14,7 +14,7 @@ import torch
 
 from kvserve.errors import ConfigError
 from kvserve.kernels._triton import sm_count
-from kvserve.kernels.fused_moe import TokenSum, fused_moe_with, one_slot_per_block
+from kvserve.kernels.fused_moe import ExpertGemm, TokenSum, fused_moe_with, one_slot_per_block
 from kvserve.kernels.moe_tiles import expert_tiles
 from kvserve.kernels.word_gemv import GemvConfig, gemv_config, moe_gemv
 
@@ -56,14 +56,21 @@ def fused_moe_half_gemv(
     table's ``<dtype>_gemv`` entries, else the GEMV's default."""
     kind = str(w13.dtype).removeprefix("torch.") + "_gemv"
     tiles = expert_tiles(kind, w13.shape, topk_ids, x.device, {}, shared)
+    gemm = half_expert_gemv(w13, w2, pdl)
+    return fused_moe_with(
+        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, tiles, pdl, addend
+    )
+
+
+def half_expert_gemv(w13: torch.Tensor, w2: torch.Tensor, pdl: bool = False) -> ExpertGemm:
+    """``fused_moe_half_gemv``'s GEMM over these stacks (decode steps: ``blocks`` is each
+    slot's expert)."""
     stacks = (w13, w2)
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         return _half_moe_gemv(a, stacks[which], blocks, top_k, row_weights, token_sum, pdl, config)
 
-    return fused_moe_with(
-        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, tiles, pdl, addend
-    )
+    return gemm
 
 
 def _half_moe_gemv(
