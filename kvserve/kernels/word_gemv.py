@@ -1,5 +1,6 @@
 """Weight-only GEMV for 1-4 rows of x on CUDA cores, W read as 32-bit words: FP4 (E2M1, eight
-codes a word, NVFP4 or MXFP4 block scales) or FP8 e4m3 (four values a word).
+codes a word, NVFP4 or MXFP4 block scales), FP8 e4m3 (four values a word) or x's own 16-bit
+dtype (bf16 or fp16, two values a word: ``half_gemv``).
 
 References: ``fp4_linear_reference`` (``fp4_reference.py``) and ``F.linear`` on the dequantized
 FP8 weight. Entry points: ``fp4_linear`` (``fp4_gemm.py``) with a ``GemvConfig``, and
@@ -35,6 +36,8 @@ the loop, from the sm_90 SASS of the defaults: NVFP4 3.1, MXFP4 3.0, FP8 2.7 wit
   the sums are divided by the factor once, at the end.
 - Otherwise (FP8 without half sums; fp32 x; Triton's interpreter) f16 -> f32 and one fp32 FMA
   per weight.
+- 16-bit weights: bf16 widened to fp32 by moving its bits into the top half (fp16 converted),
+  one fp32 FMA per weight.
 - Per scale group the partial sum is multiplied by its block scale once.
 
 A program owns BLOCK_N rows of W and walks K in steps of BLOCK_W words (the in-register pieces
@@ -425,8 +428,8 @@ def moe_gemv(
     """One GEMV per slot of a decode step's experts (``launch_word_gemv`` with ``MoeSlots``):
     ``route`` is (expert of each slot, top_k, router weights or None: the gate/up GEMM, x row
     per token); ``scales`` (block scales, row scales); ``weight_bytes`` and ``half_weights`` as
-    ``launch_word_gemv``'s. Returns [slots, N], or with a
-    ``token_sum`` [tokens, N], each token's k rows summed in the epilogue."""
+    ``launch_word_gemv``'s. Returns [slots, N], or with a ``token_sum`` [tokens, N], each
+    token's k rows summed in the epilogue."""
     experts, top_k, row_weights = route
     a = a if a.stride(1) == 1 else a.contiguous()
     dest = SlotOutput.plan(a, experts.numel(), weight_bytes.shape[1], top_k, cfg.block_n, token_sum)
