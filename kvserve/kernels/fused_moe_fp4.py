@@ -23,7 +23,7 @@ import os
 
 import torch
 
-from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, sm_count, tl
+from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, tl
 from kvserve.kernels.fp4_dequantize import dequantize_fp4_dense
 from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
 from kvserve.kernels.fp4_tile import code_words, dequant_tile
@@ -45,7 +45,7 @@ from kvserve.kernels.fused_moe import (
     one_slot_per_block,
 )
 from kvserve.kernels.moe_tiles import MoeTiles, expert_tiles
-from kvserve.kernels.word_gemv import GemvConfig, gemv_config, moe_gemv
+from kvserve.kernels.word_gemv import moe_gemv
 
 MOE_GEMV_ENV = "KVSERVE_FP4_MOE_GEMV"
 # From this many slots an expert on average, the experts are dequantized and multiplied by the
@@ -246,16 +246,11 @@ def _fp4_moe_gemv(
     token's k rows summed in the GEMV's epilogue. ``config``: ``GemvConfig`` fields (a tuned
     ``*_gemv`` tile), else ``gemv_config``'s."""
     packed, block_scale, row_scale = stack
-    num_slots, n = experts.numel(), packed.shape[1]
     # Plain scale loads for both formats: the MoE A/B on the H200 ran them; the asm loads that
     # the dense NVFP4 GEMV takes are not yet timed here.
-    if config:
-        cfg = GemvConfig(**config)
-    else:
-        cfg = gemv_config(n, packed.shape[2] // 4, num_sms=sm_count(a.device), slots=num_slots)
     route = (experts, top_k, row_weights)
     group = group_size_of(block_scale)
-    return moe_gemv(a, packed, (block_scale, row_scale), cfg, group, route, token_sum, pdl)
+    return moe_gemv(a, packed, (block_scale, row_scale), config, group, route, token_sum, pdl)
 
 
 def fused_moe_fp4(

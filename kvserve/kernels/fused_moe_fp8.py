@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import replace
 from functools import partial
 
 import torch
 
 from kvserve.errors import ConfigError
-from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, sm_count, tl
+from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, tl
 from kvserve.kernels.fp8_quant import dequantize_fp8_activation, quantize_fp8
 from kvserve.kernels.fused_moe import (
     ExpertGemm,
@@ -46,7 +45,7 @@ from kvserve.kernels.fused_moe import (
     one_slot_per_block,
 )
 from kvserve.kernels.moe_tiles import MoeTiles, expert_tiles
-from kvserve.kernels.word_gemv import FP8_PER_WORD, GemvConfig, gemv_config, moe_gemv
+from kvserve.kernels.word_gemv import moe_gemv
 
 FP8_MOE_GEMV_ENV = "KVSERVE_FP8_MOE_GEMV"
 
@@ -267,34 +266,6 @@ def fp8_tiles(
     return expert_tiles(fp8_kind(block), shape, topk_ids, device, fallback, shared)
 
 
-def _fp8_moe_gemv(
-    a: torch.Tensor,
-    w: torch.Tensor,
-    ws: torch.Tensor,
-    block: tuple[int, int] | None,
-    experts: torch.Tensor,
-    top_k: int,
-    row_weights: torch.Tensor | None,
-    token_sum: TokenSum | None,
-    pdl: bool,
-    config: dict[str, int],
-) -> torch.Tensor:
-    """One weight-only GEMV per slot (``word_gemv.moe_gemv``), half sums; ``config``:
-    ``GemvConfig`` fields (a tuned ``*_gemv`` tile), else ``gemv_config``'s, with a program's
-    rows inside one scale block."""
-    n, k = w.shape[1], w.shape[2]
-    if config:
-        cfg = GemvConfig(**config)
-    else:
-        cfg = gemv_config(n, k // FP8_PER_WORD, num_sms=sm_count(a.device), slots=experts.numel())
-    block_n = cfg.block_n if block is None else min(cfg.block_n, block[0])
-    cfg = replace(cfg, block_n=block_n, half_sums=True)  # table entries do not name half sums
-    scales = (None, ws) if block is None else (ws, None)
-    route = (experts, top_k, row_weights)
-    return moe_gemv(a, w.view(torch.uint8), scales, cfg, 8, route, token_sum, pdl,
-                    block[0] if block else 0)  # fmt: skip
-
-
 def fp8_expert_gemm(
     w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
     block: tuple[int, int] | None, pdl: bool = False, gemv: bool = False,
@@ -306,9 +277,11 @@ def fp8_expert_gemm(
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         w, ws = stacks[which]
-        if gemv:
-            return _fp8_moe_gemv(a, w, ws, block, blocks, top_k, row_weights, token_sum, pdl,
-                                 config)  # fmt: skip
+        if gemv:  # weight-only, half sums; blocks: each slot's expert
+            scales = (None, ws) if block is None else (ws, None)
+            route = (blocks, top_k, row_weights)
+            return moe_gemv(a, w.view(torch.uint8), scales, config, 8, route, token_sum, pdl,
+                            block[0] if block else 0)  # fmt: skip
         gated = which == 1 and a.shape[1] == 2 * w.shape[2]
         return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights,
                                  token_sum, pdl, gated)  # fmt: skip

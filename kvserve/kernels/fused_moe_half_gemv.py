@@ -13,10 +13,9 @@ import os
 import torch
 
 from kvserve.errors import ConfigError
-from kvserve.kernels._triton import sm_count
-from kvserve.kernels.fused_moe import ExpertGemm, TokenSum, fused_moe_with, one_slot_per_block
+from kvserve.kernels.fused_moe import ExpertGemm, fused_moe_with, one_slot_per_block
 from kvserve.kernels.moe_tiles import expert_tiles
-from kvserve.kernels.word_gemv import GemvConfig, gemv_config, moe_gemv
+from kvserve.kernels.word_gemv import moe_gemv
 
 HALF_MOE_GEMV_ENV = "KVSERVE_BF16_MOE_GEMV"
 
@@ -68,26 +67,8 @@ def half_expert_gemv(w13: torch.Tensor, w2: torch.Tensor, pdl: bool = False) -> 
     stacks = (w13, w2)
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
-        return _half_moe_gemv(a, stacks[which], blocks, top_k, row_weights, token_sum, pdl, config)
+        route = (blocks, top_k, row_weights)
+        return moe_gemv(a, stacks[which].view(torch.uint8), (None, None), config, 8, route,
+                        token_sum, pdl, half_weights=True)  # fmt: skip
 
     return gemm
-
-
-def _half_moe_gemv(
-    a: torch.Tensor,
-    w: torch.Tensor,
-    experts: torch.Tensor,
-    top_k: int,
-    row_weights: torch.Tensor | None,
-    token_sum: TokenSum | None,
-    pdl: bool,
-    config: dict[str, int],
-) -> torch.Tensor:
-    n, k = w.shape[1], w.shape[2]
-    if config:
-        cfg = GemvConfig(**config)
-    else:
-        cfg = gemv_config(n, k // 2, num_sms=sm_count(a.device), slots=experts.numel())
-    route = (experts, top_k, row_weights)
-    return moe_gemv(a, w.view(torch.uint8), (None, None), cfg, 8, route, token_sum, pdl,
-                    half_weights=True)  # fmt: skip

@@ -417,7 +417,7 @@ def moe_gemv(
     a: torch.Tensor,
     weight_bytes: torch.Tensor,
     scales: tuple[torch.Tensor | None, torch.Tensor | None],
-    cfg: GemvConfig,
+    config: dict[str, int],
     group: int,
     route: tuple[torch.Tensor, int, torch.Tensor | None],
     token_sum: TokenSum | None = None,
@@ -428,9 +428,19 @@ def moe_gemv(
     """One GEMV per slot of a decode step's experts (``launch_word_gemv`` with ``MoeSlots``):
     ``route`` is (expert of each slot, top_k, router weights or None: the gate/up GEMM, x row
     per token); ``scales`` (block scales, row scales); ``weight_bytes`` and ``half_weights`` as
-    ``launch_word_gemv``'s. Returns [slots, N], or with a ``token_sum`` [tokens, N], each
-    token's k rows summed in the epilogue."""
+    ``launch_word_gemv``'s; ``config``: a tuned ``*_gemv`` entry's ``GemvConfig`` fields, else
+    ``gemv_config``'s default for the step, with FP8's half sums (table entries do not name
+    them) and its rows inside one scale block. Returns [slots, N], or with a ``token_sum``
+    [tokens, N], each token's k rows summed in the epilogue."""
     experts, top_k, row_weights = route
+    n, words = weight_bytes.shape[1], weight_bytes.shape[2] // 4
+    if config:
+        cfg = GemvConfig(**config)
+    else:
+        cfg = gemv_config(n, words, num_sms=sm_count(a.device), slots=experts.numel())
+    cfg = replace(cfg, half_sums=True)  # FP8's; FP4 and 16-bit weights have their own sums
+    if fp8_block_rows:
+        cfg = replace(cfg, block_n=min(cfg.block_n, fp8_block_rows))
     a = a if a.stride(1) == 1 else a.contiguous()
     dest = SlotOutput.plan(a, experts.numel(), weight_bytes.shape[1], top_k, cfg.block_n, token_sum)
     summing = dest if token_sum is not None else None
