@@ -106,6 +106,7 @@ def test_half_moe_gemv_is_off_unless_asked_and_checks_its_switch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     x, w13, w2, _, ids = _case(1, 8, 256, 128, 2, "random", torch.float16)
+    monkeypatch.delenv(HALF_MOE_GEMV_ENV, raising=False)
     half_moe_gemv_enabled.cache_clear()
     assert not half_moe_gemv_here(ids.numel(), w13, w2, x)
     monkeypatch.setenv(HALF_MOE_GEMV_ENV, "true")

@@ -291,13 +291,20 @@ def test_fp8_decode_on_the_gemv_matches_weight_only_reference(  # noqa: ANN201
     _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
 
 
-def test_fp8_moe_gemv_switch_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    gen = _switch_env(monkeypatch, FP8_MOE_GEMV_ENV, "yes", fp8_moe_gemv_enabled)
-    next(gen)
-    with pytest.raises(ConfigError, match=FP8_MOE_GEMV_ENV):
-        fp8_moe_gemv_enabled()
-    next(gen, None)
-    assert not fp8_moe_gemv_enabled()  # off unless asked
+def test_fp8_moe_gemv_is_off_unless_asked_and_checks_its_switch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(FP8_MOE_GEMV_ENV, raising=False)
+    fp8_moe_gemv_enabled.cache_clear()
+    assert not fp8_moe_gemv_enabled()
+    monkeypatch.setenv(FP8_MOE_GEMV_ENV, "yes")
+    fp8_moe_gemv_enabled.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=FP8_MOE_GEMV_ENV):
+            fp8_moe_gemv_enabled()
+    finally:
+        monkeypatch.delenv(FP8_MOE_GEMV_ENV)
+        fp8_moe_gemv_enabled.cache_clear()
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
