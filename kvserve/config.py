@@ -27,6 +27,15 @@ def auto_dtype(device_type: str) -> str:
     return "bfloat16" if device_type == "cuda" else "float32"
 
 
+def env_switch(name: str, default: bool) -> bool:
+    """A 0/1 setting from environment variable ``name`` (``default`` when it is unset); any
+    other value is refused with one line."""
+    value = os.environ.get(name, "1" if default else "0")
+    if value not in ("0", "1"):
+        raise ConfigError(f"{name}={value!r}: expected 0 or 1")
+    return value == "1"
+
+
 @dataclass(frozen=True)
 class MoEConfig:
     """Mixture-of-experts feed-forward: which layers are sparse and how tokens are routed."""

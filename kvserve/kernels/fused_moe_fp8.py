@@ -21,12 +21,11 @@ until it is timed in the engine.
 from __future__ import annotations
 
 import functools
-import os
 from functools import partial
 
 import torch
 
-from kvserve.errors import ConfigError
+from kvserve.config import env_switch
 from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, tl
 from kvserve.kernels.fp8_quant import dequantize_fp8_activation, quantize_fp8
 from kvserve.kernels.fused_moe import (
@@ -242,10 +241,7 @@ def fused_moe_fp8(
 def fp8_moe_gemv_enabled() -> bool:
     """``KVSERVE_FP8_MOE_GEMV``: 1 runs FP8 experts' decode steps on the word GEMV; 0 (the
     default) on the grouped tensor-core kernel."""
-    value = os.environ.get(FP8_MOE_GEMV_ENV, "0")
-    if value not in ("0", "1"):
-        raise ConfigError(f"{FP8_MOE_GEMV_ENV}={value!r}: expected 0 or 1")
-    return value == "1"
+    return env_switch(FP8_MOE_GEMV_ENV, default=False)
 
 
 def fp8_moe_gemv_here(num_slots: int, w13: torch.Tensor, block: tuple[int, int] | None) -> bool:

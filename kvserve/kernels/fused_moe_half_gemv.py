@@ -8,11 +8,10 @@ the engine. The result is ``fused_moe_reference``'s within bf16 rounding, as ``f
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
-from kvserve.errors import ConfigError
+from kvserve.config import env_switch
 from kvserve.kernels.fused_moe import ExpertGemm, fused_moe_with, one_slot_per_block
 from kvserve.kernels.moe_tiles import expert_tiles
 from kvserve.kernels.word_gemv import moe_gemv
@@ -24,10 +23,7 @@ HALF_MOE_GEMV_ENV = "KVSERVE_BF16_MOE_GEMV"
 def half_moe_gemv_enabled() -> bool:
     """``KVSERVE_BF16_MOE_GEMV``: 1 runs 16-bit experts' decode steps on the word GEMV; 0 (the
     default) on the grouped MMA kernel."""
-    value = os.environ.get(HALF_MOE_GEMV_ENV, "0")
-    if value not in ("0", "1"):
-        raise ConfigError(f"{HALF_MOE_GEMV_ENV}={value!r}: expected 0 or 1")
-    return value == "1"
+    return env_switch(HALF_MOE_GEMV_ENV, default=False)
 
 
 def half_moe_gemv_here(num_slots: int, w13: torch.Tensor, w2: torch.Tensor, x: torch.Tensor,

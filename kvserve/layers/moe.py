@@ -19,16 +19,14 @@ MXFP4), which also reads each checkpoint tensor ``experts.{e}.{proj}.{name}`` in
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 from torch import nn
 
-from kvserve.config import MoEConfig
+from kvserve.config import MoEConfig, env_switch
 from kvserve.distributed.collectives import all_reduce
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.distributed.sharding import column_shard, row_shard
-from kvserve.errors import ConfigError
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.layers.moe_router import route
 from kvserve.quant.moe_method import EXPERT_SHARDS, ExpertMethod, load_rows, projection_rows
@@ -40,10 +38,7 @@ SHARED_EXPERT_FUSION_ENV = "KVSERVE_SHARED_EXPERT_FUSION"
 def shared_expert_fusion() -> bool:
     """``KVSERVE_SHARED_EXPERT_FUSION``: 1 (the default) stacks a shared expert that can be
     stacked; 0 keeps it a separate MLP (for A/B runs)."""
-    value = os.environ.get(SHARED_EXPERT_FUSION_ENV, "1")
-    if value not in ("0", "1"):
-        raise ConfigError(f"{SHARED_EXPERT_FUSION_ENV}={value!r}: expected 0 or 1")
-    return value == "1"
+    return env_switch(SHARED_EXPERT_FUSION_ENV, default=True)
 
 
 class Router(nn.Module):
