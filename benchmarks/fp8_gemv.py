@@ -30,7 +30,14 @@ from typing import Any
 import torch
 
 from benchmarks.common import copy_bandwidth_gbs, write_result
-from benchmarks.skinny_gemm import MIN_LAYERS, REL_TOL, SHAPES, SPAN_BYTES, graph_us, rel_err
+from benchmarks.skinny_gemm import (
+    MIN_LAYERS,
+    SHAPES,
+    SPAN_BYTES,
+    graph_us,
+    rel_err,
+    summarize,
+)
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
 from kvserve.kernels.fp8_skinny_gemm import (
     MAX_ROWS,
@@ -100,17 +107,6 @@ def time_gemvs(
         us, out = graph_us(op, xs, layers, args.replays)  # type: ignore[arg-type]
         results.append({"config": asdict(cfg), "us": us, "err": rel_err(out, ref)})
     return summarize("gemv", results, floor_us)
-
-
-def summarize(kernel: str, results: list[dict[str, Any]], floor_us: float) -> dict[str, Any]:
-    """A kernel's timed configs (the default first) and the fastest within REL_TOL."""
-    ok = [r for r in results if r["err"] <= REL_TOL]
-    row: dict[str, Any] = {f"{kernel}_configs": results, f"{kernel}_default_us": results[0]["us"]}
-    if ok:
-        best = min(ok, key=lambda r: r["us"])
-        row |= {f"{kernel}_us": best["us"], f"{kernel}_best": best["config"],
-                f"{kernel}_share": floor_us / best["us"]}  # fmt: skip
-    return row
 
 
 def time_skinny(

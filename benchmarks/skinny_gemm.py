@@ -34,7 +34,6 @@ from kvserve.kernels.word_gemv import (
     GEMV_ROWS,
     GemvConfig,
     gemv_candidates,
-    gemv_config,
     half_gemv,
 )
 
@@ -109,26 +108,29 @@ def time_gemvs(
     xs: list[torch.Tensor], weights: list[torch.Tensor], ref: torch.Tensor, floor_us: float,
     args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
-    """The 16-bit word GEMV (``half_gemv``, at most 4 rows): its default config first, then up
-    to --gemv-configs - 1 of ``gemv_candidates``; each checked against F.linear."""
+    """The 16-bit word GEMV (``half_gemv``, at most 4 rows): the first --gemv-configs of
+    ``gemv_candidates`` (its default first), each checked against F.linear."""
     n, k = weights[0].shape
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    default = gemv_config(n, k // 2, rows=xs[0].shape[0], num_sms=sms)
-    others = gemv_candidates(n, k // 2, rows=xs[0].shape[0], num_sms=sms)
     results = []
-    for cfg in [default, *(c for c in others if c != default)][: args.gemv_configs]:
+    for cfg in gemv_candidates(n, k // 2, rows=xs[0].shape[0], num_sms=sms)[: args.gemv_configs]:
 
         def op(x: torch.Tensor, w: torch.Tensor, c: GemvConfig = cfg) -> torch.Tensor:
             return half_gemv(x, w, config=c)
 
         us, out = graph_us(op, xs, weights, args.replays)
         results.append({"config": asdict(cfg), "us": us, "err": rel_err(out, ref)})
+    return summarize("gemv", results, floor_us)
+
+
+def summarize(kernel: str, results: list[dict[str, Any]], floor_us: float) -> dict[str, Any]:
+    """A kernel's timed configs (the default first) and the fastest within REL_TOL."""
     ok = [r for r in results if r["err"] <= REL_TOL]
-    row: dict[str, Any] = {"gemv_configs": results, "gemv_default_us": results[0]["us"]}
+    row: dict[str, Any] = {f"{kernel}_configs": results, f"{kernel}_default_us": results[0]["us"]}
     if ok:
         best = min(ok, key=lambda r: r["us"])
-        row |= {"gemv_us": best["us"], "gemv_best": best["config"],
-                "gemv_share": floor_us / best["us"]}  # fmt: skip
+        row |= {f"{kernel}_us": best["us"], f"{kernel}_best": best["config"],
+                f"{kernel}_share": floor_us / best["us"]}  # fmt: skip
     return row
 
 
