@@ -127,7 +127,7 @@ def step_candidates(step: Step, shape: dict[str, int], num_sms: int,
     slots = step.tokens * per_token
     if on_gemv(step.fmt, slots, experts):
         h, inter = shape["hidden"], shape["inter"]
-        per_word = {"bf16": 2, "fp8": 4, "fp8-channel": 4}.get(step.fmt, 8)  # values a word
+        per_word = round(4 / OPERAND_BYTES[step.fmt][1])  # W's values a 32-bit word holds
         gate_up, down = (2 * inter, h // per_word), (h, inter // per_word)
         return {0: (gemv_tiles(*gate_up, slots, num_sms), gemv_tiles(*down, slots, num_sms))}
     return {m: (candidate_tiles(step.fmt, m),) * 2 for m in block_ms(slots, experts)}
