@@ -44,7 +44,7 @@ from kvserve.kernels.fused_moe import (
     one_slot_per_block,
 )
 from kvserve.kernels.moe_tiles import MoeTiles, expert_tiles
-from kvserve.kernels.word_gemv import moe_gemv
+from kvserve.kernels.word_gemv import gemv_takes_fp8_blocks, moe_gemv
 
 FP8_MOE_GEMV_ENV = "KVSERVE_FP8_MOE_GEMV"
 
@@ -247,7 +247,7 @@ def fp8_moe_gemv_enabled() -> bool:
 def fp8_moe_gemv_here(num_slots: int, w13: torch.Tensor, block: tuple[int, int] | None) -> bool:
     """A decode step (one slot per expert block) with the GEMV switched on, and scales it takes:
     per channel, or blocks of 128 columns and a multiple of 64 rows."""
-    fits = block is None or (block[1] == 128 and block[0] % 64 == 0)
+    fits = block is None or gemv_takes_fp8_blocks(block)
     return fits and one_slot_per_block(num_slots, w13.shape[0]) and fp8_moe_gemv_enabled()
 
 

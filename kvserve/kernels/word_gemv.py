@@ -533,11 +533,17 @@ def half_gemv(
     return out
 
 
+def gemv_takes_fp8_blocks(block: tuple[int, int]) -> bool:
+    """FP8 scale blocks the GEMV reads: 128 columns (one scale per 32 words) and a multiple of
+    64 rows, so that a program's rows share one block row."""
+    return block[1] == 128 and block[0] % 64 == 0
+
+
 def _fits_fp8_blocks(scale: torch.Tensor, block: tuple[int, int], n: int, k: int) -> bool:
-    """Scales [ceil(N / rows), ceil(K / 128)] of blocks whose rows a program's tile divides."""
+    """Scales [ceil(N / rows), ceil(K / 128)] of blocks the GEMV takes, contiguous in K."""
     rows, cols = block
     shape_ok = tuple(scale.shape) == (-(-n // rows), -(-k // cols))
-    return cols == 128 and rows % 64 == 0 and shape_ok and scale.stride(-1) == 1
+    return gemv_takes_fp8_blocks(block) and shape_ok and scale.stride(-1) == 1
 
 
 SPLIT_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16)  # K splits the GEMV and the FP4 MMA kernel try
