@@ -135,7 +135,7 @@ def test_a_bad_moe_gemv_switch_fails_the_load(
     monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
 ) -> None:
     """``KVSERVE_FP8_MOE_GEMV`` / ``KVSERVE_BF16_MOE_GEMV`` are read when the experts are built,
-    not at the first step."""
+    not at the first step; unset, they are off."""
     arch = "Qwen3MoeForCausalLM"
     src = tiny_model_dir(arch, **MOE_TINY[arch])
     monkeypatch.setenv(env, "on")
@@ -146,3 +146,4 @@ def test_a_bad_moe_gemv_switch_fails_the_load(
     finally:
         monkeypatch.delenv(env)
         cached.cache_clear()
+    assert not cached()  # off unless asked

@@ -12,7 +12,6 @@ pytest.importorskip("triton")
 
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, NEEDS_CUDA_GRAPHS  # noqa: E402
 
-from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels.fused_moe import (  # noqa: E402
     SlotOutput,
     TokenSum,
@@ -100,23 +99,6 @@ def test_decode_on_the_half_gemv_matches_reference(  # noqa: ANN201
     want = fused_moe_reference(x.float(), w13.float(), w2.float(), weights, ids, addend=addend)
     scale = want.abs().max().item()
     assert (got - want.float()).abs().max().item() <= 2e-2 * scale
-
-
-def test_half_moe_gemv_is_off_unless_asked_and_checks_its_switch(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    x, w13, w2, _, ids = _case(1, 8, 256, 128, 2, "random", torch.float16)
-    monkeypatch.delenv(HALF_MOE_GEMV_ENV, raising=False)
-    half_moe_gemv_enabled.cache_clear()
-    assert not half_moe_gemv_here(ids.numel(), w13, w2, x)
-    monkeypatch.setenv(HALF_MOE_GEMV_ENV, "true")
-    half_moe_gemv_enabled.cache_clear()
-    try:
-        with pytest.raises(ConfigError, match=HALF_MOE_GEMV_ENV):
-            half_moe_gemv_enabled()
-    finally:
-        monkeypatch.delenv(HALF_MOE_GEMV_ENV)
-        half_moe_gemv_enabled.cache_clear()
 
 
 @NEEDS_CUDA_GRAPHS

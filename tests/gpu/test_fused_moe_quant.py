@@ -25,7 +25,6 @@ from kernel_test_device import (  # noqa: E402
     ON_GPU_ONLY,
 )
 
-from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import fused_moe_fp4 as fused_moe_fp4_module  # noqa: E402
 from kvserve.kernels import moe_tiles  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
@@ -289,22 +288,6 @@ def test_fp8_decode_on_the_gemv_matches_weight_only_reference(  # noqa: ANN201
     w13_f, w2_f = dequantize_fp8_experts(q13, s13, block), dequantize_fp8_experts(q2, s2, block)
     want = fused_moe_reference(x.float(), w13_f, w2_f, weights, ids, None, x.dtype, addend)
     _close(got, want, 1e-4 if torch.float32 == DTYPE else 2e-2)
-
-
-def test_fp8_moe_gemv_is_off_unless_asked_and_checks_its_switch(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv(FP8_MOE_GEMV_ENV, raising=False)
-    fp8_moe_gemv_enabled.cache_clear()
-    assert not fp8_moe_gemv_enabled()
-    monkeypatch.setenv(FP8_MOE_GEMV_ENV, "yes")
-    fp8_moe_gemv_enabled.cache_clear()
-    try:
-        with pytest.raises(ConfigError, match=FP8_MOE_GEMV_ENV):
-            fp8_moe_gemv_enabled()
-    finally:
-        monkeypatch.delenv(FP8_MOE_GEMV_ENV)
-        fp8_moe_gemv_enabled.cache_clear()
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
