@@ -583,13 +583,15 @@ def fused_moe_with(
     pdl: bool = False,
     addend: torch.Tensor | None = None,
     gated_down: bool = False,
+    gated_gate_up: bool = False,
 ) -> torch.Tensor:
     """Route, sort (or not), gate/up GEMM, SiLU-mul, down GEMM scaled by the router weights,
     sum of the k rows (plus ``addend`` [T, H], a shared expert's output, which a decode step
     overwrites with the result): the steps every expert format shares; ``gemm`` multiplies by
     one expert stack in its own format, at ``tiles``. Decode steps (one slot per block) sum the
     k rows in the down GEMM; sorted steps in one torch reduction. ``gated_down``: ``gemm``'s
-    down projection takes the gate/up output and applies the SiLU-mul itself."""
+    down projection takes the gate/up output and applies the SiLU-mul itself;
+    ``gated_gate_up``: its gate/up projection returns the SiLU-mul output."""
     require_triton()
     tokens, top_k = topk_ids.shape
     num_slots = tokens * top_k
@@ -598,7 +600,7 @@ def fused_moe_with(
     blocks = slot_blocks(topk_ids, num_experts, tiles.block_m)
     gate_up = gemm(x, 0, blocks, num_slots, top_k, tiles.gate_up, None, None)
     flat_weights = topk_weights.flatten().float().contiguous()
-    hidden = gate_up if gated_down else silu_and_mul(gate_up, pdl=pdl)
+    hidden = gate_up if gated_down or gated_gate_up else silu_and_mul(gate_up, pdl=pdl)
     if isinstance(blocks, torch.Tensor):
         addend = addend if addend is None or addend.is_contiguous() else addend.contiguous()
         token_sum = TokenSum(addend)

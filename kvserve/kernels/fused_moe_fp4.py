@@ -45,7 +45,7 @@ from kvserve.kernels.fused_moe import (
     one_slot_per_block,
 )
 from kvserve.kernels.moe_tiles import MoeTiles, expert_tiles
-from kvserve.kernels.word_gemv import moe_gemv
+from kvserve.kernels.word_gemv import gated_gemv_enabled, moe_gemv
 
 MOE_GEMV_ENV = "KVSERVE_FP4_MOE_GEMV"
 # From this many slots an expert on average, the experts are dequantized and multiplied by the
@@ -241,16 +241,19 @@ def _fp4_moe_gemv(
     token_sum: TokenSum | None = None,
     pdl: bool = False,
     config: dict[str, int] | None = None,
+    gated: bool = False,
 ) -> torch.Tensor:
     """One GEMV per slot: [slots, N] (see ``MoeSlots``); with a ``token_sum``, [tokens, N], each
-    token's k rows summed in the GEMV's epilogue. ``config``: ``GemvConfig`` fields (a tuned
-    ``*_gemv`` tile), else ``gemv_config``'s."""
+    token's k rows summed in the GEMV's epilogue; ``gated`` (the gate/up stack) [slots, N / 2],
+    the SiLU-mul applied. ``config``: ``GemvConfig`` fields (a tuned ``*_gemv`` tile), else
+    ``gemv_config``'s."""
     packed, block_scale, row_scale = stack
     # Plain scale loads for both formats: the MoE A/B on the H200 ran them; the asm loads that
     # the dense NVFP4 GEMV takes are not yet timed here.
     route = (experts, top_k, row_weights)
     group = group_size_of(block_scale)
-    return moe_gemv(a, packed, (block_scale, row_scale), config, group, route, token_sum, pdl)
+    return moe_gemv(a, packed, (block_scale, row_scale), config, group, route, token_sum, pdl,
+                    gated=gated)  # fmt: skip
 
 
 def fused_moe_fp4(
@@ -268,9 +271,10 @@ def fused_moe_fp4(
     experts = w13[0].shape[0]
     path = fp4_path(topk_ids.numel(), experts)
     tiles = fp4_tiles(w13, topk_ids, x, path, shared)
-    gemm = fp4_expert_gemm(w13, w2, path, pdl)
+    gated = path == "gemv" and gated_gemv_enabled()
+    gemm = fp4_expert_gemm(w13, w2, path, pdl, gated)
     return fused_moe_with(x, topk_weights, topk_ids, experts, w2[0].shape[1], gemm, tiles, pdl,
-                          addend)  # fmt: skip
+                          addend, gated_gate_up=gated)  # fmt: skip
 
 
 def fp4_path(num_slots: int, experts: int) -> str:
@@ -282,14 +286,17 @@ def fp4_path(num_slots: int, experts: int) -> str:
     return "dequantized" if num_slots >= DEQUANT_MIN_SLOTS_PER_EXPERT * experts else "grouped"
 
 
-def fp4_expert_gemm(w13: Fp4Stack, w2: Fp4Stack, path: str, pdl: bool = False) -> ExpertGemm:
-    """``fused_moe_fp4``'s GEMM over these stacks on ``path`` (``fp4_path``)."""
+def fp4_expert_gemm(
+    w13: Fp4Stack, w2: Fp4Stack, path: str, pdl: bool = False, gated: bool = False
+) -> ExpertGemm:
+    """``fused_moe_fp4``'s GEMM over these stacks on ``path`` (``fp4_path``); ``gated``: the
+    gate/up GEMV applies the SiLU-mul (``fused_moe_with``'s ``gated_gate_up``)."""
     stacks = (w13, w2)
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         if path == "gemv":
             return _fp4_moe_gemv(a, stacks[which], blocks, top_k, row_weights, token_sum, pdl,
-                                 config)  # fmt: skip
+                                 config, gated and which == 0)  # fmt: skip
         args = (a, stacks[which], blocks, num_slots, top_k, config, row_weights)
         if path == "dequantized":
             return _dequantized_grouped_gemm(*args, pdl=pdl)

@@ -44,7 +44,7 @@ from kvserve.kernels.fused_moe import (
     one_slot_per_block,
 )
 from kvserve.kernels.moe_tiles import MoeTiles, expert_tiles
-from kvserve.kernels.word_gemv import gemv_takes_fp8_blocks, moe_gemv
+from kvserve.kernels.word_gemv import gated_gemv_enabled, gemv_takes_fp8_blocks, moe_gemv
 
 FP8_MOE_GEMV_ENV = "KVSERVE_FP8_MOE_GEMV"
 
@@ -230,10 +230,11 @@ def fused_moe_fp8(
     experts = w13.shape[0]
     gemv = fp8_moe_gemv_here(topk_ids.numel(), w13, block)
     tiles = fp8_tiles(w13.shape, block, topk_ids, x.device, gemv, shared)
-    gemm = fp8_expert_gemm(w13, w13_scale, w2, w2_scale, block, pdl, gemv)
+    gated = gemv and gated_gemv_enabled() and (block is None or w2.shape[2] % block[0] == 0)
+    gemm = fp8_expert_gemm(w13, w13_scale, w2, w2_scale, block, pdl, gemv, gated)
     return fused_moe_with(
         x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend,
-        gated_down=not gemv,
+        gated_down=not gemv, gated_gate_up=gated,
     )  # fmt: skip
 
 
@@ -264,11 +265,12 @@ def fp8_tiles(
 
 def fp8_expert_gemm(
     w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
-    block: tuple[int, int] | None, pdl: bool = False, gemv: bool = False,
+    block: tuple[int, int] | None, pdl: bool = False, gemv: bool = False, gated: bool = False,
 ) -> ExpertGemm:  # fmt: skip
     """``fused_moe_fp8``'s grouped GEMM over these stacks, or with ``gemv`` the word GEMV. The
     grouped down GEMM takes the SiLU-mul output [slots, I], or the gate/up output [slots, 2I]
-    (``fused_moe_with``'s ``gated_down``), which its quantization SiLU-multiplies."""
+    (``fused_moe_with``'s ``gated_down``), which its quantization SiLU-multiplies; with
+    ``gated`` the gate/up GEMV applies the SiLU-mul (``gated_gate_up``)."""
     stacks = ((w13, w13_scale), (w2, w2_scale))
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
@@ -277,9 +279,9 @@ def fp8_expert_gemm(
             scales = (None, ws) if block is None else (ws, None)
             route = (blocks, top_k, row_weights)
             return moe_gemv(a, w.view(torch.uint8), scales, config, 8, route, token_sum, pdl,
-                            block[0] if block else 0)  # fmt: skip
-        gated = which == 1 and a.shape[1] == 2 * w.shape[2]
+                            block[0] if block else 0, gated=gated and which == 0)  # fmt: skip
+        down_gated = which == 1 and a.shape[1] == 2 * w.shape[2]
         return _fp8_grouped_gemm(a, w, ws, block, blocks, num_slots, top_k, config, row_weights,
-                                 token_sum, pdl, gated)  # fmt: skip
+                                 token_sum, pdl, down_gated)  # fmt: skip
 
     return gemm

@@ -14,7 +14,7 @@ import torch
 from kvserve.config import env_switch
 from kvserve.kernels.fused_moe import ExpertGemm, fused_moe_with, one_slot_per_block
 from kvserve.kernels.moe_tiles import expert_tiles
-from kvserve.kernels.word_gemv import moe_gemv
+from kvserve.kernels.word_gemv import gated_gemv_enabled, moe_gemv
 
 HALF_MOE_GEMV_ENV = "KVSERVE_BF16_MOE_GEMV"
 
@@ -51,20 +51,24 @@ def fused_moe_half_gemv(
     table's ``<dtype>_gemv`` entries, else the GEMV's default."""
     kind = str(w13.dtype).removeprefix("torch.") + "_gemv"
     tiles = expert_tiles(kind, w13.shape, topk_ids, x.device, {}, shared)
-    gemm = half_expert_gemv(w13, w2, pdl)
+    gated = gated_gemv_enabled()
+    gemm = half_expert_gemv(w13, w2, pdl, gated)
     return fused_moe_with(
-        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, tiles, pdl, addend
-    )
+        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, tiles, pdl, addend,
+        gated_gate_up=gated,
+    )  # fmt: skip
 
 
-def half_expert_gemv(w13: torch.Tensor, w2: torch.Tensor, pdl: bool = False) -> ExpertGemm:
+def half_expert_gemv(
+    w13: torch.Tensor, w2: torch.Tensor, pdl: bool = False, gated: bool = False
+) -> ExpertGemm:
     """``fused_moe_half_gemv``'s GEMM over these stacks (decode steps: ``blocks`` is each
-    slot's expert)."""
+    slot's expert); ``gated``: the gate/up GEMV applies the SiLU-mul."""
     stacks = (w13, w2)
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
         route = (blocks, top_k, row_weights)
         return moe_gemv(a, stacks[which].view(torch.uint8), (None, None), config, 8, route,
-                        token_sum, pdl, half_weights=True)  # fmt: skip
+                        token_sum, pdl, half_weights=True, gated=gated and which == 0)  # fmt: skip
 
     return gemm

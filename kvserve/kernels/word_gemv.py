@@ -53,10 +53,12 @@ loads before it waits for the kernel before (they never change while serving); x
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
 
+from kvserve.config import env_switch
 from kvserve.kernels._triton import (
     interpreting,
     jit,
@@ -68,9 +70,16 @@ from kvserve.kernels._triton import (
     sm_count,
     tl,
 )
+from kvserve.kernels.activation import silu_mul
 from kvserve.kernels.fp4_reference import MXFP4_GROUP
 from kvserve.kernels.fused_moe import SlotOutput, TokenSum, _sum_token_rows
-from kvserve.kernels.skinny_gemm import _arrival_counters, _finish_tile, _jit, split_total
+from kvserve.kernels.skinny_gemm import (
+    _arrival_counters,
+    _finish_tile,
+    _jit,
+    _store_out_tile,
+    split_total,
+)
 from kvserve.kernels.word_decode import (
     E4M3_CODE_LOG2,
     X_PAIR_LOG2,
@@ -83,6 +92,7 @@ from kvserve.kernels.word_decode import (
 )
 
 GEMV_ROWS = 4  # the most rows the GEMV takes
+GATED_GEMV_ENV = "KVSERVE_GATED_GEMV"
 FP8_PER_WORD = 4
 FP4_PER_WORD = 8
 
@@ -165,6 +175,9 @@ def _word_gemv_kernel(
     FP8_BLOCK: tl.constexpr = 0,
     X_CHUNK: tl.constexpr = 0,  # FP8 PACKED: x values a program reads at once for its factor
     W16: tl.constexpr = False,  # W holds x's 16-bit dtype, two values a word (not FP4 or FP8)
+    # W is a gate/up stack [2I, K] (N = 2I): a program's first BLOCK_N / 2 rows are gate rows,
+    # the rest the up rows of the same outputs; out [M, I] = silu(gate) * up (``_gated_rows``)
+    GATED: tl.constexpr = False,
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
     # FP8 PACKED: one partial sum per word pair
@@ -188,6 +201,8 @@ def _word_gemv_kernel(
     w_start = pid_k * words_per_split
     w_end = tl.minimum(w_start + words_per_split, words)
     rows = (rn % N).to(tl.int64)[:, None]
+    if GATED:
+        rows = _gated_rows(pid_n, N // 2, BLOCK_N)
     w_ptrs = w_ptr + rows * stride_wn + (w_start + rw)[None, :]
     rg = tl.arange(0, BLOCK_G)
     s_ptrs = s_ptr + rows * stride_sn + (w_start // WORDS_PER_GROUP + rg)[None, :]
@@ -207,6 +222,8 @@ def _word_gemv_kernel(
     if FP8_BLOCK:
         # 32 words (128 values) of a row per block scale
         fp8_block_scales = s_ptr + (pid_n * BLOCK_N // FP8_BLOCK) * stride_sn
+        if GATED:  # the gate half's block row; the up half's is _up_block_offset rows on
+            fp8_block_scales = s_ptr + (pid_n * (BLOCK_N // 2) // FP8_BLOCK) * stride_sn
     if not MOE:
         # Weights and scales never change, so a dependent launch issues their first step's
         # loads while the kernel before still runs; x (and the split-K workspace) only after.
@@ -231,6 +248,10 @@ def _word_gemv_kernel(
             sum_words = w0 + rg * words_per_sum
             scale = tl.load(fp8_block_scales + sum_words // 32, mask=sum_words < w_end, other=0.0)
             scale = scale[None, :]
+            if GATED:
+                up_scales = fp8_block_scales + _up_block_offset(N, FP8_BLOCK, stride_sn)
+                up = tl.load(up_scales + sum_words // 32, mask=sum_words < w_end, other=0.0)
+                scale = tl.where(tl.arange(0, BLOCK_N)[:, None] >= BLOCK_N // 2, up[None, :], scale)
         if FP4:
             in_g_next = _groups_in(w0 + BLOCK_W, rg, w_end, WORDS_PER_GROUP)
             s_next = _scale_bytes(s_ptrs + BLOCK_G, in_g_next, s_ptr, ASM_SCALE_LOADS)
@@ -269,7 +290,14 @@ def _word_gemv_kernel(
         tile = tile * tl.load(router_w_ptr + pid_s)
     tile_index = pid_s * tl.num_programs(0) + pid_n
     per_row_scale: tl.constexpr = HAS_ROW_SCALE and not SCALAR_ROW_SCALE
-    if SUM_TOKENS:
+    if GATED:
+        if per_row_scale:  # per W row, so before the halves meet
+            tile = tile * tl.load(rs_ptr + rows)
+        _finish_gated_tile(
+            tile, tile_index, pid_k, num_splits, ws_ptr, counter_ptr, out_ptr, pid_n, M, N // 2,
+            stride_om, BLOCK_N, ROWS, DIRECT,
+        )  # fmt: skip
+    elif SUM_TOKENS:
         _finish_token_row(
             tile, tile_index, pid_k, num_splits, ws_ptr, counter_ptr, rs_ptr, out_ptr, rn, N,
             stride_om, pid_s, sums_ptr, sum_counter_ptr, BLOCK_N, per_row_scale, DIRECT, TOP_K,
@@ -281,6 +309,44 @@ def _word_gemv_kernel(
             rn, tl.arange(0, ROWS), M, N, stride_om, BLOCK_N, ROWS, per_row_scale, HAS_BIAS,
             DIRECT,
         )  # fmt: skip
+
+
+@jit
+def _gated_rows(pid_n, half_n, BLOCK_N: tl.constexpr):
+    """W rows [BLOCK_N, 1] of a gated program: gate rows pid_n * BLOCK_N / 2 + i, then the up
+    rows half_n below them (past half_n they wrap onto valid rows; the store masks them)."""
+    i = tl.arange(0, BLOCK_N)
+    out_rows = (pid_n * (BLOCK_N // 2) + i % (BLOCK_N // 2)) % half_n
+    return (out_rows + (i >= BLOCK_N // 2) * half_n).to(tl.int64)[:, None]
+
+
+@jit
+def _up_block_offset(N, FP8_BLOCK: tl.constexpr, stride_sn):
+    """From a gate row's FP8 scale block row to its up row's (N / 2 a multiple of
+    FP8_BLOCK)."""
+    return (N // 2 // FP8_BLOCK) * stride_sn
+
+
+@jit
+def _finish_gated_tile(
+    tile, tile_index, pid_k, num_splits, ws_ptr, counter_ptr, out_ptr, pid_n, M, half_n,
+    stride_om, BLOCK_N: tl.constexpr, ROWS: tl.constexpr, DIRECT: tl.constexpr,
+):  # fmt: skip
+    """The end of a gated program's tile [BLOCK_N, ROWS] (gate rows, then up rows): after the
+    K splits' sum, silu(gate) * up of the two halves, each rounded to out's dtype first as the
+    two-kernel path (GEMV, then ``silu_and_mul``) rounds them, stored as [BLOCK_N / 2] outputs."""
+    last = True
+    total = tile
+    if not DIRECT:
+        last, total = split_total(tile, tile_index, pid_k, num_splits, ws_ptr, counter_ptr,
+                                  BLOCK_N, ROWS)  # fmt: skip
+    if last:
+        halves = tl.permute(tl.reshape(total, [2, BLOCK_N // 2, ROWS]), (1, 2, 0))
+        gate, up = tl.split(halves)
+        dtype = out_ptr.dtype.element_ty
+        gated = silu_mul(gate.to(dtype), up.to(dtype))
+        rn = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        _store_out_tile(out_ptr, gated, rn, tl.arange(0, ROWS), M, half_n, stride_om)
 
 
 @jit
@@ -344,17 +410,22 @@ def launch_word_gemv(
     pdl: bool = False,
     fp8_block_rows: int = 0,
     half_weights: bool = False,
+    gated: bool = False,
 ) -> None:
     """``weight_bytes`` uint8 [N, K/2] (FP4 codes; ``block_scale`` [N, K/group]) or float8
     e4m3 [N, K] (FP8; ``row_scale`` [N] or [1], or with ``fp8_block_rows`` ``block_scale`` fp32
     [N / fp8_block_rows, K / 128]), or with ``half_weights`` the bytes of a weight in x's 16-bit
     dtype, uint8 [N, 2K]. With ``moe``, each of them has a leading expert dimension and ``out``
-    is [slots, N]. ``pdl``: programmatic dependent launch (``kvserve.kernels._triton``)."""
+    is [slots, N]. ``gated``: W stacks gate over up rows ([2I, K]) and ``out`` takes
+    silu(gate) * up, [M or slots, I]. ``pdl``: programmatic dependent launch
+    (``kvserve.kernels._triton``)."""
     m, k = x.shape
     n, row_bytes = weight_bytes.shape[-2:]
     fp4 = block_scale is not None and not fp8_block_rows
     if fp8_block_rows and fp8_block_rows % cfg.block_n:
         raise ValueError(f"FP8 scale blocks of {fp8_block_rows} rows do not fit {cfg}")
+    if gated:
+        _check_gated(n, cfg, fp8_block_rows, bias, moe)
     slots = 1 if moe is None else moe.experts.numel()
     if m > GEMV_ROWS and moe is None:
         raise ValueError(f"the GEMV takes at most {GEMV_ROWS} rows, got {m}")
@@ -365,6 +436,8 @@ def launch_word_gemv(
     if cfg.block_w % wpg:
         raise ValueError(f"block_w {cfg.block_w} words is not a multiple of a group ({wpg})")
     n_tiles, k_steps = -(-n // cfg.block_n), -(-words // cfg.block_w)
+    if gated:
+        n_tiles = -(-(n // 2) // (cfg.block_n // 2))
     steps_per_split = -(-k_steps // max(1, min(cfg.split_k, k_steps)))
     splits = -(-k_steps // steps_per_split)
     direct = splits == 1
@@ -408,9 +481,30 @@ def launch_word_gemv(
         TOP_K=1 if moe is None else moe.top_k,
         SUM_TOKENS=moe.token_sum.sum_mode if summing else 0,
         FP8_BLOCK=fp8_block_rows, X_CHUNK=x_chunk if packed and not fp4 else 0, W16=half_weights,
+        GATED=gated,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **launch_options(pdl), **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
+
+
+def _check_gated(
+    n: int, cfg: GemvConfig, fp8_block_rows: int, bias: torch.Tensor | None, moe: MoeSlots | None
+) -> None:
+    """A gated launch's W is [2I, K], a program's halves lie inside one FP8 scale block row
+    each, and the output takes no bias or token sum."""
+    if n % 2 or cfg.block_n < 2 or (fp8_block_rows and (n // 2) % fp8_block_rows):
+        raise ValueError(f"a gated GEMV needs gate/up rows [2I, K] (I a multiple of the FP8 "
+                         f"scale block's {fp8_block_rows} rows), got N = {n} at {cfg}")  # fmt: skip
+    if bias is not None or (moe is not None and moe.token_sum is not None):
+        raise ValueError("a gated GEMV takes no bias and sums no token rows")
+
+
+@functools.cache
+def gated_gemv_enabled() -> bool:
+    """``KVSERVE_GATED_GEMV``: 1 has a MoE decode step's gate/up GEMV apply the SiLU-mul in its
+    epilogue (``launch_word_gemv``'s ``gated``), sparing the SiLU-mul kernel; 0 (the default)
+    keeps that kernel."""
+    return env_switch(GATED_GEMV_ENV, default=False)
 
 
 def moe_gemv(
@@ -424,6 +518,7 @@ def moe_gemv(
     pdl: bool = False,
     fp8_block_rows: int = 0,
     half_weights: bool = False,
+    gated: bool = False,
 ) -> torch.Tensor:
     """One GEMV per slot of a decode step's experts (``launch_word_gemv`` with ``MoeSlots``):
     ``route`` is (expert of each slot, top_k, router weights or None: the gate/up GEMM, x row
@@ -431,7 +526,8 @@ def moe_gemv(
     ``launch_word_gemv``'s; ``config``: a tuned ``*_gemv`` entry's ``GemvConfig`` fields, else
     ``gemv_config``'s default for the step, with FP8's half sums (table entries do not name
     them) and its rows inside one scale block. Returns [slots, N], or with a ``token_sum``
-    [tokens, N], each token's k rows summed in the epilogue."""
+    [tokens, N], each token's k rows summed in the epilogue, or ``gated`` (the gate/up stack)
+    [slots, N / 2], the SiLU-mul applied."""
     experts, top_k, row_weights = route
     n, words = weight_bytes.shape[1], weight_bytes.shape[2] // 4
     if config:
@@ -442,11 +538,12 @@ def moe_gemv(
     if fp8_block_rows:
         cfg = replace(cfg, block_n=min(cfg.block_n, fp8_block_rows))
     a = a if a.stride(1) == 1 else a.contiguous()
-    dest = SlotOutput.plan(a, experts.numel(), weight_bytes.shape[1], top_k, cfg.block_n, token_sum)
+    n_out = n // 2 if gated else n
+    dest = SlotOutput.plan(a, experts.numel(), n_out, top_k, cfg.block_n, token_sum)
     summing = dest if token_sum is not None else None
     slots = MoeSlots(experts, top_k, row_weights is None, row_weights, summing)
     launch_word_gemv(a, weight_bytes, *scales, None, dest.out, cfg, group, slots, pdl,
-                     fp8_block_rows, half_weights)  # fmt: skip
+                     fp8_block_rows, half_weights, gated)  # fmt: skip
     return dest.out
 
 
@@ -476,10 +573,12 @@ def fp8_gemv(
     *,
     block: tuple[int, int] | None = None,
     pdl: bool = False,
+    gated: bool = False,
 ) -> torch.Tensor:
     """Weight-only FP8 for 1-4 rows: ``x`` [M, K] (bf16/fp16/fp32) @ (``weight`` [N, K] e4m3
     * ``scale``).T (+ bias) -> [M, N] in x's dtype; ``scale`` fp32 [N] or [1], or with
-    ``block`` (rows, 128) one per block of W: [ceil(N / rows), ceil(K / 128)]."""
+    ``block`` (rows, 128) one per block of W: [ceil(N / rows), ceil(K / 128)]. ``gated``: W is
+    a gate/up stack and the result silu(gate) * up, [M, N / 2] (``launch_word_gemv``)."""
     n, k = weight.shape
     scale_ok = scale.numel() in (1, n) if block is None else _fits_fp8_blocks(scale, block, n, k)
     ok = (
@@ -493,7 +592,7 @@ def fp8_gemv(
     require_triton()
     if x.stride(1) != 1:
         x = x.contiguous()
-    out = torch.empty(x.shape[0], n, dtype=x.dtype, device=x.device)
+    out = torch.empty(x.shape[0], n // 2 if gated else n, dtype=x.dtype, device=x.device)
     cfg = config or fp8_gemv_config(n, k // FP8_PER_WORD, x.shape[0], sm_count(x.device))
     if block is None:
         block_scale, row_scale, block_rows = None, scale.reshape(-1).float(), 0
@@ -501,7 +600,7 @@ def fp8_gemv(
         block_scale, row_scale, block_rows = scale.float(), None, block[0]
         cfg = replace(cfg, block_n=min(cfg.block_n, block_rows))
     launch_word_gemv(x, weight.view(torch.uint8), block_scale, row_scale, bias, out, cfg, 8,
-                     pdl=pdl, fp8_block_rows=block_rows)  # fmt: skip
+                     pdl=pdl, fp8_block_rows=block_rows, gated=gated)  # fmt: skip
     return out
 
 
@@ -512,9 +611,11 @@ def half_gemv(
     config: GemvConfig | None = None,
     *,
     pdl: bool = False,
+    gated: bool = False,
 ) -> torch.Tensor:
     """``x`` [M <= 4, K] @ ``weight``.T (+ bias), the weight in x's dtype (bf16 or fp16), on the
-    word GEMV: two weights a 32-bit word, widened exactly to fp32, one fp32 FMA each. K even."""
+    word GEMV: two weights a 32-bit word, widened exactly to fp32, one fp32 FMA each. K even.
+    ``gated``: as ``fp8_gemv``'s."""
     n, k = weight.shape
     ok = (
         x.dim() == 2 and x.shape[1] == k and 0 < x.shape[0] <= GEMV_ROWS and k % 2 == 0
@@ -526,10 +627,10 @@ def half_gemv(
         raise ValueError(f"half_gemv: {got}")
     require_triton()
     x = x if x.stride(1) == 1 else x.contiguous()
-    out = torch.empty(x.shape[0], n, dtype=x.dtype, device=x.device)
+    out = torch.empty(x.shape[0], n // 2 if gated else n, dtype=x.dtype, device=x.device)
     cfg = config or gemv_config(n, k // 2, rows=x.shape[0], num_sms=sm_count(x.device))
     launch_word_gemv(x, weight.view(torch.uint8), None, None, bias, out, cfg, 8, pdl=pdl,
-                     half_weights=True)  # fmt: skip
+                     half_weights=True, gated=gated)  # fmt: skip
     return out
 
 

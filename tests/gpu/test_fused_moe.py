@@ -39,6 +39,7 @@ from kvserve.kernels.router_logits import (  # noqa: E402
     router_logits,
     router_topk,
 )
+from kvserve.kernels.word_gemv import GATED_GEMV_ENV, gated_gemv_enabled  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -81,6 +82,16 @@ def half_moe_gemv(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     half_moe_gemv_enabled.cache_clear()
 
 
+@pytest.fixture(params=[False, True], ids=["silu_kernel", "gated_gemv"])
+def gated(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """KVSERVE_GATED_GEMV=0 and =1."""
+    monkeypatch.setenv(GATED_GEMV_ENV, str(int(request.param)))
+    gated_gemv_enabled.cache_clear()
+    yield
+    monkeypatch.delenv(GATED_GEMV_ENV)
+    gated_gemv_enabled.cache_clear()
+
+
 @pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
 @pytest.mark.parametrize("load", ["random", "one_expert", "few_experts"])
 @pytest.mark.parametrize(
@@ -88,10 +99,11 @@ def half_moe_gemv(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     [(1, 8, 256, 128, 2), (1, 64, 320, 96, 8), (2, 64, 320, 96, 8)],
 )
 def test_decode_on_the_half_gemv_matches_reference(  # noqa: ANN201
-    tokens, experts, hidden, inter, k, load, dtype, half_moe_gemv  # noqa: ANN001
+    tokens, experts, hidden, inter, k, load, dtype, half_moe_gemv, gated  # noqa: ANN001
 ):  # fmt: skip
     """KVSERVE_BF16_MOE_GEMV=1: a decode step's 16-bit experts on the word GEMV, one slot a
-    program row, the k rows and a shared expert's output summed in the down GEMV's epilogue."""
+    program row, the SiLU-mul apart or in the gate/up GEMV (KVSERVE_GATED_GEMV), the k rows and
+    a shared expert's output summed in the down GEMV's epilogue."""
     x, w13, w2, weights, ids = _case(tokens, experts, hidden, inter, k, load, dtype)
     assert half_moe_gemv_here(ids.numel(), w13, w2, x)
     addend = torch.randn(x.shape, generator=torch.Generator().manual_seed(9)).to(x)

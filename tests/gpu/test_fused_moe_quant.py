@@ -51,7 +51,13 @@ from kvserve.kernels.fused_moe_fp8 import (  # noqa: E402
     fused_moe_fp8,
     fused_moe_fp8_reference,
 )
-from kvserve.kernels.word_gemv import GemvConfig, MoeSlots, launch_word_gemv  # noqa: E402
+from kvserve.kernels.word_gemv import (  # noqa: E402
+    GATED_GEMV_ENV,
+    GemvConfig,
+    MoeSlots,
+    gated_gemv_enabled,
+    launch_word_gemv,
+)
 from kvserve.quant.moe_fp4 import quantize_fp4_experts  # noqa: E402
 from kvserve.quant.moe_fp8 import quantize_fp8_experts  # noqa: E402
 
@@ -253,6 +259,13 @@ def fp8_moe_gemv(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     yield from _switch_env(monkeypatch, FP8_MOE_GEMV_ENV, "1", fp8_moe_gemv_enabled)
 
 
+@pytest.fixture(params=[False, True], ids=["silu_kernel", "gated_gemv"])
+def gated_gemv(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """KVSERVE_GATED_GEMV=0 and =1: the SiLU-mul in its own kernel or in the gate/up GEMV."""
+    yield from _switch_env(monkeypatch, GATED_GEMV_ENV, str(int(request.param)),
+                           gated_gemv_enabled)  # fmt: skip
+
+
 # (shape, tokens) of decode-sized steps, slots * 4 <= experts: the ones that take the GEMV
 DECODE_CASES = [(shape, t) for shape in SHAPES for t in ([1] if INTERPRETED else [1, 3])
                 if t * shape[3] * 4 <= shape[0]]  # fmt: skip
@@ -261,8 +274,11 @@ DECODE_CASES = [(shape, t) for shape in SHAPES for t in ([1] if INTERPRETED else
 @pytest.mark.parametrize("load", LOADS)
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize(("shape", "tokens"), DECODE_CASES)
-def test_fp4_decode_on_the_gemv_matches_reference(shape, tokens, fmt, load, moe_gemv) -> None:  # noqa: ANN001
-    """Decode steps on the word GEMV, split K included."""
+def test_fp4_decode_on_the_gemv_matches_reference(  # noqa: ANN201
+    shape, tokens, fmt, load, moe_gemv, gated_gemv  # noqa: ANN001
+):  # fmt: skip
+    """Decode steps on the word GEMV, split K included, the SiLU-mul apart or in the gate/up
+    GEMV."""
     assert moe_gemv_enabled()
     x, w13, w2, weights, ids = _case(tokens, *shape, load)
     s13, s2 = quantize_fp4_experts(w13, fmt), quantize_fp4_experts(w2, fmt)
@@ -275,11 +291,12 @@ def test_fp4_decode_on_the_gemv_matches_reference(shape, tokens, fmt, load, moe_
 @pytest.mark.parametrize("block", [(128, 128), None], ids=["block", "channel"])
 @pytest.mark.parametrize(("shape", "tokens"), DECODE_CASES)
 def test_fp8_decode_on_the_gemv_matches_weight_only_reference(  # noqa: ANN201
-    shape, tokens, block, load, fp8_moe_gemv  # noqa: ANN001
+    shape, tokens, block, load, fp8_moe_gemv, gated_gemv  # noqa: ANN001
 ):  # fmt: skip
     """KVSERVE_FP8_MOE_GEMV=1: a decode step's FP8 experts weight-only on the word GEMV (half
-    sums on the GPU), each token's k rows and a shared expert's output summed in the down
-    GEMV's epilogue: the dequantized experts' product without activation quantization."""
+    sums on the GPU), the SiLU-mul apart or in the gate/up GEMV, each token's k rows and a
+    shared expert's output summed in the down GEMV's epilogue: the dequantized experts'
+    product without activation quantization."""
     x, w13, w2, weights, ids = _case(tokens, *shape, load)
     (q13, s13), (q2, s2) = quantize_fp8_experts(w13, block), quantize_fp8_experts(w2, block)
     assert fp8_moe_gemv_here(ids.numel(), q13, block)

@@ -327,3 +327,62 @@ def test_weight_only_rows_setting_is_checked(monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.delenv(W8A16_ROWS_ENV)
         w8a16_max_rows.cache_clear()
     assert w8a16_max_rows() == 1
+
+
+def _gated_stack(n: int, k: int, seed: int) -> torch.Tensor:
+    """A gate/up stack [n, k] whose gate rows run from large negative to large positive
+    pre-activations, so SiLU's whole curve is exercised."""
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=gen) / k**0.5
+    w[: n // 2] *= torch.linspace(-6, 6, n // 2)[:, None]
+    return w
+
+
+def assert_gated(out: torch.Tensor, plain: torch.Tensor) -> None:
+    """The gated GEMV against the plain one's output through the SiLU-mul kernel: the same
+    products and roundings, but a split's row scale is applied before the split sum."""
+    ref = silu_and_mul(plain).float()
+    assert out.shape == ref.shape and out.dtype == plain.dtype
+    err = (out.float() - ref).abs().max() / ref.abs().max()
+    assert err < TOL[out.dtype] / 4, f"relative error {err:.3g}"
+
+
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("layout", ["channel", "block", "half"])
+@pytest.mark.parametrize(("n", "k"), [(256, 256), (2 * 200, 300)])
+@pytest.mark.parametrize("m", [1, 2, 4])
+def test_gated_gemv_is_the_silu_mul_of_the_plain_one(
+    m: int, n: int, k: int, layout: str, split_k: int
+) -> None:
+    """``gated``: programs pair gate rows with the up rows of the same outputs and apply the
+    SiLU-mul to the K splits' sum: per-channel and 128-row block FP8 scales (I a multiple of
+    the block) and 16-bit weights, N tails (I = 200), split K."""
+    if layout == "block" and (n // 2) % 128:
+        pytest.skip("FP8 block scales need I a multiple of the 128-row block")
+    dtype = torch.float32 if INTERPRETED else torch.bfloat16
+    gen = torch.Generator().manual_seed(m + n + k)
+    x = torch.randn(m, k, generator=gen).to(DEVICE, dtype)
+    w = _gated_stack(n, k, m + n)
+    for cfg in (GemvConfig(64, 16, split_k, half_sums=not INTERPRETED), GemvConfig(32, 32, 1)):
+        if layout == "half":
+            w16 = w.to(DEVICE, torch.float16 if INTERPRETED else dtype)
+            x16 = x.to(w16.dtype)
+            out = half_gemv(x16, w16, config=cfg, gated=True)
+            assert_gated(out, half_gemv(x16, w16, config=cfg))
+            continue
+        block = (128, 128) if layout == "block" else None
+        q, scale = quantize_weight(w, layout, block)
+        q, scale = q.to(DEVICE), scale.to(DEVICE)
+        out = fp8_gemv(x, q, scale, config=cfg, block=block, gated=True)
+        assert_gated(out, fp8_gemv(x, q, scale, config=cfg, block=block))
+
+
+def test_gated_gemv_refuses_what_it_cannot_take() -> None:
+    x, q, scale = inputs(1, 2 * 200, 256, True, torch.float32)
+    with pytest.raises(ValueError, match="gate/up"):  # I = 200 is not whole 128-row blocks
+        qb, sb = quantize_weight(torch.randn(400, 256), "block", (128, 128))
+        fp8_gemv(x, qb.to(DEVICE), sb.to(DEVICE), block=(128, 128), gated=True)
+    with pytest.raises(ValueError, match="bias"):
+        fp8_gemv(x, q, scale, torch.zeros(400, device=DEVICE), gated=True)
+    with pytest.raises(ValueError, match="gate/up"):  # an odd N
+        fp8_gemv(x, q[:399], scale[:399], gated=True)
