@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
+from kvserve.kernels.activation import silu_and_mul_reference
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
 from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
 from kvserve.kernels.fp4_tile import code_words, dequant_tile
@@ -207,13 +208,17 @@ def fp4_linear(
     config: Fp4Config | None = None,
     *,
     pdl: bool = False,
+    gated: bool = False,
 ) -> torch.Tensor:
     """``x`` [..., K] @ W.T (+ bias) -> [..., N] in x's dtype; W in the layout of
     ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. A
     ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``, with
     programmatic dependent launch if ``pdl``; a ``DequantGemmConfig`` dequantizes W and runs
-    cuBLAS (``fp4_dequantize.py``)."""
+    cuBLAS (``fp4_dequantize.py``). ``gated`` (the GEMV only): W is a gate/up stack and the
+    result silu(gate) * up, [..., N / 2] (``word_gemv.launch_word_gemv``)."""
     group = _check(x, packed, block_scale, row_scale)
+    if gated and x.device.type == "cpu" and not interpreting():
+        return silu_and_mul_reference(fp4_linear_reference(x, packed, block_scale, row_scale))
     if x.device.type == "cpu" and not interpreting():
         return fp4_linear_reference(x, packed, block_scale, row_scale, bias)
     require_triton()
@@ -223,16 +228,19 @@ def fp4_linear(
         x2 = x2.contiguous()
     m, k = x2.shape
     n = packed.shape[0]
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    out = torch.empty(m, n // 2 if gated else n, dtype=x.dtype, device=x.device)
     if m and n:
         cfg = config or default_config(m, n, k, num_sms=sm_count(x.device), group=group)
+        if gated and not isinstance(cfg, GemvConfig):
+            raise ValueError(f"fp4_linear: only the GEMV applies the SiLU-mul, not {cfg}")
         if isinstance(cfg, Fp4GemmConfig):
             _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
         elif isinstance(cfg, DequantGemmConfig):
             dequant_gemm(x2, packed, block_scale, row_scale, bias, out, cfg)
         else:
-            launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group, pdl=pdl)
-    return out.view(*lead, n)
+            launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group, pdl=pdl,
+                             gated=gated)  # fmt: skip
+    return out.view(*lead, out.shape[1])
 
 
 def _launch(

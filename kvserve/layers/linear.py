@@ -73,3 +73,9 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.method.apply(self, x, self.bias)
+
+    def forward_gated(self, x: torch.Tensor) -> torch.Tensor | None:
+        """silu(gate) * up of a gate/up layer in one launch, or None (``apply_gated``)."""
+        if self.bias is not None or len(self.shard_sizes) != 2:
+            return None
+        return self.method.apply_gated(self, x)

@@ -14,6 +14,7 @@ from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.errors import ModelLoadError
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rotary_store_kv import QKNorm, fusable, rotary_store_kv
+from kvserve.kernels.word_gemv import gated_gemv_enabled
 from kvserve.layers.activation import SiluAndMul
 from kvserve.layers.embedding import LMHead, VocabEmbedding
 from kvserve.layers.linear import Linear
@@ -207,9 +208,14 @@ class MLP(nn.Module):
             quant, prefix, ["down_proj"], size, [cfg.hidden_size], False, dtype, kernels, tp, "row"
         )
         self.act = SiluAndMul(kernels)
+        # steps the gate/up method runs on the word GEMV take the SiLU-mul in its epilogue
+        self.gated_gemv = kernels.triton and gated_gemv_enabled()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_up_proj(x)))
+        hidden = self.gate_up_proj.forward_gated(x) if self.gated_gemv else None
+        if hidden is None:
+            hidden = self.act(self.gate_up_proj(x))
+        return self.down_proj(hidden)
 
 
 def _feed_forward(
@@ -219,6 +225,7 @@ def _feed_forward(
     """The layer's dense MLP, or its mixture of experts (plus a shared expert when the config
     has one) when ``cfg.moe`` makes this layer sparse."""
     prefix = f"model.layers.{idx}.mlp"
+    gated_gemv_enabled()  # a bad KVSERVE_GATED_GEMV fails the load, not the first step
     moe = cfg.moe
     if moe is None or not moe.is_sparse(idx):
         return MLP(cfg, dtype, kernels, prefix, quant, tp=tp)

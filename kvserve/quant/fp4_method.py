@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvserve.errors import ModelLoadError
-from kvserve.kernels.fp4_gemm import fp4_linear
+from kvserve.kernels.fp4_gemm import GEMV_MAX_ROWS, fp4_linear
 from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.quant.method import copy_checked, shard_rows, unknown_param
 
@@ -118,6 +118,14 @@ class Fp4LinearMethod:
         return fp4_linear(
             x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale, bias,
             pdl=layer.launch_pdl,
+        )  # fmt: skip
+
+    def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
+        if x.device.type == "cpu" or x.numel() > GEMV_MAX_ROWS * x.shape[-1]:
+            return None
+        return fp4_linear(
+            x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale,
+            pdl=layer.launch_pdl, gated=True,
         )  # fmt: skip
 
 

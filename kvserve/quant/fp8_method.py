@@ -184,6 +184,16 @@ class Fp8LinearMethod:
         y = self._matmul(layer, x.reshape(-1, shape[-1]), bias)
         return y.view(*shape[:-1], y.shape[-1])
 
+    def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
+        spec = self.spec
+        x2 = x.reshape(-1, x.shape[-1])
+        blocks_fit = spec.block is None or (layer.out_features // 2) % spec.block[0] == 0
+        if spec.activation == "none" or not blocks_fit or not _weight_only_here(spec, x2):
+            return None
+        w, ws = layer.weight, layer.weight_scale
+        y = fp8_gemv(x2, w, ws, block=spec.block, pdl=layer.launch_pdl, gated=True)
+        return y.view(*x.shape[:-1], y.shape[-1])
+
     def _matmul(
         self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:

@@ -41,6 +41,11 @@ class LinearMethod(Protocol):
     def apply(self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """``x @ W.T + bias`` in the model dtype."""
 
+    def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
+        """For a gate/up layer without bias (gate rows, then as many up rows): silu(gate) * up
+        [T, I] from one launch (the word GEMV's ``gated`` mode) where the method runs x on the
+        GEMV, else None (the caller then runs ``apply`` and the SiLU-mul)."""
+
 
 def shard_rows(layer: Linear, shard: int) -> slice:
     """The output rows of shard ``shard`` in the merged weight."""

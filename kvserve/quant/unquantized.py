@@ -45,6 +45,11 @@ class UnquantizedLinearMethod:
             return skinny_linear(x, layer.weight, None, bias, pdl=layer.launch_pdl)
         return F.linear(x, layer.weight, bias)
 
+    def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
+        if not _gemv_here(layer.weight, x):
+            return None
+        return half_gemv(x, layer.weight, pdl=layer.launch_pdl, gated=True)
+
 
 def _gemv_here(weight: torch.Tensor, x: torch.Tensor) -> bool:
     """A step of at most ``gemv_max_rows()`` tokens, 16-bit and on a GPU, weight and x alike."""

@@ -19,6 +19,7 @@ from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
 from kvserve.kernels.fused_moe_fp8 import FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled
 from kvserve.kernels.fused_moe_half_gemv import HALF_MOE_GEMV_ENV, half_moe_gemv_enabled
+from kvserve.kernels.word_gemv import GATED_GEMV_ENV, gated_gemv_enabled
 from kvserve.quant.fp8_weights import quantize_weight
 from kvserve.quant.mxfp4 import quantize_mxfp4
 from kvserve.quant.nvfp4 import quantize_nvfp4
@@ -124,8 +125,9 @@ def test_dummy_weights_in_the_checkpoint_layout(quantization_config: dict, tmp_p
     [
         (FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled, "fp8"),
         (HALF_MOE_GEMV_ENV, half_moe_gemv_enabled, None),
+        (GATED_GEMV_ENV, gated_gemv_enabled, None),
     ],
-    ids=["fp8", "bf16"],
+    ids=["fp8", "bf16", "gated"],
 )
 def test_a_bad_moe_gemv_switch_fails_the_load(
     env: str,
@@ -134,8 +136,8 @@ def test_a_bad_moe_gemv_switch_fails_the_load(
     tiny_model_dir,
     monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
 ) -> None:
-    """``KVSERVE_FP8_MOE_GEMV`` / ``KVSERVE_BF16_MOE_GEMV`` are read when the experts are built,
-    not at the first step; unset, they are off."""
+    """``KVSERVE_FP8_MOE_GEMV`` / ``KVSERVE_BF16_MOE_GEMV`` / ``KVSERVE_GATED_GEMV`` are read
+    when the layers are built, not at the first step; unset, they are off."""
     arch = "Qwen3MoeForCausalLM"
     src = tiny_model_dir(arch, **MOE_TINY[arch])
     monkeypatch.setenv(env, "on")

@@ -39,10 +39,14 @@ from kvserve.kernels.word_gemv import (  # noqa: E402
     gemv_config,
     half_gemv,
 )
+from kvserve.layers.linear import Linear  # noqa: E402
 from kvserve.quant import unquantized  # noqa: E402
+from kvserve.quant.fp4_method import Fp4LinearMethod  # noqa: E402
 from kvserve.quant.fp8_config import Fp8Spec  # noqa: E402
 from kvserve.quant.fp8_method import W8A16_ROWS_ENV, Fp8LinearMethod, w8a16_max_rows  # noqa: E402
 from kvserve.quant.fp8_weights import quantize_weight  # noqa: E402
+from kvserve.quant.mxfp4 import MXFP4  # noqa: E402
+from kvserve.quant.nvfp4 import NVFP4  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 X_DTYPES = [torch.float32] if INTERPRETED else [torch.bfloat16, torch.float16, torch.float32]
@@ -386,3 +390,38 @@ def test_gated_gemv_refuses_what_it_cannot_take() -> None:
         fp8_gemv(x, q, scale, torch.zeros(400, device=DEVICE), gated=True)
     with pytest.raises(ValueError, match="gate/up"):  # an odd N
         fp8_gemv(x, q[:399], scale[:399], gated=True)
+
+
+def _gate_up_layer(kind: str) -> Linear:
+    """A gate/up layer [2 x 256, 512] with dummy weights in ``kind``'s format, on DEVICE."""
+    methods = {
+        "bf16": unquantized.UnquantizedLinearMethod,
+        "fp8_channel": lambda: Fp8LinearMethod(Fp8Spec("channel", "token")),
+        "fp8_block": lambda: Fp8LinearMethod(Fp8Spec("block", "group", (128, 128))),
+        "nvfp4": lambda: Fp4LinearMethod(NVFP4, "online"),
+        "mxfp4": lambda: Fp4LinearMethod(MXFP4, "online"),
+    }
+    with torch.device(DEVICE):
+        layer = Linear(512, [256, 256], False, torch.bfloat16, methods[kind](), "mlp.gate_up")
+        layer.init_dummy(torch.Generator(DEVICE).manual_seed(3))
+    return layer
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the methods take the GEMV on CUDA only")
+@pytest.mark.parametrize("kind", ["bf16", "fp8_channel", "fp8_block", "nvfp4", "mxfp4"])
+def test_gate_up_layer_applies_the_silu_mul_on_the_gemv(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Linear.forward_gated`` (the dense MLP with KVSERVE_GATED_GEMV=1): a one-token step of
+    each method's GEMV in its gated mode gives the layer's output through the SiLU-mul kernel;
+    a step the GEMV does not take gives None (the MLP then runs the two kernels)."""
+    monkeypatch.setenv(unquantized.GEMV_ROWS_ENV, "1")
+    unquantized.gemv_max_rows.cache_clear()
+    try:
+        layer = _gate_up_layer(kind)
+        x = torch.randn(1, 512, device=DEVICE, dtype=torch.bfloat16)
+        assert_gated(layer.forward_gated(x), layer(x))
+        assert layer.forward_gated(torch.cat([x] * 8)) is None
+    finally:
+        monkeypatch.delenv(unquantized.GEMV_ROWS_ENV)
+        unquantized.gemv_max_rows.cache_clear()
