@@ -121,11 +121,11 @@ def test_dummy_weights_in_the_checkpoint_layout(quantization_config: dict, tmp_p
 
 
 @pytest.mark.parametrize(
-    ("env", "cached", "quantization"),
+    ("env", "cached", "quantization", "default"),
     [
-        (FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled, "fp8"),
-        (HALF_MOE_GEMV_ENV, half_moe_gemv_enabled, None),
-        (GATED_GEMV_ENV, gated_gemv_enabled, None),
+        (FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled, "fp8", False),
+        (HALF_MOE_GEMV_ENV, half_moe_gemv_enabled, None, False),
+        (GATED_GEMV_ENV, gated_gemv_enabled, None, True),
     ],
     ids=["fp8", "bf16", "gated"],
 )
@@ -133,11 +133,13 @@ def test_a_bad_moe_gemv_switch_fails_the_load(
     env: str,
     cached,
     quantization: str | None,
+    default: bool,
     tiny_model_dir,
     monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
 ) -> None:
     """``KVSERVE_FP8_MOE_GEMV`` / ``KVSERVE_BF16_MOE_GEMV`` / ``KVSERVE_GATED_GEMV`` are read
-    when the layers are built, not at the first step; unset, they are off."""
+    when the layers are built, not at the first step; unset, they take their default (the
+    gated GEMV on, the MoE GEMVs off)."""
     arch = "Qwen3MoeForCausalLM"
     src = tiny_model_dir(arch, **MOE_TINY[arch])
     monkeypatch.setenv(env, "on")
@@ -148,4 +150,4 @@ def test_a_bad_moe_gemv_switch_fails_the_load(
     finally:
         monkeypatch.delenv(env)
         cached.cache_clear()
-    assert not cached()  # off unless asked
+    assert cached() == default
