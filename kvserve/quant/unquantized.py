@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from typing import TYPE_CHECKING
 
 import torch
@@ -52,9 +53,10 @@ class UnquantizedLinearMethod:
 
 
 def _gemv_here(weight: torch.Tensor, x: torch.Tensor) -> bool:
-    """A step of at most ``gemv_max_rows()`` tokens, 16-bit and on a GPU, weight and x alike."""
+    """A step of at most ``gemv_rows_for(weight)`` tokens, 16-bit and on a GPU, weight and x
+    alike."""
     return (
-        0 < x.shape[0] <= gemv_max_rows() and x.is_cuda and x.dtype == weight.dtype
+        0 < x.shape[0] <= gemv_rows_for(weight.numel()) and x.is_cuda and x.dtype == weight.dtype
         and x.dtype in (torch.bfloat16, torch.float16) and x.shape[-1] % 2 == 0
     )  # fmt: skip
 
@@ -63,13 +65,32 @@ SKINNY_ROWS_ENV = "KVSERVE_BF16_SKINNY_ROWS"
 GEMV_ROWS_ENV = "KVSERVE_BF16_GEMV_ROWS"
 
 
+# With KVSERVE_BF16_GEMV_ROWS unset, one-token steps of weights of at most this many values take
+# the GEMV: launched dependently, it loads its weights while the kernel before still runs, which
+# cuBLAS cannot, and that pays where the read is short. On the H200 at batch 1 (s42, one machine,
+# alternating): Qwen3-30B-A3B (q/k/v 10.5M values, o 8.4M) 309 / 309 -> 318 / 318 tok/s with its
+# layers on the GEMV; Llama-3-8B (16.8M-117M) 213 / 211 -> 210 / 210, and its gate/up and down
+# alone were slower on it (64.7 / 33.9 against cuBLAS's 55.5 / 30.7 us), so they stay on cuBLAS.
+GEMV_SMALL_WEIGHT = 12 * 2**20
+
+
 @functools.cache
-def gemv_max_rows() -> int:
-    """Steps of at most this many tokens (0-4) take the word GEMV (``kernels/word_gemv.py``'s
-    ``half_gemv``: two 16-bit weights a word, fp32 FMAs) instead of cuBLAS
-    (``KVSERVE_BF16_GEMV_ROWS``, bf16 and fp16 weights; off by default until timed in the
-    engine)."""
+def gemv_max_rows() -> int | None:
+    """``KVSERVE_BF16_GEMV_ROWS`` (0-4): steps of at most this many tokens take the word GEMV
+    (``kernels/word_gemv.py``'s ``half_gemv``: two 16-bit weights a word, fp32 FMAs) instead of
+    cuBLAS, for every bf16/fp16 layer; None when unset (``gemv_rows_for``'s rule)."""
+    if GEMV_ROWS_ENV not in os.environ:
+        return None
     return rows_from_env(GEMV_ROWS_ENV, 0, GEMV_ROWS)
+
+
+def gemv_rows_for(weight_values: int) -> int:
+    """The most tokens a step of a weight of this many values runs on the GEMV: the setting,
+    or unset, one token for weights of at most ``GEMV_SMALL_WEIGHT`` values."""
+    rows = gemv_max_rows()
+    if rows is None:
+        return 1 if weight_values <= GEMV_SMALL_WEIGHT else 0
+    return rows
 
 
 @functools.cache

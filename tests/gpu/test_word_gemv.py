@@ -38,6 +38,7 @@ from kvserve.kernels.word_gemv import (  # noqa: E402
     fp8_gemv_config,
     gemv_config,
     half_gemv,
+    half_gemv_config,
 )
 from kvserve.layers.linear import Linear  # noqa: E402
 from kvserve.quant import unquantized  # noqa: E402
@@ -190,6 +191,15 @@ def test_half_weights_match_f_linear(m: int, n: int, k: int, split_k: int, dtype
         out = half_gemv(x, w, bias, cfg)
         err = (out.float() - ref).abs().max() / ref.abs().max()
         assert out.dtype == dtype and err < TOL[dtype], f"relative error {err:.3g}"
+
+
+def test_half_gemv_config_takes_narrow_wide_tiles_at_one_row() -> None:
+    """One row, N up to four 16-row tiles an SM: 16 x 128 words, K split to about four
+    programs an SM (the tiles timed fastest on the H200); else the GEMV's default."""
+    assert half_gemv_config(5120, 1024, 1, 132) == GemvConfig(16, 128, 1)  # Qwen3-30B-A3B qkv
+    assert half_gemv_config(2048, 2048, 1, 132) == GemvConfig(16, 128, 4)  # its o
+    assert half_gemv_config(28672, 2048, 1, 132) == gemv_config(28672, 2048, num_sms=132)
+    assert half_gemv_config(5120, 1024, 2, 132) == gemv_config(5120, 1024, rows=2, num_sms=132)
 
 
 def test_half_weights_refuse_what_they_cannot_take() -> None:

@@ -58,3 +58,31 @@ def test_shards_land_in_their_rows_and_foreign_tensors_are_refused() -> None:
         layer.load_shard("weight_scale", torch.ones(1), 1)
     with pytest.raises(ModelLoadError, match="checkpoint shape"):
         layer.load_shard("weight", torch.ones(3, 4), 0)
+
+
+def test_bf16_gemv_rows_default_to_small_weights_at_one_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``KVSERVE_BF16_GEMV_ROWS`` unset: one-token steps of weights of at most
+    ``GEMV_SMALL_WEIGHT`` values take the GEMV (Qwen3-30B-A3B's attention), larger ones
+    (Llama-3-8B's) stay on cuBLAS; set, it applies to every weight; a bad value is refused."""
+    from kvserve.quant import unquantized
+
+    monkeypatch.delenv(unquantized.GEMV_ROWS_ENV, raising=False)
+    unquantized.gemv_max_rows.cache_clear()
+    try:
+        assert unquantized.gemv_rows_for(5120 * 2048) == 1  # Qwen3-30B-A3B q/k/v
+        assert unquantized.gemv_rows_for(4096 * 4096) == 0  # Llama-3-8B o
+        monkeypatch.setenv(unquantized.GEMV_ROWS_ENV, "2")
+        unquantized.gemv_max_rows.cache_clear()
+        assert unquantized.gemv_rows_for(4096 * 28672) == 2
+        monkeypatch.setenv(unquantized.GEMV_ROWS_ENV, "0")
+        unquantized.gemv_max_rows.cache_clear()
+        assert unquantized.gemv_rows_for(16) == 0
+        monkeypatch.setenv(unquantized.GEMV_ROWS_ENV, "x")
+        unquantized.gemv_max_rows.cache_clear()
+        with pytest.raises(ConfigError, match="KVSERVE_BF16_GEMV_ROWS='x'"):
+            unquantized.make_method(None)
+    finally:
+        monkeypatch.delenv(unquantized.GEMV_ROWS_ENV, raising=False)
+        unquantized.gemv_max_rows.cache_clear()
