@@ -241,7 +241,9 @@ def fused_moe_fp8(
 @functools.cache
 def fp8_moe_gemv_enabled() -> bool:
     """``KVSERVE_FP8_MOE_GEMV``: 1 runs FP8 experts' decode steps on the word GEMV; 0 (the
-    default) on the grouped tensor-core kernel."""
+    default) on the grouped tensor-core kernel. On the H200 (GLM-4.5-Air FP8 blocks,
+    moe_decode_h200_s42_glm_fp8_*, alternating, one machine) the GEMV with the gated gate/up
+    took batch 1 from 199 to 197 tok/s and batch 2 from 269 to 279, with untuned tiles."""
     return env_switch(FP8_MOE_GEMV_ENV, default=False)
 
 
