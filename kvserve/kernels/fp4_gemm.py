@@ -217,6 +217,8 @@ def fp4_linear(
     cuBLAS (``fp4_dequantize.py``). ``gated`` (the GEMV only): W is a gate/up stack and the
     result silu(gate) * up, [..., N / 2] (``word_gemv.launch_word_gemv``)."""
     group = _check(x, packed, block_scale, row_scale)
+    if gated and bias is not None:
+        raise ValueError("fp4_linear: a gated GEMV takes no bias")
     if gated and x.device.type == "cpu" and not interpreting():
         return silu_and_mul_reference(fp4_linear_reference(x, packed, block_scale, row_scale))
     if x.device.type == "cpu" and not interpreting():

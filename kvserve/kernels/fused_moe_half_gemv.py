@@ -4,7 +4,8 @@ shared expert's output summed in the down GEMV's epilogue: what FP4 experts do b
 FP8 ones with ``KVSERVE_FP8_MOE_GEMV=1``, in place of the grouped MMA kernel of
 ``fused_moe.py``. ``KVSERVE_BF16_MOE_GEMV=1`` turns it on; off by default: on the H200 it took
 Qwen3-30B-A3B bf16 batch 1 from 310 / 305 to 301 / 303 tok/s (moe_decode_h200_s42_q3_bf16_*,
-alternating, one machine), with the GEMV's default tiles (no tuned ``bfloat16_gemv`` entry). The result is ``fused_moe_reference``'s within bf16 rounding, as ``fused_moe``'s."""
+alternating, one machine), with the GEMV's default tiles (no tuned ``bfloat16_gemv`` entry).
+The result is ``fused_moe_reference``'s within bf16 rounding, as ``fused_moe``'s."""
 
 from __future__ import annotations
 
