@@ -324,6 +324,15 @@ def rope_max_positions(model: ModelConfig) -> int:
     return int((base or model.max_position_embeddings) * factor)
 
 
+def allow_longer_context() -> bool:
+    """``KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN``: 1 or true (as vLLM's own variable takes),
+    0, false or unset; anything else is refused."""
+    value = os.environ.get(ALLOW_LONGER_CONTEXT_ENV, "")
+    if value.strip().lower() not in ("", "0", "1", "false", "true"):
+        raise ConfigError(f"{ALLOW_LONGER_CONTEXT_ENV}={value!r}: expected 0, 1, false or true")
+    return value.strip().lower() in ("1", "true")
+
+
 def check_context_length(requested: int | None, model: ModelConfig) -> int:
     """The context length to serve: ``requested``, or the model's own when None. Longer than
     the model's (``max_position_embeddings``, or what its rope scaling covers) is refused unless
@@ -333,7 +342,7 @@ def check_context_length(requested: int | None, model: ModelConfig) -> int:
         return model.max_position_embeddings
     if requested <= limit:
         return requested
-    if os.environ.get(ALLOW_LONGER_CONTEXT_ENV, "") in ("1", "true", "True"):
+    if allow_longer_context():
         log.warning(
             "context length %d exceeds the model's %d (%s is set): quality past %d tokens is "
             "not assured", requested, limit, ALLOW_LONGER_CONTEXT_ENV, limit,

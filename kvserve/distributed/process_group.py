@@ -28,7 +28,17 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 
 
 def collective_timeout_s() -> float:
-    return float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+    """``KVSERVE_DIST_TIMEOUT_S``: seconds above 0 (default 300); anything else is refused."""
+    value = os.environ.get(TIMEOUT_ENV, "")
+    if not value:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise ConfigError(f"{TIMEOUT_ENV}={value!r}: expected a number of seconds above 0")
+    return seconds
 
 
 def free_local_addr() -> str:

@@ -19,10 +19,10 @@ take cuBLAS past 128 rows.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
+from kvserve.config import env_switch
 from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, tl
 from kvserve.kernels.fp4_dequantize import dequantize_fp4_dense
 from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
@@ -229,7 +229,7 @@ def moe_gemv_enabled() -> bool:
     of the grouped MMA kernel, unless ``KVSERVE_FP4_MOE_GEMV=0``. On the H200 it took
     GLM-4.5-Air NVFP4 batch-1 decode from 85 to 107 tok/s (moe_decode_h200_moe_gemv and
     _moe_mma, 2026-12-01, one machine); batch 8 is not a one-slot-per-block step there."""
-    return os.environ.get(MOE_GEMV_ENV, "1") != "0"
+    return env_switch(MOE_GEMV_ENV, default=True)
 
 
 def _fp4_moe_gemv(

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kvserve.config import env_switch
+
 if TYPE_CHECKING:  # torch is imported where a GPU is asked: preflight reads tables without it
     import torch
 
@@ -165,7 +167,8 @@ def reload_tables() -> None:
 
 @functools.cache  # read once: every MoE layer of an eager step asks
 def _tables_on() -> bool:
-    return os.environ.get(TUNED_ENV, "1") != "0"
+    """``KVSERVE_MOE_TUNED``: 1 (the default) reads the tuned tile tables, 0 ignores them."""
+    return env_switch(TUNED_ENV, default=True)
 
 
 @functools.cache

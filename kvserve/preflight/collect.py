@@ -20,6 +20,7 @@ from kvserve.preflight.probes.kernel_log import probe_kernel_log
 from kvserve.preflight.probes.kmods import probe_modules
 from kvserve.preflight.probes.model_files import probe_model
 from kvserve.preflight.probes.nccl import probe_nccl
+from kvserve.preflight.probes.settings import probe_settings
 from kvserve.preflight.probes.sysfs_ib import probe_ib
 from kvserve.preflight.probes.torch_cuda import probe_torch
 
@@ -49,4 +50,5 @@ def collect(opts: PreflightOptions, run: Runner = run_command, root: Path = Path
         nccl=nccl,
         host=probe_host(root, opts.model),
         model=probe_model(opts.model) if opts.model else None,
+        settings=probe_settings(),
     )

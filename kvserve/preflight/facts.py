@@ -197,6 +197,17 @@ class ModelFacts:
         return int(self.weight_bytes - unread)
 
 
+@dataclass(frozen=True)
+class SettingFact:
+    """A ``KVSERVE_*`` variable set in preflight's environment."""
+
+    name: str
+    value: str  # as printed: a secret's value is not
+    problem: str = ""  # why kvserve would refuse it; empty when it is taken
+    fatal: bool = True  # the problem stops the engine at load (else it warns and goes on)
+    unknown: bool = False  # not a setting kvserve reads (a typo, or one removed)
+
+
 @dataclass
 class NodeFacts:
     gpu: GpuFacts
@@ -208,3 +219,4 @@ class NodeFacts:
     nccl: NcclFacts
     host: HostFacts
     model: ModelFacts | None
+    settings: tuple[SettingFact, ...] = ()

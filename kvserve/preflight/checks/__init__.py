@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from kvserve.preflight.checks import cuda, fabric, gpu, host, ib, kmods, model, nccl, thermal
+from kvserve.preflight.checks import (
+    cuda,
+    fabric,
+    gpu,
+    host,
+    ib,
+    kmods,
+    model,
+    nccl,
+    settings,
+    thermal,
+)
 from kvserve.preflight.facts import NodeFacts
 from kvserve.preflight.options import PreflightOptions
 from kvserve.preflight.result import CheckResult
@@ -19,4 +30,5 @@ def run_checks(facts: NodeFacts, opts: PreflightOptions) -> list[CheckResult]:
         *thermal.check_thermals(facts.gpu),
         *host.check_host(facts.host, facts.gpu, facts.ib, facts.model),
         *model.check_model(facts.model, facts.gpu, opts),
+        *settings.check_settings(facts.settings),
     ]

@@ -1,0 +1,150 @@
+"""Every ``KVSERVE_*`` environment setting the package reads, in one table: its default, what it
+does, and the reader that parses it. Each module keeps its own reader (most cache it and read it
+once, at load); this table is what ``kvserve preflight`` checks before a start, what the README
+lists, and what a test holds the source to (no ``KVSERVE_*`` name outside it).
+
+A reader raises ``ConfigError`` on a value it refuses; ``read_setting`` clears a cached
+reader first, so the value in the environment now is the one checked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvserve.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EnvSetting:
+    name: str
+    default: str  # what it means unset
+    meaning: str
+    reader: str = ""  # "module:function" that parses it; "" when any value is taken
+    secret: bool = False  # never printed
+    directory: bool = False  # names a directory that must exist
+
+
+SETTINGS: tuple[EnvSetting, ...] = (
+    EnvSetting(
+        name="KVSERVE_API_KEY",
+        default="none",
+        meaning="the key clients must send when --api-key is not given",
+        secret=True,
+    ),
+    EnvSetting(
+        name="KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
+        default="0",
+        meaning="1 serves a --context-length past the model's positions",
+        reader="kvserve.config:allow_longer_context",
+    ),
+    EnvSetting(
+        name="KVSERVE_CACHE_DIR",
+        default="$XDG_CACHE_HOME/kvserve",
+        meaning="where derived model data is cached (empty: off)",
+    ),
+    EnvSetting(
+        name="KVSERVE_DIST_TIMEOUT_S",
+        default="300",
+        meaning="seconds a collective may wait before the group fails",
+        reader="kvserve.distributed.process_group:collective_timeout_s",
+    ),
+    EnvSetting(
+        name="KVSERVE_MOE_CONFIG_DIR",
+        default="none",
+        meaning="a directory of tuned MoE tile tables, read before the shipped ones",
+        directory=True,
+    ),
+    EnvSetting(
+        name="KVSERVE_MOE_TUNED",
+        default="1",
+        meaning="0 ignores the tuned MoE tile tables",
+        reader="kvserve.kernels.moe_tiles:_tables_on",
+    ),
+    EnvSetting(
+        name="KVSERVE_SHARED_EXPERT_FUSION",
+        default="1",
+        meaning="0 keeps a shared expert out of the expert stacks",
+        reader="kvserve.layers.moe:shared_expert_fusion",
+    ),
+    EnvSetting(
+        name="KVSERVE_GATED_GEMV",
+        default="1",
+        meaning="0 runs the SiLU-mul after a gate/up GEMV in its own kernel",
+        reader="kvserve.kernels.word_gemv:gated_gemv_enabled",
+    ),
+    EnvSetting(
+        name="KVSERVE_FP4_MOE_GEMV",
+        default="1",
+        meaning="0 runs FP4 experts' decode steps on the grouped MMA kernel",
+        reader="kvserve.kernels.fused_moe_fp4:moe_gemv_enabled",
+    ),
+    EnvSetting(
+        name="KVSERVE_FP8_MOE_GEMV",
+        default="0",
+        meaning="1 runs FP8 experts' decode steps on the word GEMV",
+        reader="kvserve.kernels.fused_moe_fp8:fp8_moe_gemv_enabled",
+    ),
+    EnvSetting(
+        name="KVSERVE_BF16_MOE_GEMV",
+        default="0",
+        meaning="1 runs 16-bit experts' decode steps on the word GEMV",
+        reader="kvserve.kernels.fused_moe_half_gemv:half_moe_gemv_enabled",
+    ),
+    EnvSetting(
+        name="KVSERVE_BF16_GEMV_ROWS",
+        default="1 token for weights of <= 12M values",
+        meaning="16-bit layers take the word GEMV up to this many tokens (0-4)",
+        reader="kvserve.quant.unquantized:gemv_max_rows",
+    ),
+    EnvSetting(
+        name="KVSERVE_BF16_SKINNY_ROWS",
+        default="0",
+        meaning="16-bit layers take the swap-AB kernel up to this many tokens (0-64)",
+        reader="kvserve.quant.unquantized:skinny_max_rows",
+    ),
+    EnvSetting(
+        name="KVSERVE_FP8_W8A16_ROWS",
+        default="1",
+        meaning="FP8 layers run weight-only on the word GEMV up to this many tokens (0-4)",
+        reader="kvserve.quant.fp8_method:w8a16_max_rows",
+    ),
+    EnvSetting(
+        name="KVSERVE_FP8_SKINNY_ROWS",
+        default="64",
+        meaning="FP8 layers take the tensor-core decode kernel up to this many tokens",
+        reader="kvserve.quant.fp8_method:skinny_max_rows",
+    ),
+)
+
+
+def read_setting(setting: EnvSetting) -> str | None:
+    """None when the value now in the environment is taken, else why it is refused."""
+    value = os.environ.get(setting.name)
+    if setting.directory:
+        if not value or Path(value).is_dir():
+            return None
+        return f"{setting.name}={value!r} is not a directory"
+    if not setting.reader:
+        return None
+    module, function = setting.reader.split(":")
+    try:
+        reader = getattr(importlib.import_module(module), function)
+    except ImportError as exc:  # e.g. torch missing where only preflight runs
+        return f"not checked: {exc}"
+    if hasattr(reader, "cache_clear"):
+        reader.cache_clear()
+    try:
+        reader()
+    except ConfigError as exc:
+        return str(exc)
+    finally:
+        if hasattr(reader, "cache_clear"):
+            reader.cache_clear()
+    return None
+
+
+def shown(setting: EnvSetting, value: str) -> str:
+    return "<set>" if setting.secret else value
