@@ -148,3 +148,11 @@ def read_setting(setting: EnvSetting) -> str | None:
 
 def shown(setting: EnvSetting, value: str) -> str:
     return "<set>" if setting.secret else value
+
+
+def settings_in_effect() -> str:
+    """The settings set in the environment, as ``NAME=value, ...`` (a secret's value hidden),
+    for the engine's startup line; empty when every one is at its default."""
+    return ", ".join(
+        f"{s.name}={shown(s, os.environ[s.name])}" for s in SETTINGS if s.name in os.environ
+    )

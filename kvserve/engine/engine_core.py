@@ -33,6 +33,7 @@ from kvserve.engine.core.stats import EngineStats
 from kvserve.engine.runner.device import resolve_device, resolve_dtype
 from kvserve.engine.runner.launched_step import LaunchedStep
 from kvserve.engine.runner.model_runner import ModelRunner
+from kvserve.env_settings import settings_in_effect
 from kvserve.errors import InvalidRequestError
 from kvserve.loader import ModelSource, open_model_source
 
@@ -75,6 +76,8 @@ class EngineCore:
         self.disagg = make_engine_hook(config, self)  # None unless --disaggregation-mode
         self.startup_s = time.perf_counter() - started  # weights, KV pool, warm-up, graphs
         log.info("engine ready in %.1f s (KV pool: %d tokens)", self.startup_s, kv_tokens)
+        if settings := settings_in_effect():
+            log.info("settings from the environment: %s", settings)
 
     # -- requests ---------------------------------------------------------------------------
     def add_request(

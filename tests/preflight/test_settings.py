@@ -75,3 +75,18 @@ def test_preflight_cli_reports_a_bad_setting_as_a_failed_check(tmp_path: Path) -
     row = next(c for c in json.loads(out.read_text())["checks"] if c["status"] == "fail")
     assert row["name"] == "kvserve: settings"
     assert row["observed"] == "KVSERVE_DIST_TIMEOUT_S='soon': expected a number of seconds above 0"
+
+
+def test_the_engine_logs_the_settings_it_started_with(
+    tiny_model_dir, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:  # noqa: ANN001
+    """The startup log names each setting set in the environment (the key hidden)."""
+    from kvserve import LLM
+
+    monkeypatch.setenv("KVSERVE_GATED_GEMV", "0")
+    monkeypatch.setenv("KVSERVE_API_KEY", "sekret")
+    with caplog.at_level("INFO", logger="kvserve"):
+        LLM(model=str(tiny_model_dir("LlamaForCausalLM")), device="cpu", max_total_tokens=256)
+    line = next(r.getMessage() for r in caplog.records if "settings from" in r.getMessage())
+    assert "KVSERVE_GATED_GEMV=0" in line and "KVSERVE_API_KEY=<set>" in line
+    assert "sekret" not in caplog.text
