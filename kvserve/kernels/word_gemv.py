@@ -187,15 +187,10 @@ def _word_gemv_kernel(
     pid_k = tl.program_id(1)
     pid_s = tl.program_id(2)
     if MOE:
-        pdl_wait(USE_PDL)  # the slots' experts come from the kernel before
-        pdl_release(USE_PDL)
-        expert = tl.load(slot_expert_ptr + pid_s).to(tl.int64)
-        x_ptr += (pid_s // TOP_K if A_PER_TOKEN else pid_s).to(tl.int64) * stride_xm
-        w_ptr += expert * stride_we
-        s_ptr += expert * stride_se
-        rs_ptr += expert * stride_rse
-        if not SUM_TOKENS:
-            out_ptr += pid_s.to(tl.int64) * stride_om
+        x_ptr, w_ptr, s_ptr, rs_ptr, out_ptr = _slot_operands(
+            x_ptr, w_ptr, s_ptr, rs_ptr, out_ptr, slot_expert_ptr, pid_s, stride_xm, stride_we,
+            stride_se, stride_rse, stride_om, USE_PDL, A_PER_TOKEN, TOP_K, SUM_TOKENS,
+        )  # fmt: skip
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rw = tl.arange(0, BLOCK_W)
     w_start = pid_k * words_per_split
@@ -220,38 +215,24 @@ def _word_gemv_kernel(
         in_g = _groups_in(w_start, rg, w_end, WORDS_PER_GROUP)
         s = _scale_bytes(s_ptrs, in_g, s_ptr, ASM_SCALE_LOADS)
     if FP8_BLOCK:
-        # 32 words (128 values) of a row per block scale
-        fp8_block_scales = s_ptr + (pid_n * BLOCK_N // FP8_BLOCK) * stride_sn
-        if GATED:  # the gate half's block row; the up half's is _up_block_offset rows on
-            fp8_block_scales = s_ptr + (pid_n * (BLOCK_N // 2) // FP8_BLOCK) * stride_sn
+        # 32 words (128 values) of a row per block scale; gated, the gate half's block row
+        first_row = pid_n * (BLOCK_N // 2) if GATED else pid_n * BLOCK_N
+        fp8_block_scales = s_ptr + (first_row // FP8_BLOCK) * stride_sn
     if not MOE:
         # Weights and scales never change, so a dependent launch issues their first step's
         # loads while the kernel before still runs; x (and the split-K workspace) only after.
         pdl_wait(USE_PDL)
         pdl_release(USE_PDL)
-    xf0 = 1.0
-    xf1 = 1.0
-    xf2 = 1.0
-    xf3 = 1.0
-    if PACKED and not FP4:
-        xf0 = _x_factor(x_ptr, 0, stride_xm, M, w_start, w_end, X_CHUNK)
-        if ROWS > 1:
-            xf1 = _x_factor(x_ptr, 1, stride_xm, M, w_start, w_end, X_CHUNK)
-        if ROWS > 2:
-            xf2 = _x_factor(x_ptr, 2, stride_xm, M, w_start, w_end, X_CHUNK)
-            xf3 = _x_factor(x_ptr, 3, stride_xm, M, w_start, w_end, X_CHUNK)
+    xf0, xf1, xf2, xf3 = _x_factors(
+        x_ptr, stride_xm, M, w_start, w_end, PACKED and not FP4, ROWS, X_CHUNK
+    )
     for w0 in range(w_start, w_end, BLOCK_W):
         in_k_next = w0 + BLOCK_W + rw < w_end
         q_next = tl.load(w_ptrs + BLOCK_W, mask=in_k_next[None, :], other=0)
         scale = 1.0
         if FP8_BLOCK:
-            sum_words = w0 + rg * words_per_sum
-            scale = tl.load(fp8_block_scales + sum_words // 32, mask=sum_words < w_end, other=0.0)
-            scale = scale[None, :]
-            if GATED:
-                up_scales = fp8_block_scales + _up_block_offset(N, FP8_BLOCK, stride_sn)
-                up = tl.load(up_scales + sum_words // 32, mask=sum_words < w_end, other=0.0)
-                scale = tl.where(tl.arange(0, BLOCK_N)[:, None] >= BLOCK_N // 2, up[None, :], scale)
+            scale = _fp8_step_scales(fp8_block_scales, w0 + rg * words_per_sum, w_end, N,
+                                     stride_sn, FP8_BLOCK, BLOCK_N, GATED)  # fmt: skip
         if FP4:
             in_g_next = _groups_in(w0 + BLOCK_W, rg, w_end, WORDS_PER_GROUP)
             s_next = _scale_bytes(s_ptrs + BLOCK_G, in_g_next, s_ptr, ASM_SCALE_LOADS)
@@ -275,15 +256,7 @@ def _word_gemv_kernel(
         w_ptrs += BLOCK_W
         s_ptrs += BLOCK_G
 
-    # One [BLOCK_N, ROWS] tile, column m = row m of x, as the MMA kernels' epilogue takes it.
-    cols = tl.arange(0, ROWS)[None, :]
-    tile = tl.where(cols == 0, (tl.sum(acc0, axis=1) / xf0)[:, None], 0.0)
-    if ROWS > 1:
-        tile += tl.where(cols == 1, (tl.sum(acc1, axis=1) / xf1)[:, None], 0.0)
-    if ROWS > 2:
-        tile += tl.where(cols == 2, (tl.sum(acc2, axis=1) / xf2)[:, None], 0.0)
-        tile += tl.where(cols == 3, (tl.sum(acc3, axis=1) / xf3)[:, None], 0.0)
-    tile = _times_unit(tile, FP4, unit_log2)
+    tile = _times_unit(_row_tile(acc0, acc1, acc2, acc3, xf0, xf1, xf2, xf3, ROWS), FP4, unit_log2)
     if SCALAR_ROW_SCALE:
         tile = tile * tl.load(rs_ptr)
     if SCALE_ROWS:
@@ -309,6 +282,76 @@ def _word_gemv_kernel(
             rn, tl.arange(0, ROWS), M, N, stride_om, BLOCK_N, ROWS, per_row_scale, HAS_BIAS,
             DIRECT,
         )  # fmt: skip
+
+
+@jit
+def _slot_operands(
+    x_ptr, w_ptr, s_ptr, rs_ptr, out_ptr, slot_expert_ptr, pid_s, stride_xm, stride_we,
+    stride_se, stride_rse, stride_om, USE_PDL: tl.constexpr, A_PER_TOKEN: tl.constexpr,
+    TOP_K: tl.constexpr, SUM_TOKENS: tl.constexpr,
+):  # fmt: skip
+    """A MoE program row's operands: its slot's x row, its expert's weights and scales, its
+    output row (one per token when summing)."""
+    pdl_wait(USE_PDL)  # the slots' experts come from the kernel before
+    pdl_release(USE_PDL)
+    expert = tl.load(slot_expert_ptr + pid_s).to(tl.int64)
+    x_ptr += (pid_s // TOP_K if A_PER_TOKEN else pid_s).to(tl.int64) * stride_xm
+    w_ptr += expert * stride_we
+    s_ptr += expert * stride_se
+    rs_ptr += expert * stride_rse
+    if not SUM_TOKENS:
+        out_ptr += pid_s.to(tl.int64) * stride_om
+    return x_ptr, w_ptr, s_ptr, rs_ptr, out_ptr
+
+
+@jit
+def _fp8_step_scales(
+    block_scales, sum_words, w_end, N, stride_sn, FP8_BLOCK: tl.constexpr,
+    BLOCK_N: tl.constexpr, GATED: tl.constexpr,
+):  # fmt: skip
+    """The FP8 block scale of each accumulator column of a K step ([1, BLOCK_G]; gated,
+    [BLOCK_N, BLOCK_G]: the up half's from its own block row)."""
+    scale = tl.load(block_scales + sum_words // 32, mask=sum_words < w_end, other=0.0)[None, :]
+    if GATED:
+        up_scales = block_scales + _up_block_offset(N, FP8_BLOCK, stride_sn)
+        up = tl.load(up_scales + sum_words // 32, mask=sum_words < w_end, other=0.0)
+        scale = tl.where(tl.arange(0, BLOCK_N)[:, None] >= BLOCK_N // 2, up[None, :], scale)
+    return scale
+
+
+@jit
+def _x_factors(
+    x_ptr, stride_xm, M, w_start, w_end, HALF_SUMS: tl.constexpr, ROWS: tl.constexpr,
+    X_CHUNK: tl.constexpr,
+):  # fmt: skip
+    """Each row's power-of-two factor on x for FP8's half sums (``word_decode._x_factor``);
+    1.0 where the sums are not in f16 or the row is not there."""
+    xf0 = 1.0
+    xf1 = 1.0
+    xf2 = 1.0
+    xf3 = 1.0
+    if HALF_SUMS:
+        xf0 = _x_factor(x_ptr, 0, stride_xm, M, w_start, w_end, X_CHUNK)
+        if ROWS > 1:
+            xf1 = _x_factor(x_ptr, 1, stride_xm, M, w_start, w_end, X_CHUNK)
+        if ROWS > 2:
+            xf2 = _x_factor(x_ptr, 2, stride_xm, M, w_start, w_end, X_CHUNK)
+            xf3 = _x_factor(x_ptr, 3, stride_xm, M, w_start, w_end, X_CHUNK)
+    return xf0, xf1, xf2, xf3
+
+
+@jit
+def _row_tile(acc0, acc1, acc2, acc3, xf0, xf1, xf2, xf3, ROWS: tl.constexpr):
+    """One [BLOCK_N, ROWS] tile from the accumulators, column m = row m of x (each divided by
+    its x factor), as the MMA kernels' epilogue takes it."""
+    cols = tl.arange(0, ROWS)[None, :]
+    tile = tl.where(cols == 0, (tl.sum(acc0, axis=1) / xf0)[:, None], 0.0)
+    if ROWS > 1:
+        tile += tl.where(cols == 1, (tl.sum(acc1, axis=1) / xf1)[:, None], 0.0)
+    if ROWS > 2:
+        tile += tl.where(cols == 2, (tl.sum(acc2, axis=1) / xf2)[:, None], 0.0)
+        tile += tl.where(cols == 3, (tl.sum(acc3, axis=1) / xf3)[:, None], 0.0)
+    return tile
 
 
 @jit
