@@ -484,17 +484,13 @@ def launch_word_gemv(
     steps_per_split = -(-k_steps // max(1, min(cfg.split_k, k_steps)))
     splits = -(-k_steps // steps_per_split)
     direct = splits == 1
-    ws = counters = out
     rows = 1 if moe is not None else min(GEMV_ROWS, 1 << (m - 1).bit_length())
     summing = moe is not None and moe.token_sum is not None
     if summing and (bias is not None or out is not moe.token_sum.out):
         raise ValueError("a token-summing GEMV writes its SlotOutput's out and takes no bias")
+    ws, counters = out, out  # placeholders, unused unsplit
     if not direct:
-        ws_size = slots * n_tiles * splits * cfg.block_n * rows
-        ws = torch.empty(ws_size, dtype=torch.float32, device=x.device)
-        # after the token sums' counters ([tokens, N tiles]), which share the buffer
-        taken = slots // moe.top_k * n_tiles if summing else 0
-        counters = _arrival_counters(x.device, taken + slots * n_tiles)[taken:]
+        ws, counters = _split_workspace(x.device, slots * n_tiles, splits * cfg.block_n * rows, moe)
     scales = block_scale.view(torch.uint8) if fp4 else weight_bytes
     if fp8_block_rows:
         scales = block_scale
@@ -528,6 +524,17 @@ def launch_word_gemv(
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **launch_options(pdl), **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
+
+
+def _split_workspace(
+    device: torch.device, tiles: int, tile_values: int, moe: MoeSlots | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split-K partials (fp32, ``tile_values`` a tile) and an arrival counter a tile;
+    with a token sum, the counters come after the token sums' ([tokens, N tiles]), which share
+    the buffer."""
+    ws = torch.empty(tiles * tile_values, dtype=torch.float32, device=device)
+    taken = tiles // moe.top_k if moe is not None and moe.token_sum is not None else 0
+    return ws, _arrival_counters(device, taken + tiles)[taken:]
 
 
 def _check_gated(
