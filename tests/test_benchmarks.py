@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,39 @@ def test_moe_benchmarks_route_a_stacked_shared_expert_as_the_engine_does() -> No
     assert torch.equal(r.weights[:, 8], torch.ones(3))
     torch.testing.assert_close(r.weights[:, :8].sum(-1), torch.ones(3))
     assert shape_key("nvfp4", glm).key() == "nvfp4 E=128 N=2816 K=4096 top_k=8"
+
+
+def test_env_ab_alternates_the_sides_in_fresh_processes(tmp_path: Path) -> None:
+    """``env_ab`` runs a benchmark command once per side and round with that side's settings,
+    alternating, keeps every run's file, and summarizes the rates each file holds."""
+    from benchmarks import env_ab
+
+    bench = tmp_path / "bench.py"
+    bench.write_text(
+        "import argparse, json, os, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from benchmarks.common import write_result\n"
+        "ap = argparse.ArgumentParser(); ap.add_argument('root'); ap.add_argument('--out-dir')\n"
+        "ap.add_argument('--tag'); a = ap.parse_args()\n"
+        "gated = os.environ.get('KVSERVE_GATED_GEMV', '1') == '1'\n"
+        "rows = [{'batch': 1, 'tok_s': 110.0 if gated else 100.0}, {'batch': 64, 'tok_s': 9.0}]\n"
+        "write_result(f'fake_{a.tag}', {'rows': rows, 'offline': {'output_tok_s': 5.0}},"
+        " a.out_dir)\n"
+    )
+    root = str(Path(__file__).parents[1])
+    out = tmp_path / "out"
+    sides = ["--side", "plain:KVSERVE_GATED_GEMV=0", "--side", "gated:", "--rounds", "2"]
+    command = ["--", sys.executable, str(bench), root]
+    env_ab.main([*sides, "--tag", "t", "--out-dir", str(out), *command])
+    names = sorted(p.name for p in out.glob("fake_*.json"))
+    assert [n.split("_2")[0] for n in names] == ["fake_t_gated1", "fake_t_gated2",
+                                                 "fake_t_plain1", "fake_t_plain2"]  # fmt: skip
+    (result,) = out.glob("env_ab_t_*.json")
+    summary = json.loads(result.read_text())["summary"]
+    assert summary["plain"]["decode_b1"]["values"] == [100.0, 100.0]
+    assert summary["gated"]["decode_b1"]["ratio_to_first"] == 1.1
+    assert summary["gated"]["offline"]["median"] == 5.0
+    assert env_ab.run_order(["a", "b"], 3) == [("a", 1), ("b", 1), ("b", 2), ("a", 2),
+                                               ("a", 3), ("b", 3)]  # fmt: skip
+    with pytest.raises(ValueError, match="KVSERVE_NAME=value"):
+        env_ab.parse_side("x:PATH=/bin")

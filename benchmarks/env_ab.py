@@ -1,0 +1,135 @@
+"""A/B of ``KVSERVE_*`` settings on one machine: one benchmark command run in fresh processes,
+one per side and round, the sides alternating (A, B, A, B, ... and each round in the order of
+the one before reversed), so that drift in the GPU's clocks falls on every side.
+
+The settings are read once, at load, so every run is its own process. The command must take
+``--out-dir`` and ``--tag`` and write one result JSON there (``moe_decode``, ``lowbit_decode``,
+``roofline``, ``decode_profile``, ...); each run gets the tag ``<tag>_<side><round>`` and its file
+lands in ``--out-dir`` as ``<benchmark>_<tag>_<side><round>_<date>.json``, so no run replaces
+another's. The decode and offline rates found in each file (any ``{"batch": b, "tok_s": r}``
+row, and ``output_tok_s``) are gathered per side: every round's value, the median, and the
+median's ratio to the first side's. Writes env_ab_<tag>_<date>.json.
+
+    python -m benchmarks.env_ab --side plain:KVSERVE_GATED_GEMV=0 --side gated: --rounds 2 \
+        --tag s43_glm_gated --out-dir $OUT -- python -m benchmarks.moe_decode \
+        --model benchmarks/configs/glm-4.5-air --formats nvfp4 --batches 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import write_result
+
+
+def parse_side(text: str) -> tuple[str, dict[str, str]]:
+    """``name:VAR=value,VAR=value`` (nothing after the colon: the environment as it is)."""
+    name, _, assignments = text.partition(":")
+    if not name or not name.isidentifier():
+        raise ValueError(f"--side {text!r}: expected name:VAR=value,... with a plain name")
+    env = {}
+    for item in filter(None, assignments.split(",")):
+        var, eq, value = item.partition("=")
+        if not eq or not var.startswith("KVSERVE_"):
+            raise ValueError(f"--side {text!r}: {item!r} is not KVSERVE_NAME=value")
+        env[var] = value
+    return name, env
+
+
+def run_order(sides: list[str], rounds: int) -> list[tuple[str, int]]:
+    """(side, round) in run order: round r in the order of round r - 1 reversed."""
+    order, names = [], list(sides)
+    for r in range(1, rounds + 1):
+        order += [(name, r) for name in names]
+        names.reverse()
+    return order
+
+
+def rates_of(record: Any, found: dict[str, float] | None = None) -> dict[str, float]:
+    """Every ``{"batch": b, "tok_s": r}`` row as ``decode_b<b>`` (the first of each batch) and
+    ``output_tok_s`` as ``offline``, wherever they sit in a result."""
+    found = {} if found is None else found
+    if isinstance(record, dict):
+        if "batch" in record and "tok_s" in record:
+            found.setdefault(f"decode_b{record['batch']}", float(record["tok_s"]))
+        if "output_tok_s" in record:
+            found.setdefault("offline", float(record["output_tok_s"]))
+        for value in record.values():
+            rates_of(value, found)
+    elif isinstance(record, list):
+        for value in record:
+            rates_of(value, found)
+    return found
+
+
+def run_side(command: list[str], env: dict[str, str], tag: str, out_dir: Path) -> dict:
+    """One run; its result file's rates (empty, with the exit code, when it failed)."""
+    before = set(out_dir.glob("*.json"))
+    args = [*command, "--out-dir", str(out_dir), "--tag", tag]
+    proc = subprocess.run(args, env={**os.environ, **env}, capture_output=True, text=True)
+    new = sorted(set(out_dir.glob("*.json")) - before)
+    if proc.returncode or len(new) != 1:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+        return {"tag": tag, "exit_code": proc.returncode, "files": [p.name for p in new],
+                "output_tail": tail}  # fmt: skip
+    return {"tag": tag, "file": new[0].name, "rates": rates_of(json.loads(new[0].read_text()))}
+
+
+def summarize(runs: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
+    """Per side and rate: the rounds' values, their median, and its ratio to the first side's."""
+    first = next(iter(runs))
+    out: dict[str, dict[str, Any]] = {}
+    for side, side_runs in runs.items():
+        keys = sorted({k for r in side_runs for k in r.get("rates", {})})
+        out[side] = {}
+        for key in keys:
+            values = [r["rates"][key] for r in side_runs if key in r.get("rates", {})]
+            base = [r["rates"][key] for r in runs[first] if key in r.get("rates", {})]
+            median = statistics.median(values)
+            ratio = median / statistics.median(base) if base else None
+            out[side][key] = {"values": values, "median": median, "ratio_to_first": ratio}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--side", action="append", required=True, help="name:VAR=value,...")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--tag", required=True)
+    ap.add_argument("--out-dir", default="benchmarks/results")
+    args = ap.parse_args(argv[:split])
+    command = argv[split + 1 :]
+    try:
+        sides = dict(parse_side(s) for s in args.side)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if len(sides) < 2 or not command or args.rounds < 1:
+        ap.error("give two or more --side, --rounds >= 1, and the command after --")
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[dict]] = {name: [] for name in sides}
+    for side, r in run_order(list(sides), args.rounds):
+        run = run_side(command, sides[side], f"{args.tag}_{side}{r}", out_dir)
+        runs[side].append(run)
+        print(f"{side} round {r}: {run.get('rates') or run}", flush=True)
+        summary = summarize(runs)
+        record = {"command": command, "sides": sides, "runs": runs, "summary": summary}
+        path = write_result(f"env_ab_{args.tag}", record, out_dir)
+    for side, rates in summary.items():
+        shown = ", ".join(f"{k} {v['median']:.1f} (x{v['ratio_to_first']:.3f})"
+                          for k, v in rates.items() if v["ratio_to_first"])  # fmt: skip
+        print(f"{side}: {shown}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
