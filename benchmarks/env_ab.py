@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_result
+from kvserve.env_settings import SETTINGS
 
 
 def parse_side(text: str) -> tuple[str, dict[str, str]]:
@@ -39,6 +40,8 @@ def parse_side(text: str) -> tuple[str, dict[str, str]]:
         var, eq, value = item.partition("=")
         if not eq or not var.startswith("KVSERVE_"):
             raise ValueError(f"--side {text!r}: {item!r} is not KVSERVE_NAME=value")
+        if var not in {s.name for s in SETTINGS}:
+            raise ValueError(f"--side {text!r}: {var} is not a kvserve setting")
         env[var] = value
     return name, env
 

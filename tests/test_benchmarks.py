@@ -235,3 +235,5 @@ def test_env_ab_alternates_the_sides_in_fresh_processes(tmp_path: Path) -> None:
                                                ("a", 3), ("b", 3)]  # fmt: skip
     with pytest.raises(ValueError, match="KVSERVE_NAME=value"):
         env_ab.parse_side("x:PATH=/bin")
+    with pytest.raises(ValueError, match="KVSERVE_GATED_GEMM is not a kvserve setting"):
+        env_ab.parse_side("x:KVSERVE_GATED_GEMM=1")
