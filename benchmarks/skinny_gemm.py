@@ -49,6 +49,9 @@ SHAPES = {
     "glm_o": (4096, 12288),
     "glm_shared_gate_up": (2816, 4096),
     "glm_shared_down": (4096, 1408),
+    # Qwen3-30B-A3B's attention (32 q heads, 4 kv heads, head 128, hidden 2048)
+    "q3_qkv": (5120, 2048),
+    "q3_o": (2048, 4096),
     # one rank's shards at TP2 (column-parallel halves N, row-parallel halves K)
     "qkv_tp2": (3072, 4096),
     "o_tp2": (4096, 2048),
