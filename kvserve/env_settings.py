@@ -4,7 +4,9 @@ once, at load); this table is what ``kvserve preflight`` checks before a start, 
 lists, and what a test holds the source to (no ``KVSERVE_*`` name outside it).
 
 A reader raises ``ConfigError`` on a value it refuses; ``read_setting`` clears a cached
-reader first, so the value in the environment now is the one checked.
+reader first, so the value in the environment now is the one checked. ``check_environment``
+runs every set one's reader when an engine starts, so a bad value fails the start with one
+line, not the first step that reads it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvserve.errors import ConfigError
+
+NOT_CHECKED = "not checked"
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,7 @@ def read_setting(setting: EnvSetting) -> str | None:
     try:
         reader = getattr(importlib.import_module(module), function)
     except ImportError as exc:  # e.g. torch missing where only preflight runs
-        return f"not checked: {exc}"
+        return f"{NOT_CHECKED}: {exc}"
     if hasattr(reader, "cache_clear"):
         reader.cache_clear()
     try:
@@ -144,6 +148,16 @@ def read_setting(setting: EnvSetting) -> str | None:
         if hasattr(reader, "cache_clear"):
             reader.cache_clear()
     return None
+
+
+def check_environment() -> None:
+    """Raises ``ConfigError`` for the first setting set to a value the engine refuses (a missing
+    ``directory`` is not refused: the engine warns and keeps its default)."""
+    for setting in SETTINGS:
+        if setting.name in os.environ and not setting.directory:
+            problem = read_setting(setting)
+            if problem and not problem.startswith(NOT_CHECKED):
+                raise ConfigError(problem)
 
 
 def shown(setting: EnvSetting, value: str) -> str:

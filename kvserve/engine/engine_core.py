@@ -33,7 +33,7 @@ from kvserve.engine.core.stats import EngineStats
 from kvserve.engine.runner.device import resolve_device, resolve_dtype
 from kvserve.engine.runner.launched_step import LaunchedStep
 from kvserve.engine.runner.model_runner import ModelRunner
-from kvserve.env_settings import settings_in_effect
+from kvserve.env_settings import check_environment, settings_in_effect
 from kvserve.errors import InvalidRequestError
 from kvserve.loader import ModelSource, open_model_source
 
@@ -43,6 +43,7 @@ log = logging.getLogger("kvserve.engine")
 class EngineCore:
     def __init__(self, config: EngineConfig, source: ModelSource | None = None) -> None:
         started = time.perf_counter()
+        check_environment()  # a bad KVSERVE_* value fails the start, not the first step
         self.config = config
         self.source = source or open_model_source(config.model, config.load_format)
         mc = self.source.config

@@ -225,7 +225,6 @@ def _feed_forward(
     """The layer's dense MLP, or its mixture of experts (plus a shared expert when the config
     has one) when ``cfg.moe`` makes this layer sparse."""
     prefix = f"model.layers.{idx}.mlp"
-    gated_gemv_enabled()  # a bad KVSERVE_GATED_GEMV fails the load, not the first step
     moe = cfg.moe
     if moe is None or not moe.is_sparse(idx):
         return MLP(cfg, dtype, kernels, prefix, quant, tp=tp)

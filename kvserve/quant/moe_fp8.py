@@ -23,7 +23,6 @@ from kvserve.kernels.fused_moe import fused_moe_reference
 from kvserve.kernels.fused_moe_fp8 import (
     dequantize_fp8_experts,
     fake_quant_fp8,
-    fp8_moe_gemv_enabled,
     fused_moe_fp8,
 )
 from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
@@ -67,7 +66,6 @@ class Fp8ExpertMethod:
     def __init__(self, spec: Fp8Spec, source: str) -> None:
         self.spec = spec
         self.block = _expert_block(spec, source)
-        fp8_moe_gemv_enabled()  # a bad KVSERVE_FP8_MOE_GEMV fails the load, not the first step
 
     def create_weights(self, moe: SparseMoE, dtype: torch.dtype) -> None:
         experts, inter, hidden = (

@@ -10,7 +10,6 @@ from torch import nn
 from kvserve.kernels.fused_moe import fused_moe_reference
 from kvserve.kernels.fused_moe_half_gemv import (
     fused_moe_half_gemv,
-    half_moe_gemv_enabled,
     half_moe_gemv_here,
 )
 from kvserve.quant.moe_method import ExpertReader
@@ -66,5 +65,4 @@ class UnquantizedExpertMethod:
 
 
 def make_expert_method(config: object) -> UnquantizedExpertMethod:
-    half_moe_gemv_enabled()  # a bad KVSERVE_BF16_MOE_GEMV fails the load, not the first step
     return UnquantizedExpertMethod()

@@ -137,9 +137,9 @@ def test_a_bad_moe_gemv_switch_fails_the_load(
     tiny_model_dir,
     monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
 ) -> None:
-    """``KVSERVE_FP8_MOE_GEMV`` / ``KVSERVE_BF16_MOE_GEMV`` / ``KVSERVE_GATED_GEMV`` are read
-    when the layers are built, not at the first step; unset, they take their default (the
-    gated GEMV on, the MoE GEMVs off)."""
+    """``KVSERVE_FP8_MOE_GEMV`` / ``KVSERVE_BF16_MOE_GEMV`` / ``KVSERVE_GATED_GEMV`` are checked
+    when the engine starts, not at the first step; unset, they take their default (the gated
+    GEMV on, the MoE GEMVs off)."""
     arch = "Qwen3MoeForCausalLM"
     src = tiny_model_dir(arch, **MOE_TINY[arch])
     monkeypatch.setenv(env, "on")
