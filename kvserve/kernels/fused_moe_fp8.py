@@ -44,7 +44,12 @@ from kvserve.kernels.fused_moe import (
     one_slot_per_block,
 )
 from kvserve.kernels.moe_tiles import MoeTiles, expert_tiles
-from kvserve.kernels.word_gemv import gated_gemv_enabled, gemv_takes_fp8_blocks, moe_gemv
+from kvserve.kernels.word_gemv import (
+    gated_fits,
+    gated_gemv_enabled,
+    gemv_takes_fp8_blocks,
+    moe_gemv,
+)
 
 FP8_MOE_GEMV_ENV = "KVSERVE_FP8_MOE_GEMV"
 
@@ -230,7 +235,7 @@ def fused_moe_fp8(
     experts = w13.shape[0]
     gemv = fp8_moe_gemv_here(topk_ids.numel(), w13, block)
     tiles = fp8_tiles(w13.shape, block, topk_ids, x.device, gemv, shared)
-    gated = gemv and gated_gemv_enabled() and (block is None or w2.shape[2] % block[0] == 0)
+    gated = gemv and gated_gemv_enabled() and gated_fits(w13.shape[1], block[0] if block else 0)
     gemm = fp8_expert_gemm(w13, w13_scale, w2, w2_scale, block, pdl, gemv, gated)
     return fused_moe_with(
         x, topk_weights, topk_ids, experts, w2.shape[1], gemm, tiles, pdl, addend,

@@ -537,12 +537,18 @@ def _split_workspace(
     return ws, _arrival_counters(device, taken + tiles)[taken:]
 
 
+def gated_fits(n: int, fp8_block_rows: int = 0) -> bool:
+    """A gate/up stack of ``n`` rows the gated GEMV takes: n = 2I, and with FP8 block scales I a
+    whole number of blocks (a program's up half reads its own block row)."""
+    return n % 2 == 0 and (not fp8_block_rows or (n // 2) % fp8_block_rows == 0)
+
+
 def _check_gated(
     n: int, cfg: GemvConfig, fp8_block_rows: int, bias: torch.Tensor | None, moe: MoeSlots | None
 ) -> None:
     """A gated launch's W is [2I, K], a program's halves lie inside one FP8 scale block row
     each, and the output takes no bias or token sum."""
-    if n % 2 or cfg.block_n < 2 or (fp8_block_rows and (n // 2) % fp8_block_rows):
+    if not gated_fits(n, fp8_block_rows) or cfg.block_n < 2:
         raise ValueError(f"a gated GEMV needs gate/up rows [2I, K] (I a multiple of the FP8 "
                          f"scale block's {fp8_block_rows} rows), got N = {n} at {cfg}")  # fmt: skip
     if bias is not None or (moe is not None and moe.token_sum is not None):

@@ -35,7 +35,7 @@ from kvserve.kernels.fp8_quant import FP8, dequantize_fp8_activation, quantize_f
 from kvserve.kernels.fp8_skinny_gemm import DEFAULT_ROWS as SKINNY_DEFAULT_ROWS
 from kvserve.kernels.fp8_skinny_gemm import MAX_ROWS as SKINNY_ROWS
 from kvserve.kernels.fp8_skinny_gemm import fp8_skinny_linear
-from kvserve.kernels.word_gemv import GEMV_ROWS, fp8_gemv
+from kvserve.kernels.word_gemv import GEMV_ROWS, fp8_gemv, gated_fits
 from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
 from kvserve.quant.fp8_weights import quantize_weight, requantize_to_max
 from kvserve.quant.method import copy_checked, rows_from_env, shard_rows, unknown_param
@@ -185,8 +185,8 @@ class Fp8LinearMethod:
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
         spec = self.spec
         x2 = x.reshape(-1, x.shape[-1])
-        blocks_fit = spec.block is None or (layer.out_features // 2) % spec.block[0] == 0
-        if spec.activation == "none" or not blocks_fit or not _weight_only_here(spec, x2):
+        fits = gated_fits(layer.out_features, spec.block[0] if spec.block else 0)
+        if spec.activation == "none" or not fits or not _weight_only_here(spec, x2):
             return None
         w, ws = layer.weight, layer.weight_scale
         y = fp8_gemv(x2, w, ws, block=spec.block, pdl=layer.launch_pdl, gated=True)
