@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from kvserve.env_settings import settings_set
+
 if TYPE_CHECKING:
     from kvserve.engine.core.request import Request
     from kvserve.engine.engine_core import EngineCore
@@ -77,9 +79,7 @@ def _cpu_name() -> str:
 
 # kvserve's switches as the command line set them (KVSERVE_FP8_MOE_GEMV=1, ...), before a
 # benchmark sets its own per part: which side of an A/B a result file is
-_SETTINGS_AT_START = {
-    k: v for k, v in os.environ.items() if k.startswith("KVSERVE_") and k != "KVSERVE_COMMIT"
-}
+_SETTINGS_AT_START = settings_set()
 
 
 def stamp(name: str) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def stamp(name: str) -> dict[str, Any]:
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "commit": git_commit(),
         "machine": machine(),
-        "kvserve_env_at_start": dict(sorted(_SETTINGS_AT_START.items())),
+        "kvserve_env_at_start": dict(sorted(_SETTINGS_AT_START.items())),  # the key hidden
     }
 
 

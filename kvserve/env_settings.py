@@ -164,9 +164,12 @@ def shown(setting: EnvSetting, value: str) -> str:
     return "<set>" if setting.secret else value
 
 
+def settings_set() -> dict[str, str]:
+    """The settings set in the environment now, name -> value (a secret's value hidden)."""
+    return {s.name: shown(s, os.environ[s.name]) for s in SETTINGS if s.name in os.environ}
+
+
 def settings_in_effect() -> str:
-    """The settings set in the environment, as ``NAME=value, ...`` (a secret's value hidden),
-    for the engine's startup line; empty when every one is at its default."""
-    return ", ".join(
-        f"{s.name}={shown(s, os.environ[s.name])}" for s in SETTINGS if s.name in os.environ
-    )
+    """``settings_set`` as ``NAME=value, ...`` for the engine's startup line; empty when every
+    setting is at its default."""
+    return ", ".join(f"{name}={value}" for name, value in settings_set().items())

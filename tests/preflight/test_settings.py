@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli_runner import run_kvserve
 
-from kvserve.env_settings import SETTINGS, read_setting
+from kvserve.env_settings import SETTINGS, read_setting, settings_set
 from kvserve.preflight.checks.settings import check_settings
 from kvserve.preflight.probes.settings import probe_settings
 from kvserve.preflight.result import Status
@@ -65,6 +65,7 @@ def test_preflight_fails_a_refused_value_and_names_a_misspelt_one(
     (passed,) = by_status[Status.PASS]
     assert passed.observed == "KVSERVE_API_KEY=<set>, KVSERVE_BF16_GEMV_ROWS=2"
     assert "sekret" not in json.dumps([r.to_dict() for r in rows])
+    assert settings_set()["KVSERVE_API_KEY"] == "<set>"  # as result files record it
 
 
 def test_preflight_cli_reports_a_bad_setting_as_a_failed_check(tmp_path: Path) -> None:
