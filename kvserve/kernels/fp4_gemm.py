@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 import torch
 
 from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
-from kvserve.kernels.activation import silu_and_mul_reference
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
 from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
 from kvserve.kernels.fp4_tile import code_words, dequant_tile
@@ -217,11 +216,10 @@ def fp4_linear(
     cuBLAS (``fp4_dequantize.py``). ``gated`` (the GEMV only): W is a gate/up stack and the
     result silu(gate) * up, [..., N / 2] (``word_gemv.launch_word_gemv``)."""
     group = _check(x, packed, block_scale, row_scale)
-    if gated and bias is not None:
-        raise ValueError("fp4_linear: a gated GEMV takes no bias")
-    if gated and x.device.type == "cpu" and not interpreting():
-        return silu_and_mul_reference(fp4_linear_reference(x, packed, block_scale, row_scale))
-    if x.device.type == "cpu" and not interpreting():
+    on_reference = x.device.type == "cpu" and not interpreting()
+    if gated and (bias is not None or on_reference):
+        raise ValueError("fp4_linear: only the GPU's GEMV applies the SiLU-mul, without a bias")
+    if on_reference:
         return fp4_linear_reference(x, packed, block_scale, row_scale, bias)
     require_triton()
     lead = x.shape[:-1]

@@ -404,6 +404,11 @@ def test_gated_gemv_refuses_what_it_cannot_take() -> None:
         fp8_gemv(x, q, scale, torch.zeros(400, device=DEVICE), gated=True)
     with pytest.raises(ValueError, match="gate/up"):  # an odd N
         fp8_gemv(x, q[:399], scale[:399], gated=True)
+    packed, block, row = (
+        t.to(DEVICE) if t is not None else None for t in fp4_weight("nvfp4", 400, 256)
+    )
+    with pytest.raises(ValueError, match="without a bias"):
+        fp4_linear(x, packed, block, row, torch.zeros(400, device=DEVICE), gated=True)
 
 
 def _gate_up_layer(kind: str) -> Linear:
