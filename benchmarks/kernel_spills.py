@@ -81,7 +81,8 @@ def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> byt
     constants = {
         "PAGE_SIZE": 16, "GROUP": 4, "BLOCK_H": 16, "BLOCK_N": block_n, "HEAD_DIM": 128,
         "DIRECT": False, "DOT_PRECISION": "tf32", "FP8": fp8, "FP8_MODE": FP8_AS_FP16,
-        "USE_PDL": True, "FUSED_MERGE": fused, "BLOCK_S": 32,
+        "USE_PDL": True, "FUSED_MERGE": fused, "BLOCK_S": 32, "EARLY_LOADS": True,
+        "LINE": 128 if fp8 else 64,
     }  # fmt: skip
     signature = {**_ARGS, "k_cache_ptr": pointer, "v_cache_ptr": pointer}
     divisible = tuple(name for name, kind in signature.items() if kind.startswith("*"))

@@ -116,6 +116,13 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.quant.fp8_method:w8a16_max_rows",
     ),
     EnvSetting(
+        name="KVSERVE_PDL_EARLY_LOADS",
+        default="1",
+        meaning="0 has the decode attention and rotary kernels read nothing before their "
+        "dependent-launch wait",
+        reader="kvserve.kernels._triton:early_loads_enabled",
+    ),
+    EnvSetting(
         name="KVSERVE_FP8_SKINNY_ROWS",
         default="64",
         meaning="FP8 layers take the tensor-core decode kernel up to this many tokens",

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from kvserve.config import env_switch
+
 try:
     import triton
     import triton.language as tl
@@ -86,10 +88,25 @@ def next_pow2(n: int) -> int:
 
 # Programmatic dependent launch (sm_90+). A kernel launched with it may be scheduled while the
 # kernel before it in the stream drains, instead of after; it waits (``pdl_wait``) before it
-# touches memory that kernels write, so only the launch latency overlaps and, where a kernel
-# loads weights before its wait (the word GEMV, the router), those reads. Once past the
-# wait a kernel lets the next one launch (``pdl_release``). The wrappers take ``pdl=``; the
-# kernels see it as the constexpr ``USE_PDL``.
+# touches memory that the kernels of this step write, so only the launch latency overlaps and,
+# where a kernel loads before its wait what no kernel of the step writes (the word GEMV's and
+# the router's weights; ``early_loads_enabled``), those reads. Once past the wait a kernel lets
+# the next one launch (``pdl_release``). The wrappers take ``pdl=``; the kernels see it as the
+# constexpr ``USE_PDL``.
+EARLY_LOADS_ENV = "KVSERVE_PDL_EARLY_LOADS"
+
+
+@functools.cache
+def early_loads_enabled() -> bool:
+    """``KVSERVE_PDL_EARLY_LOADS``: 1 (the default) has the decode attention kernels and the
+    rotary kernel read before their dependent-launch wait what was written before the step
+    (sequence lengths, page tables, positions, the rotary table, slots, and the keys and values
+    of past tokens: the host, earlier steps and launches without PDL wrote them, and every
+    kernel of a step starts after the step's first one, which starts after all of those), so
+    those reads overlap the kernel before; 0 reads them after the wait."""
+    return env_switch(EARLY_LOADS_ENV, default=True)
+
+
 def launch_options(pdl: bool) -> dict[str, bool]:
     """Keyword arguments for a launch of a kernel that calls ``pdl_wait``."""
     return {"USE_PDL": True, "launch_pdl": True} if pdl else {"USE_PDL": False}
@@ -105,3 +122,17 @@ def pdl_wait(USE_PDL: tl.constexpr):
 def pdl_release(USE_PDL: tl.constexpr):
     if USE_PDL:
         gdc_launch_dependents()
+
+
+@jit
+def prefetch_l2(ptrs, mask):
+    """Ask L2 for the 128-byte lines at ``ptrs`` where ``mask`` holds (``prefetch.global.L2``:
+    no registers, and L2 stays coherent with other SMs' stores, unlike L1). GPU only."""
+    tl.inline_asm_elementwise(
+        asm="{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
+        constraints="=r,l,r",
+        args=[ptrs, mask.to(tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )

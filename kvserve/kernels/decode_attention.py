@@ -22,11 +22,13 @@ from dataclasses import dataclass
 import torch
 
 from kvserve.kernels._triton import (
+    early_loads_enabled,
     jit,
     launch_options,
     next_pow2,
     pdl_release,
     pdl_wait,
+    prefetch_l2,
     require_triton,
     sm_count,
     tl,
@@ -125,8 +127,12 @@ def _decode_split_kernel(
     USE_PDL: tl.constexpr,
     FUSED_MERGE: tl.constexpr,  # the split that arrives last merges (no merge kernel)
     BLOCK_S: tl.constexpr,  # FUSED_MERGE: splits merged at once, >= num_splits
+    EARLY_LOADS: tl.constexpr,  # with USE_PDL: lengths, pages and the first tile's L2 fill first
+    LINE: tl.constexpr,  # cache elements in a 128-byte line (at most HEAD_DIM)
 ):
-    pdl_wait(USE_PDL)
+    early: tl.constexpr = USE_PDL and EARLY_LOADS
+    if not early:
+        pdl_wait(USE_PDL)
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -140,6 +146,19 @@ def _decode_split_kernel(
     end = tl.minimum(start + split_len, seq_len)
     if split > 0 and start >= end:
         return  # past the sequence's end: the merge reads only the splits before this one
+    table = block_tables_ptr + b.to(tl.int64) * stride_bt
+    if early:
+        # Lengths and page tables were written before the step (_triton.early_loads_enabled),
+        # and so were the keys and values, but for the newest token's, which the kernel before
+        # stores: an L2 fill is coherent with that store, so the first tile goes to L2 whole.
+        toks = start + tl.arange(0, BLOCK_N)
+        page = tl.load(table + toks // PAGE_SIZE, mask=toks < end, other=0).to(tl.int64)
+        kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok
+        kv_off = kv_off + kv_head * stride_cache_head
+        lines = kv_off[:, None] + tl.arange(0, HEAD_DIM // LINE)[None, :] * LINE
+        prefetch_l2(k_cache_ptr + lines, (toks < end)[:, None])
+        prefetch_l2(v_cache_ptr + lines, (toks < end)[:, None])
+        pdl_wait(USE_PDL)
 
     rows = tl.arange(0, BLOCK_H)  # row r = query head kv_head * GROUP + r
     dims = tl.arange(0, HEAD_DIM)
@@ -155,7 +174,6 @@ def _decode_split_kernel(
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
-    table = block_tables_ptr + b.to(tl.int64) * stride_bt
     for n0 in range(start, end, BLOCK_N):
         toks = n0 + tl.arange(0, BLOCK_N)
         tok_mask = toks < end
@@ -245,13 +263,17 @@ def _decode_merge_kernel(
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     USE_PDL: tl.constexpr,
+    EARLY_LOADS: tl.constexpr,  # the length before the wait (as in the split kernel)
 ):
-    pdl_wait(USE_PDL)
-    pdl_release(USE_PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
     row = b.to(tl.int64) * tl.num_programs(1) + h
+    if not EARLY_LOADS:
+        pdl_wait(USE_PDL)
     seq_len = tl.load(seq_lens_ptr + b)
+    if EARLY_LOADS:
+        pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     split_len = tl.maximum(tl.maximum(split_len, min_split), 1)
     written = tl.maximum(tl.cdiv(seq_len, split_len), 1)  # as in the split kernel; split 0 always
@@ -387,6 +409,8 @@ def paged_decode_attention(
         FP8_MODE=fp8_mode,
         FUSED_MERGE=fused,
         BLOCK_S=merge_block,
+        EARLY_LOADS=early_loads_enabled(),
+        LINE=min(head_dim, 128 // kv_cache.element_size()),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch_options(pdl),
@@ -404,6 +428,7 @@ def paged_decode_attention(
             BLOCK_S=merge_block,
             BLOCK_N=cfg.block_n,
             HEAD_DIM=head_dim,
+            EARLY_LOADS=early_loads_enabled(),
             num_warps=4,
             **launch_options(pdl),
         )

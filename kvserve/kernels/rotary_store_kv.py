@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from kvserve.kernels._triton import (
+    early_loads_enabled,
     jit,
     launch_options,
     next_pow2,
@@ -108,18 +109,22 @@ def _rotary_store_kv_kernel(
     QK_NORM: tl.constexpr,
     FP8: tl.constexpr,
     USE_PDL: tl.constexpr,
+    EARLY_LOADS: tl.constexpr,  # positions, rotary table and slot before the wait (not qkv)
 ):
-    pdl_wait(USE_PDL)
-    pdl_release(USE_PDL)
+    if not EARLY_LOADS:
+        pdl_wait(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     cos, sin = load_cos_sin(cos_sin_ptr, positions_ptr, t, stride_cs, HALF)
+    slot = tl.load(slot_mapping_ptr + t).to(tl.int64)
+    if EARLY_LOADS:
+        pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
     q_src = qkv_ptr + t * stride_qkv_t
     q_dst = q_out_ptr + t * stride_qo_t
     rotate_heads(
         q_src, q_dst, num_q_heads, HEAD_DIM, stride_qo_h, cos, sin, BLOCK_HQ, HALF, HEAD_DIM,
         q_norm_ptr, eps, 1.0, QK_NORM,
     )  # fmt: skip
-    slot = tl.load(slot_mapping_ptr + t).to(tl.int64)
     if slot >= 0:
         k_inv, v_inv = load_inv_scales(k_scale_ptr, v_scale_ptr, FP8)
         dst = (slot // page_size) * stride_cache_page + (slot % page_size) * stride_cache_tok
@@ -214,6 +219,7 @@ def rotary_store_kv(
         HEAD_DIM=head_dim,
         QK_NORM=qk_norm is not None,
         FP8=is_fp8_kv(kv_cache),
+        EARLY_LOADS=early_loads_enabled(),
         num_warps=4,
         **launch_options(pdl),
     )
