@@ -87,8 +87,8 @@ SETTINGS: tuple[EnvSetting, ...] = (
     ),
     EnvSetting(
         name="KVSERVE_FP8_MOE_GEMV",
-        default="0",
-        meaning="1 runs FP8 experts' decode steps on the word GEMV",
+        default="1",
+        meaning="0 runs FP8 experts' decode steps on the grouped MMA kernel",
         reader="kvserve.kernels.fused_moe_fp8:fp8_moe_gemv_enabled",
     ),
     EnvSetting(

@@ -79,8 +79,8 @@ def test_decode_steps_tune_gemv_tiles_when_the_gemv_is_on(  # noqa: ANN201
 ):  # fmt: skip
     """With ``KVSERVE_FP8_MOE_GEMV=1`` (``KVSERVE_BF16_MOE_GEMV=1``) a one-token GLM-4.5-Air FP8
     (bf16) step is tuned as the engine runs it, on the word GEMV: GEMV tiles (K in words of
-    four e4m3 or two bf16 values) under the ``*_gemv`` key the kernels look up; otherwise the
-    grouped kernel's tiles."""
+    four e4m3 or two bf16 values) under the ``*_gemv`` key the kernels look up; with the switch
+    at 0, the grouped kernel's tiles."""
     shape = shape_of("glm-4.5-air", 1)
     step = Step("glm-4.5-air", fmt, 1)
     slots, experts = 9, 129  # the shared expert stacked (moe_gemm.stacked)
@@ -93,11 +93,14 @@ def test_decode_steps_tune_gemv_tiles_when_the_gemv_is_on(  # noqa: ANN201
         assert gate_up == gemv_tiles(2816, 4096 // per_word, slots, 132)
         assert down == gemv_tiles(4096, 1408 // per_word, slots, 132)
         assert shape_key(fmt, shape, True).key() == f"{kind} E=128 N=2816 K=4096 top_k=8"
+        monkeypatch.setenv(env, "0")
+        cached.cache_clear()
+        assert not on_gemv(fmt, slots, experts)
+        tiles = step_candidates(step, shape, 132).values()
+        assert all("BLOCK_M" in t for ts in tiles for t in ts[0])
     finally:
         monkeypatch.delenv(env)
         cached.cache_clear()
-    assert not on_gemv(fmt, slots, experts)
-    assert all("BLOCK_M" in t for ts in step_candidates(step, shape, 132).values() for t in ts[0])
 
 
 def test_candidates_fit_shared_memory_and_fp8_scale_blocks() -> None:

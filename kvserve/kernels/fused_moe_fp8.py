@@ -12,10 +12,10 @@ Weights ``w13 [E, 2I, H]`` and ``w2 [E, H, I]`` in float8_e4m3fn with fp32 scale
 dequantize the activations the same way, then ``fused_moe_reference``); it runs anywhere and
 is what the CPU path computes. No host syncs: capturable in CUDA graphs.
 
-With ``KVSERVE_FP8_MOE_GEMV=1``, decode steps (one slot per expert block) run weight-only on the
-word GEMV of ``word_gemv.py`` (bf16 activations, half sums), as FP4 experts do: two launches
-fewer a layer (the activations' quantizations; a SiLU-mul kernel comes back). Off by default
-until it is timed in the engine.
+Decode steps (one slot per expert block) run weight-only on the word GEMV of ``word_gemv.py``
+(bf16 activations, half sums, the SiLU-mul in the gate/up GEMV's epilogue), as FP4 experts do:
+two launches fewer a layer (the activations' quantizations). ``KVSERVE_FP8_MOE_GEMV=0`` keeps
+them on the grouped kernel.
 """
 
 from __future__ import annotations
@@ -245,11 +245,14 @@ def fused_moe_fp8(
 
 @functools.cache
 def fp8_moe_gemv_enabled() -> bool:
-    """``KVSERVE_FP8_MOE_GEMV``: 1 runs FP8 experts' decode steps on the word GEMV; 0 (the
-    default) on the grouped tensor-core kernel. On the H200 (GLM-4.5-Air FP8 blocks,
-    moe_decode_h200_s42_glm_fp8_*, alternating, one machine) the GEMV with the gated gate/up
-    took batch 1 from 199 to 197 tok/s and batch 2 from 269 to 279, with untuned tiles."""
-    return env_switch(FP8_MOE_GEMV_ENV, default=False)
+    """``KVSERVE_FP8_MOE_GEMV``: 1 (the default) runs FP8 experts' decode steps on the word GEMV;
+    0 on the grouped tensor-core kernel. On the H200, with the tuned ``fp8_block128x128_gemv``
+    tiles (moe_tune_h200_s43_gemv) against the grouped kernel, alternating runs on one machine
+    (env_ab_s43_*_fp8_moegemv): GLM-4.5-Air FP8 blocks batch 1 / 2 / 4 from 200.4 / 271.5 /
+    369.6 to 204.0 / 283.2 / 370.4 tok/s, Qwen3-30B-A3B FP8 blocks 386.5 / 579.5 / 814.4 to
+    383.6 / 583.2 / 833.9. With the GEMV's default tiles (s42) GLM-4.5-Air batch 1 was slower
+    (199 -> 197)."""
+    return env_switch(FP8_MOE_GEMV_ENV, default=True)
 
 
 def fp8_moe_gemv_here(num_slots: int, w13: torch.Tensor, block: tuple[int, int] | None) -> bool:

@@ -1,7 +1,7 @@
 """Decode steps of 16-bit (bf16 or fp16) experts on the word GEMV of ``word_gemv.py``, one slot
 per program row, two weights a 32-bit word (``half_gemv``'s decoding), each token's k rows and a
 shared expert's output summed in the down GEMV's epilogue: what FP4 experts do by default and
-FP8 ones with ``KVSERVE_FP8_MOE_GEMV=1``, in place of the grouped MMA kernel of
+FP8 ones (``KVSERVE_FP8_MOE_GEMV``, on by default), in place of the grouped MMA kernel of
 ``fused_moe.py``. ``KVSERVE_BF16_MOE_GEMV=1`` turns it on; off by default: on the H200 it took
 Qwen3-30B-A3B bf16 batch 1 from 310 / 305 to 301 / 303 tok/s (moe_decode_h200_s42_q3_bf16_*,
 alternating, one machine), with the GEMV's default tiles (no tuned ``bfloat16_gemv`` entry).

@@ -123,7 +123,7 @@ def test_dummy_weights_in_the_checkpoint_layout(quantization_config: dict, tmp_p
 @pytest.mark.parametrize(
     ("env", "cached", "quantization", "default"),
     [
-        (FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled, "fp8", False),
+        (FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled, "fp8", True),
         (HALF_MOE_GEMV_ENV, half_moe_gemv_enabled, None, False),
         (GATED_GEMV_ENV, gated_gemv_enabled, None, True),
     ],
@@ -139,7 +139,7 @@ def test_a_bad_moe_gemv_switch_fails_the_load(
 ) -> None:
     """``KVSERVE_FP8_MOE_GEMV`` / ``KVSERVE_BF16_MOE_GEMV`` / ``KVSERVE_GATED_GEMV`` are checked
     when the engine starts, not at the first step; unset, they take their default (the gated
-    GEMV on, the MoE GEMVs off)."""
+    GEMV and the FP8 experts' GEMV on, the bf16 experts' off)."""
     arch = "Qwen3MoeForCausalLM"
     src = tiny_model_dir(arch, **MOE_TINY[arch])
     monkeypatch.setenv(env, "on")

@@ -119,7 +119,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, rel: float) -> None:
 @pytest.mark.parametrize("load", LOADS)
 @pytest.mark.parametrize("block", [(128, 128), None], ids=["block", "channel"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_fp8_experts_match_reference(tokens, load, block, shape) -> None:  # noqa: ANN001
+def test_fp8_experts_match_reference(tokens, load, block, shape, fp8_grouped) -> None:  # noqa: ANN001, E501
     x, w13, w2, weights, ids = _case(tokens, *shape, load)
     q13, s13 = quantize_fp8_experts(w13, block)
     q2, s2 = quantize_fp8_experts(w2, block)
@@ -175,7 +175,7 @@ def test_fp4_prefill_dequantized_in_chunks_matches_reference(fmt, load, monkeypa
 
 @pytest.mark.parametrize("tokens", [1, 7])
 @pytest.mark.parametrize("fmt", ["fp8-block", "nvfp4"])
-def test_shared_expert_output_is_added(fmt: str, tokens: int) -> None:
+def test_shared_expert_output_is_added(fmt: str, tokens: int, fp8_grouped) -> None:  # noqa: ANN001
     """``addend`` (a shared expert's output) joins the sum: in the down GEMM's token sum at a
     one-slot-per-block step (1 token of 8 experts at k = 2), after the sum when sorted."""
     x, w13, w2, weights, ids = _case(tokens, 8, 256, 128, 2, "random")
@@ -193,7 +193,7 @@ def test_shared_expert_output_is_added(fmt: str, tokens: int) -> None:
 
 
 @pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
-def test_half_activations(dtype) -> None:  # noqa: ANN001
+def test_half_activations(dtype, fp8_grouped) -> None:  # noqa: ANN001
     x, w13, w2, weights, ids = _case(9, 8, 256, 128, 2, "random")
     x = x.to(dtype)
     q13, s13 = quantize_fp8_experts(w13, (128, 128))
@@ -255,8 +255,16 @@ def grouped_mma(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
 
 @pytest.fixture
 def fp8_moe_gemv(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
-    """KVSERVE_FP8_MOE_GEMV=1 for one test: FP8 experts' decode steps on the word GEMV."""
+    """KVSERVE_FP8_MOE_GEMV=1 (the default) for one test: FP8 experts' decode steps on the
+    word GEMV."""
     yield from _switch_env(monkeypatch, FP8_MOE_GEMV_ENV, "1", fp8_moe_gemv_enabled)
+
+
+@pytest.fixture
+def fp8_grouped(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """KVSERVE_FP8_MOE_GEMV=0 for one test: FP8 experts' decode steps too on the grouped
+    kernel, which quantizes the activations as the reference does."""
+    yield from _switch_env(monkeypatch, FP8_MOE_GEMV_ENV, "0", fp8_moe_gemv_enabled)
 
 
 @pytest.fixture(params=[False, True], ids=["silu_kernel", "gated_gemv"])
@@ -387,7 +395,11 @@ def _tuned_step(kind: str, x, w13, w2, weights, ids):  # noqa: ANN001, ANN202
         q13, s13 = quantize_fp8_experts(w13, block)
         q2, s2 = quantize_fp8_experts(w2, block)
         got = fused_moe_fp8(x, q13, s13, q2, s2, weights, ids, block)
-        return got, fused_moe_fp8_reference(x, q13, s13, q2, s2, weights, ids, block)
+        if not kind.endswith("_gemv"):
+            return got, fused_moe_fp8_reference(x, q13, s13, q2, s2, weights, ids, block)
+        # the GEMV is weight-only: the dequantized experts' product, activations unquantized
+        w13_f, w2_f = dequantize_fp8_experts(q13, s13, block), dequantize_fp8_experts(q2, s2, block)
+        return got, fused_moe_reference(x.float(), w13_f, w2_f, weights, ids, None, x.dtype)
     fmt = kind.removesuffix("_gemv")
     s13, s2 = quantize_fp4_experts(w13, fmt), quantize_fp4_experts(w2, fmt)
     got = fused_moe_fp4(x, s13, s2, weights, ids)
@@ -411,12 +423,16 @@ def test_shipped_tuned_tiles_match_reference(
     monkeypatch.setattr(moe_tiles, "TABLE_DIR", tmp_path)
     moe_tiles.table_path(torch.cuda.get_device_name()).write_text(json.dumps(table))
     moe_tiles.reload_tables()
-    monkeypatch.setenv(MOE_GEMV_ENV, "1" if gemv_nk else "0")
-    fused_moe_fp4_module.moe_gemv_enabled.cache_clear()
+    switches = ((MOE_GEMV_ENV, fused_moe_fp4_module.moe_gemv_enabled),
+                (FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled))  # fmt: skip
+    for env, cached in switches:
+        monkeypatch.setenv(env, "1" if gemv_nk else "0")
+        cached.cache_clear()
     try:
         assert moe_tiles.moe_tiles(shape, 64, DEVICE, {}).gate_up == tile
         got, want = _tuned_step(kind, x, w13, w2, weights, ids)
     finally:
         moe_tiles.reload_tables()
-        fused_moe_fp4_module.moe_gemv_enabled.cache_clear()
+        for _, cached in switches:
+            cached.cache_clear()
     _close(got, want, 3e-2)
