@@ -123,6 +123,12 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels._triton:early_loads_enabled",
     ),
     EnvSetting(
+        name="KVSERVE_DECODE_ROTARY",
+        default="1",
+        meaning="0 runs rotary and the new k/v's store in their own kernel on decode-only steps",
+        reader="kvserve.kernels.decode_rotary:decode_rotary_enabled",
+    ),
+    EnvSetting(
         name="KVSERVE_FP8_SKINNY_ROWS",
         default="64",
         meaning="FP8 layers take the tensor-core decode kernel up to this many tokens",
