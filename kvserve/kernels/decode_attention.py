@@ -8,7 +8,8 @@ into S splits; S comes from shapes only (batch, heads, page-table capacity, SM c
 program derives its own token range from ``seq_lens`` on the device, so the launch is
 CUDA-graph capturable. A second kernel merges the splits' partial outputs by their
 log-sum-exp (or, with ``DecodeConfig.fused_merge``, the split program that arrives last does).
-With S == 1 the first kernel writes the output directly.
+With S == 1 the first kernel writes the output directly. On decode-only steps the kernel also
+rotates q and stores the newest k/v itself, read from the qkv output (``decode_rotary.py``).
 
 An FP8 cache is widened to q's dtype tile by tile (exact: every e4m3 value is a bf16 value); the
 key scale is folded into the softmax scale and the value scale applied once to each output row.
@@ -168,16 +169,10 @@ def _decode_split_kernel(
         cos, sin, partner = rotary_factors(cos_sin_ptr, pos, stride_cs, HALF, HEAD_DIM)
         slot = tl.load(slot_mapping_ptr + b)
     if early:
-        # Lengths and page tables were written before the step (_triton.early_loads_enabled),
-        # and so were the keys and values, but for the newest token's, which the kernel before
-        # stores: an L2 fill is coherent with that store, so the first tile goes to L2 whole.
-        toks = start + tl.arange(0, BLOCK_N)
-        page = tl.load(table + toks // PAGE_SIZE, mask=toks < end, other=0).to(tl.int64)
-        kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok
-        kv_off = kv_off + kv_head * stride_cache_head
-        lines = kv_off[:, None] + tl.arange(0, HEAD_DIM // LINE)[None, :] * LINE
-        prefetch_l2(k_cache_ptr + lines, (toks < end)[:, None])
-        prefetch_l2(v_cache_ptr + lines, (toks < end)[:, None])
+        _first_tile_to_l2(
+            k_cache_ptr, v_cache_ptr, table, start, end, kv_head, stride_cache_page,
+            stride_cache_tok, stride_cache_head, PAGE_SIZE, BLOCK_N, HEAD_DIM, LINE,
+        )  # fmt: skip
         pdl_wait(USE_PDL)
 
     rows = tl.arange(0, BLOCK_H)  # row r = query head kv_head * GROUP + r
@@ -253,6 +248,25 @@ def _decode_split_kernel(
                 part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads,
                 seq_len, split_len, num_splits, stride_ob, stride_oh, GROUP, BLOCK_S, HEAD_DIM,
             )  # fmt: skip
+
+
+@jit
+def _first_tile_to_l2(
+    k_cache_ptr, v_cache_ptr, table, start, end, kv_head, stride_cache_page, stride_cache_tok,
+    stride_cache_head, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+    LINE: tl.constexpr,
+):  # fmt: skip
+    """Ask L2 for a split's first tile of keys and values before the dependent-launch wait.
+    Page tables and those keys and values were written before the step
+    (``_triton.early_loads_enabled``), but for the newest token's, which the kernel before may
+    store: an L2 fill is coherent with that store, so the tile goes to L2 whole."""
+    toks = start + tl.arange(0, BLOCK_N)
+    page = tl.load(table + toks // PAGE_SIZE, mask=toks < end, other=0).to(tl.int64)
+    kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok
+    kv_off = kv_off + kv_head * stride_cache_head
+    lines = kv_off[:, None] + tl.arange(0, HEAD_DIM // LINE)[None, :] * LINE
+    prefetch_l2(k_cache_ptr + lines, (toks < end)[:, None])
+    prefetch_l2(v_cache_ptr + lines, (toks < end)[:, None])
 
 
 @jit
