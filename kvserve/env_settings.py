@@ -124,8 +124,9 @@ SETTINGS: tuple[EnvSetting, ...] = (
     ),
     EnvSetting(
         name="KVSERVE_DECODE_ROTARY",
-        default="1",
-        meaning="0 runs rotary and the new k/v's store in their own kernel on decode-only steps",
+        default="0",
+        meaning="1 folds rotary and the new k/v's store into the decode attention kernel on "
+        "decode-only steps (untimed)",
         reader="kvserve.kernels.decode_rotary:decode_rotary_enabled",
     ),
     EnvSetting(
