@@ -506,7 +506,9 @@ def _rotary_launch(
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_kv_heads = kv_cache.shape[3]
     qkv, cos_sin = rotary.qkv, rotary.cos_sin_cache
-    assert q.data_ptr() == qkv.data_ptr() and q.stride() == (qkv.stride(0), head_dim, 1)
+    # (a batch of one row may report any row stride: the kernel reads row 0 only)
+    rows_ok = q.shape[0] == 1 or q.stride(0) == qkv.stride(0)
+    assert q.data_ptr() == qkv.data_ptr() and rows_ok and q.stride()[1:] == (head_dim, 1)
     assert qkv.shape[1] == (num_heads + 2 * num_kv_heads) * head_dim, "qkv width mismatch"
     assert cos_sin.dtype == torch.float32 and cos_sin.shape[1] <= head_dim
     norm = rotary.qk_norm
