@@ -21,12 +21,11 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# The low-bit GEMM/GEMV kernels' and the decode kernel's rotary GPU tests that Triton's
-# interpreter runs on a CPU (about five minutes on two cores): their indexing, masking and split
-# logic against the torch references.
+# The low-bit GEMM/GEMV kernels' GPU tests that Triton's interpreter runs on a CPU (about three
+# minutes on two cores): their indexing, masking and split-K logic against the torch references.
 INTERPRETED_KERNEL_TESTS := tests/gpu/test_word_gemv.py tests/gpu/test_skinny_gemm.py \
 	tests/gpu/test_fp8_skinny_gemm.py tests/gpu/test_fused_moe.py \
-	tests/gpu/test_fused_moe_quant.py tests/gpu/test_fp4_gemm.py tests/gpu/test_decode_rotary.py
+	tests/gpu/test_fused_moe_quant.py tests/gpu/test_fp4_gemm.py
 # all of them but the FP4 GEMM's slowest cases (whole Llama shapes, every candidate config, and
 # its GEMV cases, which test_word_gemv covers) and the bf16 MoE's 256- and 512-token steps
 INTERPRETED_SELECTION := (not test_fp4_gemm or (matches_reference and not gemv) or refused \

@@ -19,18 +19,15 @@ from typing import Any
 
 from benchmarks.common import write_result
 
-# (cache, BLOCK_N, num_warps, fused merge, rotary): the defaults first (decode-only steps fold
-# rotary in: decode_rotary.py), the same without rotary (mixed steps), then the neighbours swept
-# on the H200
+# (cache, BLOCK_N, num_warps, fused merge): the defaults first, then the neighbours swept on
+# the H200
 CONFIGS = [
-    ("bf16", 64, 4, False, True),
-    ("fp8", 128, 4, True, True),
-    ("bf16", 64, 4, False, False),
-    ("fp8", 128, 4, True, False),
-    ("fp8", 128, 4, False, False),
-    ("fp8", 128, 8, True, False),
-    ("fp8", 64, 4, False, False),
-    ("fp8", 64, 8, False, False),
+    ("bf16", 64, 4, False),
+    ("fp8", 128, 4, True),
+    ("fp8", 128, 4, False),
+    ("fp8", 128, 8, True),
+    ("fp8", 64, 4, False),
+    ("fp8", 64, 8, False),
 ]
 _ARGS = {
     "q_ptr": "*bf16", "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "part_out_ptr": "*fp32",
@@ -38,9 +35,7 @@ _ARGS = {
     "v_scale_ptr": "*fp32", "scale_log2": "fp32", "stride_qb": "i32",
     "stride_qh": "i32", "stride_cache_page": "i64", "stride_cache_tok": "i32",
     "stride_cache_head": "i32", "stride_bt": "i32", "stride_ob": "i32", "stride_oh": "i32",
-    "num_splits": "i32", "min_split": "i32", "positions_ptr": "*i64", "cos_sin_ptr": "*fp32",
-    "slot_mapping_ptr": "*i64", "q_norm_ptr": "*bf16", "k_norm_ptr": "*bf16", "eps": "fp32",
-    "stride_cs": "i32",
+    "num_splits": "i32", "min_split": "i32",
 }  # fmt: skip
 # The strides a launch on Llama-3-8B heads passes (page 16 x 8 heads x 128 dims, 32 q heads):
 # multiples of 16, which Triton specializes on, and without which it cannot prove the 16-byte
@@ -76,9 +71,8 @@ def compile_sm90(
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
 
 
-def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool, rotary: bool) -> bytes:
-    """The cubin of ``_decode_split_kernel`` for Llama-3-8B heads (4 q heads a kv head), with
-    ``rotary`` reading q, k and v from the qkv output (Qwen3's q/k norm too)."""
+def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> bytes:
+    """The cubin of ``_decode_split_kernel`` for Llama-3-8B heads (4 q heads a kv head)."""
     from kvserve.kernels.decode_attention import _decode_split_kernel
     from kvserve.kernels.store_kv_cache import FP8_AS_FP16
 
@@ -88,7 +82,7 @@ def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool, rotary
         "PAGE_SIZE": 16, "GROUP": 4, "BLOCK_H": 16, "BLOCK_N": block_n, "HEAD_DIM": 128,
         "DIRECT": False, "DOT_PRECISION": "tf32", "FP8": fp8, "FP8_MODE": FP8_AS_FP16,
         "USE_PDL": True, "FUSED_MERGE": fused, "BLOCK_S": 32, "EARLY_LOADS": True,
-        "LINE": 128 if fp8 else 64, "ROTARY": rotary, "HALF": 64, "QK_NORM": rotary,
+        "LINE": 128 if fp8 else 64,
     }  # fmt: skip
     signature = {**_ARGS, "k_cache_ptr": pointer, "v_cache_ptr": pointer}
     divisible = tuple(name for name, kind in signature.items() if kind.startswith("*"))
@@ -120,11 +114,11 @@ def main() -> None:
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
     rows: list[dict[str, Any]] = []
-    for cache, block_n, warps, fused, rotary in CONFIGS:
-        usage = resource_usage(compile_decode(cache, block_n, warps, fused, rotary))
+    for cache, block_n, warps, fused in CONFIGS:
+        usage = resource_usage(compile_decode(cache, block_n, warps, fused))
         rows.append({"cache": cache, "block_n": block_n, "num_warps": warps,
-                     "fused_merge": fused, "rotary": rotary, **usage})  # fmt: skip
-        print(f"{cache} BLOCK_N={block_n} warps={warps} fused_merge={fused} rotary={rotary}: "
+                     "fused_merge": fused, **usage})  # fmt: skip
+        print(f"{cache} BLOCK_N={block_n} warps={warps} fused_merge={fused}: "
               f"{usage.get('REG')} registers, {usage.get('STACK')} bytes of stack")  # fmt: skip
     print(write_result("kernel_spills_sm90", {"target": "sm_90", "decode": rows}, args.out_dir))
 

@@ -123,13 +123,6 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels._triton:early_loads_enabled",
     ),
     EnvSetting(
-        name="KVSERVE_DECODE_ROTARY",
-        default="0",
-        meaning="1 folds rotary and the new k/v's store into the decode attention kernel on "
-        "decode-only steps (untimed)",
-        reader="kvserve.kernels.decode_rotary:decode_rotary_enabled",
-    ),
-    EnvSetting(
         name="KVSERVE_FP8_SKINNY_ROWS",
         default="64",
         meaning="FP8 layers take the tensor-core decode kernel up to this many tokens",

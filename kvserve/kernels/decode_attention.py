@@ -8,8 +8,7 @@ into S splits; S comes from shapes only (batch, heads, page-table capacity, SM c
 program derives its own token range from ``seq_lens`` on the device, so the launch is
 CUDA-graph capturable. A second kernel merges the splits' partial outputs by their
 log-sum-exp (or, with ``DecodeConfig.fused_merge``, the split program that arrives last does).
-With S == 1 the first kernel writes the output directly. On decode-only steps the kernel also
-rotates q and stores the newest k/v itself, read from the qkv output (``decode_rotary.py``).
+With S == 1 the first kernel writes the output directly.
 
 An FP8 cache is widened to q's dtype tile by tile (exact: every e4m3 value is a bf16 value); the
 key scale is folded into the softmax scale and the value scale applied once to each output row.
@@ -33,12 +32,6 @@ from kvserve.kernels._triton import (
     require_triton,
     sm_count,
     tl,
-)
-from kvserve.kernels.decode_rotary import (
-    DecodeRotary,
-    rotary_factors,
-    rotated_rows,
-    store_and_attend_newest,
 )
 from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
 from kvserve.kernels.store_kv_cache import (
@@ -122,13 +115,6 @@ def _decode_split_kernel(
     stride_oh,
     num_splits,
     min_split,  # a multiple of BLOCK_N
-    positions_ptr,  # ROTARY: int64 [B]
-    cos_sin_ptr,  # ROTARY: fp32 [max_pos, 2 * HALF]
-    slot_mapping_ptr,  # ROTARY: int64 [B]
-    q_norm_ptr,  # ROTARY and QK_NORM: [D]
-    k_norm_ptr,
-    eps,
-    stride_cs,
     PAGE_SIZE: tl.constexpr,  # a constant: // and % by it are shifts, not division sequences
     GROUP: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -143,9 +129,6 @@ def _decode_split_kernel(
     BLOCK_S: tl.constexpr,  # FUSED_MERGE: splits merged at once, >= num_splits
     EARLY_LOADS: tl.constexpr,  # with USE_PDL: lengths, pages and the first tile's L2 fill first
     LINE: tl.constexpr,  # cache elements in a 128-byte line (at most HEAD_DIM)
-    ROTARY: tl.constexpr,  # q_ptr is the qkv output: rotate q, store the newest k/v (DecodeRotary)
-    HALF: tl.constexpr,  # ROTARY: rotary dims / 2
-    QK_NORM: tl.constexpr,
 ):
     early: tl.constexpr = USE_PDL and EARLY_LOADS
     if not early:
@@ -164,10 +147,6 @@ def _decode_split_kernel(
     if split > 0 and start >= end:
         return  # past the sequence's end: the merge reads only the splits before this one
     table = block_tables_ptr + b.to(tl.int64) * stride_bt
-    if ROTARY:  # positions and slots were written before the step, as the lengths were
-        pos = tl.load(positions_ptr + b)
-        cos, sin, partner = rotary_factors(cos_sin_ptr, pos, stride_cs, HALF, HEAD_DIM)
-        slot = tl.load(slot_mapping_ptr + b)
     if early:
         _first_tile_to_l2(
             k_cache_ptr, v_cache_ptr, table, start, end, kv_head, stride_cache_page,
@@ -179,12 +158,8 @@ def _decode_split_kernel(
     dims = tl.arange(0, HEAD_DIM)
     row_mask = rows < GROUP
     heads = kv_head * GROUP + rows
-    q_rows = q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh  # [BLOCK_H, 1]
-    if ROTARY:
-        q = rotated_rows(q_rows, row_mask[:, None], cos, sin, partner, q_norm_ptr, eps, QK_NORM,
-                         HEAD_DIM)  # fmt: skip
-    else:
-        q = tl.load(q_rows + dims[None, :], mask=row_mask[:, None], other=0.0)  # [BLOCK_H, D]
+    q_off = b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + dims[None, :]
+    q = tl.load(q_ptr + q_off, mask=row_mask[:, None], other=0.0)  # [BLOCK_H, D]
     if FP8:
         scale_log2 = scale_log2 * tl.load(k_scale_ptr)
         if FP8_MODE == 1:
@@ -193,14 +168,9 @@ def _decode_split_kernel(
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
-    newest = seq_len - 1
-    holds_newest = (start <= newest) & (newest < end)
-    loop_end = end
-    if ROTARY:  # the newest token is not in the cache yet: it joins from registers below
-        loop_end = tl.where(holds_newest, newest, end)
-    for n0 in range(start, loop_end, BLOCK_N):
+    for n0 in range(start, end, BLOCK_N):
         toks = n0 + tl.arange(0, BLOCK_N)
-        tok_mask = toks < loop_end
+        tok_mask = toks < end
         page = tl.load(table + toks // PAGE_SIZE, mask=tok_mask, other=0).to(tl.int64)
         kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok
         kv_off = kv_off + kv_head * stride_cache_head
@@ -218,17 +188,6 @@ def _decode_split_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
-    if ROTARY:  # noqa: SIM102 - a compile-time branch around a runtime one
-        if holds_newest:
-            row = q_ptr + b.to(tl.int64) * stride_qb + (num_kv_heads * GROUP + kv_head) * HEAD_DIM
-            at = tl.maximum(slot, 0)
-            dst = (at // PAGE_SIZE) * stride_cache_page + (at % PAGE_SIZE) * stride_cache_tok
-            dst += kv_head * stride_cache_head
-            m_i, l_i, acc = store_and_attend_newest(
-                row, row + num_kv_heads * HEAD_DIM, k_cache_ptr + dst, v_cache_ptr + dst,
-                slot >= 0, q, m_i, l_i, acc, scale_log2, cos, sin, partner, k_norm_ptr, eps,
-                k_scale_ptr, v_scale_ptr, QK_NORM, FP8, HEAD_DIM,
-            )  # fmt: skip
 
     pdl_release(USE_PDL)  # the epilogue's stores are all that is left
     o, lse = normalize_rows(acc, m_i, l_i)  # seq_len 0 (a padding row): split 0 writes zeros
@@ -258,8 +217,8 @@ def _first_tile_to_l2(
 ):  # fmt: skip
     """Ask L2 for a split's first tile of keys and values before the dependent-launch wait.
     Page tables and those keys and values were written before the step
-    (``_triton.early_loads_enabled``), but for the newest token's, which the kernel before may
-    store: an L2 fill is coherent with that store, so the tile goes to L2 whole."""
+    (``_triton.early_loads_enabled``), but for the newest token's, which the kernel before
+    stores: an L2 fill is coherent with that store, so the tile goes to L2 whole."""
     toks = start + tl.arange(0, BLOCK_N)
     page = tl.load(table + toks // PAGE_SIZE, mask=toks < end, other=0).to(tl.int64)
     kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok
@@ -400,11 +359,7 @@ def paged_decode_attention(
     *,
     config: DecodeConfig | None = None,
     pdl: bool = False,
-    rotary: DecodeRotary | None = None,
 ) -> torch.Tensor:
-    """With ``rotary``, ``q`` is ``rotary.q_view``: q's heads unrotated in the qkv output, which
-    the kernel rotates, and the newest k/v of each sequence are stored into the cache here
-    (``decode_rotary.py``), not before."""
     require_triton()
     cfg = config or (FP8_DECODE_CONFIG if is_fp8_kv(kv_cache) else DecodeConfig())
     batch, num_heads, head_dim = q.shape
@@ -413,10 +368,9 @@ def paged_decode_attention(
     assert head_dim == next_pow2(head_dim), "head_dim must be a power of two"
     assert q.stride(-1) == 1 and kv_cache.stride(-1) == 1
     if out is None:
-        out = q.new_empty(batch, num_heads, head_dim)
+        out = torch.empty_like(q)
     if batch == 0:
         return out
-    rotary_args, rotary_consts = _rotary_launch(rotary, q, kv_cache)
     group = num_heads // num_kv_heads
     splits = cfg.num_splits or num_decode_splits(
         batch, num_kv_heads, block_tables.shape[1] * page_size, sm_count(q.device),
@@ -457,7 +411,6 @@ def paged_decode_attention(
         out.stride(1),
         splits,
         min_split,
-        *rotary_args,
         PAGE_SIZE=page_size,
         GROUP=group,
         BLOCK_H=max(16, next_pow2(group)),
@@ -471,7 +424,6 @@ def paged_decode_attention(
         BLOCK_S=merge_block,
         EARLY_LOADS=early_loads_enabled(),
         LINE=min(head_dim, 128 // kv_cache.element_size()),
-        **rotary_consts,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch_options(pdl),
@@ -494,24 +446,3 @@ def paged_decode_attention(
             **launch_options(pdl),
         )
     return out
-
-
-def _rotary_launch(
-    rotary: DecodeRotary | None, q: torch.Tensor, kv_cache: torch.Tensor
-) -> tuple[tuple[object, ...], dict[str, object]]:
-    """The split kernel's ROTARY arguments and constants (q's tensor stands in, unread,
-    without ``rotary``)."""
-    if rotary is None:
-        return (q, q, q, q, q, 0.0, 0), {"ROTARY": False, "HALF": 1, "QK_NORM": False}
-    num_heads, head_dim = q.shape[1], q.shape[2]
-    num_kv_heads = kv_cache.shape[3]
-    qkv, cos_sin = rotary.qkv, rotary.cos_sin_cache
-    # (a batch of one row may report any row stride: the kernel reads row 0 only)
-    rows_ok = q.shape[0] == 1 or q.stride(0) == qkv.stride(0)
-    assert q.data_ptr() == qkv.data_ptr() and rows_ok and q.stride()[1:] == (head_dim, 1)
-    assert qkv.shape[1] == (num_heads + 2 * num_kv_heads) * head_dim, "qkv width mismatch"
-    assert cos_sin.dtype == torch.float32 and cos_sin.shape[1] <= head_dim
-    norm = rotary.qk_norm
-    args = (rotary.positions, cos_sin, rotary.slot_mapping, norm.q_weight if norm else q,
-            norm.k_weight if norm else q, norm.eps if norm else 0.0, cos_sin.stride(0))  # fmt: skip
-    return args, {"ROTARY": True, "HALF": cos_sin.shape[1] // 2, "QK_NORM": norm is not None}

@@ -12,7 +12,6 @@ from torch import nn
 from kvserve.config import ModelConfig, MoEConfig
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.errors import ModelLoadError
-from kvserve.kernels.decode_rotary import DecodeRotary, decode_rotary_enabled
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rotary_store_kv import QKNorm, fusable, rotary_store_kv
 from kvserve.kernels.word_gemv import gated_gemv_enabled
@@ -137,12 +136,6 @@ class Attention(nn.Module):
         self, positions: torch.Tensor, qkv: torch.Tensor, ctx: ForwardContext
     ) -> torch.Tensor:
         kv_cache, kv_scales = ctx.kv.layer(self.layer_idx), ctx.kv.scales(self.layer_idx)
-        if ctx.meta.is_decode_only and ctx.backend.fuses_decode_rotary and decode_rotary_enabled():
-            rotary = DecodeRotary(qkv, positions, self.rotary.cos_sin_cache,
-                                  ctx.meta.slot_mapping, self.qk_norm)  # fmt: skip
-            return ctx.backend.attend_decode_rotary(
-                rotary, self.num_heads, kv_cache, ctx.meta, self.scale, kv_scales
-            )
         q = rotary_store_kv(
             qkv,
             positions,

@@ -24,7 +24,6 @@ from kvserve.engine.runner.warmup import warm_up_eager  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
-from kvserve.kernels.decode_rotary import decode_rotary_enabled  # noqa: E402
 from kvserve.kernels.options import KernelOptions  # noqa: E402
 from kvserve.kernels.prefill_attention import (  # noqa: E402
     PrefillConfig,
@@ -588,10 +587,7 @@ def test_decoder_fused_rotary_store_equals_unfused_path(
             results.append((model(token_ids, positions, ctx), caches))
     (fused_out, fused_caches), (out, caches) = results
     assert torch.isfinite(out).all()
-    # On a decode-only step the fused path is the decode kernel's own rotary (decode_rotary.py),
-    # which sums the newest token's score in another order than the tile MMA
-    in_decode_kernel = b.meta.is_decode_only and decode_rotary_enabled()
-    if not qk_norm and not in_decode_kernel:  # rotary and store: the same arithmetic
+    if not qk_norm:  # rotary and store: the same arithmetic, fused or not
         assert torch.equal(fused_out, out)
         for fused_cache, cache in zip(fused_caches, caches, strict=True):
             assert torch.equal(fused_cache, cache)

@@ -20,9 +20,6 @@ log = logging.getLogger(__name__)
 class AttentionBackend(Protocol):
     name: str
     fuses_rotary_store: bool  # takes k/v stored by the model's fused rotary kernel (``attend``)
-    # has ``attend_decode_rotary(rotary, num_heads, kv_cache, meta, scale, kv_scales)``: a
-    # decode-only step's rotary, new k/v store and attention from the qkv output in one kernel
-    fuses_decode_rotary: bool
 
     def forward(
         self,

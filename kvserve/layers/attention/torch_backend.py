@@ -50,7 +50,6 @@ def gather_sequence_kv(
 class TorchAttentionBackend:
     name = "torch"
     fuses_rotary_store = False
-    fuses_decode_rotary = False
 
     def forward(
         self,

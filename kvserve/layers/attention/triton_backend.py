@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from kvserve.kernels.decode_attention import paged_decode_attention
-from kvserve.kernels.decode_rotary import DecodeRotary
 from kvserve.kernels.prefill_attention import paged_prefill_attention
 from kvserve.kernels.store_kv_cache import KVScales, store_kv_cache
 from kvserve.layers.attention.metadata import AttentionMetadata
@@ -27,10 +26,8 @@ if TYPE_CHECKING:
 class TritonAttentionBackend:
     name = "triton"
     # The model may store k/v itself with rotary fused in (kvserve.kernels.rotary_store_kv)
-    # and call ``attend``, or on a decode-only step hand its qkv output to
-    # ``attend_decode_rotary``.
+    # and call ``attend``.
     fuses_rotary_store = True
-    fuses_decode_rotary = True
 
     def __init__(self, pdl: bool = False, prefill: CudnnPrefill | None = None) -> None:
         self.pdl = pdl  # programmatic dependent launch of the kernels (sm_90+)
@@ -82,24 +79,6 @@ class TritonAttentionBackend:
         starts = meta.query_start_loc[nd:] - nd
         out[nd:] = self._prefill(q[nd:], kv_cache, starts, meta, nd, scale, kv_scales)
         return out
-
-    def attend_decode_rotary(
-        self,
-        rotary: DecodeRotary,
-        num_heads: int,
-        kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]; the new k/v stored here
-        meta: AttentionMetadata,
-        scale: float,
-        kv_scales: KVScales | None = None,
-    ) -> torch.Tensor:  # [B, Hq, D]
-        """A decode-only step from the qkv output: q's rotary, the new k/v's store and the
-        attention in one kernel (``kvserve.kernels.decode_rotary``)."""
-        assert meta.is_decode_only
-        q = rotary.q_view(num_heads, kv_cache.shape[-1])
-        return paged_decode_attention(
-            q, kv_cache, meta.block_tables, meta.seq_lens, scale, None, kv_scales,
-            pdl=self.pdl, rotary=rotary,
-        )  # fmt: skip
 
     def _prefill(
         self,
