@@ -73,7 +73,7 @@ def compile_sm90(
 
 def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> bytes:
     """The cubin of ``_decode_split_kernel`` for Llama-3-8B heads (4 q heads a kv head)."""
-    from kvserve.kernels.decode_attention import _decode_split_kernel
+    from kvserve.kernels.decode_attention import _decode_split_kernel, line_elements
     from kvserve.kernels.store_kv_cache import FP8_AS_FP16
 
     fp8 = cache == "fp8"
@@ -82,7 +82,7 @@ def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> byt
         "PAGE_SIZE": 16, "GROUP": 4, "BLOCK_H": 16, "BLOCK_N": block_n, "HEAD_DIM": 128,
         "DIRECT": False, "DOT_PRECISION": "tf32", "FP8": fp8, "FP8_MODE": FP8_AS_FP16,
         "USE_PDL": True, "FUSED_MERGE": fused, "BLOCK_S": 32, "EARLY_LOADS": True,
-        "LINE": 128 if fp8 else 64,
+        "LINE": line_elements(128, 1 if fp8 else 2),
     }  # fmt: skip
     signature = {**_ARGS, "k_cache_ptr": pointer, "v_cache_ptr": pointer}
     divisible = tuple(name for name, kind in signature.items() if kind.startswith("*"))

@@ -334,6 +334,12 @@ def merge_partials(
     return tl.sum(o * w[:, None], 0) / denom
 
 
+def line_elements(head_dim: int, element_size: int) -> int:
+    """Cache elements in one 128-byte line of a head's row (the split kernel's ``LINE``: the
+    stride of its L2 requests), at most the row."""
+    return min(head_dim, 128 // element_size)
+
+
 def num_decode_splits(
     batch: int,
     num_kv_heads: int,
@@ -388,6 +394,7 @@ def paged_decode_attention(
     if fused:
         counters = _arrival_counters(q.device, batch * num_kv_heads)
     merge_block = max(next_pow2(splits), _MERGE_MIN_BLOCK)
+    early = early_loads_enabled()
     k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
     _decode_split_kernel[(batch, num_kv_heads, splits)](
         q,
@@ -422,8 +429,8 @@ def paged_decode_attention(
         FP8_MODE=fp8_mode,
         FUSED_MERGE=fused,
         BLOCK_S=merge_block,
-        EARLY_LOADS=early_loads_enabled(),
-        LINE=min(head_dim, 128 // kv_cache.element_size()),
+        EARLY_LOADS=early,
+        LINE=line_elements(head_dim, kv_cache.element_size()),
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch_options(pdl),
@@ -441,7 +448,7 @@ def paged_decode_attention(
             BLOCK_S=merge_block,
             BLOCK_N=cfg.block_n,
             HEAD_DIM=head_dim,
-            EARLY_LOADS=early_loads_enabled(),
+            EARLY_LOADS=early,
             num_warps=4,
             **launch_options(pdl),
         )

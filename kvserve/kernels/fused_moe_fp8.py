@@ -266,8 +266,9 @@ def fp8_moe_gemv_enabled(block_scaled: bool) -> bool:
 
 
 def fp8_moe_gemv_here(num_slots: int, w13: torch.Tensor, block: tuple[int, int] | None) -> bool:
-    """A decode step (one slot per expert block) with the GEMV switched on, and scales it takes:
-    per channel, or blocks of 128 columns and a multiple of 64 rows."""
+    """A decode step (one slot per expert block) of experts whose layout the GEMV is on for
+    (``fp8_moe_gemv_enabled``), with scales it takes: per channel, or blocks of 128 columns and
+    a multiple of 64 rows."""
     fits = block is None or gemv_takes_fp8_blocks(block)
     on = fp8_moe_gemv_enabled(block is not None)
     return fits and one_slot_per_block(num_slots, w13.shape[0]) and on
