@@ -48,11 +48,11 @@ def shape_key(fmt: str, shape: dict[str, int], gemv: bool = False) -> MoeShape:
 
 
 def on_gemv(fmt: str, slots: int, experts: int) -> bool:
-    """FP4 decode steps run the word GEMV (``fused_moe_fp4``), FP8 ones as
-    ``fused_moe_fp8.fp8_moe_gemv_enabled`` says, bf16 ones with ``KVSERVE_BF16_MOE_GEMV=1``
+    """FP4 and FP8 decode steps run the word GEMV (``fused_moe_fp4``, ``fused_moe_fp8``; off
+    with their switches at 0), bf16 ones with ``KVSERVE_BF16_MOE_GEMV=1``
     (``fused_moe_half_gemv``)."""
     if fmt.startswith("fp8"):
-        return one_slot_per_block(slots, experts) and fp8_moe_gemv_enabled(fmt != "fp8-channel")
+        return one_slot_per_block(slots, experts) and fp8_moe_gemv_enabled()
     if fmt == "bf16":
         return one_slot_per_block(slots, experts) and half_moe_gemv_enabled()
     return fmt in FP4_FORMATS and fp4_path(slots, experts) == "gemv"

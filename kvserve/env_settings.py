@@ -87,9 +87,9 @@ SETTINGS: tuple[EnvSetting, ...] = (
     ),
     EnvSetting(
         name="KVSERVE_FP8_MOE_GEMV",
-        default="block-scaled experts only",
-        meaning="1 / 0 runs every / no FP8 experts' decode step on the word GEMV",
-        reader="kvserve.kernels.fused_moe_fp8:fp8_moe_gemv_setting",
+        default="1",
+        meaning="0 runs FP8 experts' decode steps on the grouped tensor-core kernel",
+        reader="kvserve.kernels.fused_moe_fp8:fp8_moe_gemv_enabled",
     ),
     EnvSetting(
         name="KVSERVE_BF16_MOE_GEMV",

@@ -20,7 +20,7 @@ from benchmarks.moe_tune_space import (
     step_candidates,
 )
 from kvserve.kernels import moe_tiles
-from kvserve.kernels.fused_moe_fp8 import FP8_MOE_GEMV_ENV, fp8_moe_gemv_setting
+from kvserve.kernels.fused_moe_fp8 import FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled
 from kvserve.kernels.fused_moe_half_gemv import HALF_MOE_GEMV_ENV, half_moe_gemv_enabled
 from kvserve.kernels.moe_tiles import GEMV_KEYS, MoeShape, MoeTiles, load_table, tuned_tiles
 from kvserve.kernels.word_gemv import GemvConfig
@@ -69,7 +69,7 @@ def test_tuner_keys_are_what_the_kernels_look_up() -> None:
 @pytest.mark.parametrize(
     ("fmt", "env", "cached", "per_word", "kind"),
     [
-        ("fp8", FP8_MOE_GEMV_ENV, fp8_moe_gemv_setting, 4, "fp8_block128x128_gemv"),
+        ("fp8", FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled, 4, "fp8_block128x128_gemv"),
         ("bf16", HALF_MOE_GEMV_ENV, half_moe_gemv_enabled, 2, "bfloat16_gemv"),
     ],
     ids=["fp8", "bf16"],
@@ -220,21 +220,22 @@ def test_gemv_kinds_take_gemv_configs_or_the_default(moe_table_dir: Path) -> Non
         load_table("Test GPU")
 
 
-def test_fp8_decode_steps_take_the_gemv_by_scale_layout_unless_set(
+def test_fp8_decode_steps_take_the_gemv_for_both_scale_layouts_unless_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``KVSERVE_FP8_MOE_GEMV`` unset: block-scaled experts' decode steps on the GEMV (timed),
-    per-channel ones on the grouped kernel (not timed on the GEMV); 1 or 0 decides for both."""
+    """``KVSERVE_FP8_MOE_GEMV`` unset or 1: block-scaled and per-channel experts' decode steps
+    on the GEMV; 0: both on the grouped kernel."""
     slots, experts = 9, 129
     try:
-        for value, block, channel in ((None, True, False), ("1", True, True), ("0", False, False)):
+        for value, on in ((None, True), ("1", True), ("0", False)):
             if value is None:
                 monkeypatch.delenv(FP8_MOE_GEMV_ENV, raising=False)
             else:
                 monkeypatch.setenv(FP8_MOE_GEMV_ENV, value)
-            fp8_moe_gemv_setting.cache_clear()
-            assert on_gemv("fp8", slots, experts) is block
-            assert on_gemv("fp8-channel", slots, experts) is channel
+            fp8_moe_gemv_enabled.cache_clear()
+            assert on_gemv("fp8", slots, experts) is on
+            assert on_gemv("fp8-channel", slots, experts) is on
+            assert not on_gemv("fp8-channel", 64 * slots, experts)
     finally:
         monkeypatch.delenv(FP8_MOE_GEMV_ENV, raising=False)
-        fp8_moe_gemv_setting.cache_clear()
+        fp8_moe_gemv_enabled.cache_clear()

@@ -12,16 +12,15 @@ Weights ``w13 [E, 2I, H]`` and ``w2 [E, H, I]`` in float8_e4m3fn with fp32 scale
 dequantize the activations the same way, then ``fused_moe_reference``); it runs anywhere and
 is what the CPU path computes. No host syncs: capturable in CUDA graphs.
 
-Decode steps (one slot per expert block) of block-scaled experts run weight-only on the word GEMV
-of ``word_gemv.py`` (bf16 activations, half sums, the SiLU-mul in the gate/up GEMV's epilogue),
-as FP4 experts do: two launches fewer a layer (the activations' quantizations).
-``KVSERVE_FP8_MOE_GEMV`` overrides that for both scale layouts (``fp8_moe_gemv_enabled``).
+Decode steps (one slot per expert block) run weight-only on the word GEMV of ``word_gemv.py``
+(bf16 activations, half sums, the SiLU-mul in the gate/up GEMV's epilogue), as FP4 experts do:
+two launches fewer a layer (the activations' quantizations). ``KVSERVE_FP8_MOE_GEMV=0`` keeps
+them on the grouped kernel (``fp8_moe_gemv_enabled``).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from functools import partial
 
 import torch
@@ -245,33 +244,22 @@ def fused_moe_fp8(
 
 
 @functools.cache
-def fp8_moe_gemv_setting() -> bool | None:
-    """``KVSERVE_FP8_MOE_GEMV`` as set: 1, 0, or None when unset (``fp8_moe_gemv_enabled``)."""
-    if FP8_MOE_GEMV_ENV not in os.environ:
-        return None
+def fp8_moe_gemv_enabled() -> bool:
+    """``KVSERVE_FP8_MOE_GEMV``: 1 (the default) runs FP8 experts' decode steps on the word
+    GEMV, 0 on the grouped tensor-core kernel. On the H200, alternating runs on one machine:
+    with the tuned ``fp8_block128x128_gemv`` tiles (moe_tune_h200_s43_gemv, env_ab_s43_*),
+    GLM-4.5-Air FP8 blocks batch 1 / 2 / 4 from 200.4 / 271.5 / 369.6 to 204.0 / 283.2 / 370.4
+    tok/s, Qwen3-30B-A3B FP8 blocks 386.5 / 579.5 / 814.4 to 383.6 / 583.2 / 833.9; per-channel
+    experts with the heuristic tiles (env_ab_s44_q3_fp8ch_moegemv), Qwen3-30B-A3B batch 1 / 2
+    384.6 / 568.7 -> 396.8 / 571.6."""
     return env_switch(FP8_MOE_GEMV_ENV, default=True)
 
 
-def fp8_moe_gemv_enabled(block_scaled: bool) -> bool:
-    """Whether FP8 experts' decode steps run on the word GEMV (else the grouped tensor-core
-    kernel). ``KVSERVE_FP8_MOE_GEMV`` unset: block-scaled experts do, per-channel ones do not
-    (not yet timed on the GEMV); 1: both; 0: neither. On the H200, with the tuned
-    ``fp8_block128x128_gemv`` tiles (moe_tune_h200_s43_gemv) against the grouped kernel,
-    alternating runs on one machine (env_ab_s43_*_fp8_moegemv): GLM-4.5-Air FP8 blocks batch
-    1 / 2 / 4 from 200.4 / 271.5 / 369.6 to 204.0 / 283.2 / 370.4 tok/s, Qwen3-30B-A3B FP8
-    blocks 386.5 / 579.5 / 814.4 to 383.6 / 583.2 / 833.9. With the GEMV's default tiles (s42)
-    GLM-4.5-Air batch 1 was slower (199 -> 197)."""
-    setting = fp8_moe_gemv_setting()
-    return block_scaled if setting is None else setting
-
-
 def fp8_moe_gemv_here(num_slots: int, w13: torch.Tensor, block: tuple[int, int] | None) -> bool:
-    """A decode step (one slot per expert block) of experts whose layout the GEMV is on for
-    (``fp8_moe_gemv_enabled``), with scales it takes: per channel, or blocks of 128 columns and
-    a multiple of 64 rows."""
+    """A decode step (one slot per expert block) with the GEMV on (``fp8_moe_gemv_enabled``)
+    and scales it takes: per channel, or blocks of 128 columns and a multiple of 64 rows."""
     fits = block is None or gemv_takes_fp8_blocks(block)
-    on = fp8_moe_gemv_enabled(block is not None)
-    return fits and one_slot_per_block(num_slots, w13.shape[0]) and on
+    return fits and one_slot_per_block(num_slots, w13.shape[0]) and fp8_moe_gemv_enabled()
 
 
 def fp8_tiles(

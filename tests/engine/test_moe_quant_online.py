@@ -17,7 +17,7 @@ from kvserve import LLM, SamplingParams
 from kvserve.errors import ConfigError
 from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
-from kvserve.kernels.fused_moe_fp8 import FP8_MOE_GEMV_ENV, fp8_moe_gemv_setting
+from kvserve.kernels.fused_moe_fp8 import FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled
 from kvserve.kernels.fused_moe_half_gemv import HALF_MOE_GEMV_ENV, half_moe_gemv_enabled
 from kvserve.kernels.word_gemv import GATED_GEMV_ENV, gated_gemv_enabled
 from kvserve.quant.fp8_weights import quantize_weight
@@ -123,7 +123,7 @@ def test_dummy_weights_in_the_checkpoint_layout(quantization_config: dict, tmp_p
 @pytest.mark.parametrize(
     ("env", "cached", "quantization", "default"),
     [
-        (FP8_MOE_GEMV_ENV, fp8_moe_gemv_setting, "fp8", None),
+        (FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled, "fp8", True),
         (HALF_MOE_GEMV_ENV, half_moe_gemv_enabled, None, False),
         (GATED_GEMV_ENV, gated_gemv_enabled, None, True),
     ],
@@ -139,7 +139,7 @@ def test_a_bad_moe_gemv_switch_fails_the_load(
 ) -> None:
     """``KVSERVE_FP8_MOE_GEMV`` / ``KVSERVE_BF16_MOE_GEMV`` / ``KVSERVE_GATED_GEMV`` are checked
     when the engine starts, not at the first step; unset, they take their default (the gated
-    GEMV on, the bf16 experts' GEMV off, the FP8 one unset: by scale layout)."""
+    and FP8 experts' GEMVs on, the bf16 experts' off)."""
     arch = "Qwen3MoeForCausalLM"
     src = tiny_model_dir(arch, **MOE_TINY[arch])
     monkeypatch.setenv(env, "on")

@@ -46,8 +46,8 @@ from kvserve.kernels.fused_moe_fp4 import (  # noqa: E402
 from kvserve.kernels.fused_moe_fp8 import (  # noqa: E402
     FP8_MOE_GEMV_ENV,
     dequantize_fp8_experts,
+    fp8_moe_gemv_enabled,
     fp8_moe_gemv_here,
-    fp8_moe_gemv_setting,
     fused_moe_fp8,
     fused_moe_fp8_reference,
 )
@@ -257,14 +257,14 @@ def grouped_mma(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
 def fp8_moe_gemv(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     """KVSERVE_FP8_MOE_GEMV=1 (the default) for one test: FP8 experts' decode steps on the
     word GEMV."""
-    yield from _switch_env(monkeypatch, FP8_MOE_GEMV_ENV, "1", fp8_moe_gemv_setting)
+    yield from _switch_env(monkeypatch, FP8_MOE_GEMV_ENV, "1", fp8_moe_gemv_enabled)
 
 
 @pytest.fixture
 def fp8_grouped(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     """KVSERVE_FP8_MOE_GEMV=0 for one test: FP8 experts' decode steps too on the grouped
     kernel, which quantizes the activations as the reference does."""
-    yield from _switch_env(monkeypatch, FP8_MOE_GEMV_ENV, "0", fp8_moe_gemv_setting)
+    yield from _switch_env(monkeypatch, FP8_MOE_GEMV_ENV, "0", fp8_moe_gemv_enabled)
 
 
 @pytest.fixture(params=[False, True], ids=["silu_kernel", "gated_gemv"])
@@ -424,7 +424,7 @@ def test_shipped_tuned_tiles_match_reference(
     moe_tiles.table_path(torch.cuda.get_device_name()).write_text(json.dumps(table))
     moe_tiles.reload_tables()
     switches = ((MOE_GEMV_ENV, fused_moe_fp4_module.moe_gemv_enabled),
-                (FP8_MOE_GEMV_ENV, fp8_moe_gemv_setting))  # fmt: skip
+                (FP8_MOE_GEMV_ENV, fp8_moe_gemv_enabled))  # fmt: skip
     for env, cached in switches:
         monkeypatch.setenv(env, "1" if gemv_nk else "0")
         cached.cache_clear()
