@@ -136,19 +136,3 @@ def prefetch_l2(ptrs, mask):
         is_pure=False,
         pack=1,
     )
-
-
-@jit
-def prefetch_l2_bulk(ptrs, nbytes):
-    """Ask L2 for ``nbytes`` (a multiple of 16; none where <= 0) from each 16-byte aligned
-    address in ``ptrs`` (``cp.async.bulk.prefetch.L2``: the copy engine fetches the run, no
-    registers and no completion to wait for). sm_90 or later."""
-    tl.inline_asm_elementwise(
-        asm="{ .reg .pred p; setp.gt.s32 p, $2, 0; "
-        "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        constraints="=r,l,r",
-        args=[ptrs, nbytes.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
