@@ -93,7 +93,7 @@ def compile_gemv(cfg: GemvConfig, group: int) -> bytes:
         "USE_ASM": True, "PACKED": fp4 or cfg.half_sums, "X_BF16": True,
         "ASM_SCALE_LOADS": cfg.asm_scale_loads, "MOE": False, "A_PER_TOKEN": False,
         "SCALE_ROWS": False, "TOP_K": 1, "SUM_TOKENS": 0, "USE_PDL": True,
-        "X_CHUNK": 0 if fp4 or not cfg.half_sums else 4096, "L2_AHEAD": cfg.l2_ahead,
+        "X_CHUNK": 0 if fp4 or not cfg.half_sums else 4096,
     }  # fmt: skip
     options: dict[str, Any] = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     if cfg.maxnreg:

@@ -27,15 +27,6 @@ def auto_dtype(device_type: str) -> str:
     return "bfloat16" if device_type == "cuda" else "float32"
 
 
-def env_count(name: str, default: int, limit: int, what: str) -> int:
-    """A count from 0 to ``limit`` set by environment variable ``name`` (``default`` when it is
-    unset); any other value is refused with one line naming ``what`` it counts."""
-    value = os.environ.get(name, str(default))
-    if not value.isdigit() or int(value) > limit:
-        raise ConfigError(f"{name}={value!r}: expected {what} from 0 to {limit}")
-    return int(value)
-
-
 def env_switch(name: str, default: bool) -> bool:
     """A 0/1 setting from environment variable ``name`` (``default`` when it is unset); any
     other value is refused with one line."""

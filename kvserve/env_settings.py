@@ -80,12 +80,6 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels.word_gemv:gated_gemv_enabled",
     ),
     EnvSetting(
-        name="KVSERVE_GEMV_L2_AHEAD",
-        default="0",
-        meaning="K steps ahead a word GEMV program asks L2 for its weight lines (0-8)",
-        reader="kvserve.kernels.word_gemv:l2_ahead_setting",
-    ),
-    EnvSetting(
         name="KVSERVE_FP4_MOE_GEMV",
         default="1",
         meaning="0 runs FP4 experts' decode steps on the grouped MMA kernel",

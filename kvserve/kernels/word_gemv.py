@@ -58,7 +58,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kvserve.config import env_count, env_switch
+from kvserve.config import env_switch
 from kvserve.kernels._triton import (
     interpreting,
     jit,
@@ -66,7 +66,6 @@ from kvserve.kernels._triton import (
     next_pow2,
     pdl_release,
     pdl_wait,
-    prefetch_l2,
     require_triton,
     sm_count,
     tl,
@@ -94,7 +93,6 @@ from kvserve.kernels.word_decode import (
 
 GEMV_ROWS = 4  # the most rows the GEMV takes
 GATED_GEMV_ENV = "KVSERVE_GATED_GEMV"
-L2_AHEAD_ENV = "KVSERVE_GEMV_L2_AHEAD"
 FP8_PER_WORD = 4
 FP4_PER_WORD = 8
 
@@ -115,9 +113,6 @@ class GemvConfig:
     # FP8 with 16-bit x on the GPU: a word pair's products summed in one f16x2 chain, x taken
     # at a power-of-two factor per program (``word_decode._x_factor``); else fp32 FMAs
     half_sums: bool = False
-    # Each K step also asks L2 for W's lines this many steps ahead (``prefetch.global.L2``, no
-    # registers), deepening the one-step register pipeline; 0: none
-    l2_ahead: int = 0
 
     def __post_init__(self) -> None:
         for b in (self.block_n, self.block_w):
@@ -183,7 +178,6 @@ def _word_gemv_kernel(
     # W is a gate/up stack [2I, K] (N = 2I): a program's first BLOCK_N / 2 rows are gate rows,
     # the rest the up rows of the same outputs; out [M, I] = silu(gate) * up (``_gated_rows``)
     GATED: tl.constexpr = False,
-    L2_AHEAD: tl.constexpr = 0,  # GemvConfig.l2_ahead
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
     # FP8 PACKED: one partial sum per word pair
@@ -224,8 +218,6 @@ def _word_gemv_kernel(
         # 32 words (128 values) of a row per block scale; gated, the gate half's block row
         first_row = pid_n * (BLOCK_N // 2) if GATED else pid_n * BLOCK_N
         fp8_block_scales = s_ptr + (first_row // FP8_BLOCK) * stride_sn
-    if L2_AHEAD:
-        ahead_ptrs = _w_lines_to_l2(w_ptr, rows, stride_wn, w_start, w_end, BLOCK_W, L2_AHEAD)
     if not MOE:
         # Weights and scales never change, so a dependent launch issues their first step's
         # loads while the kernel before still runs; x (and the split-K workspace) only after.
@@ -237,9 +229,6 @@ def _word_gemv_kernel(
     for w0 in range(w_start, w_end, BLOCK_W):
         in_k_next = w0 + BLOCK_W + rw < w_end
         q_next = tl.load(w_ptrs + BLOCK_W, mask=in_k_next[None, :], other=0)
-        if L2_AHEAD:
-            _lines_to_l2(ahead_ptrs, w0 + L2_AHEAD * BLOCK_W, w_end, BLOCK_W)
-            ahead_ptrs += BLOCK_W
         scale = 1.0
         if FP8_BLOCK:
             scale = _fp8_step_scales(fp8_block_scales, w0 + rg * words_per_sum, w_end, N,
@@ -293,29 +282,6 @@ def _word_gemv_kernel(
             rn, tl.arange(0, ROWS), M, N, stride_om, BLOCK_N, ROWS, per_row_scale, HAS_BIAS,
             DIRECT,
         )  # fmt: skip
-
-
-@jit
-def _lines_to_l2(ptrs, w0, w_end, BLOCK_W: tl.constexpr):
-    """Ask L2 for one K step's 128-byte lines of a program's W rows (``ptrs`` [BLOCK_N, lines],
-    the step starting at word ``w0``)."""
-    line_words: tl.constexpr = 32
-    lines: tl.constexpr = (BLOCK_W + line_words - 1) // line_words
-    in_k = w0 + tl.arange(0, lines) * line_words < w_end
-    prefetch_l2(ptrs, in_k[None, :])
-
-
-@jit
-def _w_lines_to_l2(w_ptr, rows, stride_wn, w_start, w_end, BLOCK_W: tl.constexpr,
-                   L2_AHEAD: tl.constexpr):  # fmt: skip
-    """Pointers to the lines of the step ``L2_AHEAD`` ahead of a program's first, after asking
-    L2 for the steps between the two register-loaded ones (0 and 1) and that one."""
-    line_words: tl.constexpr = 32
-    lines: tl.constexpr = (BLOCK_W + line_words - 1) // line_words
-    ptrs = w_ptr + rows * stride_wn + (w_start + tl.arange(0, lines) * line_words)[None, :]
-    for step in tl.static_range(2, L2_AHEAD):
-        _lines_to_l2(ptrs + step * BLOCK_W, w_start + step * BLOCK_W, w_end, BLOCK_W)
-    return ptrs + L2_AHEAD * BLOCK_W
 
 
 @jit
@@ -554,7 +520,7 @@ def launch_word_gemv(
         TOP_K=1 if moe is None else moe.top_k,
         SUM_TOKENS=moe.token_sum.sum_mode if summing else 0,
         FP8_BLOCK=fp8_block_rows, X_CHUNK=x_chunk if packed and not fp4 else 0, W16=half_weights,
-        GATED=gated, L2_AHEAD=0 if interpreting() else cfg.l2_ahead or l2_ahead_setting(),
+        GATED=gated,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **launch_options(pdl), **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
@@ -587,14 +553,6 @@ def _check_gated(
                          f"scale block's {fp8_block_rows} rows), got N = {n} at {cfg}")  # fmt: skip
     if bias is not None or (moe is not None and moe.token_sum is not None):
         raise ValueError("a gated GEMV takes no bias and sums no token rows")
-
-
-@functools.cache
-def l2_ahead_setting() -> int:
-    """``KVSERVE_GEMV_L2_AHEAD``: the K steps ahead a word GEMV launch whose config asks for
-    none has each program ask L2 for its W lines (``GemvConfig.l2_ahead``); 0, the default:
-    none."""
-    return env_count(L2_AHEAD_ENV, 0, 8, "K steps")
 
 
 @functools.cache
