@@ -46,11 +46,10 @@ _GEMV_POINTERS = {
     "x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "rs_ptr": "*fp32", "bias_ptr": "*bf16",
     "out_ptr": "*bf16", "ws_ptr": "*fp32", "counter_ptr": "*i32", "slot_expert_ptr": "*i32",
     "router_w_ptr": "*fp32", "sums_ptr": "*fp32", "sum_counter_ptr": "*i32",
-    "norm_r_ptr": "*bf16", "norm_w_ptr": "*bf16", "xn_ptr": "*bf16", "norm_r_out_ptr": "*bf16",
 }  # fmt: skip
 _GEMV_INTS = [
     "M", "N", "words", "stride_xm", "stride_wn", "stride_sn", "stride_om", "words_per_split",
-    "num_splits", "stride_we", "stride_se", "stride_rse", "stride_rm", "K",
+    "num_splits", "stride_we", "stride_se", "stride_rse",
 ]  # fmt: skip
 _MMA_POINTERS = {
     "x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*u8", "rs_ptr": "*fp32", "bias_ptr": "*bf16",
@@ -76,16 +75,14 @@ def gemv_defaults() -> dict[str, tuple[GemvConfig, int]]:
     }
 
 
-def _compile(kernel, pointers: dict, ints: list, constants: dict, options: dict,  # noqa: ANN001
-             floats: tuple[str, ...] = ()) -> bytes:  # fmt: skip
-    signature = {**pointers, **{name: "i32" for name in ints}, **{name: "fp32" for name in floats}}
+def _compile(kernel, pointers: dict, ints: list, constants: dict, options: dict) -> bytes:  # noqa: ANN001
+    signature = {**pointers, **{name: "i32" for name in ints}}
     divisible = (*pointers, *(name for name in ints if name in _DIVISIBLE))
     return compile_sm90(kernel, signature, constants, options, divisible)
 
 
-def compile_gemv(cfg: GemvConfig, group: int, norm: bool = False) -> bytes:
-    """The cubin of ``_word_gemv_kernel`` for one bf16 row of x (``norm``: normed in its
-    prologue, with the residual add)."""
+def compile_gemv(cfg: GemvConfig, group: int) -> bytes:
+    """The cubin of ``_word_gemv_kernel`` for one bf16 row of x."""
     from kvserve.kernels.word_gemv import _word_gemv_kernel
 
     fp4 = group > 0
@@ -96,13 +93,12 @@ def compile_gemv(cfg: GemvConfig, group: int, norm: bool = False) -> bytes:
         "USE_ASM": True, "PACKED": fp4 or cfg.half_sums, "X_BF16": True,
         "ASM_SCALE_LOADS": cfg.asm_scale_loads, "MOE": False, "A_PER_TOKEN": False,
         "SCALE_ROWS": False, "TOP_K": 1, "SUM_TOKENS": 0, "USE_PDL": True,
-        "X_CHUNK": 0 if fp4 or not cfg.half_sums else 4096, "NORM": norm, "NORM_RESIDUAL": norm,
+        "X_CHUNK": 0 if fp4 or not cfg.half_sums else 4096,
     }  # fmt: skip
     options: dict[str, Any] = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     if cfg.maxnreg:
         options["maxnreg"] = cfg.maxnreg
-    return _compile(_word_gemv_kernel, _GEMV_POINTERS, _GEMV_INTS, constants, options,
-                    floats=("norm_eps",))  # fmt: skip
+    return _compile(_word_gemv_kernel, _GEMV_POINTERS, _GEMV_INTS, constants, options)
 
 
 def compile_mma(cfg: Fp4GemmConfig, group: int) -> bytes:

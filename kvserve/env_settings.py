@@ -80,12 +80,6 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels.word_gemv:gated_gemv_enabled",
     ),
     EnvSetting(
-        name="KVSERVE_NORM_IN_GEMV",
-        default="0",
-        meaning="1 folds the norm before a q/k/v (dense gate/up) word GEMV into its prologue",
-        reader="kvserve.kernels.gemv_norm:norm_in_gemv_enabled",
-    ),
-    EnvSetting(
         name="KVSERVE_FP4_MOE_GEMV",
         default="1",
         meaning="0 runs FP4 experts' decode steps on the grouped MMA kernel",

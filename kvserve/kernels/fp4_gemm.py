@@ -31,7 +31,6 @@ from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
 from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
 from kvserve.kernels.fp4_tile import code_words, dequant_tile
-from kvserve.kernels.gemv_norm import RowNorm
 
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
 # as is: the reduction does not depend on how the tiles were computed.
@@ -209,20 +208,17 @@ def fp4_linear(
     *,
     pdl: bool = False,
     gated: bool = False,
-    norm: RowNorm | None = None,
 ) -> torch.Tensor:
     """``x`` [..., K] @ W.T (+ bias) -> [..., N] in x's dtype; W in the layout of
     ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. A
     ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``, with
     programmatic dependent launch if ``pdl``; a ``DequantGemmConfig`` dequantizes W and runs
     cuBLAS (``fp4_dequantize.py``). ``gated`` (the GEMV only): W is a gate/up stack and the
-    result silu(gate) * up, [..., N / 2]; ``norm`` (the GEMV only): x is first normed
-    (``word_gemv.launch_word_gemv``)."""
+    result silu(gate) * up, [..., N / 2] (``word_gemv.launch_word_gemv``)."""
     group = _check(x, packed, block_scale, row_scale)
     on_reference = x.device.type == "cpu" and not interpreting()
-    if (gated and bias is not None) or ((gated or norm is not None) and on_reference):
-        what = "the SiLU-mul, without a bias, or a norm"
-        raise ValueError(f"fp4_linear: only the GPU's GEMV applies {what}")
+    if gated and (bias is not None or on_reference):
+        raise ValueError("fp4_linear: only the GPU's GEMV applies the SiLU-mul, without a bias")
     if on_reference:
         return fp4_linear_reference(x, packed, block_scale, row_scale, bias)
     require_triton()
@@ -235,15 +231,15 @@ def fp4_linear(
     out = torch.empty(m, n // 2 if gated else n, dtype=x.dtype, device=x.device)
     if m and n:
         cfg = config or default_config(m, n, k, num_sms=sm_count(x.device), group=group)
-        if (gated or norm is not None) and not isinstance(cfg, GemvConfig):
-            raise ValueError(f"fp4_linear: only the GEMV applies the SiLU-mul or a norm: {cfg}")
+        if gated and not isinstance(cfg, GemvConfig):
+            raise ValueError(f"fp4_linear: only the GEMV applies the SiLU-mul, not {cfg}")
         if isinstance(cfg, Fp4GemmConfig):
             _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
         elif isinstance(cfg, DequantGemmConfig):
             dequant_gemm(x2, packed, block_scale, row_scale, bias, out, cfg)
         else:
             launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group, pdl=pdl,
-                             gated=gated, norm=norm)  # fmt: skip
+                             gated=gated)  # fmt: skip
     return out.view(*lead, out.shape[1])
 
 

@@ -73,7 +73,6 @@ from kvserve.kernels._triton import (
 from kvserve.kernels.activation import silu_mul
 from kvserve.kernels.fp4_reference import MXFP4_GROUP
 from kvserve.kernels.fused_moe import SlotOutput, TokenSum, _sum_token_rows
-from kvserve.kernels.gemv_norm import RowNorm, check_row_norm, norm_prologue
 from kvserve.kernels.skinny_gemm import (
     _arrival_counters,
     _finish_tile,
@@ -149,13 +148,6 @@ def _word_gemv_kernel(
     stride_we,  # MOE: per expert, in words; likewise the next two
     stride_se,
     stride_rse,
-    norm_r_ptr,  # NORM: the residual [M, K] (gemv_norm.RowNorm); the next four likewise
-    norm_w_ptr,
-    xn_ptr,  # NORM: [M, K] scratch, the normed x the K steps read
-    norm_r_out_ptr,
-    stride_rm,
-    K,  # NORM: x's columns
-    norm_eps,
     BLOCK_N: tl.constexpr,
     BLOCK_W: tl.constexpr,
     FP4: tl.constexpr,
@@ -186,9 +178,6 @@ def _word_gemv_kernel(
     # W is a gate/up stack [2I, K] (N = 2I): a program's first BLOCK_N / 2 rows are gate rows,
     # the rest the up rows of the same outputs; out [M, I] = silu(gate) * up (``_gated_rows``)
     GATED: tl.constexpr = False,
-    # x is rms_norm(x + residual) * weight, normed by each program (gemv_norm.norm_prologue)
-    NORM: tl.constexpr = False,
-    NORM_RESIDUAL: tl.constexpr = False,
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
     # FP8 PACKED: one partial sum per word pair
@@ -234,15 +223,6 @@ def _word_gemv_kernel(
         # loads while the kernel before still runs; x (and the split-K workspace) only after.
         pdl_wait(USE_PDL)
         pdl_release(USE_PDL)
-    if NORM:
-        per_word: tl.constexpr = 8 if FP4 else (2 if W16 else 4)
-        norm_prologue(
-            x_ptr, norm_r_ptr, norm_w_ptr, xn_ptr, norm_r_out_ptr, stride_xm, stride_rm, M, K,
-            w_start * per_word, w_end * per_word, norm_eps, (pid_n == 0) & (pid_k == 0),
-            NORM_RESIDUAL, ROWS,
-        )  # fmt: skip
-        x_ptr = xn_ptr
-        stride_xm = K
     xf0, xf1, xf2, xf3 = _x_factors(
         x_ptr, stride_xm, M, w_start, w_end, PACKED and not FP4, ROWS, X_CHUNK
     )
@@ -474,15 +454,14 @@ def launch_word_gemv(
     fp8_block_rows: int = 0,
     half_weights: bool = False,
     gated: bool = False,
-    norm: RowNorm | None = None,
 ) -> None:
     """``weight_bytes`` uint8 [N, K/2] (FP4 codes; ``block_scale`` [N, K/group]) or float8
     e4m3 [N, K] (FP8; ``row_scale`` [N] or [1], or with ``fp8_block_rows`` ``block_scale`` fp32
     [N / fp8_block_rows, K / 128]), or with ``half_weights`` the bytes of a weight in x's 16-bit
     dtype, uint8 [N, 2K]. With ``moe``, each of them has a leading expert dimension and ``out``
     is [slots, N]. ``gated``: W stacks gate over up rows ([2I, K]) and ``out`` takes
-    silu(gate) * up, [M or slots, I]. ``norm``: x is first normed (``gemv_norm.RowNorm``; not
-    with ``moe``). ``pdl``: programmatic dependent launch (``kvserve.kernels._triton``)."""
+    silu(gate) * up, [M or slots, I]. ``pdl``: programmatic dependent launch
+    (``kvserve.kernels._triton``)."""
     m, k = x.shape
     n, row_bytes = weight_bytes.shape[-2:]
     fp4 = block_scale is not None and not fp8_block_rows
@@ -522,13 +501,12 @@ def launch_word_gemv(
     if packed and (x.data_ptr() % 16 or x.stride(0) * x.element_size() % 16):
         x = x.clone(memory_format=torch.contiguous_format)  # x is read 16 bytes at a time
     w_words = weight_bytes.view(torch.int32)
-    norm_args = _norm_args(x, norm, moe)
     _word_gemv_kernel[(n_tiles, splits, slots)](
         x, w_words, scales,
         row_scale if row_scale is not None else out, bias if bias is not None else out,
         out, ws, counters, 1 if moe is not None else m, n, words, x.stride(0),
         w_words.stride(-2), scales.stride(-2), out.stride(0), steps_per_split * cfg.block_w,
-        splits, *_moe_args(moe, out, w_words, scales, row_scale), *norm_args,
+        splits, *_moe_args(moe, out, w_words, scales, row_scale),
         BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w, FP4=fp4, GROUP=group if fp4 else 8,
         ROWS=rows,
         SCALE_E8M0=fp4 and block_scale.dtype == torch.uint8,
@@ -542,25 +520,10 @@ def launch_word_gemv(
         TOP_K=1 if moe is None else moe.top_k,
         SUM_TOKENS=moe.token_sum.sum_mode if summing else 0,
         FP8_BLOCK=fp8_block_rows, X_CHUNK=x_chunk if packed and not fp4 else 0, W16=half_weights,
-        GATED=gated, NORM=norm is not None,
-        NORM_RESIDUAL=norm is not None and norm.residual is not None,
+        GATED=gated,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **launch_options(pdl), **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
-
-
-def _norm_args(x: torch.Tensor, norm: RowNorm | None, moe: MoeSlots | None) -> tuple:
-    """The kernel's RowNorm arguments: the residual, the norm weight, the normed-x scratch, the
-    residual out, the residual's row stride, K and eps (placeholders without a norm)."""
-    if norm is None:
-        return x, x, x, x, 0, x.shape[1], 0.0
-    if moe is not None:
-        raise ValueError("a MoE GEMV takes no RowNorm")
-    check_row_norm(x, norm)
-    residual = norm.residual if norm.residual is not None else x
-    residual_out = norm.residual_out if norm.residual_out is not None else x
-    scratch = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return residual, norm.weight, scratch, residual_out, residual.stride(0), x.shape[1], norm.eps
 
 
 def _split_workspace(
@@ -671,13 +634,11 @@ def fp8_gemv(
     block: tuple[int, int] | None = None,
     pdl: bool = False,
     gated: bool = False,
-    norm: RowNorm | None = None,
 ) -> torch.Tensor:
     """Weight-only FP8 for 1-4 rows: ``x`` [M, K] (bf16/fp16/fp32) @ (``weight`` [N, K] e4m3
     * ``scale``).T (+ bias) -> [M, N] in x's dtype; ``scale`` fp32 [N] or [1], or with
     ``block`` (rows, 128) one per block of W: [ceil(N / rows), ceil(K / 128)]. ``gated``: W is
-    a gate/up stack and the result silu(gate) * up, [M, N / 2]; ``norm``: x is first normed
-    (``launch_word_gemv``)."""
+    a gate/up stack and the result silu(gate) * up, [M, N / 2] (``launch_word_gemv``)."""
     n, k = weight.shape
     scale_ok = scale.numel() in (1, n) if block is None else _fits_fp8_blocks(scale, block, n, k)
     ok = (
@@ -699,7 +660,7 @@ def fp8_gemv(
         block_scale, row_scale, block_rows = scale.float(), None, block[0]
         cfg = replace(cfg, block_n=min(cfg.block_n, block_rows))
     launch_word_gemv(x, weight.view(torch.uint8), block_scale, row_scale, bias, out, cfg, 8,
-                     pdl=pdl, fp8_block_rows=block_rows, gated=gated, norm=norm)  # fmt: skip
+                     pdl=pdl, fp8_block_rows=block_rows, gated=gated)  # fmt: skip
     return out
 
 
@@ -711,11 +672,10 @@ def half_gemv(
     *,
     pdl: bool = False,
     gated: bool = False,
-    norm: RowNorm | None = None,
 ) -> torch.Tensor:
     """``x`` [M <= 4, K] @ ``weight``.T (+ bias), the weight in x's dtype (bf16 or fp16), on the
     word GEMV: two weights a 32-bit word, widened exactly to fp32, one fp32 FMA each. K even.
-    ``gated``, ``norm``: as ``fp8_gemv``'s."""
+    ``gated``: as ``fp8_gemv``'s."""
     n, k = weight.shape
     ok = (
         x.dim() == 2 and x.shape[1] == k and 0 < x.shape[0] <= GEMV_ROWS and k % 2 == 0
@@ -730,7 +690,7 @@ def half_gemv(
     out = torch.empty(x.shape[0], n // 2 if gated else n, dtype=x.dtype, device=x.device)
     cfg = config or half_gemv_config(n, k // 2, x.shape[0], sm_count(x.device))
     launch_word_gemv(x, weight.view(torch.uint8), None, None, bias, out, cfg, 8, pdl=pdl,
-                     half_weights=True, gated=gated, norm=norm)  # fmt: skip
+                     half_weights=True, gated=gated)  # fmt: skip
     return out
 
 

@@ -5,17 +5,12 @@ each checkpoint tensor of a shard (weight, scales, zero points, input scales) to
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
 from kvserve.errors import ModelLoadError
 from kvserve.quant.method import LinearMethod
 from kvserve.quant.unquantized import UnquantizedLinearMethod
-
-if TYPE_CHECKING:
-    from kvserve.kernels.gemv_norm import RowNorm
 
 
 class Linear(nn.Module):
@@ -84,12 +79,3 @@ class Linear(nn.Module):
         if self.bias is not None or len(self.shard_sizes) != 2:
             return None
         return self.method.apply_gated(self, x)
-
-    def forward_normed(
-        self, x: torch.Tensor, norm: RowNorm, gated: bool = False
-    ) -> torch.Tensor | None:
-        """``forward`` (``forward_gated`` when ``gated``) of x normed as ``norm`` says, in one
-        launch, or None where the method does not run x on the word GEMV (``apply_normed``)."""
-        if gated and (self.bias is not None or len(self.shard_sizes) != 2):
-            return None
-        return self.method.apply_normed(self, x, self.bias, norm, gated)

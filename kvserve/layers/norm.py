@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kvserve.kernels.gemv_norm import RowNorm
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rmsnorm import fused_add_rms_norm_reference, rms_norm_reference
 
@@ -33,9 +32,3 @@ class RMSNorm(nn.Module):
         if residual is None:
             return rms_norm_reference(x, self.weight, self.eps)
         return fused_add_rms_norm_reference(x, residual, self.weight, self.eps)
-
-    def row_norm(self, x: torch.Tensor, residual: torch.Tensor | None) -> RowNorm:
-        """This norm as a word GEMV's prologue (``kernels/gemv_norm.py``), with a new tensor
-        for ``x + residual``."""
-        out = None if residual is None else torch.empty_like(x)
-        return RowNorm(self.weight, self.eps, residual, out)

@@ -12,10 +12,9 @@ from torch import nn
 from kvserve.config import ModelConfig, MoEConfig
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.errors import ModelLoadError
-from kvserve.kernels.gemv_norm import norm_in_gemv_enabled
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rotary_store_kv import QKNorm, fusable, rotary_store_kv
-from kvserve.kernels.word_gemv import GEMV_ROWS, gated_gemv_enabled
+from kvserve.kernels.word_gemv import gated_gemv_enabled
 from kvserve.layers.activation import SiluAndMul
 from kvserve.layers.embedding import LMHead, VocabEmbedding
 from kvserve.layers.linear import Linear
@@ -119,10 +118,9 @@ class Attention(nn.Module):
         )
 
     def forward(
-        self, positions: torch.Tensor, qkv: torch.Tensor, ctx: ForwardContext
+        self, positions: torch.Tensor, hidden: torch.Tensor, ctx: ForwardContext
     ) -> torch.Tensor:
-        """Attention from the q/k/v projection's output (``DecoderLayer`` runs it, the input
-        norm folded in where it can)."""
+        qkv = self.qkv_proj(hidden)
         if self._fuses_rotary_store(ctx):
             out = self._rotary_store_attend(positions, qkv, ctx)
         else:
@@ -219,19 +217,6 @@ class MLP(nn.Module):
             hidden = self.act(self.gate_up_proj(x))
         return self.down_proj(hidden)
 
-    def forward_normed(
-        self, x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(``forward(norm(x + residual))``, x + residual) with the norm and the SiLU-mul in the
-        gate/up GEMV, or None where that does not run on the word GEMV."""
-        if not self.gated_gemv or x.shape[0] > GEMV_ROWS:
-            return None
-        row_norm = norm.row_norm(x, residual)
-        hidden = self.gate_up_proj.forward_normed(x, row_norm, gated=True)
-        if hidden is None:
-            return None
-        return self.down_proj(hidden), row_norm.residual_out
-
 
 def _feed_forward(
     cfg: ModelConfig, idx: int, dtype: torch.dtype, kernels: KernelOptions, quant: QuantConfig,
@@ -280,9 +265,6 @@ class DecoderLayer(nn.Module):
         self.mlp = _feed_forward(cfg, idx, dtype, kernels, quant, tp)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
-        # steps whose q/k/v (dense gate/up) GEMV is the word GEMV's take the norm before it in
-        # its prologue (kernels/gemv_norm.py)
-        self.norms_in_gemv = kernels.triton and norm_in_gemv_enabled()
 
     def forward(
         self,
@@ -291,30 +273,14 @@ class DecoderLayer(nn.Module):
         residual: torch.Tensor | None,
         ctx: ForwardContext,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        qkv, residual = self._normed_qkv(hidden, residual)
-        hidden = self.self_attn(positions, qkv, ctx)
-        if self.norms_in_gemv and isinstance(self.mlp, MLP):
-            folded = self.mlp.forward_normed(hidden, residual, self.post_attention_layernorm)
-            if folded is not None:
-                return folded
+        if residual is None:
+            residual = hidden
+            hidden = self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm(hidden, residual)
+        hidden = self.self_attn(positions, hidden, ctx)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
         return self.mlp(hidden), residual
-
-    def _normed_qkv(
-        self, hidden: torch.Tensor, residual: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the q/k/v projection of the input norm of hidden + residual, hidden + residual);
-        the norm in the projection's GEMV where it runs there (``norms_in_gemv``)."""
-        qkv_proj = self.self_attn.qkv_proj
-        if self.norms_in_gemv and hidden.shape[0] <= GEMV_ROWS:
-            row_norm = self.input_layernorm.row_norm(hidden, residual)
-            qkv = qkv_proj.forward_normed(hidden, row_norm)
-            if qkv is not None:
-                return qkv, hidden if residual is None else row_norm.residual_out
-        if residual is None:
-            return qkv_proj(self.input_layernorm(hidden)), hidden
-        hidden, residual = self.input_layernorm(hidden, residual)
-        return qkv_proj(hidden), residual
 
 
 class DecoderModel(nn.Module):

@@ -24,7 +24,6 @@ from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.quant.method import copy_checked, shard_rows, unknown_param
 
 if TYPE_CHECKING:
-    from kvserve.kernels.gemv_norm import RowNorm
     from kvserve.layers.linear import Linear
 
 # (checkpoint tensor of one shard, the shard's row count) -> {layer tensor name: its rows}
@@ -122,17 +121,11 @@ class Fp4LinearMethod:
         )  # fmt: skip
 
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
-        return self.apply_normed(layer, x, None, None, gated=True)
-
-    def apply_normed(
-        self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None, norm: RowNorm | None,
-        gated: bool,
-    ) -> torch.Tensor | None:  # fmt: skip
         if x.device.type == "cpu" or x.numel() > GEMV_MAX_ROWS * x.shape[-1]:
             return None
         return fp4_linear(
-            x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale, bias,
-            pdl=layer.launch_pdl, gated=gated, norm=norm,
+            x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale,
+            pdl=layer.launch_pdl, gated=True,
         )  # fmt: skip
 
 

@@ -42,7 +42,6 @@ from kvserve.quant.method import copy_checked, rows_from_env, shard_rows, unknow
 from kvserve.quant.schemes import QuantConfig
 
 if TYPE_CHECKING:
-    from kvserve.kernels.gemv_norm import RowNorm
     from kvserve.layers.linear import Linear
 
 ZERO_POINTS = ("weight_zero_point", "input_zero_point")
@@ -184,26 +183,13 @@ class Fp8LinearMethod:
         return y.view(*shape[:-1], y.shape[-1])
 
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
-        return self._weight_only(layer, x, None, None, gated=True)
-
-    def apply_normed(
-        self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None, norm: RowNorm, gated: bool
-    ) -> torch.Tensor | None:
-        return self._weight_only(layer, x, bias, norm, gated)
-
-    def _weight_only(
-        self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None, norm: RowNorm | None,
-        gated: bool,
-    ) -> torch.Tensor | None:  # fmt: skip
-        """The word GEMV's product (gated, normed) where this step runs weight-only there."""
         spec = self.spec
         x2 = x.reshape(-1, x.shape[-1])
-        fits = not gated or gated_fits(layer.out_features, spec.block[0] if spec.block else 0)
+        fits = gated_fits(layer.out_features, spec.block[0] if spec.block else 0)
         if spec.activation == "none" or not fits or not _weight_only_here(spec, x2):
             return None
         w, ws = layer.weight, layer.weight_scale
-        y = fp8_gemv(x2, w, ws, bias, block=spec.block, pdl=layer.launch_pdl, gated=gated,
-                     norm=norm)  # fmt: skip
+        y = fp8_gemv(x2, w, ws, block=spec.block, pdl=layer.launch_pdl, gated=True)
         return y.view(*x.shape[:-1], y.shape[-1])
 
     def _matmul(

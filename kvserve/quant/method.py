@@ -17,7 +17,6 @@ import torch
 from kvserve.errors import ConfigError, ModelLoadError
 
 if TYPE_CHECKING:
-    from kvserve.kernels.gemv_norm import RowNorm
     from kvserve.layers.linear import Linear
 
 
@@ -46,13 +45,6 @@ class LinearMethod(Protocol):
         """For a gate/up layer without bias (gate rows, then as many up rows): silu(gate) * up
         [T, I] from one launch (the word GEMV's ``gated`` mode) where the method runs x on the
         GEMV, else None (the caller then runs ``apply`` and the SiLU-mul)."""
-
-    def apply_normed(
-        self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None, norm: RowNorm, gated: bool
-    ) -> torch.Tensor | None:
-        """``apply`` (``apply_gated`` when ``gated``) of ``x`` normed as ``norm`` says, the
-        norm in the word GEMV's prologue (``kernels/gemv_norm.py``), where the method runs x
-        on the GEMV; else None (the caller then runs the norm kernel first)."""
 
 
 def shard_rows(layer: Linear, shard: int) -> slice:

@@ -17,7 +17,6 @@ from kvserve.kernels.word_gemv import GEMV_ROWS, half_gemv
 from kvserve.quant.method import copy_checked, rows_from_env, shard_rows, unknown_param
 
 if TYPE_CHECKING:
-    from kvserve.kernels.gemv_norm import RowNorm
     from kvserve.layers.linear import Linear
 
 
@@ -51,13 +50,6 @@ class UnquantizedLinearMethod:
         if not _gemv_here(layer.weight, x):
             return None
         return half_gemv(x, layer.weight, pdl=layer.launch_pdl, gated=True)
-
-    def apply_normed(
-        self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None, norm: RowNorm, gated: bool
-    ) -> torch.Tensor | None:
-        if not _gemv_here(layer.weight, x):
-            return None
-        return half_gemv(x, layer.weight, bias, pdl=layer.launch_pdl, gated=gated, norm=norm)
 
 
 def _gemv_here(weight: torch.Tensor, x: torch.Tensor) -> bool:

@@ -16,11 +16,8 @@ from kvserve.engine.config_builder import build_engine_config
 from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.engine_core import EngineCore
 from kvserve.errors import ConfigError
-from kvserve.kernels.gemv_norm import NORM_IN_GEMV_ENV, norm_in_gemv_enabled
 from kvserve.layers import moe as moe_layer
 from kvserve.models.decoder import Attention
-from kvserve.quant import unquantized
-from kvserve.quant.fp8_method import W8A16_ROWS_ENV, w8a16_max_rows
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("triton")
@@ -190,36 +187,3 @@ def test_kv_cache_sized_from_memory_fraction(tmp_path) -> None:
         gc.collect()
         torch.cuda.empty_cache()
     assert pages[1] > pages[0] > 0
-
-
-@pytest.mark.parametrize("quantization", [None, "fp8"])
-@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Glm4MoeForCausalLM"])
-def test_norms_folded_into_the_gemv_keep_the_tokens(
-    arch: str,
-    quantization: str | None,
-    tmp_path,
-    monkeypatch,  # noqa: ANN001
-) -> None:
-    """``KVSERVE_NORM_IN_GEMV=1``: decode steps of up to four tokens on the word GEMV (the
-    q/k/v and dense gate/up projections, bf16 or FP8 weight-only) take the norm before them in
-    its prologue; the greedy tokens are those of the norm kernel's path."""
-    path = _tiny_checkpoint(arch, tmp_path)
-    settings = {"device": "cuda", "dtype": "bfloat16", "max_total_tokens": 8192,
-                "quantization": quantization}  # fmt: skip
-    monkeypatch.setenv(unquantized.GEMV_ROWS_ENV, "4")
-    monkeypatch.setenv(W8A16_ROWS_ENV, "4")
-    tokens = []
-    try:
-        for value in ("0", "1"):
-            monkeypatch.setenv(NORM_IN_GEMV_ENV, value)
-            for cached in (unquantized.gemv_max_rows, w8a16_max_rows, norm_in_gemv_enabled):
-                cached.cache_clear()
-            core = EngineCore(build_engine_config(path, **settings))
-            folded = [m.norms_in_gemv for m in core.runner.model.modules() if hasattr(m, "mlp")]
-            assert folded and all(folded) is (value == "1")
-            tokens.append(_greedy(core))
-            del core
-    finally:
-        for cached in (unquantized.gemv_max_rows, w8a16_max_rows, norm_in_gemv_enabled):
-            cached.cache_clear()
-    assert tokens[1] == tokens[0]
