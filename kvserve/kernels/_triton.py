@@ -107,6 +107,12 @@ def early_loads_enabled() -> bool:
     return env_switch(EARLY_LOADS_ENV, default=True)
 
 
+def early_loads(pdl: bool) -> bool:
+    """A launch's ``EARLY_LOADS``: reads ahead of the wait only where a wait overlaps the kernel
+    before (``pdl``) and ``early_loads_enabled``."""
+    return pdl and early_loads_enabled()
+
+
 def launch_options(pdl: bool) -> dict[str, bool]:
     """Keyword arguments for a launch of a kernel that calls ``pdl_wait``."""
     return {"USE_PDL": True, "launch_pdl": True} if pdl else {"USE_PDL": False}

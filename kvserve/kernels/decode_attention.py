@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from kvserve.kernels._triton import (
-    early_loads_enabled,
+    early_loads,
     jit,
     launch_options,
     next_pow2,
@@ -127,11 +127,10 @@ def _decode_split_kernel(
     USE_PDL: tl.constexpr,
     FUSED_MERGE: tl.constexpr,  # the split that arrives last merges (no merge kernel)
     BLOCK_S: tl.constexpr,  # FUSED_MERGE: splits merged at once, >= num_splits
-    EARLY_LOADS: tl.constexpr,  # with USE_PDL: lengths, pages and the first tile's L2 fill first
+    EARLY_LOADS: tl.constexpr,  # lengths, pages and the first tile's L2 fill before the wait
     LINE: tl.constexpr,  # cache elements in a 128-byte line (at most HEAD_DIM)
 ):
-    early: tl.constexpr = USE_PDL and EARLY_LOADS
-    if not early:
+    if not EARLY_LOADS:
         pdl_wait(USE_PDL)
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -147,7 +146,7 @@ def _decode_split_kernel(
     if split > 0 and start >= end:
         return  # past the sequence's end: the merge reads only the splits before this one
     table = block_tables_ptr + b.to(tl.int64) * stride_bt
-    if early:
+    if EARLY_LOADS:
         _first_tile_to_l2(
             k_cache_ptr, v_cache_ptr, table, start, end, kv_head, stride_cache_page,
             stride_cache_tok, stride_cache_head, PAGE_SIZE, BLOCK_N, HEAD_DIM, LINE,
@@ -394,7 +393,7 @@ def paged_decode_attention(
     if fused:
         counters = _arrival_counters(q.device, batch * num_kv_heads)
     merge_block = max(next_pow2(splits), _MERGE_MIN_BLOCK)
-    early = early_loads_enabled()
+    early = early_loads(pdl)
     k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
     _decode_split_kernel[(batch, num_kv_heads, splits)](
         q,

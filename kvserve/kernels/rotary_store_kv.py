@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from kvserve.kernels._triton import (
-    early_loads_enabled,
+    early_loads,
     jit,
     launch_options,
     next_pow2,
@@ -219,7 +219,7 @@ def rotary_store_kv(
         HEAD_DIM=head_dim,
         QK_NORM=qk_norm is not None,
         FP8=is_fp8_kv(kv_cache),
-        EARLY_LOADS=early_loads_enabled(),
+        EARLY_LOADS=early_loads(pdl),
         num_warps=4,
         **launch_options(pdl),
     )

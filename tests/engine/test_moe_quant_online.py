@@ -133,7 +133,7 @@ def test_a_bad_moe_gemv_switch_fails_the_load(
     env: str,
     cached,
     quantization: str | None,
-    default: bool | None,
+    default: bool,
     tiny_model_dir,
     monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
 ) -> None:
