@@ -31,7 +31,7 @@ from kvserve.kernels.decode_attention import (
     paged_decode_attention,
 )
 from kvserve.kernels.prefill_attention import default_prefill_config, paged_prefill_attention
-from kvserve.kernels.store_kv_cache import FP8_AS_FP16, FP8_AS_QDTYPE
+from kvserve.kernels.store_kv_cache import FP8_AS_FP16, FP8_AS_QDTYPE, FP8_MMA
 
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
 SHAPES = ((32, 32768), (8, 131072), (64, 1024), (1, 1024), (8, 4096), (256, 1024))
@@ -146,6 +146,75 @@ def compare_layouts(args: argparse.Namespace) -> None:
     print(f"wrote {write_result(f'fp8_kv_layouts_{args.tag}', out, args.out_dir)}")
 
 
+MMA_CONFIGS = {
+    f"mma_n{n}_w{w}_s{st}_pps{pps}": replace(
+        FP8_DECODE_CONFIG, fp8_mode=FP8_MMA, block_n=n, num_warps=w, num_stages=st,
+        programs_per_sm=pps,
+    )
+    for n, w, st, pps in (
+        (128, 4, 2, 8), (128, 4, 3, 8), (128, 4, 2, 4), (128, 4, 2, 16), (64, 4, 3, 8),
+        (128, 8, 2, 8), (256, 4, 2, 8), (256, 8, 2, 8),
+    )
+}  # fmt: skip
+
+
+def dims_major_values(cache: torch.Tensor) -> torch.Tensor:
+    """The same FP8 cache with its values stored dims-major (fp8_decode_attention)."""
+    moved = cache.clone()
+    values = cache[1].view(torch.uint8).permute(0, 2, 3, 1).contiguous()
+    moved[1].view(torch.uint8).view(-1).copy_(values.view(-1))
+    return moved
+
+
+def mma_errors() -> dict[str, float]:
+    """RMS error of the fp16-operand and FP8-MMA kernels against fp32 attention over the
+    unquantized keys and values and over the FP8 cache's own (dequantized) values."""
+    torch.manual_seed(0)
+    pages, batch, ctx = 4096, 8, 4000
+    raw = torch.randn(2, pages, PAGE, HKV, HEAD_DIM, device="cuda")
+    scales = (torch.tensor([0.02], device="cuda"), torch.tensor([0.02], device="cuda"))
+    cache = (raw / 0.02).to(torch.float8_e4m3fn)
+    dequant = cache.float() * 0.02
+    tables = torch.randperm(pages, device="cuda")[: batch * 256].view(batch, 256).to(torch.int32)
+    lens = torch.randint(1, ctx, (batch,), device="cuda", dtype=torch.int32)
+    q = torch.randn(batch, HQ, HEAD_DIM, dtype=torch.bfloat16, device="cuda") * 1.5
+
+    def reference(kv: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(batch, HQ, HEAD_DIM, device="cuda")
+        for b in range(batch):
+            toks = torch.arange(int(lens[b]), device="cuda")
+            slots = tables[b, toks // PAGE].long() * PAGE + toks % PAGE
+            k, v = (kv[i].reshape(-1, HKV, HEAD_DIM)[slots].repeat_interleave(HQ // HKV, 1)
+                    for i in (0, 1))  # fmt: skip
+            s = torch.einsum("hd,thd->ht", q[b].float(), k) * HEAD_DIM**-0.5
+            out[b] = torch.einsum("ht,thd->hd", s.softmax(-1), v)
+        return out
+
+    exact, of_cache = reference(raw), reference(dequant)
+    rms = lambda x: x.pow(2).mean().sqrt().item()  # noqa: E731
+    out = {"output_rms": rms(exact), "cache_rounding": rms(of_cache - exact)}
+    for name, cfg, kv in (
+        ("fp16_operands", FP8_DECODE_CONFIG, cache),
+        ("fp8_mma", MMA_CONFIGS["mma_n128_w4_s2_pps8"], dims_major_values(cache)),
+    ):
+        o = paged_decode_attention(q, kv, tables, lens, HEAD_DIM**-0.5, None, scales,
+                                   config=cfg).float()  # fmt: skip
+        out[f"{name}_vs_exact"], out[f"{name}_vs_cache"] = rms(o - exact), rms(o - of_cache)
+    print(out, flush=True)
+    return out
+
+
+def compare_mma(args: argparse.Namespace) -> None:
+    """FP8 tensor-core decode (values dims-major) against the fp16-operand kernel and bf16."""
+    copy_gbs = copy_bandwidth_gbs()
+    out: dict[str, Any] = {"copy_GBps": copy_gbs, "errors": mma_errors()}
+    out["bf16"] = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig())
+    out["fp8_default"] = measure(torch.float8_e4m3fn, copy_gbs, "fp8", FP8_DECODE_CONFIG)
+    for name, cfg in MMA_CONFIGS.items():
+        out[name] = measure(torch.float8_e4m3fn, copy_gbs, name, cfg)
+    print(f"wrote {write_result(f'fp8_kv_mma_{args.tag}', out, args.out_dir)}")
+
+
 MERGE_SHAPES = ((1, 1024), (8, 4096), (32, 32768), (8, 131072))
 
 
@@ -213,7 +282,10 @@ def main() -> None:
     ap.add_argument("--prefill", action="store_true", help="the prefill kernel, bf16 and FP8")
     ap.add_argument("--layouts", action="store_true", help="token-major vs heads-major pages")
     ap.add_argument("--fused-merge", action="store_true", help="merge kernel vs last arrival")
+    ap.add_argument("--mma", action="store_true", help="FP8 tensor-core decode, values dims-major")
     args = ap.parse_args()
+    if args.mma:
+        return compare_mma(args)
     if args.layouts:
         return compare_layouts(args)
     if args.fused_merge:

@@ -36,6 +36,7 @@ from kvserve.kernels._triton import (
 from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
 from kvserve.kernels.store_kv_cache import (
     FP8_AS_FP16,
+    FP8_MMA,
     KVScales,
     fp8_operand_mode,
     is_fp8_kv,
@@ -395,7 +396,10 @@ def paged_decode_attention(
     merge_block = max(next_pow2(splits), _MERGE_MIN_BLOCK)
     early = early_loads(pdl)
     k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
-    _decode_split_kernel[(batch, num_kv_heads, splits)](
+    kernel = _decode_split_kernel
+    if fp8_mode == FP8_MMA:
+        from kvserve.kernels.fp8_decode_attention import _fp8_decode_split_kernel as kernel
+    kernel[(batch, num_kv_heads, splits)](
         q,
         k_cache,
         v_cache,

@@ -123,6 +123,7 @@ def copy_heads(
 # layout stays one for both dtypes.
 FP8_AS_QDTYPE = 0  # Triton's conversion to q's dtype (the only choice for fp32 q)
 FP8_AS_FP16 = 1  # fp16 operands, q and p cast to fp16 (one cvt per two values on sm_89+)
+FP8_MMA = 2  # decode only: FP8 tensor cores, values stored dims-major (fp8_decode_attention)
 
 
 def fp8_operand_mode(mode: int, q_dtype: torch.dtype) -> int:
