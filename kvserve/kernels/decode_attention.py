@@ -71,6 +71,7 @@ class DecodeConfig:
     # (an arrival counter per sequence and kv head) instead of a second kernel.
     fused_merge: bool = False
     fused_merge_max_splits: int = 16
+    heads_inner: bool = False  # FP8_MMA only: grid (Hkv, B, S)
 
 
 # An FP8 cache's tiles hold half the bytes: 128 tokens per tile, two stages, about 8 programs
@@ -396,10 +397,13 @@ def paged_decode_attention(
     merge_block = max(next_pow2(splits), _MERGE_MIN_BLOCK)
     early = early_loads(pdl)
     k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
-    kernel = _decode_split_kernel
+    kernel, grid, extra = _decode_split_kernel, (batch, num_kv_heads, splits), {}
     if fp8_mode == FP8_MMA:
         from kvserve.kernels.fp8_decode_attention import _fp8_decode_split_kernel as kernel
-    kernel[(batch, num_kv_heads, splits)](
+
+        if cfg.heads_inner:
+            grid, extra = (num_kv_heads, batch, splits), {"HEADS_INNER": True}
+    kernel[grid](
         q,
         k_cache,
         v_cache,
@@ -434,6 +438,7 @@ def paged_decode_attention(
         BLOCK_S=merge_block,
         EARLY_LOADS=early,
         LINE=line_elements(head_dim, kv_cache.element_size()),
+        **extra,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch_options(pdl),

@@ -62,13 +62,19 @@ def _fp8_decode_split_kernel(
     BLOCK_S: tl.constexpr,
     EARLY_LOADS: tl.constexpr,
     LINE: tl.constexpr,
+    HEADS_INNER: tl.constexpr = False,  # grid (Hkv, B, S): a token's kv heads read together
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
-    b = tl.program_id(0)
-    kv_head = tl.program_id(1)
+    if HEADS_INNER:
+        b = tl.program_id(1)
+        kv_head = tl.program_id(0)
+        num_kv_heads = tl.num_programs(0)
+    else:
+        b = tl.program_id(0)
+        kv_head = tl.program_id(1)
+        num_kv_heads = tl.num_programs(1)
     split = tl.program_id(2)
-    num_kv_heads = tl.num_programs(1)
 
     seq_len = tl.load(seq_lens_ptr + b)
     split_tiles = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N), min_split // BLOCK_N)
