@@ -147,15 +147,17 @@ def compare_layouts(args: argparse.Namespace) -> None:
 
 
 MMA_CONFIGS = {
-    f"mma_n{n}_s{st}_pps{pps}{'_hi' if hi else ''}": replace(
+    f"mma_n{n}_s{st}_pps{pps}": replace(
         FP8_DECODE_CONFIG, fp8_mode=FP8_MMA, block_n=n, num_warps=4, num_stages=st,
-        programs_per_sm=pps, heads_inner=hi,
+        programs_per_sm=pps,
     )
-    for n, st, pps, hi in (
-        (128, 2, 8, False), (128, 3, 8, False), (64, 3, 8, False), (64, 4, 8, False),
-        (128, 2, 8, True), (128, 3, 8, True), (64, 3, 8, True), (64, 4, 8, True),
-    )
+    for n, st in ((64, 3), (128, 2), (128, 3))
+    for pps in (2, 3, 4, 6, 8, 12)
 }  # fmt: skip
+# The fp16-operand kernel's default tile at other split counts (its occupancy is 3 programs an SM)
+WAVE_CONFIGS = {
+    f"fp16ops_pps{pps}": replace(FP8_DECODE_CONFIG, programs_per_sm=pps) for pps in (3, 4, 6, 12)
+}
 
 
 def dims_major_values(cache: torch.Tensor) -> torch.Tensor:
@@ -195,7 +197,7 @@ def mma_errors() -> dict[str, float]:
     out = {"output_rms": rms(exact), "cache_rounding": rms(of_cache - exact)}
     for name, cfg, kv in (
         ("fp16_operands", FP8_DECODE_CONFIG, cache),
-        ("fp8_mma", MMA_CONFIGS["mma_n128_s2_pps8"], dims_major_values(cache)),
+        ("fp8_mma", MMA_CONFIGS["mma_n64_s3_pps4"], dims_major_values(cache)),
     ):
         o = paged_decode_attention(q, kv, tables, lens, HEAD_DIM**-0.5, None, scales,
                                    config=cfg).float()  # fmt: skip
@@ -210,16 +212,8 @@ def compare_mma(args: argparse.Namespace) -> None:
     out: dict[str, Any] = {"copy_GBps": copy_gbs, "errors": mma_errors()}
     out["bf16"] = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig())
     out["fp8_default"] = measure(torch.float8_e4m3fn, copy_gbs, "fp8", FP8_DECODE_CONFIG)
-    for name, cfg in MMA_CONFIGS.items():
+    for name, cfg in {**MMA_CONFIGS, **WAVE_CONFIGS}.items():
         out[name] = measure(torch.float8_e4m3fn, copy_gbs, name, cfg)
-    # keys heads-major too ([page, Hkv, page slot, D]: a head's 16 tokens in one 2 KB run, as
-    # the dims-major values already are)
-    for name in ("mma_n128_s2_pps8", "mma_n128_s3_pps8", "mma_n64_s3_pps8", "mma_n128_s2_pps8_hi"):
-        out[f"{name}_keys_heads_major"] = measure(
-            torch.float8_e4m3fn, copy_gbs, f"{name}_khm", MMA_CONFIGS[name], SHAPES, True
-        )
-    out["bf16_heads_major"] = measure(torch.bfloat16, copy_gbs, "bf16_hm", DecodeConfig(),
-                                      SHAPES, True)  # fmt: skip
     print(f"wrote {write_result(f'fp8_kv_mma_{args.tag}', out, args.out_dir)}")
 
 
