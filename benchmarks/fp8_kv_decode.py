@@ -151,12 +151,12 @@ MMA_CONFIGS = {
         FP8_DECODE_CONFIG, fp8_mode=FP8_MMA, block_n=n, num_warps=4, num_stages=st,
         programs_per_sm=pps,
     )
-    for n, st in ((64, 3), (128, 2), (128, 3))
-    for pps in (2, 3, 4, 6, 8, 12)
+    for n, st in ((64, 3), (64, 4), (128, 2), (128, 3))
+    for pps in (3, 4, 6, 8)
 }  # fmt: skip
 # The fp16-operand kernel's default tile at other split counts (its occupancy is 3 programs an SM)
 WAVE_CONFIGS = {
-    f"fp16ops_pps{pps}": replace(FP8_DECODE_CONFIG, programs_per_sm=pps) for pps in (3, 4, 6, 12)
+    f"fp16ops_pps{pps}": replace(FP8_DECODE_CONFIG, programs_per_sm=pps) for pps in (6,)
 }
 
 

@@ -109,22 +109,23 @@ def _fp8_decode_split_kernel(
     l_acc = tl.zeros([BLOCK_N, BLOCK_H], tl.float32)  # summed over tokens once, at the end
     acc = tl.zeros([HEAD_DIM, BLOCK_H], tl.float32)  # O^T
     v_head = kv_head * (HEAD_DIM * PAGE_SIZE)
-    # Values are read in whole pages (16-byte runs of a dimension's tokens): the last page's
-    # slots past ``end`` hold finite values (the pool starts zeroed and stores saturate) that
-    # meet p = 0.
-    pages_end = tl.cdiv(end, PAGE_SIZE) * PAGE_SIZE
+    slots = tl.arange(0, PAGE_SIZE)
     for n0 in range(start, end, BLOCK_N):
         toks = n0 + tl.arange(0, BLOCK_N)
         tok_mask = toks < end
-        page = tl.load(table + toks // PAGE_SIZE, mask=tok_mask, other=0).to(tl.int64)
-        page = tl.max_constancy(page, PAGE_SIZE)
-        base = page * stride_cache_page
-        k_off = base + (toks % PAGE_SIZE) * stride_cache_tok + kv_head * stride_cache_head
-        k = tl.load(k_cache_ptr + k_off[:, None] + dims[None, :], mask=tok_mask[:, None],
+        # A tile's pages, each read whole (the last page's slots past ``end`` hold finite
+        # values: the pool starts zeroed and stores saturate; they meet p = 0)
+        tile_pages = n0 // PAGE_SIZE + tl.arange(0, BLOCK_N // PAGE_SIZE)
+        page_ok = tile_pages * PAGE_SIZE < end
+        base = tl.load(table + tile_pages, mask=page_ok, other=0).to(tl.int64) * stride_cache_page
+        k_rows = base[:, None] + slots[None, :] * stride_cache_tok + kv_head * stride_cache_head
+        k_rows = tl.multiple_of(tl.reshape(k_rows, (BLOCK_N,)), 16)
+        k = tl.load(k_cache_ptr + k_rows[:, None] + dims[None, :], mask=tok_mask[:, None],
                     other=0.0)  # fmt: skip
-        v_off = base + v_head + toks % PAGE_SIZE
-        v_t = tl.load(v_cache_ptr + v_off[None, :] + dims[:, None] * PAGE_SIZE,
-                      mask=(toks < pages_end)[None, :], other=0.0)  # fmt: skip
+        # [pages, D, slots]: each page's 2 KB run read in memory order, then seen as [D, N]
+        v_ptrs = base[:, None, None] + v_head + dims[None, :, None] * PAGE_SIZE + slots[None, None, :]
+        v3 = tl.load(v_cache_ptr + v_ptrs, mask=page_ok[:, None, None], other=0.0)
+        v_t = tl.reshape(tl.permute(v3, (1, 0, 2)), (HEAD_DIM, BLOCK_N))
         s_t = tl.dot(k, q_hi_t) * hi_scale[None, :] + tl.dot(k, q_lo_t) * lo_scale[None, :]
         s_t = tl.where(tok_mask[:, None], s_t, float("-inf"))  # [BLOCK_N, BLOCK_H]
         m_new = tl.maximum(m_i, tl.max(s_t, 0))
