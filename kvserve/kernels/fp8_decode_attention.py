@@ -123,7 +123,8 @@ def _fp8_decode_split_kernel(
         k = tl.load(k_cache_ptr + k_rows[:, None] + dims[None, :], mask=tok_mask[:, None],
                     other=0.0)  # fmt: skip
         # [pages, D, slots]: each page's 2 KB run read in memory order, then seen as [D, N]
-        v_ptrs = base[:, None, None] + v_head + dims[None, :, None] * PAGE_SIZE + slots[None, None, :]
+        v_run = dims[:, None] * PAGE_SIZE + slots[None, :]  # [D, slots]
+        v_ptrs = (base + v_head)[:, None, None] + v_run[None, :, :]
         v3 = tl.load(v_cache_ptr + v_ptrs, mask=page_ok[:, None, None], other=0.0)
         v_t = tl.reshape(tl.permute(v3, (1, 0, 2)), (HEAD_DIM, BLOCK_N))
         s_t = tl.dot(k, q_hi_t) * hi_scale[None, :] + tl.dot(k, q_lo_t) * lo_scale[None, :]
