@@ -31,37 +31,27 @@ from kvserve.kernels.decode_attention import (
     paged_decode_attention,
 )
 from kvserve.kernels.prefill_attention import default_prefill_config, paged_prefill_attention
-from kvserve.kernels.store_kv_cache import FP8_AS_FP16, FP8_AS_QDTYPE, FP8_MMA
+from kvserve.kernels.store_kv_cache import FP8_AS_FP16, store_kv_cache
 
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
 SHAPES = ((32, 32768), (8, 131072), (64, 1024), (1, 1024), (8, 4096), (256, 1024))
 CALLS_PER_GRAPH = 4
-# FP8 operand modes (kvserve.kernels.store_kv_cache.FP8_AS_*) and tiles tried; the default first
+# FP8 configs timed by default (the default first): neighbours of the default tile and split
+# counts that are and are not whole waves of the kernel's occupancy
 FP8_CONFIGS = {
     "default": FP8_DECODE_CONFIG,
-    "n128_s4_merge_kernel": DecodeConfig(block_n=128, num_warps=4, num_stages=4),
-    "n128_s2_fused_pps4": DecodeConfig(block_n=128, num_stages=2, fused_merge=True),
-    "n128_s2_fused_pps8": DecodeConfig(
-        block_n=128, num_stages=2, fused_merge=True, programs_per_sm=8
-    ),
-    "n128_s2_fused_pps16": DecodeConfig(
-        block_n=128, num_stages=2, fused_merge=True, programs_per_sm=16
-    ),
-    "n128_s2_merge_kernel_pps8": DecodeConfig(block_n=128, num_stages=2, programs_per_sm=8),
-    "as_bf16_cvt": DecodeConfig(fp8_mode=FP8_AS_QDTYPE),
-    "as_fp16_n64": DecodeConfig(fp8_mode=FP8_AS_FP16),
+    "n64_s3_pps8": replace(FP8_DECODE_CONFIG, programs_per_sm=8),
+    "n128_s2_pps3": replace(FP8_DECODE_CONFIG, block_n=128, num_stages=2, programs_per_sm=3),
+    "n128_s2_pps6": replace(FP8_DECODE_CONFIG, block_n=128, num_stages=2, programs_per_sm=6),
 }
 
 
 def sweep_configs() -> dict[str, DecodeConfig]:
-    """--sweep: tiles, stages and occupancy (4 warps, fp16 operands, the fused merge: the
-    earlier sweeps' winners). The 2026-12-02 sweeps also had fp16 tiles widened in registers
-    (``fp8_kv_decode_h200_sweep_{regs,page}_2026-12-02.json``: m2, not kept)."""
+    """--sweep: tiles, stages and split counts (programs an SM; 4 warps and the fused merge)."""
     out = {}
-    for block_n, stages, per_sm in itertools.product((64, 128), (2, 3), (4, 8)):
-        name = f"m{FP8_AS_FP16}_n{block_n}_s{stages}_pps{per_sm}"
-        out[name] = DecodeConfig(
-            block_n, 4, stages, fp8_mode=FP8_AS_FP16, programs_per_sm=per_sm, fused_merge=True
+    for block_n, stages, per_sm in itertools.product((64, 128), (2, 3, 4), (3, 4, 6, 8)):
+        out[f"n{block_n}_s{stages}_pps{per_sm}"] = replace(
+            FP8_DECODE_CONFIG, block_n=block_n, num_stages=stages, programs_per_sm=per_sm
         )
     return out
 
@@ -146,75 +136,38 @@ def compare_layouts(args: argparse.Namespace) -> None:
     print(f"wrote {write_result(f'fp8_kv_layouts_{args.tag}', out, args.out_dir)}")
 
 
-MMA_CONFIGS = {
-    f"mma_n{n}_s{st}_pps{pps}": replace(
-        FP8_DECODE_CONFIG, fp8_mode=FP8_MMA, block_n=n, num_warps=4, num_stages=st,
-        programs_per_sm=pps,
-    )
-    for n, st in ((64, 3), (64, 4), (128, 2), (128, 3))
-    for pps in (3, 4, 6, 8)
-}  # fmt: skip
-# The fp16-operand kernel's default tile at other split counts (its occupancy is 3 programs an SM)
-WAVE_CONFIGS = {
-    f"fp16ops_pps{pps}": replace(FP8_DECODE_CONFIG, programs_per_sm=pps) for pps in (6,)
-}
-
-
-def dims_major_values(cache: torch.Tensor) -> torch.Tensor:
-    """The same FP8 cache with its values stored dims-major (fp8_decode_attention)."""
-    moved = cache.clone()
-    values = cache[1].view(torch.uint8).permute(0, 2, 3, 1).contiguous()
-    moved[1].view(torch.uint8).view(-1).copy_(values.view(-1))
-    return moved
-
-
-def mma_errors() -> dict[str, float]:
-    """RMS error of the fp16-operand and FP8-MMA kernels against fp32 attention over the
-    unquantized keys and values and over the FP8 cache's own (dequantized) values."""
+def accuracy() -> dict[str, float]:
+    """RMS error of the FP8 decode kernel against fp32 attention over the unquantized keys and
+    values and over the FP8 cache's own (dequantized) ones, the cache written by the store
+    kernel; 8 sequences of up to 4K tokens."""
     torch.manual_seed(0)
     pages, batch, ctx = 4096, 8, 4000
-    raw = torch.randn(2, pages, PAGE, HKV, HEAD_DIM, device="cuda")
+    kv = torch.randn(2, pages * PAGE, HKV, HEAD_DIM, device="cuda")
     scales = (torch.tensor([0.02], device="cuda"), torch.tensor([0.02], device="cuda"))
-    cache = (raw / 0.02).to(torch.float8_e4m3fn)
-    dequant = cache.float() * 0.02
+    cache = torch.zeros(2, pages, PAGE, HKV, HEAD_DIM, device="cuda", dtype=torch.float8_e4m3fn)
+    store_kv_cache(kv[0], kv[1], cache, torch.arange(pages * PAGE, device="cuda"), scales)
+    stored = (kv / 0.02).clamp(-448, 448).to(torch.float8_e4m3fn).float() * 0.02
     tables = torch.randperm(pages, device="cuda")[: batch * 256].view(batch, 256).to(torch.int32)
     lens = torch.randint(1, ctx, (batch,), device="cuda", dtype=torch.int32)
     q = torch.randn(batch, HQ, HEAD_DIM, dtype=torch.bfloat16, device="cuda") * 1.5
 
-    def reference(kv: torch.Tensor) -> torch.Tensor:
+    def reference(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         out = torch.zeros(batch, HQ, HEAD_DIM, device="cuda")
         for b in range(batch):
             toks = torch.arange(int(lens[b]), device="cuda")
             slots = tables[b, toks // PAGE].long() * PAGE + toks % PAGE
-            k, v = (kv[i].reshape(-1, HKV, HEAD_DIM)[slots].repeat_interleave(HQ // HKV, 1)
-                    for i in (0, 1))  # fmt: skip
+            k, v = (x[slots].repeat_interleave(HQ // HKV, 1) for x in (keys, values))
             s = torch.einsum("hd,thd->ht", q[b].float(), k) * HEAD_DIM**-0.5
             out[b] = torch.einsum("ht,thd->hd", s.softmax(-1), v)
         return out
 
-    exact, of_cache = reference(raw), reference(dequant)
+    exact, of_cache = reference(kv[0], kv[1]), reference(stored[0], stored[1])
+    o = paged_decode_attention(q, cache, tables, lens, HEAD_DIM**-0.5, None, scales).float()
     rms = lambda x: x.pow(2).mean().sqrt().item()  # noqa: E731
-    out = {"output_rms": rms(exact), "cache_rounding": rms(of_cache - exact)}
-    for name, cfg, kv in (
-        ("fp16_operands", FP8_DECODE_CONFIG, cache),
-        ("fp8_mma", MMA_CONFIGS["mma_n64_s3_pps4"], dims_major_values(cache)),
-    ):
-        o = paged_decode_attention(q, kv, tables, lens, HEAD_DIM**-0.5, None, scales,
-                                   config=cfg).float()  # fmt: skip
-        out[f"{name}_vs_exact"], out[f"{name}_vs_cache"] = rms(o - exact), rms(o - of_cache)
+    out = {"output_rms": rms(exact), "cache_rounding": rms(of_cache - exact),
+           "kernel_vs_exact": rms(o - exact), "kernel_vs_cache": rms(o - of_cache)}  # fmt: skip
     print(out, flush=True)
     return out
-
-
-def compare_mma(args: argparse.Namespace) -> None:
-    """FP8 tensor-core decode (values dims-major) against the fp16-operand kernel and bf16."""
-    copy_gbs = copy_bandwidth_gbs()
-    out: dict[str, Any] = {"copy_GBps": copy_gbs, "errors": mma_errors()}
-    out["bf16"] = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig())
-    out["fp8_default"] = measure(torch.float8_e4m3fn, copy_gbs, "fp8", FP8_DECODE_CONFIG)
-    for name, cfg in {**MMA_CONFIGS, **WAVE_CONFIGS}.items():
-        out[name] = measure(torch.float8_e4m3fn, copy_gbs, name, cfg)
-    print(f"wrote {write_result(f'fp8_kv_mma_{args.tag}', out, args.out_dir)}")
 
 
 MERGE_SHAPES = ((1, 1024), (8, 4096), (32, 32768), (8, 131072))
@@ -284,10 +237,7 @@ def main() -> None:
     ap.add_argument("--prefill", action="store_true", help="the prefill kernel, bf16 and FP8")
     ap.add_argument("--layouts", action="store_true", help="token-major vs heads-major pages")
     ap.add_argument("--fused-merge", action="store_true", help="merge kernel vs last arrival")
-    ap.add_argument("--mma", action="store_true", help="FP8 tensor-core decode, values dims-major")
     args = ap.parse_args()
-    if args.mma:
-        return compare_mma(args)
     if args.layouts:
         return compare_layouts(args)
     if args.fused_merge:
@@ -295,6 +245,7 @@ def main() -> None:
     if args.prefill:
         return compare_prefill(args)
     copy_gbs = copy_bandwidth_gbs()
+    errors = accuracy()
     configs = sweep_configs() if args.sweep else FP8_CONFIGS
     bf16 = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig())
     fp8 = {n: measure(torch.float8_e4m3fn, copy_gbs, n, c) for n, c in configs.items()}
@@ -308,7 +259,7 @@ def main() -> None:
     for x, name, r in ranked[: 40 if args.sweep else len(ranked)]:
         print(f"{name} B={r['batch']} ctx={r['ctx']}: FP8 KV {x:.2f}x bf16")
     result = {"heads": {"q": HQ, "kv": HKV, "head_dim": HEAD_DIM, "page": PAGE},
-              "copy_GBps": copy_gbs, "bf16": bf16, "fp8_e4m3": fp8,
+              "copy_GBps": copy_gbs, "errors": errors, "bf16": bf16, "fp8_e4m3": fp8,
               "fp8_configs": {k: vars(v) for k, v in configs.items()},
               "speedup": speedup}  # fmt: skip
     print(f"wrote {write_result(f'fp8_kv_decode_{args.tag}', result, args.out_dir)}")

@@ -10,8 +10,8 @@ CUDA-graph capturable. A second kernel merges the splits' partial outputs by the
 log-sum-exp (or, with ``DecodeConfig.fused_merge``, the split program that arrives last does).
 With S == 1 the first kernel writes the output directly.
 
-An FP8 cache is widened to q's dtype tile by tile (exact: every e4m3 value is a bf16 value); the
-key scale is folded into the softmax scale and the value scale applied once to each output row.
+An FP8 cache takes ``fp8_decode_attention``'s kernel (FP8 tensor cores, values dims-major) with
+the same grid, splits and merge.
 """
 
 from __future__ import annotations
@@ -33,15 +33,10 @@ from kvserve.kernels._triton import (
     sm_count,
     tl,
 )
-from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
-from kvserve.kernels.store_kv_cache import (
-    FP8_AS_FP16,
-    FP8_MMA,
-    KVScales,
-    fp8_operand_mode,
-    is_fp8_kv,
-    scale_args,
-)
+from kvserve.kernels.attention_partials import merge_partials, normalize_rows, store_split_output
+from kvserve.kernels.fp8_decode_attention import _fp8_decode_split_kernel
+from kvserve.kernels.skinny_gemm import _arrival_counters
+from kvserve.kernels.store_kv_cache import KVScales, is_fp8_kv, scale_args
 
 # Split count, from sweeps on the H200 with the engine's graph-wide page tables
 # (benchmarks/decode_attention_sweep.py, benchmarks/long_context_sweep.py): about 4 programs
@@ -65,26 +60,22 @@ class DecodeConfig:
     # No split shorter than this (rounded up to whole tiles): a sequence shorter than
     # num_splits * min_split_tokens fills fewer splits, and the programs of the rest exit.
     min_split_tokens: int = 0
-    fp8_mode: int = FP8_AS_FP16  # how an FP8 cache is widened (store_kv_cache.FP8_AS_*)
     programs_per_sm: int = _PROGRAMS_PER_SM  # the split count's occupancy target
     # With 2..fused_merge_max_splits splits, the split program that arrives last merges them
     # (an arrival counter per sequence and kv head) instead of a second kernel.
     fused_merge: bool = False
     fused_merge_max_splits: int = 16
-    heads_inner: bool = False  # FP8_MMA only: grid (Hkv, B, S)
 
 
-# An FP8 cache's tiles hold half the bytes: 128 tokens per tile, two stages, about 8 programs
-# per SM and the fused merge. On the H200 (benchmarks/fp8_kv_decode.py, one run) that read
-# 32 x 32K and 8 x 128K at 1.24x / 1.23x of bf16's speed, against 0.94x / 0.93x with four
-# stages, 4 programs per SM and the merge kernel (the earlier default); 8 x 4K and 64 x 1K even
-# (1.01x / 0.95x against 0.99x / 0.94x). The fused merge is what pays: with the merge kernel
-# the same split count gave 0.95x. With the page size a constant (2026-12-02, 16 configs of
-# tile, stages and occupancy swept again) this config stays the best: 1.40x / 1.39x at long
-# context, 72% of copy bandwidth. Still not bytes-bound (2x would be); about half the loop's
-# instructions are the byte-wise reads of the value tile (store_kv_cache.FP8_AS_*).
+# An FP8 cache (fp8_decode_attention): 64-token tiles (16 KB of keys and values), three stages,
+# the fused merge, and splits for 4 programs an SM, the kernel's occupancy (114 registers): a
+# grid that is not a whole number of waves leaves SMs idle for its last one (ncu: the earlier
+# fp16-operand kernel at 3 programs an SM ran 2.59 waves at 32 x 32K). On the H200, one layer of
+# Llama-3-8B heads, graph-timed (fp8_kv_mma_h200_s45_pages_2026-12-03.json): 32 x 32K and
+# 8 x 128K in 570 us (88% of copy, 1.72x bf16's speed), 64 x 1K in 43 us, 256 x 1K in 156 us,
+# against the fp16-operand kernel's 694 / 708 / 70 / 236 us.
 FP8_DECODE_CONFIG = DecodeConfig(
-    block_n=128, num_warps=4, num_stages=2, programs_per_sm=8, fused_merge=True
+    block_n=64, num_warps=4, num_stages=3, programs_per_sm=4, fused_merge=True
 )
 # One program merging more splits than ``fused_merge_max_splits`` (16) is a serial tail: FP8 at
 # batch 1 and 1K (64 splits) took 0.77x of bf16's speed fused, 0.94x with the merge kernel. For
@@ -104,8 +95,6 @@ def _decode_split_kernel(
     part_lse_ptr,
     out_ptr,
     counter_ptr,  # int32 [B * Hkv], zero between launches; used by FUSED_MERGE only
-    k_scale_ptr,
-    v_scale_ptr,
     scale_log2,
     stride_qb,
     stride_qh,
@@ -124,8 +113,6 @@ def _decode_split_kernel(
     HEAD_DIM: tl.constexpr,
     DIRECT: tl.constexpr,  # num_splits == 1: write the output, skip the merge
     DOT_PRECISION: tl.constexpr,
-    FP8: tl.constexpr,
-    FP8_MODE: tl.constexpr,
     USE_PDL: tl.constexpr,
     FUSED_MERGE: tl.constexpr,  # the split that arrives last merges (no merge kernel)
     BLOCK_S: tl.constexpr,  # FUSED_MERGE: splits merged at once, >= num_splits
@@ -161,10 +148,6 @@ def _decode_split_kernel(
     heads = kv_head * GROUP + rows
     q_off = b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + dims[None, :]
     q = tl.load(q_ptr + q_off, mask=row_mask[:, None], other=0.0)  # [BLOCK_H, D]
-    if FP8:
-        scale_log2 = scale_log2 * tl.load(k_scale_ptr)
-        if FP8_MODE == 1:
-            q = q.to(tl.float16)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -178,8 +161,6 @@ def _decode_split_kernel(
         kv_ptrs = kv_off[:, None] + dims[None, :]  # [BLOCK_N, D]
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
         v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
-        if FP8:
-            k, v = k.to(q.dtype), v.to(q.dtype)  # fp16 already for FP8_AS_FP16
 
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_H, N], unscaled
         s = tl.where(tok_mask[None, :], s, float("-inf"))
@@ -192,22 +173,11 @@ def _decode_split_kernel(
 
     pdl_release(USE_PDL)  # the epilogue's stores are all that is left
     o, lse = normalize_rows(acc, m_i, l_i)  # seq_len 0 (a padding row): split 0 writes zeros
-    if FP8:
-        o = o * tl.load(v_scale_ptr)
-    if DIRECT:
-        out_off = b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dims[None, :]
-        tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
-    else:
-        # part_out: [B, Hq, S, D] fp32, part_lse: [B, Hq, S] fp32 (log2 units)
-        part_row = (b.to(tl.int64) * num_kv_heads * GROUP + heads) * num_splits + split
-        tl.store(part_lse_ptr + part_row, lse, mask=row_mask)
-        part_ptrs = part_out_ptr + part_row[:, None] * HEAD_DIM + dims[None, :]
-        tl.store(part_ptrs, o, mask=row_mask[:, None])
-        if FUSED_MERGE:
-            _merge_if_last(
-                part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads,
-                seq_len, split_len, num_splits, stride_ob, stride_oh, GROUP, BLOCK_S, HEAD_DIM,
-            )  # fmt: skip
+    store_split_output(
+        o, lse, part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads,
+        heads, row_mask, seq_len, split, split_len, num_splits, stride_ob, stride_oh, GROUP,
+        HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
+    )  # fmt: skip
 
 
 @jit
@@ -227,40 +197,6 @@ def _first_tile_to_l2(
     lines = kv_off[:, None] + tl.arange(0, HEAD_DIM // LINE)[None, :] * LINE
     prefetch_l2(k_cache_ptr + lines, (toks < end)[:, None])
     prefetch_l2(v_cache_ptr + lines, (toks < end)[:, None])
-
-
-@jit
-def _merge_if_last(
-    part_out_ptr,
-    part_lse_ptr,
-    out_ptr,
-    counter_ptr,
-    b,
-    kv_head,
-    num_kv_heads,
-    seq_len,
-    split_len,
-    num_splits,
-    stride_ob,
-    stride_oh,
-    GROUP: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-):
-    """The last of a (sequence, kv head)'s written splits to arrive merges its GROUP rows and
-    puts the arrival count back to zero (so the counters need no reset between launches)."""
-    counter = counter_ptr + b * num_kv_heads + kv_head
-    written = tl.maximum(tl.cdiv(seq_len, tl.maximum(split_len, 1)), 1)  # as the early exit
-    if arrive(counter) == written - 1:
-        splits = tl.arange(0, BLOCK_S)
-        dims = tl.arange(0, HEAD_DIM)
-        first_row = (b.to(tl.int64) * num_kv_heads + kv_head) * GROUP
-        for r in tl.static_range(GROUP):
-            o = merge_partials(part_out_ptr, part_lse_ptr, first_row + r, num_splits,
-                               splits < written, BLOCK_S, HEAD_DIM)  # fmt: skip
-            out_off = b.to(tl.int64) * stride_ob + (kv_head * GROUP + r) * stride_oh + dims
-            tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
-        tl.store(counter, 0)
 
 
 @jit(do_not_specialize=("num_splits", "min_split"))
@@ -299,46 +235,14 @@ def _decode_merge_kernel(
     tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
 
 
-@jit
-def normalize_rows(acc, m_i, l_i):
-    """Online-softmax state -> (output rows, log2-sum-exp2 of the scaled scores); a row that saw
-    no key gives zeros and lse = -inf."""
-    empty = l_i == 0.0
-    o = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
-    return o, lse
-
-
-@jit
-def merge_partials(
-    part_out_ptr,  # fp32 [rows, num_splits, D]: each split's output, normalized over its keys
-    part_lse_ptr,  # fp32 [rows, num_splits]: each split's log2-sum-exp2 of scaled scores
-    row,
-    num_splits,
-    split_mask,  # [BLOCK_S]: splits that wrote; an empty split may also write lse = -inf
-    BLOCK_S: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-):
-    """Row ``row``'s output over all its splits, weighted by their share of the softmax."""
-    splits = tl.arange(0, BLOCK_S)
-    dims = tl.arange(0, HEAD_DIM)
-    # .cg: from L2, where the other SMs' stores are (the fused merge reads them in-kernel)
-    lse = tl.load(part_lse_ptr + row * num_splits + splits, mask=split_mask, other=float("-inf"),
-                  cache_modifier=".cg")  # fmt: skip
-    m = tl.max(lse, 0)
-    m = tl.where(m == float("-inf"), 0.0, m)  # all splits empty: seq_len 0 -> zeros
-    w = tl.exp2(lse - m)  # [BLOCK_S]
-    denom = tl.sum(w, 0)
-    denom = tl.where(denom == 0.0, 1.0, denom)
-    part_ptrs = part_out_ptr + (row * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :]
-    o = tl.load(part_ptrs, mask=split_mask[:, None], other=0.0, cache_modifier=".cg")
-    return tl.sum(o * w[:, None], 0) / denom
-
-
 def line_elements(head_dim: int, element_size: int) -> int:
     """Cache elements in one 128-byte line of a head's row (the split kernel's ``LINE``: the
     stride of its L2 requests), at most the row."""
     return min(head_dim, 128 // element_size)
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def num_decode_splits(
@@ -384,7 +288,6 @@ def paged_decode_attention(
         cfg.programs_per_sm,
     )  # fmt: skip
     min_split = -(-cfg.min_split_tokens // cfg.block_n) * cfg.block_n
-    fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype)
     part_out = part_lse = counters = out  # placeholders, unused when splits == 1
     if splits > 1:
         part_out = torch.empty(
@@ -397,48 +300,46 @@ def paged_decode_attention(
     merge_block = max(next_pow2(splits), _MERGE_MIN_BLOCK)
     early = early_loads(pdl)
     k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
-    kernel, grid, extra = _decode_split_kernel, (batch, num_kv_heads, splits), {}
-    if fp8_mode == FP8_MMA:
-        from kvserve.kernels.fp8_decode_attention import _fp8_decode_split_kernel as kernel
-
-        if cfg.heads_inner:
-            grid, extra = (num_kv_heads, batch, splits), {"HEADS_INNER": True}
-    kernel[grid](
-        q,
-        k_cache,
-        v_cache,
-        block_tables,
-        seq_lens,
-        part_out,
-        part_lse,
-        out,
-        counters,
-        *scale_args(kv_cache, kv_scales),
-        scale * math.log2(math.e),
-        q.stride(0),
-        q.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        block_tables.stride(0),
-        out.stride(0),
-        out.stride(1),
-        splits,
-        min_split,
+    # the bf16 kernel's own argument, or the FP8 kernel's scales
+    kernel, own_args = _decode_split_kernel, {"DOT_PRECISION": _dot_precision(q.dtype)}
+    if is_fp8_kv(kv_cache):
+        k_scale, v_scale = scale_args(kv_cache, kv_scales)
+        kernel, own_args = (
+            _fp8_decode_split_kernel,
+            {"k_scale_ptr": k_scale, "v_scale_ptr": v_scale},
+        )
+    kernel[(batch, num_kv_heads, splits)](
+        q_ptr=q,
+        k_cache_ptr=k_cache,
+        v_cache_ptr=v_cache,
+        block_tables_ptr=block_tables,
+        seq_lens_ptr=seq_lens,
+        part_out_ptr=part_out,
+        part_lse_ptr=part_lse,
+        out_ptr=out,
+        counter_ptr=counters,
+        scale_log2=scale * math.log2(math.e),
+        stride_qb=q.stride(0),
+        stride_qh=q.stride(1),
+        stride_cache_page=k_cache.stride(0),
+        stride_cache_tok=k_cache.stride(1),
+        stride_cache_head=k_cache.stride(2),
+        stride_bt=block_tables.stride(0),
+        stride_ob=out.stride(0),
+        stride_oh=out.stride(1),
+        num_splits=splits,
+        min_split=min_split,
         PAGE_SIZE=page_size,
         GROUP=group,
         BLOCK_H=max(16, next_pow2(group)),
         BLOCK_N=cfg.block_n,
         HEAD_DIM=head_dim,
         DIRECT=splits == 1,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        FP8=is_fp8_kv(kv_cache),
-        FP8_MODE=fp8_mode,
         FUSED_MERGE=fused,
         BLOCK_S=merge_block,
         EARLY_LOADS=early,
         LINE=line_elements(head_dim, kv_cache.element_size()),
-        **extra,
+        **own_args,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch_options(pdl),

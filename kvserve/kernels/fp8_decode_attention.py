@@ -1,24 +1,34 @@
 """Paged decode attention over an FP8 (e4m3) cache on FP8 tensor cores (Hopper's wgmma).
 
-The split kernel of ``decode_attention`` widens every FP8 tile to fp16 for ``mma.sync``: its
-values, the PV product's B operand in [tokens, D] order, are read back from shared memory a
-byte at a time, and the widening costs one conversion per two values. Here both products run
-on FP8 tensor cores with the tile on the wgmma's M side (swap-AB: a decode step has a GQA
-group's few query rows, and wgmma needs 64):
+Both products run on FP8 tensor cores with the tile on the wgmma's M side (swap-AB: a decode
+step has a GQA group's few query rows, and wgmma needs 64):
 
-    S^T [N, G] = K [N, D] @ Q8^T [D, G]        (K-major: the keys' D values are contiguous)
-    O^T [D, G] += V^T [D, N] @ P8^T [N, G]     (K-major only if V is stored dims-major)
+    S^T [N, G] = K [N, D] @ Q8^T [D, G]        (K-major: a key's D values are contiguous)
+    O^T [D, G] += V^T [D, N] @ P8^T [N, G]     (K-major because values are stored dims-major)
 
-So this kernel reads values stored dims-major (``V_DIMS_MAJOR``): a page holds, for each kv
-head, D runs of PAGE_SIZE tokens. q is quantized to e4m3 per row (its scale folded into the
-row's softmax scale) and p to e4m3 times ``P_SCALE`` (p is in [0, 1]: the factor keeps its
-small values out of e4m3's subnormals; undone with the value scale).
+The cache stores values dims-major (``store_kv_cache``): a page's run of one head is
+[D, page_size], so a tile of values is read a page at a time in memory order and is already the
+K-major operand. q is the sum of two e4m3 rows (hi and the rounding's remainder, each with its
+own scale): e4m3 alone would add about as much error to the scores as the keys' own rounding,
+and the second MMA is cheap. p is rounded to e4m3 times ``P_SCALE`` (p is in [0, 1]; the factor
+keeps its small values out of e4m3's subnormals, and is undone with the value scale). On the
+H200 this kernel's output is 0.0013 RMS from fp32 attention over the cache's own values, for
+outputs of RMS 0.09, where rounding the values into the cache alone costs 0.0043
+(fp8_kv_mma_h200_s45_pages_2026-12-03.json).
+
+The fp16-operand kernel this replaces read the values' [N, D] operand back from shared memory
+a byte at a time and widened every tile; it read long contexts at 72% of copy bandwidth, this
+one at 88% (``decode_attention.FP8_DECODE_CONFIG``).
+
+Launched by ``decode_attention.paged_decode_attention`` with the bf16 kernel's grid, splits and
+merge.
 """
 
 from __future__ import annotations
 
-from kvserve.kernels._triton import jit, pdl_release, pdl_wait, tl
-from kvserve.kernels.decode_attention import _first_tile_to_l2, _merge_if_last, normalize_rows
+from kvserve.kernels._triton import jit, pdl_release, pdl_wait, prefetch_l2, tl
+from kvserve.kernels.attention_partials import normalize_rows, store_split_output
+from kvserve.kernels.store_kv_cache import load_value_tile_t
 
 P_SCALE = tl.constexpr(256.0)
 E4M3_MAX = tl.constexpr(448.0)
@@ -28,7 +38,7 @@ E4M3_MAX = tl.constexpr(448.0)
 def _fp8_decode_split_kernel(
     q_ptr,
     k_cache_ptr,
-    v_cache_ptr,
+    v_cache_ptr,  # values dims-major: a page's run of a head is [HEAD_DIM, PAGE_SIZE]
     block_tables_ptr,
     seq_lens_ptr,
     part_out_ptr,
@@ -47,39 +57,32 @@ def _fp8_decode_split_kernel(
     stride_ob,
     stride_oh,
     num_splits,
-    min_split,
+    min_split,  # a multiple of BLOCK_N
     PAGE_SIZE: tl.constexpr,
     GROUP: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # a multiple of PAGE_SIZE
     HEAD_DIM: tl.constexpr,
     DIRECT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-    FP8: tl.constexpr,
-    FP8_MODE: tl.constexpr,
     USE_PDL: tl.constexpr,
     FUSED_MERGE: tl.constexpr,
     BLOCK_S: tl.constexpr,
     EARLY_LOADS: tl.constexpr,
-    LINE: tl.constexpr,
-    HEADS_INNER: tl.constexpr = False,  # grid (Hkv, B, S): a token's kv heads read together
+    LINE: tl.constexpr,  # cache bytes in a 128-byte line (at most HEAD_DIM)
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
-    if HEADS_INNER:
-        b = tl.program_id(1)
-        kv_head = tl.program_id(0)
-        num_kv_heads = tl.num_programs(0)
-    else:
-        b = tl.program_id(0)
-        kv_head = tl.program_id(1)
-        num_kv_heads = tl.num_programs(1)
+    b = tl.program_id(0)
+    kv_head = tl.program_id(1)
     split = tl.program_id(2)
+    num_kv_heads = tl.num_programs(1)
 
     seq_len = tl.load(seq_lens_ptr + b)
+    # As the bf16 kernel's splits, written so that the compiler sees start as a multiple of
+    # BLOCK_N (so of PAGE_SIZE: a tile's pages are whole)
     split_tiles = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N), min_split // BLOCK_N)
     split_len = split_tiles * BLOCK_N
-    start = split * split_tiles * BLOCK_N  # a multiple of BLOCK_N the compiler can see
+    start = split * split_tiles * BLOCK_N
     end = tl.minimum(start + split_len, seq_len)
     if split > 0 and start >= end:
         return
@@ -97,8 +100,6 @@ def _fp8_decode_split_kernel(
     heads = kv_head * GROUP + rows
     q_off = b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + dims[None, :]
     q = tl.load(q_ptr + q_off, mask=row_mask[:, None], other=0.0).to(tl.float32)
-    # q as the sum of two e4m3 rows, each with its own scale: e4m3 alone (3 mantissa bits) would
-    # add about as much error to the scores as the keys' own rounding (an extra MMA is cheap)
     q_hi, hi_scale = _to_e4m3_rows(q)
     q_lo, lo_scale = _to_e4m3_rows(q - q_hi.to(tl.float32) * hi_scale[:, None])
     q_hi_t, q_lo_t = tl.trans(q_hi), tl.trans(q_lo)  # [D, BLOCK_H]
@@ -108,13 +109,12 @@ def _fp8_decode_split_kernel(
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_acc = tl.zeros([BLOCK_N, BLOCK_H], tl.float32)  # summed over tokens once, at the end
     acc = tl.zeros([HEAD_DIM, BLOCK_H], tl.float32)  # O^T
-    v_head = kv_head * (HEAD_DIM * PAGE_SIZE)
     slots = tl.arange(0, PAGE_SIZE)
     for n0 in range(start, end, BLOCK_N):
         toks = n0 + tl.arange(0, BLOCK_N)
         tok_mask = toks < end
-        # A tile's pages, each read whole (the last page's slots past ``end`` hold finite
-        # values: the pool starts zeroed and stores saturate; they meet p = 0)
+        # A tile's pages, each read whole: the last page's slots past ``end`` hold finite values
+        # (the pool starts zeroed and stores saturate) that meet p = 0
         tile_pages = n0 // PAGE_SIZE + tl.arange(0, BLOCK_N // PAGE_SIZE)
         page_ok = tile_pages * PAGE_SIZE < end
         base = tl.load(table + tile_pages, mask=page_ok, other=0).to(tl.int64) * stride_cache_page
@@ -122,14 +122,10 @@ def _fp8_decode_split_kernel(
         k_rows = tl.multiple_of(tl.reshape(k_rows, (BLOCK_N,)), 16)
         k = tl.load(k_cache_ptr + k_rows[:, None] + dims[None, :], mask=tok_mask[:, None],
                     other=0.0)  # fmt: skip
-        # [pages, D, slots]: each page's 2 KB run read in memory order, then seen as [D, N]
-        v_run = dims[:, None] * PAGE_SIZE + slots[None, :]  # [D, slots]
-        v_ptrs = (base + v_head)[:, None, None] + v_run[None, :, :]
-        v3 = tl.load(v_cache_ptr + v_ptrs, mask=page_ok[:, None, None], other=0.0)
-        v_t = tl.reshape(tl.permute(v3, (1, 0, 2)), (HEAD_DIM, BLOCK_N))
+        v_t = load_value_tile_t(v_cache_ptr, base, kv_head, page_ok, PAGE_SIZE, HEAD_DIM)
         s_t = tl.dot(k, q_hi_t) * hi_scale[None, :] + tl.dot(k, q_lo_t) * lo_scale[None, :]
         s_t = tl.where(tok_mask[:, None], s_t, float("-inf"))  # [BLOCK_N, BLOCK_H]
-        m_new = tl.maximum(m_i, tl.max(s_t, 0))
+        m_new = tl.maximum(m_i, tl.max(s_t, 0))  # finite: every tile has a token
         alpha = tl.exp2(m_i - m_new)
         p_t = tl.exp2(s_t - m_new[None, :])
         l_acc = l_acc * alpha[None, :] + p_t
@@ -139,19 +135,11 @@ def _fp8_decode_split_kernel(
     pdl_release(USE_PDL)
     o, lse = normalize_rows(tl.trans(acc), m_i, tl.sum(l_acc, 0))
     o = o * (tl.load(v_scale_ptr) / P_SCALE)
-    if DIRECT:
-        out_off = b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dims[None, :]
-        tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
-    else:
-        part_row = (b.to(tl.int64) * num_kv_heads * GROUP + heads) * num_splits + split
-        tl.store(part_lse_ptr + part_row, lse, mask=row_mask)
-        part_ptrs = part_out_ptr + part_row[:, None] * HEAD_DIM + dims[None, :]
-        tl.store(part_ptrs, o, mask=row_mask[:, None])
-        if FUSED_MERGE:
-            _merge_if_last(
-                part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads,
-                seq_len, split_len, num_splits, stride_ob, stride_oh, GROUP, BLOCK_S, HEAD_DIM,
-            )  # fmt: skip
+    store_split_output(
+        o, lse, part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads,
+        heads, row_mask, seq_len, split, split_len, num_splits, stride_ob, stride_oh, GROUP,
+        HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
+    )  # fmt: skip
 
 
 @jit
@@ -160,3 +148,25 @@ def _to_e4m3_rows(x):
     amax = tl.max(tl.abs(x), 1)
     scale = tl.where(amax > 0, amax / E4M3_MAX, 1.0)
     return (x / scale[:, None]).to(tl.float8e4nv), scale
+
+
+@jit
+def _first_tile_to_l2(
+    k_cache_ptr, v_cache_ptr, table, start, end, kv_head, stride_cache_page, stride_cache_tok,
+    stride_cache_head, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+    LINE: tl.constexpr,
+):  # fmt: skip
+    """Ask L2 for a split's first tile before the dependent-launch wait (as the bf16 kernel's
+    ``decode_attention._first_tile_to_l2``): its keys' lines, and each page's run of values."""
+    tile_pages = start // PAGE_SIZE + tl.arange(0, BLOCK_N // PAGE_SIZE)
+    page_ok = tile_pages * PAGE_SIZE < end
+    base = tl.load(table + tile_pages, mask=page_ok, other=0).to(tl.int64) * stride_cache_page
+    key_rows = base[:, None] + tl.arange(0, PAGE_SIZE)[None, :] * stride_cache_tok
+    key_lines = key_rows + kv_head * stride_cache_head
+    prefetch_l2(
+        k_cache_ptr + key_lines[:, :, None] + tl.arange(0, HEAD_DIM // LINE)[None, None, :] * LINE,
+        page_ok[:, None, None],
+    )
+    run = base + kv_head * (HEAD_DIM * PAGE_SIZE)  # [pages]: a run of HEAD_DIM * PAGE_SIZE bytes
+    value_lines = tl.arange(0, HEAD_DIM * PAGE_SIZE // 128) * 128
+    prefetch_l2(v_cache_ptr + run[:, None] + value_lines[None, :], page_ok[:, None])

@@ -30,12 +30,13 @@ from dataclasses import dataclass
 import torch
 
 from kvserve.kernels._triton import jit, next_pow2, require_triton, sm_count, tl
-from kvserve.kernels.decode_attention import merge_partials, normalize_rows
+from kvserve.kernels.attention_partials import merge_partials, normalize_rows
 from kvserve.kernels.store_kv_cache import (
     FP8_AS_FP16,
     KVScales,
     fp8_operand_mode,
     is_fp8_kv,
+    load_value_tile_t,
     scale_args,
 )
 
@@ -105,9 +106,10 @@ def _attend_tile(
     n0,
     q_pos,
     hi,
-    kv_head_off,
+    kv_head,
     stride_cache_page,
     stride_cache_tok,
+    stride_cache_head,
     scale_log2,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -115,6 +117,7 @@ def _attend_tile(
     MASKED: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
+    FP8: tl.constexpr,
 ):
     toks = n0 + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
@@ -123,13 +126,23 @@ def _attend_tile(
         page = tl.load(table + toks // PAGE_SIZE, mask=tok_mask, other=0).to(tl.int64)
     else:
         page = tl.load(table + toks // PAGE_SIZE).to(tl.int64)
-    kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok + kv_head_off
+    kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok
+    kv_off = kv_off + kv_head * stride_cache_head
     kv_ptrs = kv_off[:, None] + dims[None, :]  # [BLOCK_N, D]
     if MASKED:
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
-        v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
     else:
         k = tl.load(k_cache_ptr + kv_ptrs)
+    if FP8:
+        # values dims-major (store_kv_cache): read a page at a time; the last page's slots past
+        # ``hi`` are finite (the pool starts zeroed, stores saturate) and meet p = 0
+        tile_pages = n0 // PAGE_SIZE + tl.arange(0, BLOCK_N // PAGE_SIZE)
+        page_ok = tile_pages * PAGE_SIZE < hi
+        base = tl.load(table + tile_pages, mask=page_ok, other=0).to(tl.int64) * stride_cache_page
+        v = tl.trans(load_value_tile_t(v_cache_ptr, base, kv_head, page_ok, PAGE_SIZE, HEAD_DIM))
+    elif MASKED:
+        v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
+    else:
         v = tl.load(v_cache_ptr + kv_ptrs)
     k, v = k.to(q.dtype), v.to(q.dtype)  # no-ops unless the cache is FP8
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_M, N], unscaled
@@ -229,7 +242,7 @@ def _prefill_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     table = block_tables_ptr + b.to(tl.int64) * stride_bt
-    kv_head_off = (head // GROUP) * stride_cache_head
+    kv_head = head // GROUP
     lo = (ctx_len + start_m) // BLOCK_N * BLOCK_N
     hi = tl.minimum(ctx_len + start_m + BLOCK_M, seq_len)
     full_lo, full_hi = 0, lo
@@ -243,15 +256,15 @@ def _prefill_kernel(
         hi = tl.where(split == kv_splits - 1, hi, lo)
     for n0 in range(full_lo, full_hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(
-            q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
-            stride_cache_page, stride_cache_tok, scale_log2, PAGE_SIZE,
-            BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE,
+            q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head,
+            stride_cache_page, stride_cache_tok, stride_cache_head, scale_log2, PAGE_SIZE,
+            BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE, FP8,
         )  # fmt: skip
     for n0 in range(lo, hi, BLOCK_N):
         acc, m_i, l_i = _attend_tile(
-            q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head_off,
-            stride_cache_page, stride_cache_tok, scale_log2, PAGE_SIZE,
-            BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE,
+            q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head,
+            stride_cache_page, stride_cache_tok, stride_cache_head, scale_log2, PAGE_SIZE,
+            BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE, FP8,
         )  # fmt: skip
 
     o, lse = normalize_rows(acc, m_i, l_i)

@@ -34,11 +34,11 @@ from kvserve.kernels.rmsnorm import rms_norm_reference
 from kvserve.kernels.rotary import load_cos_sin, rotate_heads, rotate_reference
 from kvserve.kernels.store_kv_cache import (
     KVScales,
-    copy_heads,
     is_fp8_kv,
     load_inv_scales,
     scale_args,
     store_kv_cache_reference,
+    store_token_values,
 )
 
 
@@ -127,16 +127,18 @@ def _rotary_store_kv_kernel(
     )  # fmt: skip
     if slot >= 0:
         k_inv, v_inv = load_inv_scales(k_scale_ptr, v_scale_ptr, FP8)
-        dst = (slot // page_size) * stride_cache_page + (slot % page_size) * stride_cache_tok
+        page, in_page = slot // page_size, slot % page_size
+        dst = page * stride_cache_page + in_page * stride_cache_tok
         k_src = q_src + num_q_heads * HEAD_DIM
         v_src = k_src + num_kv_heads * HEAD_DIM
         rotate_heads(
             k_src, k_cache_ptr + dst, num_kv_heads, HEAD_DIM, stride_cache_head, cos, sin,
             BLOCK_HK, HALF, HEAD_DIM, k_norm_ptr, eps, k_inv, QK_NORM, FP8,
         )  # fmt: skip
-        copy_heads(
-            v_src, v_cache_ptr + dst, num_kv_heads, HEAD_DIM, stride_cache_head, v_inv,
-            BLOCK_HK, HEAD_DIM, FP8,
+        store_token_values(
+            v_src, v_cache_ptr, page, in_page, num_kv_heads, HEAD_DIM, page_size,
+            stride_cache_page, stride_cache_tok, stride_cache_head, v_inv, BLOCK_HK, HEAD_DIM,
+            FP8,
         )  # fmt: skip
 
 

@@ -7,6 +7,13 @@ on T.
 An FP8 (e4m3) cache holds ``value / scale`` with one scale per layer for keys and one for values
 (``KVScales``: 1-element fp32 tensors, read on the device so CUDA graphs see later changes);
 values beyond e4m3's range are clamped to +-448 rather than turned into NaN.
+
+An FP8 cache stores each page's values dims-major: the page's bytes of ``kv_cache[1]`` hold
+[Hkv, D, page_size] (a head's tokens of one dimension together), where keys, and both halves of a
+bf16 cache, hold [page_size, Hkv, D]. That is the order in which the FP8 decode kernel's PV
+product reads its operand on FP8 tensor cores (``fp8_decode_attention``). ``cache_values`` is
+the values half seen as [num_pages, page_size, Hkv, D] whatever its order; whole-page copies
+(host tier, KV transfer) need no change.
 """
 
 from __future__ import annotations
@@ -58,6 +65,20 @@ def gather_kv_rows(cache: torch.Tensor, index: torch.Tensor, dim: int = 0) -> to
     return raw_kv(cache).index_select(dim, index).view(cache.dtype)
 
 
+def values_dims_major(kv_cache: torch.Tensor) -> bool:
+    """Whether the cache stores each page's values dims-major (module docstring)."""
+    return is_fp8_kv(kv_cache)
+
+
+def cache_values(kv_cache: torch.Tensor) -> torch.Tensor:
+    """The values half as [num_pages, page_size, Hkv, D], a view of the cache's memory."""
+    values = kv_cache[1]
+    if not values_dims_major(kv_cache):
+        return values
+    num_pages, page_size, num_kv_heads, head_dim = values.shape
+    return values.view(num_pages, num_kv_heads, head_dim, page_size).permute(0, 3, 1, 2)
+
+
 def check_kv_scales(kv_cache: torch.Tensor, kv_scales: KVScales | None) -> None:
     if is_fp8_kv(kv_cache) and kv_scales is None:
         raise ValueError("an FP8 KV cache needs its layer's k/v scales")
@@ -72,11 +93,11 @@ def store_kv_cache_reference(
 ) -> None:
     """Store new keys/values at their flat cache slots."""
     check_kv_scales(kv_cache, kv_scales)
-    num_kv_heads, head_dim = kv_cache.shape[-2:]
-    for i, x in ((0, k), (1, v)):
+    page_size = kv_cache.shape[2]
+    pages, slots = slot_mapping // page_size, slot_mapping % page_size
+    for i, (x, dst) in enumerate(((k, kv_cache[0]), (v, cache_values(kv_cache)))):
         stored = encode_kv_reference(x, kv_scales[i], kv_cache.dtype) if kv_scales else x
-        dst = raw_kv(kv_cache[i]).view(-1, num_kv_heads, head_dim)
-        dst.index_copy_(0, slot_mapping, raw_kv(stored.to(kv_cache.dtype)))
+        raw_kv(dst)[pages, slots] = raw_kv(stored.to(kv_cache.dtype))
 
 
 @jit
@@ -98,6 +119,7 @@ def copy_heads(
     BLOCK_H: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     FP8: tl.constexpr,
+    dst_stride_d=1,
 ):
     """Copy ``num_heads`` heads of one token from ``src`` to ``dst`` (cast to dst's dtype;
     times ``inv_scale`` when ``FP8``)."""
@@ -105,25 +127,48 @@ def copy_heads(
     dims = tl.arange(0, HEAD_DIM)
     mask = (heads < num_heads)[:, None]
     x = tl.load(src_ptr + heads[:, None] * src_stride_h + dims[None, :], mask=mask)
-    dst = dst_ptr + heads[:, None] * dst_stride_h + dims[None, :]
+    dst = dst_ptr + heads[:, None] * dst_stride_h + dims[None, :] * dst_stride_d
     tl.store(dst, encode_kv(x, inv_scale, FP8).to(dst_ptr.dtype.element_ty), mask=mask)
 
 
-# How the attention kernels widen FP8 cache tiles into MMA operands (``.to(q's dtype)``). On the
-# H200 (benchmarks/fp8_kv_decode.py, 32 x 32K) fp16 operands beat Triton's e4m3->bf16 conversion
-# by 1.16x; bf16 assembled from the bits and FP8 MMAs (q and p in e4m3) were measured and were no
-# faster, so neither is kept. Triton widens after the shared-memory load, where V (the MMA's B
-# operand in [K, N] order) is read a byte at a time; widening in PTX before shared memory (fp16
-# tiles read with ldmatrix) halves the decode loop's instructions but ran at 0.73x of this
-# (32 x 32K, 2026-12-02, fp8_kv_decode_h200_sweep_page), so that was not kept either. Values
-# stored dims-major in the cache (a page's 16 tokens of one dimension together: the PV product's
-# operand K-contiguous, read with 16-byte copies and ldmatrix, no LDS.U8; 24% fewer instructions
-# a tile) were faster only at 256 x 1K (179-198 against 230 us) and slower at 32 x 32K (766-803
-# against 673 us) and at 64 x 1K and 8 x 4K (93c7d62, fp8_kv_v_layout_h200_s40), so the cache
-# layout stays one for both dtypes.
+@jit
+def store_token_values(
+    src_ptr, v_cache_ptr, page, slot, num_heads, src_stride_h, page_size, stride_cache_page,
+    stride_cache_tok, stride_cache_head, inv_scale, BLOCK_H: tl.constexpr,
+    HEAD_DIM: tl.constexpr, FP8: tl.constexpr,
+):  # fmt: skip
+    """One token's values into its page: token-major, or dims-major in an FP8 cache (the
+    module docstring; one byte a dimension, ``page_size`` apart)."""
+    page_ptr = v_cache_ptr + page * stride_cache_page
+    if FP8:
+        copy_heads(src_ptr, page_ptr + slot, num_heads, src_stride_h, HEAD_DIM * page_size,
+                   inv_scale, BLOCK_H, HEAD_DIM, FP8, page_size)  # fmt: skip
+    else:
+        copy_heads(src_ptr, page_ptr + slot * stride_cache_tok, num_heads, src_stride_h,
+                   stride_cache_head, inv_scale, BLOCK_H, HEAD_DIM, FP8)  # fmt: skip
+
+
+@jit
+def load_value_tile_t(
+    v_cache_ptr, page_base, kv_head, page_ok, PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+):  # fmt: skip
+    """The values of a tile's pages from a dims-major cache as [D, pages * PAGE_SIZE] (token j
+    of the tile in column j). ``page_base``: each page's offset, [pages]; a page that is not
+    ``page_ok`` reads zeros. Each page's run of its head ([D, PAGE_SIZE], contiguous) is read in
+    memory order (whole sectors), then seen as [D, N]."""
+    dims = tl.arange(0, HEAD_DIM)
+    run = dims[:, None] * PAGE_SIZE + tl.arange(0, PAGE_SIZE)[None, :]  # [D, slots]
+    ptrs = (page_base + kv_head * (HEAD_DIM * PAGE_SIZE))[:, None, None] + run[None, :, :]
+    tiles = tl.load(v_cache_ptr + ptrs, mask=page_ok[:, None, None], other=0.0)
+    return tl.reshape(tl.permute(tiles, (1, 0, 2)), (HEAD_DIM, page_base.shape[0] * PAGE_SIZE))
+
+
+# How the prefill kernel widens FP8 cache tiles into MMA operands (``.to(q's dtype)``; decode
+# runs on FP8 tensor cores instead: fp8_decode_attention). On the H200 (benchmarks/
+# fp8_kv_decode.py, 32 x 32K decode, when decode widened too) fp16 operands beat Triton's
+# e4m3->bf16 conversion by 1.16x.
 FP8_AS_QDTYPE = 0  # Triton's conversion to q's dtype (the only choice for fp32 q)
 FP8_AS_FP16 = 1  # fp16 operands, q and p cast to fp16 (one cvt per two values on sm_89+)
-FP8_MMA = 2  # decode only: FP8 tensor cores, values stored dims-major (fp8_decode_attention)
 
 
 def fp8_operand_mode(mode: int, q_dtype: torch.dtype) -> int:
@@ -169,15 +214,16 @@ def _store_kv_cache_kernel(
     if slot < 0:
         return
     k_inv, v_inv = load_inv_scales(k_scale_ptr, v_scale_ptr, FP8)
-    dst = (slot // page_size) * stride_cache_page + (slot % page_size) * stride_cache_tok
-    k_src, k_dst = k_ptr + t * stride_kt, k_cache_ptr + dst
-    v_src, v_dst = v_ptr + t * stride_vt, v_cache_ptr + dst
+    page, in_page = slot // page_size, slot % page_size
+    k_dst = k_cache_ptr + page * stride_cache_page + in_page * stride_cache_tok
     copy_heads(
-        k_src, k_dst, num_kv_heads, stride_kh, stride_cache_head, k_inv, BLOCK_H, HEAD_DIM, FP8
-    )
-    copy_heads(
-        v_src, v_dst, num_kv_heads, stride_vh, stride_cache_head, v_inv, BLOCK_H, HEAD_DIM, FP8
-    )
+        k_ptr + t * stride_kt, k_dst, num_kv_heads, stride_kh, stride_cache_head, k_inv, BLOCK_H,
+        HEAD_DIM, FP8,
+    )  # fmt: skip
+    store_token_values(
+        v_ptr + t * stride_vt, v_cache_ptr, page, in_page, num_kv_heads, stride_vh, page_size,
+        stride_cache_page, stride_cache_tok, stride_cache_head, v_inv, BLOCK_H, HEAD_DIM, FP8,
+    )  # fmt: skip
 
 
 def scale_args(kv_cache: torch.Tensor, kv_scales: KVScales | None) -> tuple[torch.Tensor, ...]:

@@ -24,9 +24,11 @@ from kvserve.config import ModelConfig
 from kvserve.kernels.store_kv_cache import (
     FP8_KV_DTYPE,
     KVScales,
+    cache_values,
     decode_kv_reference,
-    encode_kv_reference,
+    gather_kv_rows,
     raw_kv,
+    store_kv_cache_reference,
 )
 from kvserve.kv_layout import (
     FP8_KV_CACHE_DTYPES,
@@ -135,20 +137,18 @@ class KVPool:
     def store(self, idx: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
         """Write keys/values ``[T, Hkv, D]`` of layer ``idx`` at flat ``slots`` (all >= 0),
         divided by the layer's scales and rounded to the pool's dtype."""
-        heads = self.geometry.layer_shape[-2:]
-        for i, x, scale in ((0, k, self.k_scales[idx]), (1, v, self.v_scales[idx])):
-            stored = encode_kv_reference(x, scale, self.dtype)
-            raw_kv(self.layers[idx][i]).view(-1, *heads).index_copy_(0, slots, raw_kv(stored))
+        scales = (self.k_scales[idx], self.v_scales[idx])
+        store_kv_cache_reference(k, v, self.layers[idx], slots, scales)
 
     def load(
         self, idx: int, page_ids: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of layer ``idx`` in ``page_ids``, ``[n * page_size, Hkv, D]`` each,
         times the layer's scales, in ``dtype``."""
-        cache, heads = self.layers[idx], self.geometry.layer_shape[-2:]
+        cache, scales = self.layers[idx], (self.k_scales[idx], self.v_scales[idx])
         out = []
-        for i, scale in ((0, self.k_scales[idx]), (1, self.v_scales[idx])):
-            x = raw_kv(cache[i]).index_select(0, page_ids).view(self.dtype).reshape(-1, *heads)
+        for half, scale in zip((cache[0], cache_values(cache)), scales, strict=True):
+            x = gather_kv_rows(half, page_ids).flatten(0, 1)
             out.append(decode_kv_reference(x, scale, dtype))
         return out[0], out[1]
 

@@ -29,7 +29,11 @@ from kvserve.errors import ConfigError
 from kvserve.kernels._triton import hopper_or_newer
 from kvserve.kernels.options import KernelOptions
 from kvserve.kv_layout import pages_for
-from kvserve.layers.attention import create_attention_backend, create_prefill_library
+from kvserve.layers.attention import (
+    check_kv_cache_dtype_on_device,
+    create_attention_backend,
+    create_prefill_library,
+)
 from kvserve.layers.attention.cudnn_prefill import GraphDims
 from kvserve.layers.sampler import Sampler, SamplerOutput
 from kvserve.models.forward_context import ForwardContext
@@ -67,6 +71,7 @@ class ModelRunner:
             model_config.head_dim, graph_dims,
         )  # fmt: skip
         self.backend = create_attention_backend(config.attention_backend, device, pdl, prefill)
+        check_kv_cache_dtype_on_device(kv_dtype, self.backend.name, device)
         # Chosen once: the layers with a Triton kernel run it with the triton backend.
         self.kernels = KernelOptions(triton=self.backend.name == "triton", pdl=pdl)
         quant = resolve_quantization(model_config.quantization, config.quantization)

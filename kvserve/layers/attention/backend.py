@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from kvserve.errors import ConfigError
-from kvserve.kernels.store_kv_cache import KVScales
+from kvserve.kernels.store_kv_cache import FP8_KV_DTYPE, KVScales
 from kvserve.layers.attention.metadata import AttentionMetadata
 
 if TYPE_CHECKING:
@@ -64,6 +64,22 @@ def create_attention_backend(
 
         return TritonAttentionBackend(pdl, prefill)
     raise ConfigError(f"unknown attention backend {name!r} (choose auto, torch or triton)")
+
+
+def check_kv_cache_dtype_on_device(
+    kv_dtype: torch.dtype, backend_name: str, device: torch.device
+) -> None:
+    """Refuse an FP8 KV cache where the triton backend cannot read it: its decode kernel runs
+    on FP8 tensor cores (``fp8_decode_attention``), compute capability 8.9 and above."""
+    if kv_dtype != FP8_KV_DTYPE or backend_name != "triton":
+        return
+    cc = torch.cuda.get_device_capability(device)
+    if cc < (8, 9):
+        raise ConfigError(
+            f"--kv-cache-dtype fp8 with the triton attention backend needs FP8 tensor cores "
+            f"(compute capability 8.9+); {torch.cuda.get_device_name(device)} is "
+            f"{cc[0]}.{cc[1]}: use --kv-cache-dtype auto, or --attention-backend torch"
+        )
 
 
 def create_prefill_library(
