@@ -216,7 +216,8 @@ def test_backend_on_fp8_cache_matches_torch_backend(dtype: torch.dtype, case_idx
     out = TritonAttentionBackend().forward(b.q, b.k, b.v, b.kv_cache, b.meta, scale, scales())
     assert torch.equal(raw_kv(b.kv_cache), raw_kv(ref_cache))
     decodes = b.meta.num_leading_decodes  # the decode kernel's rows: FP8 tensor cores, e4m3 p
-    assert_fp8_decode_close(out[:decodes], ref[:decodes])
+    if decodes:
+        assert_fp8_decode_close(out[:decodes], ref[:decodes])
     assert_close(out[decodes:], ref[decodes:], dtype)
 
 
