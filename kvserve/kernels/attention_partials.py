@@ -1,12 +1,40 @@
-"""Split-K attention's partial outputs: the online-softmax state turned into an output row and
-its log-sum-exp, the partials written by each split, and their merge (by a second kernel or by
-the split that arrives last). Shared by the decode kernels (bf16 and FP8) and the prefill
-kernel."""
+"""Split-K attention's shared pieces: a decode split's token range and its kv head's query
+rows, the online-softmax state turned into an output row and its log-sum-exp, the partials
+written by each split, and their merge (by a second kernel or by the split that arrives last).
+Shared by the decode kernels (bf16 and FP8) and the prefill kernel."""
 
 from __future__ import annotations
 
 from kvserve.kernels._triton import jit, tl
 from kvserve.kernels.skinny_gemm import arrive
+
+
+@jit
+def split_range(seq_lens_ptr, b, split, num_splits, min_split, BLOCK_N: tl.constexpr):
+    """Sequence ``b``'s length, and split ``split``'s length and token range [start, end): the
+    sequence cut into num_splits runs of whole tiles, none shorter than ``min_split`` (a multiple
+    of BLOCK_N). A short sequence fills only its first few splits; the others get start >= end.
+    start is written as a multiple of BLOCK_N that the compiler can see."""
+    seq_len = tl.load(seq_lens_ptr + b)
+    split_tiles = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N), min_split // BLOCK_N)
+    start = split * split_tiles * BLOCK_N
+    split_len = split_tiles * BLOCK_N
+    return seq_len, split_len, start, tl.minimum(start + split_len, seq_len)
+
+
+@jit
+def load_group_rows(
+    q_ptr, b, kv_head, stride_qb, stride_qh, GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):  # fmt: skip
+    """The GROUP query rows of kv head ``kv_head`` (row r is query head kv_head * GROUP + r),
+    zeros past GROUP: (q [BLOCK_H, D], their query heads, the row mask)."""
+    rows = tl.arange(0, BLOCK_H)
+    dims = tl.arange(0, HEAD_DIM)
+    row_mask = rows < GROUP
+    heads = kv_head * GROUP + rows
+    q_off = b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + dims[None, :]
+    return tl.load(q_ptr + q_off, mask=row_mask[:, None], other=0.0), heads, row_mask
 
 
 @jit

@@ -33,7 +33,12 @@ from kvserve.kernels._triton import (
     sm_count,
     tl,
 )
-from kvserve.kernels.attention_partials import merge_partials, normalize_rows, store_split_output
+from kvserve.kernels.attention_partials import (
+    load_group_rows,
+    merge_partials,
+    normalize_rows,
+    store_split_output,
+)
 from kvserve.kernels.fp8_decode_attention import _fp8_decode_split_kernel
 from kvserve.kernels.skinny_gemm import _arrival_counters
 from kvserve.kernels.store_kv_cache import KVScales, is_fp8_kv, scale_args
@@ -127,8 +132,8 @@ def _decode_split_kernel(
     num_kv_heads = tl.num_programs(1)
 
     seq_len = tl.load(seq_lens_ptr + b)
-    # The sequence cut into num_splits runs of whole tiles: a short one fills only its first
-    # few splits, and the programs of the others exit at once.
+    # As attention_partials.split_range, but in the form this kernel was measured in (its start
+    # is not seen as a multiple of BLOCK_N; with it the sm_90 loop changes, unmeasured)
     split_len = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N, min_split)
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
@@ -142,12 +147,10 @@ def _decode_split_kernel(
         )  # fmt: skip
         pdl_wait(USE_PDL)
 
-    rows = tl.arange(0, BLOCK_H)  # row r = query head kv_head * GROUP + r
+    q, heads, row_mask = load_group_rows(
+        q_ptr, b, kv_head, stride_qb, stride_qh, GROUP, BLOCK_H, HEAD_DIM
+    )
     dims = tl.arange(0, HEAD_DIM)
-    row_mask = rows < GROUP
-    heads = kv_head * GROUP + rows
-    q_off = b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + dims[None, :]
-    q = tl.load(q_ptr + q_off, mask=row_mask[:, None], other=0.0)  # [BLOCK_H, D]
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)

@@ -27,7 +27,12 @@ merge.
 from __future__ import annotations
 
 from kvserve.kernels._triton import jit, pdl_release, pdl_wait, prefetch_l2, tl
-from kvserve.kernels.attention_partials import normalize_rows, store_split_output
+from kvserve.kernels.attention_partials import (
+    load_group_rows,
+    normalize_rows,
+    split_range,
+    store_split_output,
+)
 from kvserve.kernels.store_kv_cache import load_value_tile_t
 
 P_SCALE = tl.constexpr(256.0)
@@ -77,13 +82,10 @@ def _fp8_decode_split_kernel(
     split = tl.program_id(2)
     num_kv_heads = tl.num_programs(1)
 
-    seq_len = tl.load(seq_lens_ptr + b)
-    # As the bf16 kernel's splits, written so that the compiler sees start as a multiple of
-    # BLOCK_N (so of PAGE_SIZE: a tile's pages are whole)
-    split_tiles = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N), min_split // BLOCK_N)
-    split_len = split_tiles * BLOCK_N
-    start = split * split_tiles * BLOCK_N
-    end = tl.minimum(start + split_len, seq_len)
+    # start a multiple of BLOCK_N that the compiler sees, so of PAGE_SIZE: a tile's pages are whole
+    seq_len, split_len, start, end = split_range(
+        seq_lens_ptr, b, split, num_splits, min_split, BLOCK_N
+    )
     if split > 0 and start >= end:
         return
     table = block_tables_ptr + b.to(tl.int64) * stride_bt
@@ -94,12 +96,11 @@ def _fp8_decode_split_kernel(
         )  # fmt: skip
         pdl_wait(USE_PDL)
 
-    rows = tl.arange(0, BLOCK_H)
+    q, heads, row_mask = load_group_rows(
+        q_ptr, b, kv_head, stride_qb, stride_qh, GROUP, BLOCK_H, HEAD_DIM
+    )
+    q = q.to(tl.float32)
     dims = tl.arange(0, HEAD_DIM)
-    row_mask = rows < GROUP
-    heads = kv_head * GROUP + rows
-    q_off = b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + dims[None, :]
-    q = tl.load(q_ptr + q_off, mask=row_mask[:, None], other=0.0).to(tl.float32)
     q_hi, hi_scale = _to_e4m3_rows(q)
     q_lo, lo_scale = _to_e4m3_rows(q - q_hi.to(tl.float32) * hi_scale[:, None])
     q_hi_t, q_lo_t = tl.trans(q_hi), tl.trans(q_lo)  # [D, BLOCK_H]
