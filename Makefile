@@ -21,17 +21,20 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# The low-bit GEMM/GEMV and FP8 KV-cache kernels' GPU tests that Triton's interpreter runs on a
-# CPU (about five minutes on two cores): their indexing, masking and split-K logic, and the FP8
-# cache's value order, against the torch references.
+# The low-bit GEMM/GEMV, FP8 KV-cache and decode-attention kernels' GPU tests that Triton's
+# interpreter runs on a CPU (about seven minutes on two cores): their indexing, masking and
+# split-K logic, and the FP8 cache's value order, against the torch references.
 INTERPRETED_KERNEL_TESTS := tests/gpu/test_word_gemv.py tests/gpu/test_skinny_gemm.py \
 	tests/gpu/test_fp8_skinny_gemm.py tests/gpu/test_fused_moe.py \
-	tests/gpu/test_fused_moe_quant.py tests/gpu/test_fp4_gemm.py tests/gpu/test_fp8_kv_kernels.py
+	tests/gpu/test_fused_moe_quant.py tests/gpu/test_fp4_gemm.py tests/gpu/test_fp8_kv_kernels.py \
+	tests/gpu/test_attention_kernels.py
 # all of them but the FP4 GEMM's slowest cases (whole Llama shapes, every candidate config, and
-# its GEMV cases, which test_word_gemv covers) and the bf16 MoE's 256- and 512-token steps
+# its GEMV cases, which test_word_gemv covers), the bf16 MoE's 256- and 512-token steps, and the
+# attention tests other than decode (prefill's take longer than the rest together)
 INTERPRETED_SELECTION := (not test_fp4_gemm or (matches_reference and not gemv) or refused \
 	or bias or deterministic or more_splits) \
-	and not (test_fused_moe_matches_reference and (-256- or -512-))
+	and not (test_fused_moe_matches_reference and (-256- or -512-)) \
+	and (not test_attention_kernels or decode)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q -ra
