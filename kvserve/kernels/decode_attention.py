@@ -76,9 +76,11 @@ class DecodeConfig:
 # the fused merge, and splits for 4 programs an SM, the kernel's occupancy (114 registers): a
 # grid that is not a whole number of waves leaves SMs idle for its last one (ncu: the earlier
 # fp16-operand kernel at 3 programs an SM ran 2.59 waves at 32 x 32K). On the H200, one layer of
-# Llama-3-8B heads, graph-timed (fp8_kv_mma_h200_s45_pages_2026-12-03.json): 32 x 32K and
-# 8 x 128K in 570 us (88% of copy, 1.72x bf16's speed), 64 x 1K in 43 us, 256 x 1K in 156 us,
-# against the fp16-operand kernel's 694 / 708 / 70 / 236 us.
+# Llama-3-8B heads, graph-timed (fp8_kv_decode_h200_s45_final_2026-12-03.json): 32 x 32K and
+# 8 x 128K in 559 / 558 us (90% of copy, 1.72x bf16's speed in the same run), 64 x 1K in 42 us,
+# 256 x 1K in 153 us, against the fp16-operand kernel's 694 / 708 / 70 / 236 us
+# (fp8_kv_mma_h200_s45_pages_2026-12-03.json). 128-token tiles at 6 an SM read long contexts
+# in 541 us but 1K-4K ones slower (56 / 38 / 165 us at 64 x 1K / 8 x 4K / 256 x 1K).
 FP8_DECODE_CONFIG = DecodeConfig(
     block_n=64, num_warps=4, num_stages=3, programs_per_sm=4, fused_merge=True
 )

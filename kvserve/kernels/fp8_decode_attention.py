@@ -33,7 +33,7 @@ from kvserve.kernels.attention_partials import (
     split_range,
     store_split_output,
 )
-from kvserve.kernels.store_kv_cache import load_value_tile_t
+from kvserve.kernels.store_kv_cache import load_value_tile_t, tile_pages
 
 P_SCALE = tl.constexpr(256.0)
 E4M3_MAX = tl.constexpr(448.0)
@@ -114,11 +114,7 @@ def _fp8_decode_split_kernel(
     for n0 in range(start, end, BLOCK_N):
         toks = n0 + tl.arange(0, BLOCK_N)
         tok_mask = toks < end
-        # A tile's pages, each read whole: the last page's slots past ``end`` hold finite values
-        # (the pool starts zeroed and stores saturate) that meet p = 0
-        tile_pages = n0 // PAGE_SIZE + tl.arange(0, BLOCK_N // PAGE_SIZE)
-        page_ok = tile_pages * PAGE_SIZE < end
-        base = tl.load(table + tile_pages, mask=page_ok, other=0).to(tl.int64) * stride_cache_page
+        base, page_ok = tile_pages(table, n0, end, stride_cache_page, PAGE_SIZE, BLOCK_N)
         k_rows = base[:, None] + slots[None, :] * stride_cache_tok + kv_head * stride_cache_head
         k_rows = tl.multiple_of(tl.reshape(k_rows, (BLOCK_N,)), 16)
         k = tl.load(k_cache_ptr + k_rows[:, None] + dims[None, :], mask=tok_mask[:, None],
@@ -159,9 +155,7 @@ def _first_tile_to_l2(
 ):  # fmt: skip
     """Ask L2 for a split's first tile before the dependent-launch wait (as the bf16 kernel's
     ``decode_attention._first_tile_to_l2``): its keys' lines, and each page's run of values."""
-    tile_pages = start // PAGE_SIZE + tl.arange(0, BLOCK_N // PAGE_SIZE)
-    page_ok = tile_pages * PAGE_SIZE < end
-    base = tl.load(table + tile_pages, mask=page_ok, other=0).to(tl.int64) * stride_cache_page
+    base, page_ok = tile_pages(table, start, end, stride_cache_page, PAGE_SIZE, BLOCK_N)
     key_rows = base[:, None] + tl.arange(0, PAGE_SIZE)[None, :] * stride_cache_tok
     key_lines = key_rows + kv_head * stride_cache_head
     prefetch_l2(

@@ -38,6 +38,7 @@ from kvserve.kernels.store_kv_cache import (
     is_fp8_kv,
     load_value_tile_t,
     scale_args,
+    tile_pages,
 )
 
 
@@ -133,12 +134,8 @@ def _attend_tile(
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
     else:
         k = tl.load(k_cache_ptr + kv_ptrs)
-    if FP8:
-        # values dims-major (store_kv_cache): read a page at a time; the last page's slots past
-        # ``hi`` are finite (the pool starts zeroed, stores saturate) and meet p = 0
-        tile_pages = n0 // PAGE_SIZE + tl.arange(0, BLOCK_N // PAGE_SIZE)
-        page_ok = tile_pages * PAGE_SIZE < hi
-        base = tl.load(table + tile_pages, mask=page_ok, other=0).to(tl.int64) * stride_cache_page
+    if FP8:  # values dims-major (store_kv_cache): read a page at a time
+        base, page_ok = tile_pages(table, n0, hi, stride_cache_page, PAGE_SIZE, BLOCK_N)
         v = tl.trans(load_value_tile_t(v_cache_ptr, base, kv_head, page_ok, PAGE_SIZE, HEAD_DIM))
     elif MASKED:
         v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)

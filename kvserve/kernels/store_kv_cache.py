@@ -65,15 +65,11 @@ def gather_kv_rows(cache: torch.Tensor, index: torch.Tensor, dim: int = 0) -> to
     return raw_kv(cache).index_select(dim, index).view(cache.dtype)
 
 
-def values_dims_major(kv_cache: torch.Tensor) -> bool:
-    """Whether the cache stores each page's values dims-major (module docstring)."""
-    return is_fp8_kv(kv_cache)
-
-
 def cache_values(kv_cache: torch.Tensor) -> torch.Tensor:
-    """The values half as [num_pages, page_size, Hkv, D], a view of the cache's memory."""
+    """The values half as [num_pages, page_size, Hkv, D], a view of the cache's memory (an FP8
+    cache's are stored dims-major: module docstring)."""
     values = kv_cache[1]
-    if not values_dims_major(kv_cache):
+    if not is_fp8_kv(kv_cache):
         return values
     num_pages, page_size, num_kv_heads, head_dim = values.shape
     return values.view(num_pages, num_kv_heads, head_dim, page_size).permute(0, 3, 1, 2)
@@ -146,6 +142,18 @@ def store_token_values(
     else:
         copy_heads(src_ptr, page_ptr + slot * stride_cache_tok, num_heads, src_stride_h,
                    stride_cache_head, inv_scale, BLOCK_H, HEAD_DIM, FP8)  # fmt: skip
+
+
+@jit
+def tile_pages(table, n0, end, stride_cache_page, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The pages of the tile of tokens [n0, n0 + BLOCK_N) (n0 a multiple of PAGE_SIZE): each
+    page's offset in the cache, [BLOCK_N // PAGE_SIZE] (0 past ``end``), and whether it holds a
+    token before ``end``. A tile read page by page reads its last page whole: the slots past
+    ``end`` hold finite values (the pool starts zeroed and stores saturate) that meet p = 0."""
+    pages = n0 // PAGE_SIZE + tl.arange(0, BLOCK_N // PAGE_SIZE)
+    page_ok = pages * PAGE_SIZE < end
+    base = tl.load(table + pages, mask=page_ok, other=0).to(tl.int64) * stride_cache_page
+    return base, page_ok
 
 
 @jit
