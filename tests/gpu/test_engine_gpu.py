@@ -8,6 +8,9 @@ logits are peaked and greedy choices do not hinge on rounding.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,14 +18,15 @@ import torch.nn.functional as F
 from kvserve.engine.config_builder import build_engine_config
 from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.engine_core import EngineCore
-from kvserve.engine.runner.input_batch import build_model_inputs
 from kvserve.errors import ConfigError
 from kvserve.layers import moe as moe_layer
 from kvserve.models.decoder import Attention
-from kvserve.models.forward_context import ForwardContext
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("triton")
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "quant"))
+from fp8_helpers import step_logits  # noqa: E402
 
 PROMPTS = [list(range(3, 40)), [7] * 5, list(range(500, 800, 3)), [11, 12] * 40]
 
@@ -193,18 +197,13 @@ def test_kv_cache_sized_from_memory_fraction(tmp_path) -> None:
 
 def _forced_logits(core: EngineCore, prompt: list[int], forced: list[int]) -> torch.Tensor:
     """float32 logits of the prompt's last position, then of one decode step per token of
-    ``forced`` fed in turn: the engine's scheduler, paged KV cache and attention backend, with
-    the model called directly (eager)."""
+    ``forced`` fed in turn (``fp8_helpers.step_logits``: eager)."""
     params = SamplingParams(temperature=0, max_tokens=len(forced) + 1, ignore_eos=True)
     core.add_request("r", prompt, params)
     rows = []
     for token in [*forced, None]:
-        plan = core.scheduler.schedule()
-        inputs = build_model_inputs(plan, core.runner.page_size, core.device)
-        ctx = ForwardContext(inputs.meta, core.runner.kv, core.runner.backend)
-        with torch.inference_mode():
-            hidden = core.runner.model(inputs.token_ids, inputs.positions, ctx)
-            rows.append(core.runner.model.compute_logits(hidden)[-1].float().cpu())
+        plan, logits = step_logits(core)
+        rows.append(logits[-1].float().cpu())
         if token is not None:
             core.scheduler.update(plan, {"r": token})
     return torch.stack(rows)

@@ -27,15 +27,21 @@ def cpu_engine(path: str | Path, **settings: Any) -> EngineCore:
     return EngineCore(config)
 
 
-def prefill_logits(core: EngineCore, ids: list[int]) -> torch.Tensor:
-    """float32 logits of every prompt position, one prefill step."""
-    core.add_request("logits", ids, SamplingParams(temperature=0, max_tokens=1))
+def step_logits(core: EngineCore) -> tuple[Any, torch.Tensor]:
+    """The scheduler's next step and the logits of its every row: the engine's own plan, paged
+    KV cache and attention backend, with the model called directly (eager)."""
     plan = core.scheduler.schedule()
     inputs = build_model_inputs(plan, core.runner.page_size, core.device)
     ctx = ForwardContext(inputs.meta, core.runner.kv, core.runner.backend)
     with torch.inference_mode():
         hidden = core.runner.model(inputs.token_ids, inputs.positions, ctx)
-        logits = core.runner.model.compute_logits(hidden)
+        return plan, core.runner.model.compute_logits(hidden)
+
+
+def prefill_logits(core: EngineCore, ids: list[int]) -> torch.Tensor:
+    """float32 logits of every prompt position, one prefill step."""
+    core.add_request("logits", ids, SamplingParams(temperature=0, max_tokens=1))
+    plan, logits = step_logits(core)
     core.scheduler.update(plan, {"logits": int(logits[-1].argmax())})
     core.check_integrity()
     return logits
