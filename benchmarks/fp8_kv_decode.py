@@ -30,7 +30,11 @@ from kvserve.kernels.decode_attention import (
     DecodeConfig,
     paged_decode_attention,
 )
-from kvserve.kernels.prefill_attention import default_prefill_config, paged_prefill_attention
+from kvserve.kernels.prefill_attention import (
+    PrefillConfig,
+    default_prefill_config,
+    paged_prefill_attention,
+)
 from kvserve.kernels.store_kv_cache import FP8_AS_FP16, store_kv_cache
 
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
@@ -192,7 +196,26 @@ def compare_fused_merge(args: argparse.Namespace) -> None:
 PREFILL_SHAPES = ((8192, 8192), (2048, 10240), (2048, 32768))
 
 
-def time_prefill(rows: int, ctx: int, cache: torch.Tensor, mode: int) -> float:
+def prefill_configs() -> dict[str, tuple[torch.dtype, PrefillConfig]]:
+    """The prefill kernel's cache and config: bf16's default, FP8 widened to fp16 operands (the
+    default before FP8_TENSOR_CORES) and FP8 on FP8 tensor cores at tiles that do not spill."""
+    bf16 = default_prefill_config(HEAD_DIM, torch.bfloat16)
+    fp8 = default_prefill_config(HEAD_DIM, torch.bfloat16, fp8_cache=True)
+    e4m3 = torch.float8_e4m3fn
+    return {
+        "bf16": (torch.bfloat16, bf16),
+        "fp8_as_fp16": (e4m3, replace(bf16, fp8_mode=FP8_AS_FP16)),
+        "fp8_tc_default": (e4m3, fp8),
+        **{
+            f"fp8_tc_m{m}_n{n}_w{w}_s{st}": (e4m3, replace(fp8, block_m=m, block_n=n,
+                                                           num_warps=w, num_stages=st))
+            for m, n, w, st in ((128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 4),
+                                (64, 128, 4, 3), (256, 64, 16, 3))
+        },
+    }  # fmt: skip
+
+
+def time_prefill(rows: int, ctx: int, cache: torch.Tensor, cfg: PrefillConfig) -> float:
     """ms of one prefill call: ``rows`` query rows ending a ``ctx``-token sequence."""
     pages = ctx // PAGE
     table = torch.randperm(cache.shape[1], device="cuda")[:pages].view(1, pages).to(torch.int32)
@@ -201,7 +224,6 @@ def time_prefill(rows: int, ctx: int, cache: torch.Tensor, mode: int) -> float:
     q = torch.randn(rows, HQ, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
     one = torch.tensor([0.05], device="cuda")
     fp8 = cache.dtype == torch.float8_e4m3fn
-    cfg = replace(default_prefill_config(HEAD_DIM, q.dtype), fp8_mode=mode)
 
     def run() -> None:
         paged_prefill_attention(q, cache, starts, lens, table, rows, HEAD_DIM**-0.5,
@@ -210,22 +232,65 @@ def time_prefill(rows: int, ctx: int, cache: torch.Tensor, mode: int) -> float:
     return captured_ms(run)
 
 
+def prefill_accuracy(cfg: PrefillConfig) -> dict[str, float]:
+    """RMS error of a 1K-row chunk at 4K context over an FP8 cache (the store kernel's) against
+    fp32 causal attention over the unquantized keys and values and over the cache's own."""
+    torch.manual_seed(0)
+    rows, ctx = 1024, 4096
+    kv = torch.randn(2, ctx, HKV, HEAD_DIM, device="cuda")
+    scales = (torch.tensor([0.02], device="cuda"), torch.tensor([0.02], device="cuda"))
+    cache = torch.zeros(2, ctx // PAGE, PAGE, HKV, HEAD_DIM, device="cuda",
+                        dtype=torch.float8_e4m3fn)  # fmt: skip
+    store_kv_cache(kv[0], kv[1], cache, torch.arange(ctx, device="cuda"), scales)
+    stored = (kv / 0.02).clamp(-448, 448).to(torch.float8_e4m3fn).float() * 0.02
+    q = torch.randn(rows, HQ, HEAD_DIM, dtype=torch.bfloat16, device="cuda") * 1.5
+    table = torch.arange(ctx // PAGE, device="cuda", dtype=torch.int32).view(1, -1)
+    starts = torch.tensor([0, rows], dtype=torch.int32, device="cuda")
+    lens = torch.tensor([ctx], dtype=torch.int32, device="cuda")
+
+    def reference(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        k, v = (x.repeat_interleave(HQ // HKV, 1).transpose(0, 1) for x in (keys, values))
+        mask = (
+            torch.arange(ctx, device="cuda")[None, :]
+            <= torch.arange(ctx - rows, ctx, device="cuda")[:, None]
+        )
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.float().transpose(0, 1), k, v, attn_mask=mask, scale=HEAD_DIM**-0.5
+        )
+        return out.transpose(0, 1)
+
+    exact, of_cache = reference(kv[0], kv[1]), reference(stored[0], stored[1])
+    o = paged_prefill_attention(q, cache, starts, lens, table, rows, HEAD_DIM**-0.5, scales,
+                                config=cfg).float()  # fmt: skip
+    rms = lambda x: x.pow(2).mean().sqrt().item()  # noqa: E731
+    return {"output_rms": rms(exact), "cache_rounding": rms(of_cache - exact),
+            "kernel_vs_exact": rms(o - exact), "kernel_vs_cache": rms(o - of_cache)}  # fmt: skip
+
+
 def compare_prefill(args: argparse.Namespace) -> None:
-    """The prefill kernel over a bf16 cache and over FP8: a prefill is compute-bound, so an
-    FP8 cache should cost little more than bf16 (it costs its tiles' widening)."""
+    """The prefill kernel over a bf16 cache and over FP8 (widened, and on FP8 tensor cores);
+    TFLOP/s count causal attention's multiply-adds (4 * rows * keys seen * D a head)."""
     shape = (2, 2 * 32768 // PAGE, PAGE, HKV, HEAD_DIM)
-    out: dict[str, Any] = {}
-    for name, dtype, mode in (
-        ("bf16", torch.bfloat16, 0),
-        ("fp8_as_fp16", torch.float8_e4m3fn, FP8_AS_FP16),
-    ):
-        cache = torch.randn(shape, dtype=torch.bfloat16, device="cuda").to(dtype)
-        out[name] = []
+    out: dict[str, Any] = {"accuracy": {}}
+    caches: dict[torch.dtype, torch.Tensor] = {}
+    for name, (dtype, cfg) in prefill_configs().items():
+        if dtype not in caches:
+            caches[dtype] = torch.randn(shape, dtype=torch.bfloat16, device="cuda").to(dtype)
+        out[name] = {"config": str(cfg), "shapes": []}
         for rows, ctx in PREFILL_SHAPES:
-            ms = time_prefill(rows, ctx, cache, mode)
-            out[name].append({"rows": rows, "ctx": ctx, "ms": ms})
-            print(f"prefill {name} rows={rows} ctx={ctx}: {ms:.3f} ms", flush=True)
-        del cache
+            try:
+                ms = time_prefill(rows, ctx, caches[dtype], cfg)
+            except Exception as exc:  # a config that does not compile must not end the run
+                print(f"prefill {name} rows={rows} ctx={ctx}: failed {exc!r}"[:300], flush=True)
+                continue
+            keys_seen = rows * (ctx - rows) + rows * (rows + 1) / 2
+            tflops = 4 * keys_seen * HEAD_DIM * HQ / ms / 1e9
+            out[name]["shapes"].append({"rows": rows, "ctx": ctx, "ms": ms, "TFLOPs": tflops})
+            print(f"prefill {name} rows={rows} ctx={ctx}: {ms:.3f} ms, {tflops:.0f} TFLOP/s",
+                  flush=True)  # fmt: skip
+        if dtype == torch.float8_e4m3fn and name in ("fp8_as_fp16", "fp8_tc_default"):
+            out["accuracy"][name] = prefill_accuracy(cfg)
+            print(f"accuracy {name}: {out['accuracy'][name]}", flush=True)
     print(f"wrote {write_result(f'fp8_kv_prefill_{args.tag}', out, args.out_dir)}")
 
 

@@ -91,6 +91,35 @@ def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> byt
     return compile_sm90(kernel, signature, constants, options, divisible + _LAUNCH_MULTIPLES_OF_16)
 
 
+_PREFILL_ARGS = {
+    "q_ptr": "*bf16", "out_ptr": "*bf16", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32",
+    "query_start_loc_ptr": "*i32", "seq_lens_ptr": "*i32", "block_tables_ptr": "*i32",
+    "k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32", "scale_log2": "fp32", "stride_qt": "i32",
+    "stride_qh": "i32", "stride_ot": "i32", "stride_oh": "i32", "stride_cache_page": "i64",
+    "stride_cache_tok": "i32", "stride_cache_head": "i32", "stride_bt": "i32", "kv_splits": "i32",
+}  # fmt: skip
+
+
+def compile_prefill(cache: str, fp8_mode: int, config: Any, split: bool = False) -> bytes:  # noqa: ANN401
+    """The cubin of the prefill kernel for Llama-3-8B heads at a ``PrefillConfig``: ``cache``
+    "bf16" or "fp8" (then ``fp8_mode``, store_kv_cache.FP8_*)."""
+    from kvserve.kernels.prefill_attention import _prefill_kernel
+
+    fp8 = cache == "fp8"
+    pointer = "*fp8e4nv" if fp8 else "*bf16"
+    signature = {**_PREFILL_ARGS, "k_cache_ptr": pointer, "v_cache_ptr": pointer}
+    constants = {
+        "PAGE_SIZE": 16, "GROUP": 4, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n,
+        "HEAD_DIM": 128, "DOT_PRECISION": "tf32", "LAZY_RESCALE": config.lazy_rescale,
+        "FP8": fp8, "FP8_MODE": fp8_mode if fp8 else 0, "SPLIT": split,
+    }  # fmt: skip
+    divisible = tuple(name for name, kind in signature.items() if kind.startswith("*"))
+    divisible += ("stride_qt", "stride_qh", "stride_ot", "stride_oh", "stride_cache_page",
+                  "stride_cache_tok", "stride_cache_head")  # fmt: skip
+    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    return compile_sm90(_prefill_kernel, signature, constants, options, divisible)
+
+
 def cuobjdump(cubin: bytes, flag: str) -> str:
     """``cuobjdump <flag>`` of a cubin (the cuobjdump Triton ships beside its ptxas)."""
     from triton import knobs

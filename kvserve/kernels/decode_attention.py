@@ -292,7 +292,9 @@ def paged_decode_attention(
         batch, num_kv_heads, block_tables.shape[1] * page_size, sm_count(q.device),
         cfg.programs_per_sm,
     )  # fmt: skip
-    min_split = -(-cfg.min_split_tokens // cfg.block_n) * cfg.block_n
+    # an FP8 cache's values are read a page at a time: tiles of whole pages
+    block_n = max(cfg.block_n, page_size) if is_fp8_kv(kv_cache) else cfg.block_n
+    min_split = -(-cfg.min_split_tokens // block_n) * block_n
     part_out = part_lse = counters = out  # placeholders, unused when splits == 1
     if splits > 1:
         part_out = torch.empty(
@@ -337,7 +339,7 @@ def paged_decode_attention(
         PAGE_SIZE=page_size,
         GROUP=group,
         BLOCK_H=max(16, next_pow2(group)),
-        BLOCK_N=cfg.block_n,
+        BLOCK_N=block_n,
         HEAD_DIM=head_dim,
         DIRECT=splits == 1,
         FUSED_MERGE=fused,
@@ -360,7 +362,7 @@ def paged_decode_attention(
             splits,
             min_split,
             BLOCK_S=merge_block,
-            BLOCK_N=cfg.block_n,
+            BLOCK_N=block_n,
             HEAD_DIM=head_dim,
             EARLY_LOADS=early,
             num_warps=4,

@@ -8,10 +8,8 @@ step has a GQA group's few query rows, and wgmma needs 64):
 
 The cache stores values dims-major (``store_kv_cache``): a page's run of one head is
 [D, page_size], so a tile of values is read a page at a time in memory order and is already the
-K-major operand. q is the sum of two e4m3 rows (hi and the rounding's remainder, each with its
-own scale): e4m3 alone would add about as much error to the scores as the keys' own rounding,
-and the second MMA is cheap. p is rounded to e4m3 times ``P_SCALE`` (p is in [0, 1]; the factor
-keeps its small values out of e4m3's subnormals, and is undone with the value scale). On the
+K-major operand. q is the sum of two e4m3 rows and p is rounded to e4m3 times ``P_SCALE``
+(``fp8_attention_operands``). On the
 H200 this kernel's output is 0.0013 RMS from fp32 attention over the cache's own values, for
 outputs of RMS 0.09, where rounding the values into the cache alone costs 0.0043
 (fp8_kv_mma_h200_s45_pages_2026-12-03.json).
@@ -33,10 +31,8 @@ from kvserve.kernels.attention_partials import (
     split_range,
     store_split_output,
 )
+from kvserve.kernels.fp8_attention_operands import P_SCALE, split_e4m3_rows
 from kvserve.kernels.store_kv_cache import load_value_tile_t, tile_pages
-
-P_SCALE = tl.constexpr(256.0)
-E4M3_MAX = tl.constexpr(448.0)
 
 
 @jit(do_not_specialize=("stride_bt", "num_splits", "min_split"))
@@ -99,13 +95,10 @@ def _fp8_decode_split_kernel(
     q, heads, row_mask = load_group_rows(
         q_ptr, b, kv_head, stride_qb, stride_qh, GROUP, BLOCK_H, HEAD_DIM
     )
-    q = q.to(tl.float32)
     dims = tl.arange(0, HEAD_DIM)
-    q_hi, hi_scale = _to_e4m3_rows(q)
-    q_lo, lo_scale = _to_e4m3_rows(q - q_hi.to(tl.float32) * hi_scale[:, None])
-    q_hi_t, q_lo_t = tl.trans(q_hi), tl.trans(q_lo)  # [D, BLOCK_H]
     score_scale = scale_log2 * tl.load(k_scale_ptr)
-    hi_scale, lo_scale = hi_scale * score_scale, lo_scale * score_scale
+    q_hi, q_lo, hi_scale, lo_scale = split_e4m3_rows(q.to(tl.float32), score_scale)
+    q_hi_t, q_lo_t = tl.trans(q_hi), tl.trans(q_lo)  # [D, BLOCK_H]
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_acc = tl.zeros([BLOCK_N, BLOCK_H], tl.float32)  # summed over tokens once, at the end
@@ -137,14 +130,6 @@ def _fp8_decode_split_kernel(
         heads, row_mask, seq_len, split, split_len, num_splits, stride_ob, stride_oh, GROUP,
         HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
     )  # fmt: skip
-
-
-@jit
-def _to_e4m3_rows(x):
-    """x [R, C] fp32 as e4m3 rows and their scales: x ~ e4m3 * scale[:, None]."""
-    amax = tl.max(tl.abs(x), 1)
-    scale = tl.where(amax > 0, amax / E4M3_MAX, 1.0)
-    return (x / scale[:, None]).to(tl.float8e4nv), scale
 
 
 @jit

@@ -18,21 +18,26 @@ grid's first axis is ``row blocks x S``; split s of a row block attends to its r
 ``[0, lo)`` tiles (the last split also to ``[lo, hi)``) and writes a partial output and its
 log-sum-exp, which ``_prefill_merge_kernel`` combines.
 
-An FP8 cache is widened to q's dtype tile by tile; the key scale is folded into the softmax
+Over an FP8 cache (``PrefillConfig.fp8_mode``) both products either run on FP8 tensor cores
+(``FP8_TENSOR_CORES``: q as two e4m3 rows, p in e4m3, as the FP8 decode kernel; values are
+stored dims-major, so a tile of them is already the K-major operand FP8 MMAs need) or on
+widened tiles (``FP8_AS_FP16``, ``FP8_AS_QDTYPE``). The key scale is folded into the softmax
 scale and the value scale applied once to each output row.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from kvserve.kernels._triton import jit, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.attention_partials import merge_partials, normalize_rows
+from kvserve.kernels.fp8_attention_operands import P_SCALE, split_e4m3_rows
 from kvserve.kernels.store_kv_cache import (
     FP8_AS_FP16,
+    FP8_TENSOR_CORES,
     KVScales,
     fp8_operand_mode,
     is_fp8_kv,
@@ -51,7 +56,7 @@ class PrefillConfig:
     # Rescale the accumulator only when some row's running max grows by more than 8 (log2
     # units): one compare per tile instead of a multiply over [BLOCK_M, D] and the exp2s.
     lazy_rescale: bool = False
-    fp8_mode: int = FP8_AS_FP16  # how an FP8 cache is widened (store_kv_cache.FP8_AS_*)
+    fp8_mode: int = FP8_AS_FP16  # an FP8 cache's MMA operands (store_kv_cache.FP8_*)
     kv_splits: int = 0  # programs per row block, each over a run of the keys; 0: from shapes
 
 
@@ -68,6 +73,8 @@ class PrefillConfig:
 _SPLIT_MIN_KEYS = 2048
 _SPLIT_WORKSPACE_BYTES = 64 << 20
 _MAX_KV_SPLITS = 16  # also the merge's block: one compile for every count
+_AS_FP16 = tl.constexpr(FP8_AS_FP16)
+_TENSOR_CORES = tl.constexpr(FP8_TENSOR_CORES)
 # The shortest context at which a chunk can be split: warm-up compiles the split kernels there.
 SPLIT_MIN_CONTEXT = 2 * _SPLIT_MIN_KEYS
 
@@ -83,7 +90,11 @@ def num_prefill_kv_splits(
     return max(1, min(by_occupancy, by_length, by_memory, _MAX_KV_SPLITS))
 
 
-def default_prefill_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
+def default_prefill_config(
+    head_dim: int, dtype: torch.dtype, fp8_cache: bool = False
+) -> PrefillConfig:
+    if fp8_cache:
+        return _default_fp8_config(head_dim, dtype)
     if dtype == torch.float32:
         return PrefillConfig(block_m=32, block_n=32, num_warps=4, num_stages=2)
     if head_dim > 128:  # untuned: keep the [BLOCK_M, D] accumulator in registers
@@ -93,6 +104,17 @@ def default_prefill_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
     if head_dim == 128:
         return PrefillConfig(block_m=256, block_n=64, num_warps=8, num_stages=3)
     return PrefillConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
+
+
+def _default_fp8_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
+    """Over an FP8 cache, on FP8 tensor cores. The bf16 tile (256 rows, 8 warps) spills with
+    q's two e4m3 terms (448 bytes of stack for sm_90, ``benchmarks/kernel_spills.py``); 128
+    rows on 8 warps do not."""
+    if dtype == torch.float32 or head_dim > 128:
+        base = default_prefill_config(head_dim, dtype)
+        return replace(base, fp8_mode=FP8_TENSOR_CORES)
+    warps = 8 if head_dim == 128 else 4
+    return PrefillConfig(128, 128, warps, 3, fp8_mode=FP8_TENSOR_CORES)
 
 
 @jit
@@ -170,6 +192,55 @@ def _attend_tile(
     return acc, m_i, l_i
 
 
+@jit
+def _attend_fp8_tile(
+    q_hi,
+    q_lo,
+    hi_scale,
+    lo_scale,
+    acc,
+    m_i,
+    l_i,
+    k_cache_ptr,
+    v_cache_ptr,
+    table,
+    n0,
+    q_pos,
+    hi,
+    kv_head,
+    stride_cache_page,
+    stride_cache_tok,
+    stride_cache_head,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """``_attend_tile`` on FP8 tensor cores: q as hi + lo e4m3 rows whose scales carry the
+    softmax scale (m is kept scaled), p rounded to e4m3 times ``P_SCALE``; one page-id load a
+    page serves both keys and values."""
+    toks = n0 + tl.arange(0, BLOCK_N)
+    base, page_ok = tile_pages(table, n0, hi, stride_cache_page, PAGE_SIZE, BLOCK_N)
+    slots = tl.arange(0, PAGE_SIZE)
+    k_rows = base[:, None] + slots[None, :] * stride_cache_tok + kv_head * stride_cache_head
+    k_ptrs = tl.multiple_of(tl.reshape(k_rows, (BLOCK_N,)), 16)[:, None] + tl.arange(0, HEAD_DIM)
+    if MASKED:
+        k = tl.load(k_cache_ptr + k_ptrs, mask=(toks < hi)[:, None], other=0.0)
+    else:
+        k = tl.load(k_cache_ptr + k_ptrs)
+    v_t = load_value_tile_t(v_cache_ptr, base, kv_head, page_ok, PAGE_SIZE, HEAD_DIM)  # [D, N]
+    k_t = tl.trans(k)
+    s = tl.dot(q_hi, k_t) * hi_scale[:, None] + tl.dot(q_lo, k_t) * lo_scale[:, None]
+    if MASKED:
+        s = tl.where((toks[None, :] <= q_pos[:, None]) & (toks < hi)[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: see _attend_tile
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot((p * P_SCALE).to(tl.float8e4nv), tl.trans(v_t))
+    return acc, m_new, l_i
+
+
 # kv_splits unspecialized: one compile serves every split count (the engine's warm-up runs one)
 # seq_lens and block_tables are a mixed step's from its first prefill sequence on: aligned or
 # not by where the decodes end
@@ -232,8 +303,10 @@ def _prefill_kernel(
     q_pos = ctx_len + rows
     if FP8:
         scale_log2 = scale_log2 * tl.load(k_scale_ptr)
-        if FP8_MODE == 1:
+        if FP8_MODE == _AS_FP16:
             q = q.to(tl.float16)
+        if FP8_MODE == _TENSOR_CORES:
+            q, q_lo, hi_scale, lo_scale = split_e4m3_rows(q.to(tl.float32), scale_log2)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -252,20 +325,36 @@ def _prefill_kernel(
         full_hi = tl.minimum(split * per_split + per_split, tiles) * BLOCK_N
         hi = tl.where(split == kv_splits - 1, hi, lo)
     for n0 in range(full_lo, full_hi, BLOCK_N):
-        acc, m_i, l_i = _attend_tile(
-            q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head,
-            stride_cache_page, stride_cache_tok, stride_cache_head, scale_log2, PAGE_SIZE,
-            BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE, FP8,
-        )  # fmt: skip
+        if FP8_MODE == _TENSOR_CORES:
+            acc, m_i, l_i = _attend_fp8_tile(
+                q, q_lo, hi_scale, lo_scale, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0,
+                q_pos, hi, kv_head, stride_cache_page, stride_cache_tok, stride_cache_head,
+                PAGE_SIZE, BLOCK_N, HEAD_DIM, False,
+            )  # fmt: skip
+        else:
+            acc, m_i, l_i = _attend_tile(
+                q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head,
+                stride_cache_page, stride_cache_tok, stride_cache_head, scale_log2, PAGE_SIZE,
+                BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE, FP8,
+            )  # fmt: skip
     for n0 in range(lo, hi, BLOCK_N):
-        acc, m_i, l_i = _attend_tile(
-            q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head,
-            stride_cache_page, stride_cache_tok, stride_cache_head, scale_log2, PAGE_SIZE,
-            BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE, FP8,
-        )  # fmt: skip
+        if FP8_MODE == _TENSOR_CORES:
+            acc, m_i, l_i = _attend_fp8_tile(
+                q, q_lo, hi_scale, lo_scale, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0,
+                q_pos, hi, kv_head, stride_cache_page, stride_cache_tok, stride_cache_head,
+                PAGE_SIZE, BLOCK_N, HEAD_DIM, True,
+            )  # fmt: skip
+        else:
+            acc, m_i, l_i = _attend_tile(
+                q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head,
+                stride_cache_page, stride_cache_tok, stride_cache_head, scale_log2, PAGE_SIZE,
+                BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE, FP8,
+            )  # fmt: skip
 
     o, lse = normalize_rows(acc, m_i, l_i)
-    if FP8:
+    if FP8_MODE == _TENSOR_CORES:
+        o = o * (tl.load(v_scale_ptr) / P_SCALE)
+    elif FP8:
         o = o * tl.load(v_scale_ptr)
     if SPLIT:
         # part_out: [T, Hq, S, D] fp32, part_lse: [T, Hq, S] (log2 units)
@@ -318,8 +407,12 @@ def paged_prefill_attention(
     assert kv_cache.shape[4] == head_dim and num_heads % num_kv_heads == 0
     assert head_dim == next_pow2(head_dim), "head_dim must be a power of two"
     assert q.stride(-1) == 1 and kv_cache.stride(-1) == 1
-    cfg = config or default_prefill_config(head_dim, q.dtype)
-    fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype) if is_fp8_kv(kv_cache) else 0
+    fp8 = is_fp8_kv(kv_cache)
+    cfg = config or default_prefill_config(head_dim, q.dtype, fp8)
+    fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype) if fp8 else 0
+    assert not (fp8_mode == FP8_TENSOR_CORES and cfg.lazy_rescale), "p in e4m3 needs p <= 1"
+    # an FP8 cache's values are read a page at a time: tiles of whole pages
+    block_n = max(cfg.block_n, page_size) if fp8 else cfg.block_n
     out = torch.empty_like(q)
     batch = seq_lens.shape[0]
     if num_tokens == 0 or batch == 0:
@@ -361,11 +454,11 @@ def paged_prefill_attention(
         PAGE_SIZE=page_size,
         GROUP=num_heads // num_kv_heads,
         BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
+        BLOCK_N=block_n,
         HEAD_DIM=head_dim,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         LAZY_RESCALE=cfg.lazy_rescale,
-        FP8=is_fp8_kv(kv_cache),
+        FP8=fp8,
         FP8_MODE=fp8_mode,
         SPLIT=splits > 1,
         num_warps=cfg.num_warps,

@@ -9,7 +9,6 @@ runs them through Triton's interpreter on a CPU.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 import torch
@@ -35,6 +34,7 @@ from kvserve.kernels.rotary_store_kv import (  # noqa: E402
 )
 from kvserve.kernels.store_kv_cache import (  # noqa: E402
     FP8_KV_DTYPE,
+    FP8_TENSOR_CORES,
     cache_values,
     encode_kv_reference,
     raw_kv,
@@ -124,7 +124,7 @@ def test_rotary_store_matches_reference(dtype: torch.dtype) -> None:
 DECODE_LENS = [[1, 17, 300, 1000], [16], [999, 64, 7, 513]]
 
 
-MODES = [0, 1]  # the prefill kernel's FP8_AS_QDTYPE, FP8_AS_FP16
+MODES = [0, 1, 2]  # the prefill kernel's FP8_AS_QDTYPE, FP8_AS_FP16, FP8_TENSOR_CORES
 
 
 # The merge kernel, the fused merge, FP8_DECODE_CONFIG's tiles, split rule and merge, and
@@ -135,19 +135,22 @@ DECODE_VARIANTS = {
     "fp8-default": FP8_DECODE_CONFIG,
     "tile-128": dataclasses.replace(FP8_DECODE_CONFIG, block_n=128, num_stages=2),
 }
-# Decode runs on FP8 tensor cores: q as two e4m3 rows (hi + remainder), p rounded to e4m3 (3
-# mantissa bits, up to 6% a weight; fp8_decode_attention). Its output is compared in norm (a
-# 16-token sequence averages least: up to 4.3% off under the interpreter, whose e4m3 rounding
-# is off), and elementwise only loosely: an indexing error is off by the values themselves.
-DECODE_REL_TOL = 0.06 if INTERPRETED else 0.03
-DECODE_ATOL = 0.25 if INTERPRETED else 0.1  # the interpreter can halve a p (see above)
+# Decode (and prefill in FP8_TENSOR_CORES mode) runs on FP8 tensor cores: q as two e4m3 rows
+# (hi + remainder), p rounded to e4m3 (3 mantissa bits, up to 6% a weight;
+# fp8_attention_operands). Their output is compared in norm, and elementwise only loosely: an
+# indexing error is off by the values themselves (RMS 1). A torch emulation of the prefill
+# cases (the tile's roundings on whole rows) gives at most 2.2% in norm and 0.058 elementwise
+# with exact rounding; with the interpreter's (a value whose rounding carries into the next
+# binade is halved) up to 9.8% and 0.54, on causal rows of few keys.
+MMA_REL_TOL = 0.12 if INTERPRETED else 0.03
+MMA_ATOL = 0.6 if INTERPRETED else 0.1
 
 
-def assert_fp8_decode_close(out: torch.Tensor, ref: torch.Tensor) -> None:
+def assert_fp8_mma_close(out: torch.Tensor, ref: torch.Tensor) -> None:
     assert torch.isfinite(out).all()
     rel = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-    assert rel < DECODE_REL_TOL, rel
-    torch.testing.assert_close(out.float(), ref.float(), atol=DECODE_ATOL, rtol=0)
+    assert rel < MMA_REL_TOL, rel
+    torch.testing.assert_close(out.float(), ref.float(), atol=MMA_ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("variant", sorted(DECODE_VARIANTS))
@@ -169,15 +172,46 @@ def test_decode_on_fp8_cache_matches_reference(
         b.q, b.kv_cache, m.block_tables, m.seq_lens, 64**-0.5, out, scales(),
         config=DECODE_VARIANTS[variant],
     )  # fmt: skip
-    assert_fp8_decode_close(out, ref)
+    assert_fp8_mma_close(out, ref)
 
 
-def test_fp8_decode_is_close_to_unquantized_attention() -> None:
-    """Decode over the FP8 cache against the same keys and values unquantized: the kernel's
-    own roundings (q as two e4m3 rows, p in e4m3) add little to the cache's."""
-    lens = [1000, 17, 300]
-    exact = make_batch([1] * 3, lens, dtype=torch.float32, seed=5, **SHAPE)
-    quant = fp8_batch([1] * 3, lens, torch.float32, seed=5, **SHAPE)
+@pytest.mark.parametrize("page_size", [1, 128])
+def test_fp8_kernels_on_pages_unlike_the_tile(page_size: int) -> None:
+    """FP8 tiles are whole pages: pages of one token, and pages longer than the default tiles
+    (which the launchers widen to a page)."""
+    shape = {**SHAPE, "page_size": page_size}
+    qlens, slens = [1, 1, 100, 5], [300, 1, 133, 1025]
+    b = fp8_batch(qlens, slens, torch.float16, seed=7, **shape)
+    ref = TorchAttentionBackend().forward(
+        b.q.float(), b.k.float(), b.v.float(), b.kv_cache, b.meta, 64**-0.5, scales()
+    )  # stores with the reference, then attends in fp32
+    m = b.meta
+    decode = paged_decode_attention(
+        b.q[:2], b.kv_cache, m.block_tables[:2], m.seq_lens[:2], 64**-0.5, None, scales()
+    )
+    prefill = paged_prefill_attention(
+        b.q, b.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables, m.max_query_len,
+        64**-0.5, scales(),
+    )  # fmt: skip
+    assert_fp8_mma_close(decode, ref[:2])
+    assert_fp8_mma_close(prefill, ref)
+
+
+# (query lengths, sequence lengths, seed): decode rows; a prompt, a decode row and a chunk
+UNQUANTIZED_CASES = {
+    "decode": ([1, 1, 1], [1000, 17, 300], 5),
+    "prefill": ([64, 1, 9], [64, 300, 40], 3),
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(UNQUANTIZED_CASES))
+def test_fp8_attention_is_close_to_unquantized_attention(kernel: str) -> None:
+    """Attention over the FP8 cache against the same keys and values unquantized: the kernels'
+    own roundings (q as two e4m3 rows, p in e4m3) add little to the cache's (e4m3 keeps 3
+    mantissa bits: a few percent per value, averaged down)."""
+    qlens, slens, seed = UNQUANTIZED_CASES[kernel]
+    exact = make_batch(qlens, slens, dtype=torch.float32, seed=seed, **SHAPE)
+    quant = fp8_batch(qlens, slens, torch.float32, seed=seed, **SHAPE)
     scale = 64**-0.5
     ref = TorchAttentionBackend().forward(
         exact.q, exact.k, exact.v, exact.kv_cache, exact.meta, scale
@@ -187,12 +221,24 @@ def test_fp8_decode_is_close_to_unquantized_attention() -> None:
         quant.q, quant.k, quant.v, quant.kv_cache.clone(), quant.meta, scale, scales()
     )
     m = quant.meta
-    out = paged_decode_attention(
-        quant.q, quant.kv_cache, m.block_tables, m.seq_lens, scale, None, scales()
-    )
+    if kernel == "decode":
+        out = paged_decode_attention(
+            quant.q, quant.kv_cache, m.block_tables, m.seq_lens, scale, None, scales()
+        )
+    else:
+        out = paged_prefill_attention(
+            quant.q, quant.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables,
+            m.max_query_len, scale, scales(),
+        )  # fmt: skip
     cache_error = ((of_cache - ref).norm() / ref.norm()).item()
     kernel_error = ((out - ref).norm() / ref.norm()).item()
-    assert kernel_error < 0.05 and kernel_error < 2 * cache_error, (kernel_error, cache_error)
+    # the interpreter's e4m3 rounding halves some p (see MMA_REL_TOL): prefill's causal rows of
+    # few keys average that least (6.1% there against 3.2% for the cache's rounding)
+    limit, times_cache = (0.1, 3) if INTERPRETED else (0.05, 2)
+    assert kernel_error < limit and kernel_error < times_cache * cache_error, (
+        kernel_error,
+        cache_error,
+    )
 
 
 PREFILL_CASES = [
@@ -217,7 +263,7 @@ def test_backend_on_fp8_cache_matches_torch_backend(dtype: torch.dtype, case_idx
     assert torch.equal(raw_kv(b.kv_cache), raw_kv(ref_cache))
     decodes = b.meta.num_leading_decodes  # the decode kernel's rows: FP8 tensor cores, e4m3 p
     if decodes:
-        assert_fp8_decode_close(out[:decodes], ref[:decodes])
+        assert_fp8_mma_close(out[:decodes], ref[:decodes])
     assert_close(out[decodes:], ref[decodes:], dtype)
 
 
@@ -250,25 +296,7 @@ def check_fp8_prefill(dtype: torch.dtype, case_idx: int, cfg: PrefillConfig, mod
         b.q, b.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables, m.max_query_len, scale,
         scales(), config=cfg,
     )  # fmt: skip
-    assert_close(out, ref, dtype)
-
-
-def test_fp8_prefill_is_close_to_unquantized_attention() -> None:
-    """The error of FP8 KV alone: attention over the FP8 cache against the same keys and
-    values unquantized (e4m3 keeps 3 mantissa bits: a few percent per value, averaged down)."""
-    qlens, slens = [64, 1, 9], [64, 300, 40]
-    exact = make_batch(qlens, slens, dtype=torch.float32, seed=3, **SHAPE)
-    quant = fp8_batch(qlens, slens, torch.float32, seed=3, **SHAPE)
-    scale = 64**-0.5
-    ref = TorchAttentionBackend().forward(
-        exact.q, exact.k, exact.v, exact.kv_cache, exact.meta, scale
-    )
-    store_kv_cache_reference(quant.k, quant.v, quant.kv_cache, quant.meta.slot_mapping, scales())
-    m = quant.meta
-    out = paged_prefill_attention(
-        quant.q, quant.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables,
-        m.max_query_len, scale, scales(),
-    )  # fmt: skip
-    rel = (out - ref).norm() / ref.norm()
-    assert rel < 0.05, rel
-    assert math.isfinite(float(rel))
+    if mode == FP8_TENSOR_CORES:
+        assert_fp8_mma_close(out, ref)
+    else:
+        assert_close(out, ref, dtype)
