@@ -206,6 +206,7 @@ def prefill_configs() -> dict[str, tuple[torch.dtype, PrefillConfig]]:
         "bf16": (torch.bfloat16, bf16),
         "fp8_as_fp16": (e4m3, replace(bf16, fp8_mode=FP8_AS_FP16)),
         "fp8_tc_default": (e4m3, fp8),
+        "fp8_tc_q1": (e4m3, replace(fp8, fp8_q_terms=1)),
         **{
             f"fp8_tc_m{m}_n{n}_w{w}_s{st}": (e4m3, replace(fp8, block_m=m, block_n=n,
                                                            num_warps=w, num_stages=st))
@@ -288,7 +289,7 @@ def compare_prefill(args: argparse.Namespace) -> None:
             out[name]["shapes"].append({"rows": rows, "ctx": ctx, "ms": ms, "TFLOPs": tflops})
             print(f"prefill {name} rows={rows} ctx={ctx}: {ms:.3f} ms, {tflops:.0f} TFLOP/s",
                   flush=True)  # fmt: skip
-        if dtype == torch.float8_e4m3fn and name in ("fp8_as_fp16", "fp8_tc_default"):
+        if dtype == torch.float8_e4m3fn and name in ("fp8_as_fp16", "fp8_tc_default", "fp8_tc_q1"):
             out["accuracy"][name] = prefill_accuracy(cfg)
             print(f"accuracy {name}: {out['accuracy'][name]}", flush=True)
     print(f"wrote {write_result(f'fp8_kv_prefill_{args.tag}', out, args.out_dir)}")

@@ -112,6 +112,7 @@ def compile_prefill(cache: str, fp8_mode: int, config: Any, split: bool = False)
         "PAGE_SIZE": 16, "GROUP": 4, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n,
         "HEAD_DIM": 128, "DOT_PRECISION": "tf32", "LAZY_RESCALE": config.lazy_rescale,
         "FP8": fp8, "FP8_MODE": fp8_mode if fp8 else 0, "SPLIT": split,
+        "Q_TERMS": config.fp8_q_terms,
     }  # fmt: skip
     divisible = tuple(name for name, kind in signature.items() if kind.startswith("*"))
     divisible += ("stride_qt", "stride_qh", "stride_ot", "stride_oh", "stride_cache_page",

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from kvserve.kernels._triton import jit, tl
 
-P_SCALE = tl.constexpr(256.0)
+P_LOG2 = tl.constexpr(8.0)
+P_SCALE = tl.constexpr(256.0)  # 2 ** P_LOG2
 E4M3_MAX = tl.constexpr(448.0)
 
 
@@ -22,6 +23,16 @@ def to_e4m3_rows(x):
     amax = tl.max(tl.abs(x), 1)
     scale = tl.where(amax > 0, amax / E4M3_MAX, 1.0)
     return (x / scale[:, None]).to(tl.float8e4nv), scale
+
+
+@jit
+def e4m3_query_rows(x, score_scale, TERMS: tl.constexpr):
+    """``split_e4m3_rows`` with TERMS = 2; with 1, x rounded to e4m3 alone (lo is hi, its
+    scale 0)."""
+    if TERMS == 2:
+        return split_e4m3_rows(x, score_scale)
+    hi, hi_scale = to_e4m3_rows(x)
+    return hi, hi, hi_scale * score_scale, hi_scale * 0.0
 
 
 @jit

@@ -34,7 +34,7 @@ import torch
 
 from kvserve.kernels._triton import jit, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.attention_partials import merge_partials, normalize_rows
-from kvserve.kernels.fp8_attention_operands import P_SCALE, split_e4m3_rows
+from kvserve.kernels.fp8_attention_operands import P_LOG2, e4m3_query_rows
 from kvserve.kernels.store_kv_cache import (
     FP8_AS_FP16,
     FP8_TENSOR_CORES,
@@ -57,6 +57,7 @@ class PrefillConfig:
     # units): one compare per tile instead of a multiply over [BLOCK_M, D] and the exp2s.
     lazy_rescale: bool = False
     fp8_mode: int = FP8_AS_FP16  # an FP8 cache's MMA operands (store_kv_cache.FP8_*)
+    fp8_q_terms: int = 2  # FP8_TENSOR_CORES: q as hi + lo e4m3 rows, or hi alone
     kv_splits: int = 0  # programs per row block, each over a run of the keys; 0: from shapes
 
 
@@ -215,10 +216,12 @@ def _attend_fp8_tile(
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     MASKED: tl.constexpr,
+    Q_TERMS: tl.constexpr,
 ):
     """``_attend_tile`` on FP8 tensor cores: q as hi + lo e4m3 rows whose scales carry the
-    softmax scale (m is kept scaled), p rounded to e4m3 times ``P_SCALE``; one page-id load a
-    page serves both keys and values."""
+    softmax scale (m is kept scaled), p rounded to e4m3 times 2**P_LOG2 (taken in the exponent,
+    so l sums the scaled p and acc / l needs no correction); one page-id load a page serves both
+    keys and values."""
     toks = n0 + tl.arange(0, BLOCK_N)
     base, page_ok = tile_pages(table, n0, hi, stride_cache_page, PAGE_SIZE, BLOCK_N)
     slots = tl.arange(0, PAGE_SIZE)
@@ -230,14 +233,16 @@ def _attend_fp8_tile(
         k = tl.load(k_cache_ptr + k_ptrs)
     v_t = load_value_tile_t(v_cache_ptr, base, kv_head, page_ok, PAGE_SIZE, HEAD_DIM)  # [D, N]
     k_t = tl.trans(k)
-    s = tl.dot(q_hi, k_t) * hi_scale[:, None] + tl.dot(q_lo, k_t) * lo_scale[:, None]
+    s = tl.dot(q_hi, k_t) * hi_scale[:, None]
+    if Q_TERMS == 2:
+        s += tl.dot(q_lo, k_t) * lo_scale[:, None]
     if MASKED:
         s = tl.where((toks[None, :] <= q_pos[:, None]) & (toks < hi)[None, :], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: see _attend_tile
     alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    p = tl.exp2(s - (m_new - P_LOG2)[:, None])  # p * 2**P_LOG2, in [0, 256]
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot((p * P_SCALE).to(tl.float8e4nv), tl.trans(v_t))
+    acc = acc * alpha[:, None] + tl.dot(p.to(tl.float8e4nv), tl.trans(v_t))
     return acc, m_new, l_i
 
 
@@ -279,6 +284,7 @@ def _prefill_kernel(
     LAZY_RESCALE: tl.constexpr,
     FP8: tl.constexpr,
     FP8_MODE: tl.constexpr,
+    Q_TERMS: tl.constexpr,  # FP8_TENSOR_CORES: q's e4m3 terms
     SPLIT: tl.constexpr,  # kv_splits > 1: write partials for _prefill_merge_kernel
 ):
     # Last row blocks (the most keys) first, so the long programs do not form the tail.
@@ -306,7 +312,7 @@ def _prefill_kernel(
         if FP8_MODE == _AS_FP16:
             q = q.to(tl.float16)
         if FP8_MODE == _TENSOR_CORES:
-            q, q_lo, hi_scale, lo_scale = split_e4m3_rows(q.to(tl.float32), scale_log2)
+            q, q_lo, hi_scale, lo_scale = e4m3_query_rows(q.to(tl.float32), scale_log2, Q_TERMS)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -329,7 +335,7 @@ def _prefill_kernel(
             acc, m_i, l_i = _attend_fp8_tile(
                 q, q_lo, hi_scale, lo_scale, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0,
                 q_pos, hi, kv_head, stride_cache_page, stride_cache_tok, stride_cache_head,
-                PAGE_SIZE, BLOCK_N, HEAD_DIM, False,
+                PAGE_SIZE, BLOCK_N, HEAD_DIM, False, Q_TERMS,
             )  # fmt: skip
         else:
             acc, m_i, l_i = _attend_tile(
@@ -342,7 +348,7 @@ def _prefill_kernel(
             acc, m_i, l_i = _attend_fp8_tile(
                 q, q_lo, hi_scale, lo_scale, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0,
                 q_pos, hi, kv_head, stride_cache_page, stride_cache_tok, stride_cache_head,
-                PAGE_SIZE, BLOCK_N, HEAD_DIM, True,
+                PAGE_SIZE, BLOCK_N, HEAD_DIM, True, Q_TERMS,
             )  # fmt: skip
         else:
             acc, m_i, l_i = _attend_tile(
@@ -351,10 +357,10 @@ def _prefill_kernel(
                 BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE, FP8,
             )  # fmt: skip
 
-    o, lse = normalize_rows(acc, m_i, l_i)
     if FP8_MODE == _TENSOR_CORES:
-        o = o * (tl.load(v_scale_ptr) / P_SCALE)
-    elif FP8:
+        m_i -= P_LOG2  # l summed p * 2**P_LOG2: the log-sum-exp stays the scores'
+    o, lse = normalize_rows(acc, m_i, l_i)
+    if FP8:
         o = o * tl.load(v_scale_ptr)
     if SPLIT:
         # part_out: [T, Hq, S, D] fp32, part_lse: [T, Hq, S] (log2 units)
@@ -460,6 +466,7 @@ def paged_prefill_attention(
         LAZY_RESCALE=cfg.lazy_rescale,
         FP8=fp8,
         FP8_MODE=fp8_mode,
+        Q_TERMS=cfg.fp8_q_terms,
         SPLIT=splits > 1,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,

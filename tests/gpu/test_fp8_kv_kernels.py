@@ -124,7 +124,9 @@ def test_rotary_store_matches_reference(dtype: torch.dtype) -> None:
 DECODE_LENS = [[1, 17, 300, 1000], [16], [999, 64, 7, 513]]
 
 
-MODES = [0, 1, 2]  # the prefill kernel's FP8_AS_QDTYPE, FP8_AS_FP16, FP8_TENSOR_CORES
+# the prefill kernel's FP8_AS_QDTYPE, FP8_AS_FP16, FP8_TENSOR_CORES with q's two e4m3 terms and
+# with one
+MODES = {"qdtype": (0, 2), "fp16": (1, 2), "tc": (2, 2), "tc-q1": (2, 1)}
 
 
 # The merge kernel, the fused merge, FP8_DECODE_CONFIG's tiles, split rule and merge, and
@@ -261,19 +263,18 @@ def test_backend_on_fp8_cache_matches_torch_backend(dtype: torch.dtype, case_idx
     ref = TorchAttentionBackend().forward(b.q, b.k, b.v, ref_cache, b.meta, scale, scales())
     out = TritonAttentionBackend().forward(b.q, b.k, b.v, b.kv_cache, b.meta, scale, scales())
     assert torch.equal(raw_kv(b.kv_cache), raw_kv(ref_cache))
-    decodes = b.meta.num_leading_decodes  # the decode kernel's rows: FP8 tensor cores, e4m3 p
-    if decodes:
-        assert_fp8_mma_close(out[:decodes], ref[:decodes])
-    assert_close(out[decodes:], ref[decodes:], dtype)
+    assert_fp8_mma_close(out, ref)  # decode and prefill rows on FP8 tensor cores, e4m3 p
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case_idx", range(len(PREFILL_CASES)))
 def test_prefill_on_fp8_cache_matches_reference(
-    dtype: torch.dtype, case_idx: int, mode: int
+    dtype: torch.dtype, case_idx: int, mode: str
 ) -> None:
-    check_fp8_prefill(dtype, case_idx, default_prefill_config(64, dtype), mode)
+    fp8_mode, q_terms = MODES[mode]
+    cfg = dataclasses.replace(default_prefill_config(64, dtype), fp8_q_terms=q_terms)
+    check_fp8_prefill(dtype, case_idx, cfg, fp8_mode)
 
 
 @pytest.mark.parametrize("kv_splits", [2, 5])
