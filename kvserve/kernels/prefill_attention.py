@@ -57,7 +57,12 @@ class PrefillConfig:
     # units): one compare per tile instead of a multiply over [BLOCK_M, D] and the exp2s.
     lazy_rescale: bool = False
     fp8_mode: int = FP8_AS_FP16  # an FP8 cache's MMA operands (store_kv_cache.FP8_*)
-    fp8_q_terms: int = 2  # FP8_TENSOR_CORES: q as hi + lo e4m3 rows, or hi alone
+    # FP8_TENSOR_CORES: q as one e4m3 row (its own scale), or as hi + lo rows. On the H200 one
+    # term took 1.500 / 0.877 / 2.962 ms where two took 1.773 / 1.030 / 3.463 (8K prompt, 2K
+    # chunks at 10K / 32K) for 0.0035 RMS from exact attention against 0.0028, where rounding
+    # the cache alone costs 0.0026, outputs of RMS 0.051 (fp8_kv_prefill_h200_s46_q1). vLLM's
+    # FP8 attention quantizes q with one scale for the whole tensor.
+    fp8_q_terms: int = 1
     kv_splits: int = 0  # programs per row block, each over a run of the keys; 0: from shapes
 
 
