@@ -90,19 +90,10 @@ def measure(
     name: str,
     cfg: DecodeConfig,
     shapes=SHAPES,
-    heads_major: bool = False,
 ) -> list[dict[str, Any]]:
-    """``heads_major``: the cache's memory holds each kv head's tokens of a page together
-    ([2, pages, Hkv, page, D]) and the kernel reads it through a permuted view, as the pool
-    could allocate it: contiguous runs of page x D values per head instead of D."""
     max_tokens = max(b * c for b, c in SHAPES) * 2  # random page subsets from twice the need
-    if heads_major:
-        shape = (2, max_tokens // PAGE, HKV, PAGE, HEAD_DIM)
-        raw = torch.randn(shape, dtype=torch.bfloat16, device="cuda").to(kv_dtype)
-        cache = raw.transpose(2, 3)
-    else:
-        shape = (2, max_tokens // PAGE, PAGE, HKV, HEAD_DIM)
-        cache = torch.randn(shape, dtype=torch.bfloat16, device="cuda").to(kv_dtype)
+    shape = (2, max_tokens // PAGE, PAGE, HKV, HEAD_DIM)
+    cache = torch.randn(shape, dtype=torch.bfloat16, device="cuda").to(kv_dtype)
     rows = []
     for batch, ctx in shapes:
         try:
@@ -121,23 +112,6 @@ def measure(
     del cache
     torch.cuda.empty_cache()
     return rows
-
-
-def compare_layouts(args: argparse.Namespace) -> None:
-    copy_gbs = copy_bandwidth_gbs()
-    out: dict[str, Any] = {"copy_GBps": copy_gbs}
-    for layout in ("token_major", "heads_major"):
-        hm = layout == "heads_major"
-        out[layout] = {
-            "bf16_n64": measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig(), SHAPES, hm),
-            "bf16_n128": measure(torch.bfloat16, copy_gbs, "bf16_n128",
-                                 DecodeConfig(block_n=128, num_stages=2), SHAPES, hm),
-            "fp8_default": measure(torch.float8_e4m3fn, copy_gbs, "fp8", FP8_DECODE_CONFIG,
-                                   SHAPES, hm),
-            "fp8_n64": measure(torch.float8_e4m3fn, copy_gbs, "fp8_n64", DecodeConfig(), SHAPES,
-                               hm),
-        }  # fmt: skip
-    print(f"wrote {write_result(f'fp8_kv_layouts_{args.tag}', out, args.out_dir)}")
 
 
 def accuracy() -> dict[str, float]:
@@ -301,11 +275,8 @@ def main() -> None:
     ap.add_argument("--tag", default="h200")
     ap.add_argument("--sweep", action="store_true", help="tiles, stages and occupancy")
     ap.add_argument("--prefill", action="store_true", help="the prefill kernel, bf16 and FP8")
-    ap.add_argument("--layouts", action="store_true", help="token-major vs heads-major pages")
     ap.add_argument("--fused-merge", action="store_true", help="merge kernel vs last arrival")
     args = ap.parse_args()
-    if args.layouts:
-        return compare_layouts(args)
     if args.fused_merge:
         return compare_fused_merge(args)
     if args.prefill:

@@ -41,7 +41,7 @@ from kvserve.kernels.attention_partials import (
 )
 from kvserve.kernels.fp8_decode_attention import _fp8_decode_split_kernel
 from kvserve.kernels.skinny_gemm import _arrival_counters
-from kvserve.kernels.store_kv_cache import KVScales, is_fp8_kv, scale_args
+from kvserve.kernels.store_kv_cache import KVScales, cache_keys, is_fp8_kv, scale_args
 
 # Split count, from sweeps on the H200 with the engine's graph-wide page tables
 # (benchmarks/decode_attention_sweep.py, benchmarks/long_context_sweep.py): about 4 programs
@@ -306,7 +306,7 @@ def paged_decode_attention(
         counters = _arrival_counters(q.device, batch * num_kv_heads)
     merge_block = max(next_pow2(splits), _MERGE_MIN_BLOCK)
     early = early_loads(pdl)
-    k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
+    k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
     # the bf16 kernel's own argument, or the FP8 kernel's scales
     kernel, own_args = _decode_split_kernel, {"DOT_PRECISION": _dot_precision(q.dtype)}
     if is_fp8_kv(kv_cache):

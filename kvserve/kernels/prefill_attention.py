@@ -39,6 +39,7 @@ from kvserve.kernels.store_kv_cache import (
     FP8_AS_FP16,
     FP8_TENSOR_CORES,
     KVScales,
+    cache_keys,
     fp8_operand_mode,
     is_fp8_kv,
     load_value_tile_t,
@@ -428,7 +429,7 @@ def paged_prefill_attention(
     batch = seq_lens.shape[0]
     if num_tokens == 0 or batch == 0:
         return out
-    k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
+    k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
     row_blocks = triton_cdiv(max_query_len, cfg.block_m)
     splits = cfg.kv_splits or num_prefill_kv_splits(
         row_blocks * batch * num_heads,

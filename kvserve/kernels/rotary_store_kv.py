@@ -34,6 +34,7 @@ from kvserve.kernels.rmsnorm import rms_norm_reference
 from kvserve.kernels.rotary import load_cos_sin, rotate_heads, rotate_reference
 from kvserve.kernels.store_kv_cache import (
     KVScales,
+    cache_keys,
     is_fp8_kv,
     load_inv_scales,
     scale_args,
@@ -192,7 +193,7 @@ def rotary_store_kv(
     _check_inputs(qkv, cos_sin_cache, kv_cache, q_out, num_q_heads, num_kv_heads, head_dim)
     if num_tokens == 0:
         return q_out
-    k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
+    k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
     _rotary_store_kv_kernel[(num_tokens,)](
         qkv,
         positions,

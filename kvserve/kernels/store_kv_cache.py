@@ -8,12 +8,15 @@ An FP8 (e4m3) cache holds ``value / scale`` with one scale per layer for keys an
 (``KVScales``: 1-element fp32 tensors, read on the device so CUDA graphs see later changes);
 values beyond e4m3's range are clamped to +-448 rather than turned into NaN.
 
-An FP8 cache stores each page's values dims-major: the page's bytes of ``kv_cache[1]`` hold
-[Hkv, D, page_size] (a head's tokens of one dimension together), where keys, and both halves of a
-bf16 cache, hold [page_size, Hkv, D]. That is the order in which the FP8 decode kernel's PV
-product reads its operand on FP8 tensor cores (``fp8_decode_attention``). ``cache_values`` is
-the values half seen as [num_pages, page_size, Hkv, D] whatever its order; whole-page copies
-(host tier, KV transfer) need no change.
+An FP8 cache stores each page heads-major: the page's bytes of ``kv_cache[0]`` hold keys as
+[Hkv, page_size, D] (a head's keys of the page together, one run of page_size * D bytes) and
+those of ``kv_cache[1]`` values as [Hkv, D, page_size] (dims-major: a head's tokens of one
+dimension together), where both halves of a bf16 cache hold [page_size, Hkv, D]. Values
+dims-major are the K-major operand of the PV product on FP8 tensor cores
+(``fp8_decode_attention``); keys heads-major make a head's page one contiguous read (on the H200
+32 x 32K decode took 553 us against 573 token-major, fp8_kv_layouts_h200_s46). ``cache_keys`` and
+``cache_values`` are the halves seen as [num_pages, page_size, Hkv, D] whatever their order (the
+kernels take keys by strides); whole-page copies (host tier, KV transfer) need no change.
 """
 
 from __future__ import annotations
@@ -65,6 +68,16 @@ def gather_kv_rows(cache: torch.Tensor, index: torch.Tensor, dim: int = 0) -> to
     return raw_kv(cache).index_select(dim, index).view(cache.dtype)
 
 
+def cache_keys(kv_cache: torch.Tensor) -> torch.Tensor:
+    """The keys half as [num_pages, page_size, Hkv, D], a view of the cache's memory (an FP8
+    cache's are stored heads-major: module docstring)."""
+    keys = kv_cache[0]
+    if not is_fp8_kv(kv_cache):
+        return keys
+    num_pages, page_size, num_kv_heads, head_dim = keys.shape
+    return keys.view(num_pages, num_kv_heads, page_size, head_dim).permute(0, 2, 1, 3)
+
+
 def cache_values(kv_cache: torch.Tensor) -> torch.Tensor:
     """The values half as [num_pages, page_size, Hkv, D], a view of the cache's memory (an FP8
     cache's are stored dims-major: module docstring)."""
@@ -91,7 +104,7 @@ def store_kv_cache_reference(
     check_kv_scales(kv_cache, kv_scales)
     page_size = kv_cache.shape[2]
     pages, slots = slot_mapping // page_size, slot_mapping % page_size
-    for i, (x, dst) in enumerate(((k, kv_cache[0]), (v, cache_values(kv_cache)))):
+    for i, (x, dst) in enumerate(((k, cache_keys(kv_cache)), (v, cache_values(kv_cache)))):
         stored = encode_kv_reference(x, kv_scales[i], kv_cache.dtype) if kv_scales else x
         raw_kv(dst)[pages, slots] = raw_kv(stored.to(kv_cache.dtype))
 
@@ -261,7 +274,7 @@ def store_kv_cache(
     assert kv_cache.shape[-2:] == (num_kv_heads, head_dim), "k/v heads do not match the cache"
     assert head_dim == next_pow2(head_dim), "head_dim must be a power of two"
     assert k.stride(-1) == 1 and v.stride(-1) == 1 and kv_cache.stride(-1) == 1
-    k_cache, v_cache = kv_cache[0], kv_cache[1]  # [num_pages, page_size, Hkv, D]
+    k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
     _store_kv_cache_kernel[(num_tokens,)](
         k,
         v,

@@ -63,9 +63,9 @@ def test_fp8_store_and_load_with_per_layer_scales() -> None:
         assert k_out[4].abs().max() == 0
 
 
-def test_fp8_pool_stores_values_dims_major() -> None:
-    """An FP8 page holds its keys token-major and its values as [Hkv, D, page_size] (the FP8
-    decode kernel's operand order): one stored token's bytes land where each order puts them."""
+def test_fp8_pool_stores_pages_heads_major() -> None:
+    """An FP8 page holds its keys as [Hkv, page_size, D] and its values as [Hkv, D, page_size]
+    (the FP8 kernels' read order): one stored token's bytes land where each order puts them."""
     pool = KVPool.allocate(GEOMETRY, torch.float8_e4m3fn, torch.device("cpu"))
     page_size, heads, dims = GEOMETRY.page_size, 2, 16
     k = torch.arange(heads * dims, dtype=torch.float32).view(1, heads, dims) / 8
@@ -74,7 +74,9 @@ def test_fp8_pool_stores_values_dims_major() -> None:
     slot = 2 * page_size + 3  # page 2, slot 3
     pool.store(0, k, v, torch.tensor([slot]))
     page = pool.layers[0][:, 2].float()  # [2, page_size, Hkv, D] as memory holds it
-    assert torch.equal(page[0][3], k[0])
+    keys = page[0].reshape(heads, page_size, dims)
+    assert torch.equal(keys[:, 3], k[0])
+    assert page[0].count_nonzero() == heads * dims - 1  # k[0, 0, 0] is zero
     values = page[1].reshape(heads, dims, page_size)
     assert torch.equal(values[:, :, 3], v[0])
     assert page[1].count_nonzero() == heads * dims - 1  # v[0, 0, 0] is zero

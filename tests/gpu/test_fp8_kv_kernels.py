@@ -35,6 +35,7 @@ from kvserve.kernels.rotary_store_kv import (  # noqa: E402
 from kvserve.kernels.store_kv_cache import (  # noqa: E402
     FP8_KV_DTYPE,
     FP8_TENSOR_CORES,
+    cache_keys,
     cache_values,
     encode_kv_reference,
     raw_kv,
@@ -66,7 +67,7 @@ def fp8_batch(qlens: list[int], slens: list[int], dtype: torch.dtype, **shape: i
     b = make_batch(qlens, slens, dtype=dtype, **shape)
     ks, vs = scales()
     cache = torch.empty_like(b.kv_cache, dtype=FP8_KV_DTYPE)
-    raw_kv(cache)[0].copy_(raw_kv(encode_kv_reference(b.kv_cache[0], ks, FP8_KV_DTYPE)))
+    raw_kv(cache_keys(cache)).copy_(raw_kv(encode_kv_reference(b.kv_cache[0], ks, FP8_KV_DTYPE)))
     raw_kv(cache_values(cache)).copy_(raw_kv(encode_kv_reference(b.kv_cache[1], vs, FP8_KV_DTYPE)))
     b.kv_cache = cache
     return b

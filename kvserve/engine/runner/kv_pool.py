@@ -24,6 +24,7 @@ from kvserve.config import ModelConfig
 from kvserve.kernels.store_kv_cache import (
     FP8_KV_DTYPE,
     KVScales,
+    cache_keys,
     cache_values,
     decode_kv_reference,
     gather_kv_rows,
@@ -147,7 +148,7 @@ class KVPool:
         times the layer's scales, in ``dtype``."""
         cache, scales = self.layers[idx], (self.k_scales[idx], self.v_scales[idx])
         out = []
-        for half, scale in zip((cache[0], cache_values(cache)), scales, strict=True):
+        for half, scale in zip((cache_keys(cache), cache_values(cache)), scales, strict=True):
             x = gather_kv_rows(half, page_ids).flatten(0, 1)
             out.append(decode_kv_reference(x, scale, dtype))
         return out[0], out[1]

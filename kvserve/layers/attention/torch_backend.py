@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from kvserve.kernels.store_kv_cache import (
     KVScales,
+    cache_keys,
     cache_values,
     check_kv_scales,
     decode_kv_reference,
@@ -29,7 +30,7 @@ def gather_pages(
     cache is scaled back)."""
     check_kv_scales(kv_cache, kv_scales)
     out = []
-    for i, half in enumerate((kv_cache[0], cache_values(kv_cache))):
+    for i, half in enumerate((cache_keys(kv_cache), cache_values(kv_cache))):
         x = gather_kv_rows(half, pages)
         out.append(decode_kv_reference(x, kv_scales[i], dtype) if kv_scales else x.to(dtype))
     return out[0], out[1]
