@@ -70,22 +70,26 @@ def gather_kv_rows(cache: torch.Tensor, index: torch.Tensor, dim: int = 0) -> to
 
 def cache_keys(kv_cache: torch.Tensor) -> torch.Tensor:
     """The keys half as [num_pages, page_size, Hkv, D], a view of the cache's memory (an FP8
-    cache's are stored heads-major: module docstring)."""
-    keys = kv_cache[0]
-    if not is_fp8_kv(kv_cache):
-        return keys
-    num_pages, page_size, num_kv_heads, head_dim = keys.shape
-    return keys.view(num_pages, num_kv_heads, page_size, head_dim).permute(0, 2, 1, 3)
+    cache's are stored heads-major, [num_pages, Hkv, page_size, D]: module docstring)."""
+    return _token_major_view(kv_cache, 0, stored_order=(0, 2, 1, 3))
 
 
 def cache_values(kv_cache: torch.Tensor) -> torch.Tensor:
     """The values half as [num_pages, page_size, Hkv, D], a view of the cache's memory (an FP8
-    cache's are stored dims-major: module docstring)."""
-    values = kv_cache[1]
+    cache's are stored dims-major, [num_pages, Hkv, D, page_size]: module docstring)."""
+    return _token_major_view(kv_cache, 1, stored_order=(0, 2, 3, 1))
+
+
+def _token_major_view(
+    kv_cache: torch.Tensor, half: int, stored_order: tuple[int, ...]
+) -> torch.Tensor:
+    """``kv_cache[half]`` seen as [num_pages, page_size, Hkv, D]; an FP8 cache's memory holds
+    it with those axes in ``stored_order``."""
+    x = kv_cache[half]
     if not is_fp8_kv(kv_cache):
-        return values
-    num_pages, page_size, num_kv_heads, head_dim = values.shape
-    return values.view(num_pages, num_kv_heads, head_dim, page_size).permute(0, 3, 1, 2)
+        return x
+    stored = x.view(*(x.shape[axis] for axis in stored_order))
+    return stored.permute(*sorted(range(4), key=stored_order.__getitem__))
 
 
 def check_kv_scales(kv_cache: torch.Tensor, kv_scales: KVScales | None) -> None:
