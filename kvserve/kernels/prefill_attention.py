@@ -19,8 +19,8 @@ grid's first axis is ``row blocks x S``; split s of a row block attends to its r
 log-sum-exp, which ``_prefill_merge_kernel`` combines.
 
 Over an FP8 cache (``PrefillConfig.fp8_mode``) both products either run on FP8 tensor cores
-(``FP8_TENSOR_CORES``: q as two e4m3 rows, p in e4m3, as the FP8 decode kernel; values are
-stored dims-major, so a tile of them is already the K-major operand FP8 MMAs need) or on
+(``FP8_TENSOR_CORES``: q as one or two e4m3 rows, p in e4m3, as the FP8 decode kernel; values
+are stored dims-major, so a tile of them is already the K-major operand FP8 MMAs need) or on
 widened tiles (``FP8_AS_FP16``, ``FP8_AS_QDTYPE``). The key scale is folded into the softmax
 scale and the value scale applied once to each output row.
 """
@@ -114,9 +114,9 @@ def default_prefill_config(
 
 
 def _default_fp8_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
-    """Over an FP8 cache, on FP8 tensor cores. The bf16 tile (256 rows, 8 warps) spills with
-    q's two e4m3 terms (448 bytes of stack for sm_90, ``benchmarks/kernel_spills.py``); 128
-    rows on 8 warps do not."""
+    """Over an FP8 cache, on FP8 tensor cores. The bf16 tile (256 rows, 8 warps) spills there
+    (sm_90: 360 bytes of stack with q as one e4m3 term, 448 with two; ``kernel_spills``
+    ``compile_prefill``); 128 rows on 8 warps do not. Tiles timed: fp8_kv_prefill_h200_s46."""
     if dtype == torch.float32 or head_dim > 128:
         base = default_prefill_config(head_dim, dtype)
         return replace(base, fp8_mode=FP8_TENSOR_CORES)
@@ -224,10 +224,10 @@ def _attend_fp8_tile(
     MASKED: tl.constexpr,
     Q_TERMS: tl.constexpr,
 ):
-    """``_attend_tile`` on FP8 tensor cores: q as hi + lo e4m3 rows whose scales carry the
-    softmax scale (m is kept scaled), p rounded to e4m3 times 2**P_LOG2 (taken in the exponent,
-    so l sums the scaled p and acc / l needs no correction); one page-id load a page serves both
-    keys and values."""
+    """``_attend_tile`` on FP8 tensor cores: q as e4m3 rows (hi, and lo with Q_TERMS = 2) whose
+    scales carry the softmax scale (m is kept scaled), p rounded to e4m3 times 2**P_LOG2 (taken
+    in the exponent, so l sums the scaled p and acc / l needs no correction); one page-id load a
+    page serves both keys and values."""
     toks = n0 + tl.arange(0, BLOCK_N)
     base, page_ok = tile_pages(table, n0, hi, stride_cache_page, PAGE_SIZE, BLOCK_N)
     slots = tl.arange(0, PAGE_SIZE)
