@@ -1,11 +1,13 @@
-"""Operands of attention on FP8 tensor cores over an FP8 (e4m3) cache: q as two e4m3 rows and
-p rounded to e4m3 after a fixed factor.
+"""Operands of attention on FP8 tensor cores over an FP8 (e4m3) cache: q as e4m3 rows, p rounded
+to e4m3 after a fixed factor.
 
-q as e4m3 alone would add about as much error to the scores as the keys' own rounding, so it is
-split into hi (q rounded to e4m3 at its row's scale) and the remainder's e4m3 rounding at its own
-scale; the second product costs one more FP8 MMA. p is in [0, 1]: ``P_SCALE`` keeps its small
-values out of e4m3's subnormals, and is undone with the value scale. Used by
-``fp8_decode_attention`` and by ``prefill_attention``'s ``FP8_TENSOR_CORES`` mode.
+q as one e4m3 row per token and head (its own scale) adds about as much error to the scores as
+the keys' own rounding; as two (hi, and the remainder's rounding at its own scale) it adds
+little, for one more FP8 MMA. Decode, bound by memory, takes two; prefill, bound by its
+instructions, one by default (``PrefillConfig.fp8_q_terms``). p is in [0, 1]: ``P_SCALE`` keeps
+its small values out of e4m3's subnormals (decode undoes it with the value scale; prefill takes
+it in the exponent, so its row sums carry it too). Used by ``fp8_decode_attention`` and by
+``prefill_attention``'s ``FP8_TENSOR_CORES`` mode.
 """
 
 from __future__ import annotations
