@@ -100,9 +100,9 @@ _PREFILL_ARGS = {
 }  # fmt: skip
 
 
-def compile_prefill(cache: str, fp8_mode: int, config: Any, split: bool = False) -> bytes:  # noqa: ANN401
+def compile_prefill(cache: str, config: Any, split: bool = False) -> bytes:  # noqa: ANN401
     """The cubin of the prefill kernel for Llama-3-8B heads at a ``PrefillConfig``: ``cache``
-    "bf16" or "fp8" (then ``fp8_mode``, store_kv_cache.FP8_*)."""
+    "bf16" or "fp8" (on FP8 tensor cores)."""
     from kvserve.kernels.prefill_attention import _prefill_kernel
 
     fp8 = cache == "fp8"
@@ -111,7 +111,7 @@ def compile_prefill(cache: str, fp8_mode: int, config: Any, split: bool = False)
     constants = {
         "PAGE_SIZE": 16, "GROUP": 4, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n,
         "HEAD_DIM": 128, "DOT_PRECISION": "tf32", "LAZY_RESCALE": config.lazy_rescale,
-        "FP8": fp8, "FP8_MODE": fp8_mode if fp8 else 0, "SPLIT": split,
+        "FP8": fp8, "SPLIT": split,
         "Q_TERMS": config.fp8_q_terms,
     }  # fmt: skip
     divisible = tuple(name for name, kind in signature.items() if kind.startswith("*"))

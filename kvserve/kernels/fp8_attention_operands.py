@@ -7,7 +7,7 @@ little, for one more FP8 MMA. Decode, bound by memory, takes two; prefill, bound
 instructions, one by default (``PrefillConfig.fp8_q_terms``). p is in [0, 1]: ``P_SCALE`` keeps
 its small values out of e4m3's subnormals (decode undoes it with the value scale; prefill takes
 it in the exponent, so its row sums carry it too). Used by ``fp8_decode_attention`` and by
-``prefill_attention``'s ``FP8_TENSOR_CORES`` mode.
+``prefill_attention`` over an FP8 cache.
 """
 
 from __future__ import annotations

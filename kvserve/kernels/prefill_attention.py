@@ -18,17 +18,18 @@ grid's first axis is ``row blocks x S``; split s of a row block attends to its r
 ``[0, lo)`` tiles (the last split also to ``[lo, hi)``) and writes a partial output and its
 log-sum-exp, which ``_prefill_merge_kernel`` combines.
 
-Over an FP8 cache (``PrefillConfig.fp8_mode``) both products either run on FP8 tensor cores
-(``FP8_TENSOR_CORES``: q as one or two e4m3 rows, p in e4m3, as the FP8 decode kernel; values
-are stored dims-major, so a tile of them is already the K-major operand FP8 MMAs need) or on
-widened tiles (``FP8_AS_FP16``, ``FP8_AS_QDTYPE``). The key scale is folded into the softmax
-scale and the value scale applied once to each output row.
+Over an FP8 cache both products run on FP8 tensor cores (``_attend_fp8_tile``: q as one or two
+e4m3 rows, p in e4m3, as the FP8 decode kernel; values are stored dims-major, so a tile of them
+is already the K-major operand FP8 MMAs need). Widening the tiles to fp16 operands instead took
+1.880 / 1.067 / 3.419 ms on the H200 where this takes 1.500 / 0.877 / 2.962 (8K prompt, 2K
+chunks at 10K / 32K; fp8_kv_prefill_h200_s46_q1). The key scale is folded into the softmax scale
+and the value scale applied once to each output row.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -36,11 +37,8 @@ from kvserve.kernels._triton import jit, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.attention_partials import merge_partials, normalize_rows
 from kvserve.kernels.fp8_attention_operands import P_LOG2, e4m3_query_rows
 from kvserve.kernels.store_kv_cache import (
-    FP8_AS_FP16,
-    FP8_TENSOR_CORES,
     KVScales,
     cache_keys,
-    fp8_operand_mode,
     is_fp8_kv,
     load_value_tile_t,
     scale_args,
@@ -57,8 +55,7 @@ class PrefillConfig:
     # Rescale the accumulator only when some row's running max grows by more than 8 (log2
     # units): one compare per tile instead of a multiply over [BLOCK_M, D] and the exp2s.
     lazy_rescale: bool = False
-    fp8_mode: int = FP8_AS_FP16  # an FP8 cache's MMA operands (store_kv_cache.FP8_*)
-    # FP8_TENSOR_CORES: q as one e4m3 row (its own scale), or as hi + lo rows. On the H200 one
+    # Over an FP8 cache: q as one e4m3 row (its own scale), or as hi + lo rows. On the H200 one
     # term took 1.500 / 0.877 / 2.962 ms where two took 1.773 / 1.030 / 3.463 (8K prompt, 2K
     # chunks at 10K / 32K) for 0.0035 RMS from exact attention against 0.0028, where rounding
     # the cache alone costs 0.0026, outputs of RMS 0.051 (fp8_kv_prefill_h200_s46_q1). vLLM's
@@ -80,8 +77,6 @@ class PrefillConfig:
 _SPLIT_MIN_KEYS = 2048
 _SPLIT_WORKSPACE_BYTES = 64 << 20
 _MAX_KV_SPLITS = 16  # also the merge's block: one compile for every count
-_AS_FP16 = tl.constexpr(FP8_AS_FP16)
-_TENSOR_CORES = tl.constexpr(FP8_TENSOR_CORES)
 # The shortest context at which a chunk can be split: warm-up compiles the split kernels there.
 SPLIT_MIN_CONTEXT = 2 * _SPLIT_MIN_KEYS
 
@@ -118,10 +113,8 @@ def _default_fp8_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
     (sm_90: 360 bytes of stack with q as one e4m3 term, 448 with two; ``kernel_spills``
     ``compile_prefill``); 128 rows on 8 warps do not. Tiles timed: fp8_kv_prefill_h200_s46."""
     if dtype == torch.float32 or head_dim > 128:
-        base = default_prefill_config(head_dim, dtype)
-        return replace(base, fp8_mode=FP8_TENSOR_CORES)
-    warps = 8 if head_dim == 128 else 4
-    return PrefillConfig(128, 128, warps, 3, fp8_mode=FP8_TENSOR_CORES)
+        return default_prefill_config(head_dim, dtype)
+    return PrefillConfig(128, 128, 8 if head_dim == 128 else 4, 3)
 
 
 @jit
@@ -147,7 +140,6 @@ def _attend_tile(
     MASKED: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
-    FP8: tl.constexpr,
 ):
     toks = n0 + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
@@ -163,14 +155,10 @@ def _attend_tile(
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
     else:
         k = tl.load(k_cache_ptr + kv_ptrs)
-    if FP8:  # values dims-major (store_kv_cache): read a page at a time
-        base, page_ok = tile_pages(table, n0, hi, stride_cache_page, PAGE_SIZE, BLOCK_N)
-        v = tl.trans(load_value_tile_t(v_cache_ptr, base, kv_head, page_ok, PAGE_SIZE, HEAD_DIM))
-    elif MASKED:
+    if MASKED:
         v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
     else:
         v = tl.load(v_cache_ptr + kv_ptrs)
-    k, v = k.to(q.dtype), v.to(q.dtype)  # no-ops unless the cache is FP8
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_M, N], unscaled
     if MASKED:
         visible = (toks[None, :] <= q_pos[:, None]) & tok_mask[None, :]
@@ -288,9 +276,8 @@ def _prefill_kernel(
     HEAD_DIM: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
-    FP8: tl.constexpr,
-    FP8_MODE: tl.constexpr,
-    Q_TERMS: tl.constexpr,  # FP8_TENSOR_CORES: q's e4m3 terms
+    FP8: tl.constexpr,  # an FP8 cache: both products on FP8 tensor cores
+    Q_TERMS: tl.constexpr,  # FP8: q's e4m3 terms
     SPLIT: tl.constexpr,  # kv_splits > 1: write partials for _prefill_merge_kernel
 ):
     # Last row blocks (the most keys) first, so the long programs do not form the tail.
@@ -315,10 +302,7 @@ def _prefill_kernel(
     q_pos = ctx_len + rows
     if FP8:
         scale_log2 = scale_log2 * tl.load(k_scale_ptr)
-        if FP8_MODE == _AS_FP16:
-            q = q.to(tl.float16)
-        if FP8_MODE == _TENSOR_CORES:
-            q, q_lo, hi_scale, lo_scale = e4m3_query_rows(q.to(tl.float32), scale_log2, Q_TERMS)
+        q, q_lo, hi_scale, lo_scale = e4m3_query_rows(q.to(tl.float32), scale_log2, Q_TERMS)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -337,7 +321,7 @@ def _prefill_kernel(
         full_hi = tl.minimum(split * per_split + per_split, tiles) * BLOCK_N
         hi = tl.where(split == kv_splits - 1, hi, lo)
     for n0 in range(full_lo, full_hi, BLOCK_N):
-        if FP8_MODE == _TENSOR_CORES:
+        if FP8:
             acc, m_i, l_i = _attend_fp8_tile(
                 q, q_lo, hi_scale, lo_scale, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0,
                 q_pos, hi, kv_head, stride_cache_page, stride_cache_tok, stride_cache_head,
@@ -347,10 +331,10 @@ def _prefill_kernel(
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head,
                 stride_cache_page, stride_cache_tok, stride_cache_head, scale_log2, PAGE_SIZE,
-                BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE, FP8,
+                BLOCK_N, HEAD_DIM, False, DOT_PRECISION, LAZY_RESCALE,
             )  # fmt: skip
     for n0 in range(lo, hi, BLOCK_N):
-        if FP8_MODE == _TENSOR_CORES:
+        if FP8:
             acc, m_i, l_i = _attend_fp8_tile(
                 q, q_lo, hi_scale, lo_scale, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0,
                 q_pos, hi, kv_head, stride_cache_page, stride_cache_tok, stride_cache_head,
@@ -360,10 +344,10 @@ def _prefill_kernel(
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, table, n0, q_pos, hi, kv_head,
                 stride_cache_page, stride_cache_tok, stride_cache_head, scale_log2, PAGE_SIZE,
-                BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE, FP8,
+                BLOCK_N, HEAD_DIM, True, DOT_PRECISION, LAZY_RESCALE,
             )  # fmt: skip
 
-    if FP8_MODE == _TENSOR_CORES:
+    if FP8:
         m_i -= P_LOG2  # l summed p * 2**P_LOG2: the log-sum-exp stays the scores'
     o, lse = normalize_rows(acc, m_i, l_i)
     if FP8:
@@ -421,8 +405,7 @@ def paged_prefill_attention(
     assert q.stride(-1) == 1 and kv_cache.stride(-1) == 1
     fp8 = is_fp8_kv(kv_cache)
     cfg = config or default_prefill_config(head_dim, q.dtype, fp8)
-    fp8_mode = fp8_operand_mode(cfg.fp8_mode, q.dtype) if fp8 else 0
-    assert not (fp8_mode == FP8_TENSOR_CORES and cfg.lazy_rescale), "p in e4m3 needs p <= 1"
+    assert not (fp8 and cfg.lazy_rescale), "p in e4m3 needs p <= 1"
     # an FP8 cache's values are read a page at a time: tiles of whole pages
     block_n = max(cfg.block_n, page_size) if fp8 else cfg.block_n
     out = torch.empty_like(q)
@@ -471,7 +454,6 @@ def paged_prefill_attention(
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         LAZY_RESCALE=cfg.lazy_rescale,
         FP8=fp8,
-        FP8_MODE=fp8_mode,
         Q_TERMS=cfg.fp8_q_terms,
         SPLIT=splits > 1,
         num_warps=cfg.num_warps,

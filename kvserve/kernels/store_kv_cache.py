@@ -188,20 +188,6 @@ def load_value_tile_t(
     return tl.reshape(tl.permute(tiles, (1, 0, 2)), (HEAD_DIM, page_base.shape[0] * PAGE_SIZE))
 
 
-# How the prefill kernel turns FP8 cache tiles into MMA operands (decode always runs on FP8
-# tensor cores: fp8_decode_attention). On the H200 (benchmarks/fp8_kv_decode.py, 32 x 32K
-# decode, when decode widened too) fp16 operands beat Triton's e4m3->bf16 conversion by 1.16x.
-FP8_AS_QDTYPE = 0  # Triton's conversion to q's dtype (the only choice for fp32 q)
-FP8_AS_FP16 = 1  # fp16 operands, q and p cast to fp16 (one cvt per two values on sm_89+)
-FP8_TENSOR_CORES = 2  # no widening: q as two e4m3 rows, p in e4m3 (fp8_attention_operands)
-
-
-def fp8_operand_mode(mode: int, q_dtype: torch.dtype) -> int:
-    """``mode`` where it applies to q's dtype (fp16 operands do not take fp32 q), else
-    FP8_AS_QDTYPE."""
-    return FP8_AS_QDTYPE if q_dtype == torch.float32 and mode == FP8_AS_FP16 else mode
-
-
 @jit
 def load_inv_scales(k_scale_ptr, v_scale_ptr, FP8: tl.constexpr):
     """1 / k_scale and 1 / v_scale of an FP8 cache (1.0 for any other cache)."""

@@ -210,8 +210,8 @@ def _forced_logits(core: EngineCore, prompt: list[int], forced: list[int]) -> to
 
 
 def test_fp8_kv_cache_on_the_gpu_follows_the_cpu(tmp_path) -> None:
-    """The triton backend over an FP8 cache (pages stored heads-major; prefill kernel, then
-    decode on FP8 tensor cores with q and p in e4m3) against the CPU torch backend over its own
+    """The triton backend over an FP8 cache (pages stored heads-major; prefill, then decode, on
+    FP8 tensor cores with q and p in e4m3) against the CPU torch backend over its own
     FP8 cache, token by token on the same forced continuation. Logits, not greedy tokens, of a
     model drawn as real ones are (initializer_range 0.02): the wide draws of the other tests
     push keys and values past e4m3's range at scale 1, where the FP8 cache alone moves 60% of

@@ -34,7 +34,6 @@ from kvserve.kernels.rotary_store_kv import (  # noqa: E402
 )
 from kvserve.kernels.store_kv_cache import (  # noqa: E402
     FP8_KV_DTYPE,
-    FP8_TENSOR_CORES,
     cache_keys,
     cache_values,
     encode_kv_reference,
@@ -125,9 +124,9 @@ def test_rotary_store_matches_reference(dtype: torch.dtype) -> None:
 DECODE_LENS = [[1, 17, 300, 1000], [16], [999, 64, 7, 513]]
 
 
-# the prefill kernel's FP8_AS_QDTYPE, FP8_AS_FP16, FP8_TENSOR_CORES with q's two e4m3 terms and
-# with one
-MODES = {"qdtype": (0, 2), "fp16": (1, 2), "tc": (2, 2), "tc-q1": (2, 1)}
+# The prefill kernel over an FP8 cache: q as one e4m3 term (the default) and as two, and a
+# 64-token tile (four pages)
+PREFILL_VARIANTS = {"q1": {}, "q2": {"fp8_q_terms": 2}, "q1-tile-64": {"block_n": 64}}
 
 
 # The merge kernel, the fused merge, FP8_DECODE_CONFIG's tiles, split rule and merge, and
@@ -138,7 +137,7 @@ DECODE_VARIANTS = {
     "fp8-default": FP8_DECODE_CONFIG,
     "tile-128": dataclasses.replace(FP8_DECODE_CONFIG, block_n=128, num_stages=2),
 }
-# Decode and prefill (FP8_TENSOR_CORES) run on FP8 tensor cores: q as two e4m3 rows (hi +
+# Decode and prefill run on FP8 tensor cores: q as two e4m3 rows (hi +
 # remainder) or, in prefill by default, one; p rounded to e4m3 (3 mantissa bits, up to 6% a
 # weight; fp8_attention_operands). Their output is compared in norm, and elementwise only
 # loosely: an indexing error is off by the values themselves (RMS 1). A torch emulation of the
@@ -273,25 +272,24 @@ def test_backend_on_fp8_cache_matches_torch_backend(dtype: torch.dtype, case_idx
     assert_fp8_mma_close(out[decodes:], ref[decodes:], q_terms=1)
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("variant", sorted(PREFILL_VARIANTS))
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case_idx", range(len(PREFILL_CASES)))
 def test_prefill_on_fp8_cache_matches_reference(
-    dtype: torch.dtype, case_idx: int, mode: str
+    dtype: torch.dtype, case_idx: int, variant: str
 ) -> None:
-    fp8_mode, q_terms = MODES[mode]
-    cfg = dataclasses.replace(default_prefill_config(64, dtype), fp8_q_terms=q_terms)
-    check_fp8_prefill(dtype, case_idx, cfg, fp8_mode)
+    cfg = default_prefill_config(64, dtype, fp8_cache=True)
+    check_fp8_prefill(dtype, case_idx, dataclasses.replace(cfg, **PREFILL_VARIANTS[variant]))
 
 
 @pytest.mark.parametrize("kv_splits", [2, 5])
 def test_prefill_key_splits_on_fp8_cache(kv_splits: int) -> None:
     """Each split's partial carries the value scale; the merge does not apply it again."""
-    cfg = dataclasses.replace(default_prefill_config(64, torch.float16), kv_splits=kv_splits)
-    check_fp8_prefill(torch.float16, 2, cfg, cfg.fp8_mode)
+    cfg = default_prefill_config(64, torch.float16, fp8_cache=True)
+    check_fp8_prefill(torch.float16, 2, dataclasses.replace(cfg, kv_splits=kv_splits))
 
 
-def check_fp8_prefill(dtype: torch.dtype, case_idx: int, cfg: PrefillConfig, mode: int) -> None:
+def check_fp8_prefill(dtype: torch.dtype, case_idx: int, cfg: PrefillConfig) -> None:
     qlens, slens = PREFILL_CASES[case_idx]
     b = fp8_batch(qlens, slens, dtype, seed=case_idx, **SHAPE)
     scale = 64**-0.5
@@ -299,12 +297,8 @@ def check_fp8_prefill(dtype: torch.dtype, case_idx: int, cfg: PrefillConfig, mod
         b.q.float(), b.k.float(), b.v.float(), b.kv_cache, b.meta, scale, scales()
     )  # stores with the reference, then attends in fp32
     m = b.meta
-    cfg = dataclasses.replace(cfg, fp8_mode=mode)
     out = paged_prefill_attention(
         b.q, b.kv_cache, m.query_start_loc, m.seq_lens, m.block_tables, m.max_query_len, scale,
         scales(), config=cfg,
     )  # fmt: skip
-    if mode == FP8_TENSOR_CORES:
-        assert_fp8_mma_close(out, ref, cfg.fp8_q_terms)
-    else:
-        assert_close(out, ref, dtype)
+    assert_fp8_mma_close(out, ref, cfg.fp8_q_terms)
