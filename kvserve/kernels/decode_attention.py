@@ -41,7 +41,13 @@ from kvserve.kernels.attention_partials import (
 )
 from kvserve.kernels.fp8_decode_attention import _fp8_decode_split_kernel
 from kvserve.kernels.skinny_gemm import _arrival_counters
-from kvserve.kernels.store_kv_cache import KVScales, cache_keys, is_fp8_kv, scale_args
+from kvserve.kernels.store_kv_cache import (
+    KVScales,
+    cache_keys,
+    is_fp8_kv,
+    scale_args,
+    tile_tokens,
+)
 
 # Split count, from sweeps on the H200 with the engine's graph-wide page tables
 # (benchmarks/decode_attention_sweep.py, benchmarks/long_context_sweep.py): about 4 programs
@@ -292,8 +298,7 @@ def paged_decode_attention(
         batch, num_kv_heads, block_tables.shape[1] * page_size, sm_count(q.device),
         cfg.programs_per_sm,
     )  # fmt: skip
-    # an FP8 cache's values are read a page at a time: tiles of whole pages
-    block_n = max(cfg.block_n, page_size) if is_fp8_kv(kv_cache) else cfg.block_n
+    block_n = tile_tokens(cfg.block_n, kv_cache)
     min_split = -(-cfg.min_split_tokens // block_n) * block_n
     part_out = part_lse = counters = out  # placeholders, unused when splits == 1
     if splits > 1:

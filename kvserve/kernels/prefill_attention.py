@@ -43,6 +43,7 @@ from kvserve.kernels.store_kv_cache import (
     load_value_tile_t,
     scale_args,
     tile_pages,
+    tile_tokens,
 )
 
 
@@ -406,8 +407,7 @@ def paged_prefill_attention(
     fp8 = is_fp8_kv(kv_cache)
     cfg = config or default_prefill_config(head_dim, q.dtype, fp8)
     assert not (fp8 and cfg.lazy_rescale), "p in e4m3 needs p <= 1"
-    # an FP8 cache's values are read a page at a time: tiles of whole pages
-    block_n = max(cfg.block_n, page_size) if fp8 else cfg.block_n
+    block_n = tile_tokens(cfg.block_n, kv_cache)
     out = torch.empty_like(q)
     batch = seq_lens.shape[0]
     if num_tokens == 0 or batch == 0:

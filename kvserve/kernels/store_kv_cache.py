@@ -161,6 +161,12 @@ def store_token_values(
                    stride_cache_head, inv_scale, BLOCK_H, HEAD_DIM, FP8)  # fmt: skip
 
 
+def tile_tokens(block_n: int, kv_cache: torch.Tensor) -> int:
+    """A config's tile of tokens over ``kv_cache``: an FP8 cache's tiles are whole pages
+    (``tile_pages``), so at least one page."""
+    return max(block_n, kv_cache.shape[2]) if is_fp8_kv(kv_cache) else block_n
+
+
 @jit
 def tile_pages(table, n0, end, stride_cache_page, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
     """The pages of the tile of tokens [n0, n0 + BLOCK_N) (n0 a multiple of PAGE_SIZE): each
