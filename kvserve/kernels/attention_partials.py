@@ -1,7 +1,23 @@
 """Split-K attention's shared pieces: a decode split's token range and its kv head's query
 rows, the online-softmax state turned into an output row and its log-sum-exp, the partials
 written by each split, and their merge (by a second kernel or by the split that arrives last).
-Shared by the decode kernels (bf16 and FP8) and the prefill kernel."""
+Shared by the decode kernels (bf16 and FP8) and the prefill kernel.
+
+Two ways to cut a decode batch into splits, both on the device from ``seq_lens`` (so a CUDA
+graph's fixed grid of ``B * S`` programs a kv head serves any lengths):
+
+- even: every sequence into S splits of its own length / S (``split_range``). A long sequence
+  beside short ones gets S programs a head however many bytes it carries.
+- balanced (``balanced_item``): one split length for the whole batch, the shortest whole number
+  of tiles that cuts all its sequences into at most ``B * S`` splits together; a sequence gets
+  as many splits as its length needs, and program ``j`` of a kv head takes the batch's ``j``-th
+  split. With equal lengths both give the same splits.
+
+Partials of split ``s`` of sequence ``b`` for query head ``h`` sit at row ``row0 + h * head_stride
++ s * split_stride`` of part_out [rows, D] / part_lse [rows] (``PartialRows``): even,
+``row0 = b * Hq * S``, ``head_stride = S``, ``split_stride = 1``; balanced, the splits of the
+batch in order, ``row0 = first * Hq``, ``head_stride = 1``, ``split_stride = Hq``, where
+``first`` counts the splits of the sequences before ``b``."""
 
 from __future__ import annotations
 
@@ -23,6 +39,70 @@ def split_range(seq_lens_ptr, b, split, num_splits, min_split, BLOCK_N: tl.const
 
 
 @jit
+def balanced_splits(
+    seq_lens_ptr, batch, budget, min_split, max_splits, BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """The batch's lengths [BLOCK_B] (0 past ``batch``), each sequence's split count (0 past
+    ``batch``; at least 1, so a padding row's split 0 writes its zeros) and the one split length:
+    the fewest tiles with at most ``budget`` splits in all and ``max_splits`` a sequence, none
+    shorter than ``min_split`` (a multiple of BLOCK_N). Bisection over whole tiles; equal
+    lengths take the first guess (``budget / batch`` splits each, as ``split_range``)."""
+    idx = tl.arange(0, BLOCK_B)
+    valid = idx < batch
+    lens = tl.load(seq_lens_ptr + idx, mask=valid, other=0)
+    longest = tl.max(lens, 0)
+    lo = tl.cdiv(tl.cdiv(tl.sum(lens, 0), budget), BLOCK_N)
+    lo = tl.maximum(tl.maximum(lo, tl.cdiv(tl.cdiv(longest, max_splits), BLOCK_N)), 1)
+    lo = tl.maximum(lo, min_split // BLOCK_N)
+    hi = tl.maximum(tl.cdiv(longest, BLOCK_N), lo)  # one split each: batch <= budget splits
+    if _split_count(lens, valid, lo * BLOCK_N) <= budget:
+        hi = lo
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _split_count(lens, valid, mid * BLOCK_N) <= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    counts = tl.where(valid, tl.maximum(tl.cdiv(lens, hi * BLOCK_N), 1), 0)
+    return lens, counts, hi
+
+
+@jit
+def _split_count(lens, valid, split_len):
+    return tl.sum(tl.where(valid, tl.maximum(tl.cdiv(lens, split_len), 1), 0), 0)
+
+
+@jit
+def balanced_item(
+    seq_lens_ptr, item, batch, budget, min_split, max_splits, BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """The batch's ``item``-th split under ``balanced_splits``: (sequence b, its split index,
+    its length, the split length, start, end, the splits of the sequences before b). An item
+    past the batch's splits gets b == batch (its program exits)."""
+    lens, counts, tiles = balanced_splits(
+        seq_lens_ptr, batch, budget, min_split, max_splits, BLOCK_B, BLOCK_N
+    )
+    ends = tl.cumsum(counts, 0)
+    b = tl.sum((ends <= item).to(tl.int32), 0)
+    here = tl.arange(0, BLOCK_B) == b
+    first = tl.sum(tl.where(here, ends - counts, 0), 0)
+    seq_len = tl.sum(tl.where(here, lens, 0), 0)
+    split = item - first
+    start = split * tiles * BLOCK_N
+    return (
+        b,
+        split,
+        seq_len,
+        tiles * BLOCK_N,
+        start,
+        tl.minimum(start + tiles * BLOCK_N, seq_len),
+        first,
+    )
+
+
+@jit
 def load_group_rows(
     q_ptr, b, kv_head, stride_qb, stride_qh, GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -40,48 +120,37 @@ def load_group_rows(
 @jit
 def store_split_output(
     o, lse, part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads, heads,
-    row_mask, seq_len, split, split_len, num_splits, stride_ob, stride_oh, GROUP: tl.constexpr,
-    HEAD_DIM: tl.constexpr, DIRECT: tl.constexpr, FUSED_MERGE: tl.constexpr,
-    BLOCK_S: tl.constexpr,
+    row_mask, seq_len, split, split_len, row0, head_stride, split_stride, stride_ob, stride_oh,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, DIRECT: tl.constexpr,
+    FUSED_MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     """A decode split's rows ``o`` [BLOCK_H, D] (query heads ``heads``): the output itself when
-    the sequence has one split (``DIRECT``), else its partial (part_out [B, Hq, S, D] fp32,
-    part_lse [B, Hq, S], log2 units), merged here by the last split to arrive with
+    the sequence has one split (``DIRECT``), else its partial (fp32, lse in log2 units) at the
+    rows of the module docstring, merged here by the last split to arrive with
     ``FUSED_MERGE``."""
     dims = tl.arange(0, HEAD_DIM)
     if DIRECT:
         out_off = b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dims[None, :]
         tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
     else:
-        part_row = (b.to(tl.int64) * num_kv_heads * GROUP + heads) * num_splits + split
+        part_row = row0 + heads * head_stride + split * split_stride
         tl.store(part_lse_ptr + part_row, lse, mask=row_mask)
         part_ptrs = part_out_ptr + part_row[:, None] * HEAD_DIM + dims[None, :]
         tl.store(part_ptrs, o, mask=row_mask[:, None])
         if FUSED_MERGE:
             merge_if_last(
                 part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads,
-                seq_len, split_len, num_splits, stride_ob, stride_oh, GROUP, BLOCK_S, HEAD_DIM,
+                seq_len, split_len, row0, head_stride, split_stride, stride_ob, stride_oh,
+                GROUP, BLOCK_S, HEAD_DIM,
             )  # fmt: skip
 
 
 @jit
 def merge_if_last(
-    part_out_ptr,
-    part_lse_ptr,
-    out_ptr,
-    counter_ptr,
-    b,
-    kv_head,
-    num_kv_heads,
-    seq_len,
-    split_len,
-    num_splits,
-    stride_ob,
-    stride_oh,
-    GROUP: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-):
+    part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads, seq_len,
+    split_len, row0, head_stride, split_stride, stride_ob, stride_oh, GROUP: tl.constexpr,
+    BLOCK_S: tl.constexpr, HEAD_DIM: tl.constexpr,
+):  # fmt: skip
     """The last of a (sequence, kv head)'s written splits to arrive merges its GROUP rows and
     puts the arrival count back to zero (so the counters need no reset between launches)."""
     counter = counter_ptr + b * num_kv_heads + kv_head
@@ -89,11 +158,11 @@ def merge_if_last(
     if arrive(counter) == written - 1:
         splits = tl.arange(0, BLOCK_S)
         dims = tl.arange(0, HEAD_DIM)
-        first_row = (b.to(tl.int64) * num_kv_heads + kv_head) * GROUP
         for r in tl.static_range(GROUP):
-            o = merge_partials(part_out_ptr, part_lse_ptr, first_row + r, num_splits,
-                               splits < written, BLOCK_S, HEAD_DIM)  # fmt: skip
-            out_off = b.to(tl.int64) * stride_ob + (kv_head * GROUP + r) * stride_oh + dims
+            head = kv_head * GROUP + r
+            o = merge_partials(part_out_ptr, part_lse_ptr, row0 + head * head_stride,
+                               split_stride, splits < written, BLOCK_S, HEAD_DIM)  # fmt: skip
+            out_off = b.to(tl.int64) * stride_ob + head * stride_oh + dims
             tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
         tl.store(counter, 0)
 
@@ -110,25 +179,24 @@ def normalize_rows(acc, m_i, l_i):
 
 @jit
 def merge_partials(
-    part_out_ptr,  # fp32 [rows, num_splits, D]: each split's output, normalized over its keys
-    part_lse_ptr,  # fp32 [rows, num_splits]: each split's log2-sum-exp2 of scaled scores
-    row,
-    num_splits,
+    part_out_ptr,  # fp32 [rows, D]: each split's output, normalized over its keys
+    part_lse_ptr,  # fp32 [rows]: each split's log2-sum-exp2 of scaled scores
+    row,  # split 0's row; split s at row + s * split_stride
+    split_stride,
     split_mask,  # [BLOCK_S]: splits that wrote; an empty split may also write lse = -inf
     BLOCK_S: tl.constexpr,
     HEAD_DIM: tl.constexpr,
 ):
-    """Row ``row``'s output over all its splits, weighted by their share of the softmax."""
-    splits = tl.arange(0, BLOCK_S)
+    """One output row over all its splits, weighted by their share of the softmax."""
+    rows = row + tl.arange(0, BLOCK_S) * split_stride
     dims = tl.arange(0, HEAD_DIM)
     # .cg: from L2, where the other SMs' stores are (the fused merge reads them in-kernel)
-    lse = tl.load(part_lse_ptr + row * num_splits + splits, mask=split_mask, other=float("-inf"),
-                  cache_modifier=".cg")  # fmt: skip
+    lse = tl.load(part_lse_ptr + rows, mask=split_mask, other=float("-inf"), cache_modifier=".cg")
     m = tl.max(lse, 0)
     m = tl.where(m == float("-inf"), 0.0, m)  # all splits empty: seq_len 0 -> zeros
     w = tl.exp2(lse - m)  # [BLOCK_S]
     denom = tl.sum(w, 0)
     denom = tl.where(denom == 0.0, 1.0, denom)
-    part_ptrs = part_out_ptr + (row * num_splits + splits)[:, None] * HEAD_DIM + dims[None, :]
+    part_ptrs = part_out_ptr + rows[:, None] * HEAD_DIM + dims[None, :]
     o = tl.load(part_ptrs, mask=split_mask[:, None], other=0.0, cache_modifier=".cg")
     return tl.sum(o * w[:, None], 0) / denom

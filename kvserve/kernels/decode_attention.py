@@ -34,6 +34,8 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.attention_partials import (
+    balanced_item,
+    balanced_splits,
     load_group_rows,
     merge_partials,
     normalize_rows,
@@ -76,6 +78,10 @@ class DecodeConfig:
     # (an arrival counter per sequence and kv head) instead of a second kernel.
     fused_merge: bool = False
     fused_merge_max_splits: int = 16
+    # Cut a batch of two or more into splits by its tokens (attention_partials.balanced_item):
+    # the batch's B * S programs a kv head share its tokens, so a long sequence decoding beside
+    # short ones gets the programs its bytes need rather than S; equal lengths split as before.
+    balanced: bool = True
 
 
 # An FP8 cache (fp8_decode_attention): 64-token tiles (16 KB of keys and values), three stages,
@@ -131,6 +137,9 @@ def _decode_split_kernel(
     BLOCK_S: tl.constexpr,  # FUSED_MERGE: splits merged at once, >= num_splits
     EARLY_LOADS: tl.constexpr,  # lengths, pages and the first tile's L2 fill before the wait
     LINE: tl.constexpr,  # cache elements in a 128-byte line (at most HEAD_DIM)
+    BALANCED: tl.constexpr,  # splits by the batch's tokens (attention_partials.balanced_item)
+    BLOCK_B: tl.constexpr,  # BALANCED: >= B
+    MAX_SPLITS: tl.constexpr,  # BALANCED: at most this many splits a sequence
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
@@ -139,12 +148,24 @@ def _decode_split_kernel(
     split = tl.program_id(2)
     num_kv_heads = tl.num_programs(1)
 
-    seq_len = tl.load(seq_lens_ptr + b)
-    # As attention_partials.split_range, but in the form this kernel was measured in (its start
-    # is not seen as a multiple of BLOCK_N; with it the sm_90 loop changes, unmeasured)
-    split_len = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N, min_split)
-    start = split * split_len
-    end = tl.minimum(start + split_len, seq_len)
+    if BALANCED:
+        batch = tl.num_programs(0)
+        b, split, seq_len, split_len, start, end, first = balanced_item(
+            seq_lens_ptr, split * batch + b, batch, batch * num_splits, min_split, MAX_SPLITS,
+            BLOCK_B, BLOCK_N,
+        )  # fmt: skip
+        if b >= batch:
+            return  # past the batch's splits
+        row0, head_stride, split_stride = first * num_kv_heads * GROUP, 1, num_kv_heads * GROUP
+    else:
+        seq_len = tl.load(seq_lens_ptr + b)
+        # As attention_partials.split_range, but in the form this kernel was measured in (its
+        # start is not seen as a multiple of BLOCK_N; with it the sm_90 loop changes, unmeasured)
+        split_len = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N, min_split)
+        start = split * split_len
+        end = tl.minimum(start + split_len, seq_len)
+        row0 = b.to(tl.int64) * num_kv_heads * GROUP * num_splits
+        head_stride, split_stride = num_splits, 1
     if split > 0 and start >= end:
         return  # past the sequence's end: the merge reads only the splits before this one
     table = block_tables_ptr + b.to(tl.int64) * stride_bt
@@ -186,8 +207,8 @@ def _decode_split_kernel(
     o, lse = normalize_rows(acc, m_i, l_i)  # seq_len 0 (a padding row): split 0 writes zeros
     store_split_output(
         o, lse, part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads,
-        heads, row_mask, seq_len, split, split_len, num_splits, stride_ob, stride_oh, GROUP,
-        HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
+        heads, row_mask, seq_len, split, split_len, row0, head_stride, split_stride, stride_ob,
+        stride_oh, GROUP, HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
     )  # fmt: skip
 
 
@@ -224,23 +245,38 @@ def _decode_merge_kernel(
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     USE_PDL: tl.constexpr,
-    EARLY_LOADS: tl.constexpr,  # the length before the wait (as in the split kernel)
+    EARLY_LOADS: tl.constexpr,  # the lengths before the wait (as in the split kernel)
+    BALANCED: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    MAX_SPLITS: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
-    row = b.to(tl.int64) * tl.num_programs(1) + h
+    num_heads = tl.num_programs(1)
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
-    seq_len = tl.load(seq_lens_ptr + b)
+    if BALANCED:
+        batch = tl.num_programs(0)
+        _, counts, _ = balanced_splits(
+            seq_lens_ptr, batch, batch * num_splits, min_split, MAX_SPLITS, BLOCK_B, BLOCK_N
+        )
+        here = tl.arange(0, BLOCK_B) == b
+        written = tl.sum(tl.where(here, counts, 0), 0)
+        row = tl.sum(tl.where(here, tl.cumsum(counts, 0) - counts, 0), 0) * num_heads + h
+        split_stride = num_heads
+    else:
+        seq_len = tl.load(seq_lens_ptr + b)
+        split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+        split_len = tl.maximum(tl.maximum(split_len, min_split), 1)
+        written = tl.maximum(tl.cdiv(seq_len, split_len), 1)  # as the split kernel; split 0 always
+        row = (b.to(tl.int64) * num_heads + h) * num_splits
+        split_stride = 1
     if EARLY_LOADS:
         pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
-    split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
-    split_len = tl.maximum(tl.maximum(split_len, min_split), 1)
-    written = tl.maximum(tl.cdiv(seq_len, split_len), 1)  # as in the split kernel; split 0 always
     splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, HEAD_DIM)
-    o = merge_partials(part_out_ptr, part_lse_ptr, row, num_splits, splits < written, BLOCK_S,
+    o = merge_partials(part_out_ptr, part_lse_ptr, row, split_stride, splits < written, BLOCK_S,
                        HEAD_DIM)  # fmt: skip
     out_off = b.to(tl.int64) * stride_ob + h * stride_oh + dims
     tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
@@ -309,7 +345,10 @@ def paged_decode_attention(
     fused = cfg.fused_merge and 1 < splits <= cfg.fused_merge_max_splits
     if fused:
         counters = _arrival_counters(q.device, batch * num_kv_heads)
-    merge_block = max(next_pow2(splits), _MERGE_MIN_BLOCK)
+    balanced = cfg.balanced and splits > 1 and batch > 1
+    most_splits = min(batch * splits, _MAX_SPLITS) if balanced else splits  # of one sequence
+    merge_block = max(next_pow2(most_splits), _MERGE_MIN_BLOCK)
+    balance_args = {"BALANCED": balanced, "BLOCK_B": next_pow2(batch), "MAX_SPLITS": _MAX_SPLITS}
     early = early_loads(pdl)
     k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
     # the bf16 kernel's own argument, or the FP8 kernel's scales
@@ -351,6 +390,7 @@ def paged_decode_attention(
         BLOCK_S=merge_block,
         EARLY_LOADS=early,
         LINE=line_elements(head_dim, kv_cache.element_size()),
+        **balance_args,
         **own_args,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
@@ -370,6 +410,7 @@ def paged_decode_attention(
             BLOCK_N=block_n,
             HEAD_DIM=head_dim,
             EARLY_LOADS=early,
+            **balance_args,
             num_warps=4,
             **launch_options(pdl),
         )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from kvserve.kernels._triton import jit, pdl_release, pdl_wait, prefetch_l2, tl
 from kvserve.kernels.attention_partials import (
+    balanced_item,
     load_group_rows,
     normalize_rows,
     split_range,
@@ -70,6 +71,9 @@ def _fp8_decode_split_kernel(
     BLOCK_S: tl.constexpr,
     EARLY_LOADS: tl.constexpr,
     LINE: tl.constexpr,  # cache bytes in a 128-byte line (at most HEAD_DIM)
+    BALANCED: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    MAX_SPLITS: tl.constexpr,
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
@@ -79,9 +83,21 @@ def _fp8_decode_split_kernel(
     num_kv_heads = tl.num_programs(1)
 
     # start a multiple of BLOCK_N that the compiler sees, so of PAGE_SIZE: a tile's pages are whole
-    seq_len, split_len, start, end = split_range(
-        seq_lens_ptr, b, split, num_splits, min_split, BLOCK_N
-    )
+    if BALANCED:
+        batch = tl.num_programs(0)
+        b, split, seq_len, split_len, start, end, first = balanced_item(
+            seq_lens_ptr, split * batch + b, batch, batch * num_splits, min_split, MAX_SPLITS,
+            BLOCK_B, BLOCK_N,
+        )  # fmt: skip
+        if b >= batch:
+            return
+        row0, head_stride, split_stride = first * num_kv_heads * GROUP, 1, num_kv_heads * GROUP
+    else:
+        seq_len, split_len, start, end = split_range(
+            seq_lens_ptr, b, split, num_splits, min_split, BLOCK_N
+        )
+        row0 = b.to(tl.int64) * num_kv_heads * GROUP * num_splits
+        head_stride, split_stride = num_splits, 1
     if split > 0 and start >= end:
         return
     table = block_tables_ptr + b.to(tl.int64) * stride_bt
@@ -127,8 +143,8 @@ def _fp8_decode_split_kernel(
     o = o * (tl.load(v_scale_ptr) / P_SCALE)
     store_split_output(
         o, lse, part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads,
-        heads, row_mask, seq_len, split, split_len, num_splits, stride_ob, stride_oh, GROUP,
-        HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
+        heads, row_mask, seq_len, split, split_len, row0, head_stride, split_stride, stride_ob,
+        stride_oh, GROUP, HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
     )  # fmt: skip
 
 

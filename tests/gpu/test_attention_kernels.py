@@ -195,9 +195,10 @@ def test_decode_matches_reference(
 HALF = torch.float16 if INTERPRETED else torch.bfloat16
 
 
+@pytest.mark.parametrize("balanced", [False, True])
 @pytest.mark.parametrize("fused_merge", [False, True])
 @pytest.mark.parametrize("num_splits", [1, 3, 64])
-def test_decode_forced_split_counts(num_splits: int, fused_merge: bool) -> None:
+def test_decode_forced_split_counts(num_splits: int, fused_merge: bool, balanced: bool) -> None:
     lens = [1, 100, 2049, 640]
     b = make_batch(
         [1] * 4,
@@ -217,9 +218,46 @@ def test_decode_forced_split_counts(num_splits: int, fused_merge: bool) -> None:
         b.meta.block_tables,
         b.meta.seq_lens,
         128**-0.5,
-        config=DecodeConfig(num_splits=num_splits, fused_merge=fused_merge),
+        config=DecodeConfig(num_splits=num_splits, fused_merge=fused_merge, balanced=balanced),
     )
     assert_close(out, ref, HALF)
+
+
+# (lengths, splits a sequence): one long sequence beside short ones, so the batch's splits go
+# to it; lengths that make whole-tile rounding tight against the budget; a padding row (0)
+# among them; equal lengths (the even plan)
+BALANCED_CASES = [
+    ([5000, 3, 40, 1, 70, 2], 2),
+    ([1, 1, 1, 12000], 1),
+    ([977, 2049, 31, 1500, 640, 3001, 65], 3),
+    ([700, 0, 2500, 1], 4),
+    ([1024] * 6, 5),
+]
+
+
+@pytest.mark.parametrize("fused_merge", [False, True])
+@pytest.mark.parametrize("case", range(len(BALANCED_CASES)))
+def test_decode_balanced_splits(case: int, fused_merge: bool) -> None:
+    """Splits by the batch's tokens (``DecodeConfig.balanced``): the long sequence's many splits,
+    their merge (kernel or last arrival; its counters end at zero) and the short sequences'
+    single splits all land in the right rows."""
+    lens, num_splits = BALANCED_CASES[case]
+    b = make_batch(
+        [1] * len(lens), [max(n, 1) for n in lens], page_size=16, num_heads=8, num_kv_heads=2,
+        head_dim=64, dtype=HALF, seed=case,
+    )  # fmt: skip
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    out = torch.full_like(b.q, float("nan"))
+    cfg = DecodeConfig(block_n=32, num_splits=num_splits, fused_merge=fused_merge)
+    paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, seq_lens, 0.125, out=out,
+                           config=cfg)  # fmt: skip
+    real = [i for i, n in enumerate(lens) if n > 0]
+    padding = [i for i, n in enumerate(lens) if n == 0]
+    assert torch.equal(out[padding], torch.zeros_like(out[padding]))
+    assert_close(out[real], ref[real], HALF)
+    assert int(skinny_gemm._COUNTERS.get(DEVICE, torch.zeros(1)).abs().sum()) == 0
 
 
 @pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
@@ -234,9 +272,12 @@ def test_decode_16k_context(dtype: torch.dtype) -> None:
     assert_close(out, ref, dtype)
 
 
+@pytest.mark.parametrize("balanced", [False, True])
 @pytest.mark.parametrize("fused_merge", [False, True])
 @pytest.mark.parametrize(("num_splits", "min_split_tokens"), [(8, 256), (64, 100), (3, 5000)])
-def test_decode_min_split_tokens(num_splits: int, min_split_tokens: int, fused_merge: bool) -> None:
+def test_decode_min_split_tokens(
+    num_splits: int, min_split_tokens: int, fused_merge: bool, balanced: bool
+) -> None:
     """Splits no shorter than ``min_split_tokens``: short sequences fill fewer splits, the
     programs of the rest exit, the merge reads only what was written; a padding row gives 0.
     Fused: the last of the written splits to arrive merges, and the counters end at zero."""
@@ -251,7 +292,7 @@ def test_decode_min_split_tokens(num_splits: int, min_split_tokens: int, fused_m
     seq_lens[3] = 0
     out = torch.full_like(b.q, float("nan"))
     cfg = DecodeConfig(block_n=32, num_splits=num_splits, min_split_tokens=min_split_tokens,
-                       fused_merge=fused_merge)  # fmt: skip
+                       fused_merge=fused_merge, balanced=balanced)  # fmt: skip
     paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, seq_lens, 0.125, out=out,
                            config=cfg)  # fmt: skip
     assert torch.equal(out[3], torch.zeros_like(out[3]))

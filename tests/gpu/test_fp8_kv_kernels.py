@@ -129,13 +129,15 @@ DECODE_LENS = [[1, 17, 300, 1000], [16], [999, 64, 7, 513]]
 PREFILL_VARIANTS = {"q1": {}, "q2": {"fp8_q_terms": 2}, "q1-tile-64": {"block_n": 64}}
 
 
-# The merge kernel, the fused merge, FP8_DECODE_CONFIG's tiles, split rule and merge, and
-# 128-token tiles (8 pages a tile)
+# The merge kernel, the fused merge, FP8_DECODE_CONFIG's tiles, split rule and merge, 128-token
+# tiles (8 pages a tile), and three splits a sequence cut evenly and by the batch's tokens
 DECODE_VARIANTS = {
     "merge-kernel": DecodeConfig(),
     "fused-merge": DecodeConfig(fused_merge=True),
     "fp8-default": FP8_DECODE_CONFIG,
     "tile-128": dataclasses.replace(FP8_DECODE_CONFIG, block_n=128, num_stages=2),
+    "even-splits": dataclasses.replace(FP8_DECODE_CONFIG, num_splits=3, balanced=False),
+    "balanced-3": dataclasses.replace(FP8_DECODE_CONFIG, num_splits=3),
 }
 # Decode and prefill run on FP8 tensor cores: q as two e4m3 rows (hi +
 # remainder) or, in prefill by default, one; p rounded to e4m3 (3 mantissa bits, up to 6% a
