@@ -17,6 +17,9 @@ Parts (``--parts``: a comma list or ``all``):
   cold     the first batch of 1K prompts at batch 1/64/256 against the same batch again
   short    decode at 1K context, batch 1/64/256, in the same 128K-context engine (regression)
   mixed    short requests' time per output token while a 128K prompt is prefilled beside them
+  skewed   decode of one 128K-context request beside 31 of 1K context (a long document among
+           chats): tokens/s and step time against the ceiling (weights + every sequence's KV
+           read once per step); ``KVSERVE_DECODE_BALANCED=0`` gives the even splits to compare
 The engine's start time (weights, KV pool, warm-up and graph capture) is recorded too.
 Writes long_context_<tag>_<date>.json.
 """
@@ -24,6 +27,7 @@ Writes long_context_<tag>_<date>.json.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -48,6 +52,7 @@ from benchmarks.common import (
     write_result,
 )
 from kvserve.engine.engine_core import EngineCore
+from kvserve.kernels.decode_attention import BALANCED_ENV
 
 LLAMA_31_8B = "benchmarks/configs/llama-3.1-8b"
 CONTEXT = 131072
@@ -190,6 +195,37 @@ def run_mixed(core: EngineCore, n_short: int) -> dict:
     return res
 
 
+def run_skewed(core: EngineCore, ceil: dict, n_short: int, out_lo: int, out_hi: int) -> dict:
+    """One LONG_PROMPT request and ``n_short`` 1K ones, all decoding: output tokens between
+    every request having ``out_lo`` and ``out_hi`` of them."""
+    vocab = core.model_config.vocab_size
+    prompts = random_prompts(1, LONG_PROMPT, vocab, seed=11) + random_prompts(
+        n_short, 1024, vocab, seed=12
+    )
+    for i, p in enumerate(prompts):
+        core.add_request(f"skewed-{i}", p, greedy(out_hi))
+    reqs = list(core.requests.values())
+    while min(r.num_output_tokens for r in reqs) < out_lo:
+        core.step()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    while core.has_unfinished():
+        core.step()
+    dt = time.perf_counter() - t
+    reset_prefix_cache(core)
+    tokens = sum(len(p) for p in prompts) + len(prompts) * (out_lo + out_hi) / 2
+    step_bytes = step_weight_bytes(core) + tokens * kv_bytes_per_token(core)
+    steps = out_hi - out_lo
+    res = {"long_prompt": LONG_PROMPT, "short_requests": n_short, "steps": steps,
+           "tok_s": len(prompts) * steps / dt, "step_ms": dt / steps * 1e3,
+           "ceiling_step_ms": step_bytes / (ceil["copy_GBps"] * 1e9) * 1e3}  # fmt: skip
+    res["of_ceiling"] = res["ceiling_step_ms"] / res["step_ms"]
+    print(f"skewed: 1 x {LONG_PROMPT} + {n_short} x 1024 decoding: {res['tok_s']:.0f} tok/s, "
+          f"{res['step_ms']:.2f} ms a step ({res['of_ceiling']:.0%} of the ceiling's "
+          f"{res['ceiling_step_ms']:.2f})", flush=True)  # fmt: skip
+    return res
+
+
 def run_cold(core: EngineCore, batches: list[int]) -> list[dict]:
     """The first batch of each size against the same batch again: what a request still pays
     for compiles or captures after start; the first round's slowest steps (with the running
@@ -284,6 +320,9 @@ def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: di
     if "mixed" in parts:
         result["mixed"] = run_mixed(core, 16)
         save()
+    if "skewed" in parts:
+        result["skewed"] = run_skewed(core, ceil, 31, 8, 136)
+        save()
     library = getattr(core.runner.backend, "prefill_library", None)
     if library is not None:  # cuDNN's graphs: built once per shape bucket, on first use
         result["engine"]["cudnn_graph_builds"] = library.builds
@@ -308,12 +347,13 @@ def main() -> None:
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()
-    all_parts = {"kernels", "cold", "run32k", "prefill", "short", "mixed"}
+    all_parts = {"kernels", "cold", "run32k", "prefill", "short", "mixed", "skewed"}
     parts = all_parts if args.parts == "all" else set(args.parts.split(","))
     result: dict[str, Any] = {"model": args.model, "dtype": "bfloat16", "weights": "dummy",
                               "kv_cache_dtype": args.kv_cache_dtype,
                               "prefill_attention_backend": args.prefill_attention_backend,
-                              "context_length": CONTEXT}  # fmt: skip
+                              "context_length": CONTEXT,
+                              "decode_balanced": os.environ.get(BALANCED_ENV, "1")}  # fmt: skip
     out_dir = None if args.out_dir is None else Path(args.out_dir)
 
     def save() -> None:  # after every part, so a run cut short keeps what it measured

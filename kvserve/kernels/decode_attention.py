@@ -17,10 +17,11 @@ the same grid, splits and merge.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from kvserve.config import env_switch
 from kvserve.kernels._triton import (
     early_loads,
     jit,
@@ -61,6 +62,7 @@ from kvserve.kernels.store_kv_cache import (
 _MIN_SPLIT_TOKENS = 64
 _MAX_SPLITS = 64
 _PROGRAMS_PER_SM = 4
+BALANCED_ENV = "KVSERVE_DECODE_BALANCED"
 _MERGE_MIN_BLOCK = 32  # merge kernels compiled: splits <= 32 share one, and one for 33-64
 
 
@@ -81,7 +83,8 @@ class DecodeConfig:
     # Cut a batch of two or more into splits by its tokens (attention_partials.balanced_item):
     # the batch's B * S programs a kv head share its tokens, so a long sequence decoding beside
     # short ones gets the programs its bytes need rather than S; equal lengths split as before.
-    balanced: bool = True
+    # BALANCED_ENV=0 turns it off (for A/B runs of the engine).
+    balanced: bool = field(default_factory=lambda: env_switch(BALANCED_ENV, default=True))
 
 
 # An FP8 cache (fp8_decode_attention): 64-token tiles (16 KB of keys and values), three stages,
@@ -348,7 +351,10 @@ def paged_decode_attention(
     balanced = cfg.balanced and splits > 1 and batch > 1
     most_splits = min(batch * splits, _MAX_SPLITS) if balanced else splits  # of one sequence
     merge_block = max(next_pow2(most_splits), _MERGE_MIN_BLOCK)
-    balance_args = {"BALANCED": balanced, "BLOCK_B": next_pow2(batch), "MAX_SPLITS": _MAX_SPLITS}
+    # BLOCK_B below 32 took the FP8 kernel from 117-124 to 138-146 registers (sm_90, ptxas):
+    # past 128, three programs an SM instead of four
+    block_b = max(next_pow2(batch), 32)
+    balance_args = {"BALANCED": balanced, "BLOCK_B": block_b, "MAX_SPLITS": _MAX_SPLITS}
     early = early_loads(pdl)
     k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
     # the bf16 kernel's own argument, or the FP8 kernel's scales
