@@ -156,12 +156,11 @@ def merge_if_last(
     counter = counter_ptr + b * num_kv_heads + kv_head
     written = tl.maximum(tl.cdiv(seq_len, tl.maximum(split_len, 1)), 1)  # as the early exit
     if arrive(counter) == written - 1:
-        splits = tl.arange(0, BLOCK_S)
         dims = tl.arange(0, HEAD_DIM)
         for r in tl.static_range(GROUP):
             head = kv_head * GROUP + r
             o = merge_partials(part_out_ptr, part_lse_ptr, row0 + head * head_stride,
-                               split_stride, splits < written, BLOCK_S, HEAD_DIM)  # fmt: skip
+                               split_stride, written, BLOCK_S, HEAD_DIM)  # fmt: skip
             out_off = b.to(tl.int64) * stride_ob + head * stride_oh + dims
             tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
         tl.store(counter, 0)
@@ -183,20 +182,29 @@ def merge_partials(
     part_lse_ptr,  # fp32 [rows]: each split's log2-sum-exp2 of scaled scores
     row,  # split 0's row; split s at row + s * split_stride
     split_stride,
-    split_mask,  # [BLOCK_S]: splits that wrote; an empty split may also write lse = -inf
+    num_written,  # splits 0 .. num_written - 1 wrote (>= 1); an empty one may write lse = -inf
     BLOCK_S: tl.constexpr,
     HEAD_DIM: tl.constexpr,
 ):
-    """One output row over all its splits, weighted by their share of the softmax."""
-    rows = row + tl.arange(0, BLOCK_S) * split_stride
+    """One output row over all its splits, weighted by their share of the softmax; BLOCK_S
+    splits at a time, so the work follows the splits written, not the most there could be."""
     dims = tl.arange(0, HEAD_DIM)
-    # .cg: from L2, where the other SMs' stores are (the fused merge reads them in-kernel)
-    lse = tl.load(part_lse_ptr + rows, mask=split_mask, other=float("-inf"), cache_modifier=".cg")
-    m = tl.max(lse, 0)
-    m = tl.where(m == float("-inf"), 0.0, m)  # all splits empty: seq_len 0 -> zeros
-    w = tl.exp2(lse - m)  # [BLOCK_S]
-    denom = tl.sum(w, 0)
-    denom = tl.where(denom == 0.0, 1.0, denom)
-    part_ptrs = part_out_ptr + rows[:, None] * HEAD_DIM + dims[None, :]
-    o = tl.load(part_ptrs, mask=split_mask[:, None], other=0.0, cache_modifier=".cg")
-    return tl.sum(o * w[:, None], 0) / denom
+    m = tl.full([], float("-inf"), tl.float32)
+    denom = tl.zeros([], tl.float32)
+    acc = tl.zeros([HEAD_DIM], tl.float32)
+    for s0 in range(0, num_written, BLOCK_S):
+        splits = s0 + tl.arange(0, BLOCK_S)
+        mask = splits < num_written
+        rows = row + splits * split_stride
+        # .cg: from L2, where the other SMs' stores are (the fused merge reads them in-kernel)
+        lse = tl.load(part_lse_ptr + rows, mask=mask, other=float("-inf"), cache_modifier=".cg")
+        part = tl.load(part_out_ptr + rows[:, None] * HEAD_DIM + dims[None, :],
+                       mask=mask[:, None], other=0.0, cache_modifier=".cg")  # fmt: skip
+        m_new = tl.maximum(m, tl.max(lse, 0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # all empty so far: weights 0
+        w = tl.exp2(lse - m_safe)  # [BLOCK_S]
+        rescale = tl.exp2(m - m_safe)
+        acc = acc * rescale + tl.sum(part * w[:, None], 0)
+        denom = denom * rescale + tl.sum(w, 0)
+        m = m_new
+    return acc / tl.where(denom == 0.0, 1.0, denom)  # seq_len 0: every split empty -> zeros

@@ -277,10 +277,8 @@ def _decode_merge_kernel(
     if EARLY_LOADS:
         pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
-    splits = tl.arange(0, BLOCK_S)
     dims = tl.arange(0, HEAD_DIM)
-    o = merge_partials(part_out_ptr, part_lse_ptr, row, split_stride, splits < written, BLOCK_S,
-                       HEAD_DIM)  # fmt: skip
+    o = merge_partials(part_out_ptr, part_lse_ptr, row, split_stride, written, BLOCK_S, HEAD_DIM)
     out_off = b.to(tl.int64) * stride_ob + h * stride_oh + dims
     tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
 
@@ -349,8 +347,9 @@ def paged_decode_attention(
     if fused:
         counters = _arrival_counters(q.device, batch * num_kv_heads)
     balanced = cfg.balanced and splits > 1 and batch > 1
-    most_splits = min(batch * splits, _MAX_SPLITS) if balanced else splits  # of one sequence
-    merge_block = max(next_pow2(most_splits), _MERGE_MIN_BLOCK)
+    # the merge reads BLOCK_S splits at a time: all of them at once when cut evenly, in steps
+    # of 32 when balanced (one sequence may have up to _MAX_SPLITS, most have a few)
+    merge_block = _MERGE_MIN_BLOCK if balanced else max(next_pow2(splits), _MERGE_MIN_BLOCK)
     # BLOCK_B below 32 took the FP8 kernel from 117-124 to 138-146 registers (sm_90, ptxas):
     # past 128, three programs an SM instead of four
     block_b = max(next_pow2(batch), 32)

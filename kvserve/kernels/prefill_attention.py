@@ -378,9 +378,7 @@ def _prefill_merge_kernel(
     t = tl.program_id(0)
     head = tl.program_id(1)
     row = t.to(tl.int64) * tl.num_programs(1) + head
-    splits = tl.arange(0, BLOCK_S)
-    o = merge_partials(part_out_ptr, part_lse_ptr, row * kv_splits, 1, splits < kv_splits,
-                       BLOCK_S, HEAD_DIM)  # fmt: skip
+    o = merge_partials(part_out_ptr, part_lse_ptr, row * kv_splits, 1, kv_splits, BLOCK_S, HEAD_DIM)
     out_off = t.to(tl.int64) * stride_ot + head * stride_oh + tl.arange(0, HEAD_DIM)
     tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty))
 
