@@ -14,7 +14,7 @@ graph's fixed grid of ``B * S`` programs a kv head serves any lengths):
   split. With equal lengths both give the same splits.
 
 Partials of split ``s`` of sequence ``b`` for query head ``h`` sit at row ``row0 + h * head_stride
-+ s * split_stride`` of part_out [rows, D] / part_lse [rows] (``PartialRows``): even,
++ s * split_stride`` of part_out [rows, D] / part_lse [rows]: even,
 ``row0 = b * Hq * S``, ``head_stride = S``, ``split_stride = 1``; balanced, the splits of the
 batch in order, ``row0 = first * Hq``, ``head_stride = 1``, ``split_stride = Hq``, where
 ``first`` counts the splits of the sequences before ``b``."""
