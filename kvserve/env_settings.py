@@ -123,6 +123,12 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels._triton:early_loads_enabled",
     ),
     EnvSetting(
+        name="KVSERVE_DECODE_BALANCED",
+        default="1",
+        meaning="0 splits decode attention by shapes alone, not by the batch's tokens",
+        reader="kvserve.kernels.decode_attention:balanced_splits_enabled",
+    ),
+    EnvSetting(
         name="KVSERVE_FP8_SKINNY_ROWS",
         default="64",
         meaning="FP8 layers take the tensor-core decode kernel up to this many tokens",

@@ -19,6 +19,7 @@ the same grid, splits and merge.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -69,6 +70,13 @@ BALANCED_ENV = "KVSERVE_DECODE_BALANCED"
 _MERGE_MIN_BLOCK = 32  # merge kernels compiled: splits <= 32 share one, and one for 33-64
 
 
+@functools.cache
+def balanced_splits_enabled() -> bool:
+    """``KVSERVE_DECODE_BALANCED``: 1 (the default) cuts a batch's splits by its tokens
+    (``DecodeConfig.balanced``); 0 splits every sequence alike, from shapes (for A/B runs)."""
+    return env_switch(BALANCED_ENV, default=True)
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     block_n: int = 64
@@ -87,7 +95,7 @@ class DecodeConfig:
     # the batch's B * S programs a kv head share its tokens, so a long sequence decoding beside
     # short ones gets the programs its bytes need rather than S; equal lengths split as before.
     # BALANCED_ENV=0 turns it off (for A/B runs of the engine).
-    balanced: bool = field(default_factory=lambda: env_switch(BALANCED_ENV, default=True))
+    balanced: bool = field(default_factory=balanced_splits_enabled)
 
 
 # An FP8 cache (fp8_decode_attention): 64-token tiles (16 KB of keys and values), three stages,
