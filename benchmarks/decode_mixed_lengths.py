@@ -6,8 +6,9 @@ splits by the batch's tokens (``DecodeConfig.balanced``), bf16 and FP8 caches, o
 Llama-3-8B heads (32 q, 8 kv, head_dim 128, page 16); page tables as wide as a 128K-context
 engine's graphs (8,192 pages), so the split count comes from batch and heads alone, as in the
 engine. Batches: one long sequence beside short ones (a long document decoding among chats),
-random lengths, and the equal-length shapes of ``fp8_kv_decode`` (where both plans should
-give the same splits; the balanced one pays its plan, a few reductions over the lengths).
+random lengths, the equal-length shapes of ``fp8_kv_decode`` (where both plans should give the
+same splits; the balanced one pays its plan, a few reductions over the lengths), and full
+batches of 128-256, where one split a sequence fills the GPU (``--batches`` picks by name).
 Each batch is timed inside one CUDA graph of several calls on different random page sets (so
 the cache is not served from L2), the two plans alternating for three rounds (medians); bytes
 are the K/V read once plus q/out/page tables, against device-to-device copy bandwidth.
@@ -54,6 +55,13 @@ def batches() -> dict[str, list[int]]:
         "4x32K": [32 * K] * 4,
         "64x1K": [K] * 64,
         "1x1K": [K],
+        # full batches: one split a sequence fills the GPU (S == 1 from occupancy)
+        "1x128K+127x1K": [128 * K] + [K] * 127,
+        "1x64K+63x2K": [64 * K] + [2 * K] * 63,
+        "128 random 1K-8K": torch.randint(K, 8 * K, (128,), generator=gen).tolist(),
+        "128x1K": [K] * 128,
+        "256x1K": [K] * 256,
+        "128x4K": [4 * K] * 128,
     }
 
 
@@ -82,7 +90,7 @@ def time_batch(lens: list[int], cache: torch.Tensor, cfg: DecodeConfig, fp8: boo
     return captured_ms(run) / CALLS_PER_GRAPH * 1e3
 
 
-def measure(kv_dtype: torch.dtype, copy_gbs: float) -> dict[str, Any]:
+def measure(kv_dtype: torch.dtype, copy_gbs: float, only: list[str]) -> dict[str, Any]:
     fp8 = kv_dtype == torch.float8_e4m3fn
     base = FP8_DECODE_CONFIG if fp8 else DecodeConfig()
     configs = {"even": replace(base, balanced=False), "balanced": replace(base, balanced=True)}
@@ -92,6 +100,8 @@ def measure(kv_dtype: torch.dtype, copy_gbs: float) -> dict[str, Any]:
     cache = cache.to(kv_dtype)
     rows = []
     for name, lens in batches().items():
+        if only and name not in only:
+            continue
         row: dict[str, Any] = {"batch": name, "size": len(lens), "tokens": sum(lens)}
         row["bytes"] = 2 * sum(lens) * HKV * HEAD_DIM * kv_dtype.itemsize
         runs: dict[str, list[float]] = {cname: [] for cname in configs}
@@ -117,6 +127,7 @@ def main() -> None:
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     ap.add_argument("--kv", default="bf16,fp8", help="cache dtypes: bf16, fp8")
+    ap.add_argument("--batches", default="", help="the batches to run, by name (default all)")
     args = ap.parse_args()
     copy_gbs = copy_bandwidth_gbs()
     dtypes = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
@@ -126,7 +137,7 @@ def main() -> None:
         "copy_GBps": copy_gbs,
     }
     for kv in args.kv.split(","):
-        result[kv] = measure(dtypes[kv], copy_gbs)
+        result[kv] = measure(dtypes[kv], copy_gbs, [b for b in args.batches.split(",") if b])
     print(f"wrote {write_result(f'decode_mixed_lengths_{args.tag}', result, args.out_dir)}")
 
 

@@ -19,19 +19,25 @@ from typing import Any
 
 from benchmarks.common import write_result
 
-# (cache, BLOCK_N, num_warps, fused merge): the defaults first, then neighbours
+# (cache, BLOCK_N, num_warps, fused merge, cut): the defaults first, then neighbours. The cut is
+# the split plan (decode_attention.SplitPlan): "even" splits each sequence alike, "balanced"
+# by the batch's tokens, "mean floor" as balanced with no split below the mean (full batches).
 CONFIGS = [
-    ("bf16", 64, 4, False),
-    ("fp8", 64, 4, True),
-    ("fp8", 128, 4, True),
-    ("fp8", 64, 8, True),
+    ("bf16", 64, 4, False, "even"),
+    ("bf16", 64, 4, False, "balanced"),
+    ("bf16", 64, 4, True, "mean floor"),
+    ("fp8", 64, 4, True, "even"),
+    ("fp8", 64, 4, True, "balanced"),
+    ("fp8", 64, 4, True, "mean floor"),
+    ("fp8", 128, 4, True, "even"),
+    ("fp8", 64, 8, True, "even"),
 ]
 _ARGS = {
     "q_ptr": "*bf16", "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "part_out_ptr": "*fp32",
     "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "counter_ptr": "*i32", "scale_log2": "fp32",
     "stride_qb": "i32", "stride_qh": "i32", "stride_cache_page": "i64", "stride_cache_tok": "i32",
     "stride_cache_head": "i32", "stride_bt": "i32", "stride_ob": "i32", "stride_oh": "i32",
-    "num_splits": "i32", "min_split": "i32",
+    "num_splits": "i32", "min_split": "i32", "budget": "i32",
 }  # fmt: skip
 # The strides a launch on Llama-3-8B heads passes (page 16 x 8 heads x 128 dims, 32 q heads):
 # multiples of 16, which Triton specializes on, and without which it cannot prove the 16-byte
@@ -67,9 +73,9 @@ def compile_sm90(
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
 
 
-def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> bytes:
+def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool, cut: str) -> bytes:
     """The cubin of the decode split kernel (``_fp8_decode_split_kernel`` for an FP8 cache) for
-    Llama-3-8B heads (4 q heads a kv head)."""
+    Llama-3-8B heads (4 q heads a kv head); a balanced cut for a batch of up to 32."""
     from kvserve.kernels.decode_attention import _decode_split_kernel, line_elements
     from kvserve.kernels.fp8_decode_attention import _fp8_decode_split_kernel
 
@@ -78,6 +84,8 @@ def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool) -> byt
         "PAGE_SIZE": 16, "GROUP": 4, "BLOCK_H": 16, "BLOCK_N": block_n, "HEAD_DIM": 128,
         "DIRECT": False, "USE_PDL": True, "FUSED_MERGE": fused, "BLOCK_S": 32,
         "EARLY_LOADS": True, "LINE": line_elements(128, 1 if fp8 else 2),
+        "BALANCED": cut != "even", "BLOCK_B": 32, "MAX_SPLITS": 64,
+        "MEAN_FLOOR": cut == "mean floor",
     }  # fmt: skip
     pointer = "*fp8e4nv" if fp8 else "*bf16"
     signature = {**_ARGS, "k_cache_ptr": pointer, "v_cache_ptr": pointer}
@@ -145,11 +153,11 @@ def main() -> None:
     ap.add_argument("--out-dir", default=None)
     args = ap.parse_args()
     rows: list[dict[str, Any]] = []
-    for cache, block_n, warps, fused in CONFIGS:
-        usage = resource_usage(compile_decode(cache, block_n, warps, fused))
+    for cache, block_n, warps, fused, cut in CONFIGS:
+        usage = resource_usage(compile_decode(cache, block_n, warps, fused, cut))
         rows.append({"cache": cache, "block_n": block_n, "num_warps": warps,
-                     "fused_merge": fused, **usage})  # fmt: skip
-        print(f"{cache} BLOCK_N={block_n} warps={warps} fused_merge={fused}: "
+                     "fused_merge": fused, "cut": cut, **usage})  # fmt: skip
+        print(f"{cache} BLOCK_N={block_n} warps={warps} fused_merge={fused} {cut}: "
               f"{usage.get('REG')} registers, {usage.get('STACK')} bytes of stack")  # fmt: skip
     print(write_result("kernel_spills_sm90", {"target": "sm_90", "decode": rows}, args.out_dir))
 

@@ -17,9 +17,10 @@ Parts (``--parts``: a comma list or ``all``):
   cold     the first batch of 1K prompts at batch 1/64/256 against the same batch again
   short    decode at 1K context, batch 1/64/256, in the same 128K-context engine (regression)
   mixed    short requests' time per output token while a 128K prompt is prefilled beside them
-  skewed   decode of one 128K-context request beside 31 of 1K context (a long document among
-           chats): tokens/s and step time against the ceiling (weights + every sequence's KV
-           read once per step); ``KVSERVE_DECODE_BALANCED=0`` gives the even splits to compare
+  skewed   decode of one 128K-context request beside 31 of 1K context (``--skewed-short``; a
+           long document among chats): tokens/s and step time against the ceiling (weights +
+           every sequence's KV read once per step); ``KVSERVE_DECODE_BALANCED=0`` gives the
+           even splits to compare
 The engine's start time (weights, KV pool, warm-up and graph capture) is recorded too.
 Writes long_context_<tag>_<date>.json.
 """
@@ -321,7 +322,7 @@ def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: di
         result["mixed"] = run_mixed(core, 16)
         save()
     if "skewed" in parts:
-        result["skewed"] = run_skewed(core, ceil, 31, 8, 136)
+        result["skewed"] = run_skewed(core, ceil, args.skewed_short, 8, 136)
         save()
     library = getattr(core.runner.backend, "prefill_library", None)
     if library is not None:  # cuDNN's graphs: built once per shape bucket, on first use
@@ -344,6 +345,7 @@ def main() -> None:
     ap.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8_e4m3")
     ap.add_argument("--chunk-attention-budget", type=int, help="the scheduler's (default off)")
     ap.add_argument("--prefill-attention-backend", default="auto", help="auto, triton or cudnn")
+    ap.add_argument("--skewed-short", type=int, default=31, help="skewed's 1K requests")
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     args = ap.parse_args()

@@ -40,21 +40,26 @@ def split_range(seq_lens_ptr, b, split, num_splits, min_split, BLOCK_N: tl.const
 
 @jit
 def balanced_splits(
-    seq_lens_ptr, batch, budget, min_split, max_splits, BLOCK_B: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    seq_lens_ptr, batch, budget, min_split, max_splits, MEAN_FLOOR: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """The batch's lengths [BLOCK_B] (0 past ``batch``), each sequence's split count (0 past
-    ``batch``; at least 1, so a padding row's split 0 writes its zeros) and the one split length:
-    the fewest tiles with at most ``budget`` splits in all and ``max_splits`` a sequence, none
-    shorter than ``min_split`` (a multiple of BLOCK_N). Bisection over whole tiles; equal
-    lengths take the first guess (``budget / batch`` splits each, as ``split_range``)."""
+    ``batch``; at least 1, so a padding row's split 0 writes its zeros) and the one split length
+    in tiles: the fewest tiles with at most ``budget`` splits in all and ``max_splits`` a
+    sequence, none shorter than ``min_split`` (a multiple of BLOCK_N) nor, with ``MEAN_FLOOR``,
+    than the batch's mean length (a batch that fills the GPU with one split a sequence splits
+    only what is longer). Bisection over whole tiles; equal lengths take the first guess
+    (``budget / batch`` splits each, as ``split_range``)."""
     idx = tl.arange(0, BLOCK_B)
     valid = idx < batch
     lens = tl.load(seq_lens_ptr + idx, mask=valid, other=0)
     longest = tl.max(lens, 0)
-    lo = tl.cdiv(tl.cdiv(tl.sum(lens, 0), budget), BLOCK_N)
+    total = tl.sum(lens, 0)
+    lo = tl.cdiv(tl.cdiv(total, budget), BLOCK_N)
     lo = tl.maximum(tl.maximum(lo, tl.cdiv(tl.cdiv(longest, max_splits), BLOCK_N)), 1)
     lo = tl.maximum(lo, min_split // BLOCK_N)
+    if MEAN_FLOOR:
+        lo = tl.maximum(lo, tl.cdiv(tl.cdiv(total, batch), BLOCK_N))
     hi = tl.maximum(tl.cdiv(longest, BLOCK_N), lo)  # one split each: batch <= budget splits
     if _split_count(lens, valid, lo * BLOCK_N) <= budget:
         hi = lo
@@ -75,31 +80,29 @@ def _split_count(lens, valid, split_len):
 
 @jit
 def balanced_item(
-    seq_lens_ptr, item, batch, budget, min_split, max_splits, BLOCK_B: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    seq_lens_ptr, pid_b, pid_split, budget, min_split, num_heads, MAX_SPLITS: tl.constexpr,
+    MEAN_FLOOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """The batch's ``item``-th split under ``balanced_splits``: (sequence b, its split index,
-    its length, the split length, start, end, the splits of the sequences before b). An item
-    past the batch's splits gets b == batch (its program exits)."""
+    """Program (pid_b, pid_split)'s split under ``balanced_splits``, the batch's item
+    ``pid_split * B + pid_b``: (sequence b, its split index, its length, the split length, start,
+    end, its partials' row0, whether it is the sequence's only split). An item past the batch's
+    splits gets b == B (its program exits)."""
+    batch = tl.num_programs(0)
+    item = pid_split * batch + pid_b
     lens, counts, tiles = balanced_splits(
-        seq_lens_ptr, batch, budget, min_split, max_splits, BLOCK_B, BLOCK_N
+        seq_lens_ptr, batch, budget, min_split, MAX_SPLITS, MEAN_FLOOR, BLOCK_B, BLOCK_N
     )
     ends = tl.cumsum(counts, 0)
     b = tl.sum((ends <= item).to(tl.int32), 0)
     here = tl.arange(0, BLOCK_B) == b
     first = tl.sum(tl.where(here, ends - counts, 0), 0)
     seq_len = tl.sum(tl.where(here, lens, 0), 0)
+    alone = tl.sum(tl.where(here, counts, 0), 0) == 1
     split = item - first
-    start = split * tiles * BLOCK_N
-    return (
-        b,
-        split,
-        seq_len,
-        tiles * BLOCK_N,
-        start,
-        tl.minimum(start + tiles * BLOCK_N, seq_len),
-        first,
-    )
+    split_len = tiles * BLOCK_N
+    start = split * split_len
+    end = tl.minimum(start + split_len, seq_len)
+    return b, split, seq_len, split_len, start, end, first * num_heads, alone
 
 
 @jit
@@ -120,17 +123,19 @@ def load_group_rows(
 @jit
 def store_split_output(
     o, lse, part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads, heads,
-    row_mask, seq_len, split, split_len, row0, head_stride, split_stride, stride_ob, stride_oh,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, DIRECT: tl.constexpr,
+    row_mask, seq_len, split, split_len, row0, head_stride, split_stride, alone, stride_ob,
+    stride_oh, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, DIRECT: tl.constexpr,
     FUSED_MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     """A decode split's rows ``o`` [BLOCK_H, D] (query heads ``heads``): the output itself when
-    the sequence has one split (``DIRECT``), else its partial (fp32, lse in log2 units) at the
-    rows of the module docstring, merged here by the last split to arrive with
-    ``FUSED_MERGE``."""
+    every sequence has one split (``DIRECT``) or this one has (``alone``), else its partial
+    (fp32, lse in log2 units) at the rows of the module docstring, merged here by the last
+    split to arrive with ``FUSED_MERGE``."""
     dims = tl.arange(0, HEAD_DIM)
-    if DIRECT:
-        out_off = b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dims[None, :]
+    out_off = b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dims[None, :]
+    if DIRECT:  # noqa: SIM114 - a constexpr, then a runtime flag (False when cut evenly)
+        tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+    elif alone:
         tl.store(out_ptr + out_off, o.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
     else:
         part_row = row0 + heads * head_stride + split * split_stride

@@ -117,7 +117,7 @@ FP8_DECODE_CONFIG = DecodeConfig(
 # ``benchmarks/decode_attention_sweep.py --small``).
 
 
-@jit(do_not_specialize=("stride_bt", "num_splits", "min_split"))
+@jit(do_not_specialize=("stride_bt", "num_splits", "min_split", "budget"))
 def _decode_split_kernel(
     q_ptr,
     k_cache_ptr,
@@ -139,6 +139,7 @@ def _decode_split_kernel(
     stride_oh,
     num_splits,
     min_split,  # a multiple of BLOCK_N
+    budget,  # BALANCED: the batch's splits in all, a kv head
     PAGE_SIZE: tl.constexpr,  # a constant: // and % by it are shifts, not division sequences
     GROUP: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -154,6 +155,7 @@ def _decode_split_kernel(
     BALANCED: tl.constexpr,  # splits by the batch's tokens (attention_partials.balanced_item)
     BLOCK_B: tl.constexpr,  # BALANCED: >= B
     MAX_SPLITS: tl.constexpr,  # BALANCED: at most this many splits a sequence
+    MEAN_FLOOR: tl.constexpr,  # BALANCED: no split shorter than the mean length
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
@@ -163,14 +165,13 @@ def _decode_split_kernel(
     num_kv_heads = tl.num_programs(1)
 
     if BALANCED:
-        batch = tl.num_programs(0)
-        b, split, seq_len, split_len, start, end, first = balanced_item(
-            seq_lens_ptr, split * batch + b, batch, batch * num_splits, min_split, MAX_SPLITS,
-            BLOCK_B, BLOCK_N,
+        b, split, seq_len, split_len, start, end, row0, alone = balanced_item(
+            seq_lens_ptr, b, split, budget, min_split, num_kv_heads * GROUP, MAX_SPLITS,
+            MEAN_FLOOR, BLOCK_B, BLOCK_N,
         )  # fmt: skip
-        if b >= batch:
+        if b >= tl.num_programs(0):
             return  # past the batch's splits
-        row0, head_stride, split_stride = first * num_kv_heads * GROUP, 1, num_kv_heads * GROUP
+        head_stride, split_stride = 1, num_kv_heads * GROUP
     else:
         seq_len = tl.load(seq_lens_ptr + b)
         # As attention_partials.split_range, but in the form this kernel was measured in (its
@@ -179,7 +180,7 @@ def _decode_split_kernel(
         start = split * split_len
         end = tl.minimum(start + split_len, seq_len)
         row0 = b.to(tl.int64) * num_kv_heads * GROUP * num_splits
-        head_stride, split_stride = num_splits, 1
+        head_stride, split_stride, alone = num_splits, 1, False
     if split > 0 and start >= end:
         return  # past the sequence's end: the merge reads only the splits before this one
     table = block_tables_ptr + b.to(tl.int64) * stride_bt
@@ -221,8 +222,8 @@ def _decode_split_kernel(
     o, lse = normalize_rows(acc, m_i, l_i)  # seq_len 0 (a padding row): split 0 writes zeros
     store_split_output(
         o, lse, part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads,
-        heads, row_mask, seq_len, split, split_len, row0, head_stride, split_stride, stride_ob,
-        stride_oh, GROUP, HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
+        heads, row_mask, seq_len, split, split_len, row0, head_stride, split_stride, alone,
+        stride_ob, stride_oh, GROUP, HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
     )  # fmt: skip
 
 
@@ -245,7 +246,7 @@ def _first_tile_to_l2(
     prefetch_l2(v_cache_ptr + lines, (toks < end)[:, None])
 
 
-@jit(do_not_specialize=("num_splits", "min_split"))
+@jit(do_not_specialize=("num_splits", "min_split", "budget"))
 def _decode_merge_kernel(
     part_out_ptr,
     part_lse_ptr,
@@ -255,6 +256,7 @@ def _decode_merge_kernel(
     stride_oh,
     num_splits,
     min_split,
+    budget,
     BLOCK_S: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -263,6 +265,7 @@ def _decode_merge_kernel(
     BALANCED: tl.constexpr,
     BLOCK_B: tl.constexpr,
     MAX_SPLITS: tl.constexpr,
+    MEAN_FLOOR: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -272,7 +275,7 @@ def _decode_merge_kernel(
     if BALANCED:
         batch = tl.num_programs(0)
         _, counts, _ = balanced_splits(
-            seq_lens_ptr, batch, batch * num_splits, min_split, MAX_SPLITS, BLOCK_B, BLOCK_N
+            seq_lens_ptr, batch, budget, min_split, MAX_SPLITS, MEAN_FLOOR, BLOCK_B, BLOCK_N
         )
         here = tl.arange(0, BLOCK_B) == b
         written = tl.sum(tl.where(here, counts, 0), 0)
@@ -288,6 +291,8 @@ def _decode_merge_kernel(
     if EARLY_LOADS:
         pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
+    if written == 1 and BALANCED:
+        return  # the split kernel wrote this sequence's output itself
     dims = tl.arange(0, HEAD_DIM)
     o = merge_partials(part_out_ptr, part_lse_ptr, row, split_stride, written, BLOCK_S, HEAD_DIM)
     out_off = b.to(tl.int64) * stride_ob + h * stride_oh + dims
@@ -318,6 +323,35 @@ def num_decode_splits(
     return max(1, min(by_occupancy, by_length, _MAX_SPLITS))
 
 
+@dataclass(frozen=True)
+class SplitPlan:
+    splits: int  # the grid's S: B * S programs a kv head
+    balanced: bool  # cut by the batch's tokens (attention_partials.balanced_item)
+    budget: int  # balanced: at most this many splits in all, a kv head
+    mean_floor: bool  # balanced: no split shorter than the batch's mean length
+    fused_merge: bool
+
+
+def _split_plan(
+    cfg: DecodeConfig, batch: int, num_kv_heads: int, table_tokens: int, device: torch.device
+) -> SplitPlan:
+    """S from shapes (or the config), and how the batch is cut. A batch that fills the GPU with
+    one split a sequence (S == 1 from occupancy) gets a second split a sequence in the grid when
+    balanced, at most one more program a head for each the GPU holds (the budget), and the
+    mean-length floor: equal lengths stay whole and write their outputs directly, a sequence
+    longer than the mean is cut, and its merge is fused (no merge kernel launch)."""
+    sms = sm_count(device)
+    splits = cfg.num_splits or num_decode_splits(
+        batch, num_kv_heads, table_tokens, sms, cfg.programs_per_sm
+    )
+    balanced = cfg.balanced and batch > 1 and (splits > 1 or cfg.num_splits is None)
+    fused = cfg.fused_merge and 1 < splits <= cfg.fused_merge_max_splits
+    if balanced and splits == 1:
+        held = cfg.programs_per_sm * sms // num_kv_heads
+        return SplitPlan(2, True, min(2 * batch, batch + held), True, True)
+    return SplitPlan(splits, balanced, batch * splits, False, fused)
+
+
 def paged_decode_attention(
     q: torch.Tensor,  # [B, Hq, D]
     kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]
@@ -342,10 +376,8 @@ def paged_decode_attention(
     if batch == 0:
         return out
     group = num_heads // num_kv_heads
-    splits = cfg.num_splits or num_decode_splits(
-        batch, num_kv_heads, block_tables.shape[1] * page_size, sm_count(q.device),
-        cfg.programs_per_sm,
-    )  # fmt: skip
+    plan = _split_plan(cfg, batch, num_kv_heads, block_tables.shape[1] * page_size, q.device)
+    splits, balanced, fused = plan.splits, plan.balanced, plan.fused_merge
     block_n = tile_tokens(cfg.block_n, kv_cache)
     min_split = -(-cfg.min_split_tokens // block_n) * block_n
     part_out = part_lse = counters = out  # placeholders, unused when splits == 1
@@ -354,17 +386,16 @@ def paged_decode_attention(
             batch, num_heads, splits, head_dim, dtype=torch.float32, device=q.device
         )
         part_lse = torch.empty(batch, num_heads, splits, dtype=torch.float32, device=q.device)
-    fused = cfg.fused_merge and 1 < splits <= cfg.fused_merge_max_splits
     if fused:
         counters = _arrival_counters(q.device, batch * num_kv_heads)
-    balanced = cfg.balanced and splits > 1 and batch > 1
     # the merge reads BLOCK_S splits at a time: all of them at once when cut evenly, in steps
     # of 32 when balanced (one sequence may have up to _MAX_SPLITS, most have a few)
     merge_block = _MERGE_MIN_BLOCK if balanced else max(next_pow2(splits), _MERGE_MIN_BLOCK)
     # BLOCK_B below 32 took the FP8 kernel from 117-124 to 138-146 registers (sm_90, ptxas):
     # past 128, three programs an SM instead of four
     block_b = max(next_pow2(batch), 32)
-    balance_args = {"BALANCED": balanced, "BLOCK_B": block_b, "MAX_SPLITS": _MAX_SPLITS}
+    balance_args = {"BALANCED": balanced, "BLOCK_B": block_b, "MAX_SPLITS": _MAX_SPLITS,
+                    "MEAN_FLOOR": plan.mean_floor, "budget": plan.budget}  # fmt: skip
     early = early_loads(pdl)
     k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
     # the bf16 kernel's own argument, or the FP8 kernel's scales

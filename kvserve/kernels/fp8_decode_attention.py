@@ -36,7 +36,7 @@ from kvserve.kernels.fp8_attention_operands import P_SCALE, split_e4m3_rows
 from kvserve.kernels.store_kv_cache import load_value_tile_t, tile_pages
 
 
-@jit(do_not_specialize=("stride_bt", "num_splits", "min_split"))
+@jit(do_not_specialize=("stride_bt", "num_splits", "min_split", "budget"))
 def _fp8_decode_split_kernel(
     q_ptr,
     k_cache_ptr,
@@ -60,6 +60,7 @@ def _fp8_decode_split_kernel(
     stride_oh,
     num_splits,
     min_split,  # a multiple of BLOCK_N
+    budget,  # BALANCED: the batch's splits in all, a kv head
     PAGE_SIZE: tl.constexpr,
     GROUP: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -74,6 +75,7 @@ def _fp8_decode_split_kernel(
     BALANCED: tl.constexpr,
     BLOCK_B: tl.constexpr,
     MAX_SPLITS: tl.constexpr,
+    MEAN_FLOOR: tl.constexpr,
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
@@ -84,20 +86,19 @@ def _fp8_decode_split_kernel(
 
     # start a multiple of BLOCK_N that the compiler sees, so of PAGE_SIZE: a tile's pages are whole
     if BALANCED:
-        batch = tl.num_programs(0)
-        b, split, seq_len, split_len, start, end, first = balanced_item(
-            seq_lens_ptr, split * batch + b, batch, batch * num_splits, min_split, MAX_SPLITS,
-            BLOCK_B, BLOCK_N,
+        b, split, seq_len, split_len, start, end, row0, alone = balanced_item(
+            seq_lens_ptr, b, split, budget, min_split, num_kv_heads * GROUP, MAX_SPLITS,
+            MEAN_FLOOR, BLOCK_B, BLOCK_N,
         )  # fmt: skip
-        if b >= batch:
+        if b >= tl.num_programs(0):
             return
-        row0, head_stride, split_stride = first * num_kv_heads * GROUP, 1, num_kv_heads * GROUP
+        head_stride, split_stride = 1, num_kv_heads * GROUP
     else:
         seq_len, split_len, start, end = split_range(
             seq_lens_ptr, b, split, num_splits, min_split, BLOCK_N
         )
         row0 = b.to(tl.int64) * num_kv_heads * GROUP * num_splits
-        head_stride, split_stride = num_splits, 1
+        head_stride, split_stride, alone = num_splits, 1, False
     if split > 0 and start >= end:
         return
     table = block_tables_ptr + b.to(tl.int64) * stride_bt
@@ -143,8 +144,8 @@ def _fp8_decode_split_kernel(
     o = o * (tl.load(v_scale_ptr) / P_SCALE)
     store_split_output(
         o, lse, part_out_ptr, part_lse_ptr, out_ptr, counter_ptr, b, kv_head, num_kv_heads,
-        heads, row_mask, seq_len, split, split_len, row0, head_stride, split_stride, stride_ob,
-        stride_oh, GROUP, HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
+        heads, row_mask, seq_len, split, split_len, row0, head_stride, split_stride, alone,
+        stride_ob, stride_oh, GROUP, HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
     )  # fmt: skip
 
 

@@ -272,6 +272,41 @@ def test_decode_16k_context(dtype: torch.dtype) -> None:
     assert_close(out, ref, dtype)
 
 
+# batches that fill the GPU with one split a sequence at one program an SM (36 x 4 kv heads
+# against 132 SMs on CPU, 132 on the H200): one long sequence, equal lengths (left whole), a
+# padding row, a spread of lengths
+WIDE_CASES = [
+    [3000] + [7] * 35,
+    [300] * 36,
+    [0, 1500, 900] + [40] * 33,
+    [16 * i + 1 for i in range(36)],
+]
+
+
+@pytest.mark.parametrize("case", range(len(WIDE_CASES)))
+def test_decode_balanced_splits_of_a_full_batch(case: int) -> None:
+    """S == 1 from occupancy: balanced, the grid gets a second split a sequence and a budget of
+    one more program a head for each the GPU holds; sequences longer than the mean are cut and
+    merged by the last split to arrive, the rest write their outputs themselves."""
+    lens = WIDE_CASES[case]
+    b = make_batch(
+        [1] * len(lens), [max(n, 1) for n in lens], page_size=16, num_heads=8, num_kv_heads=4,
+        head_dim=64, dtype=HALF, seed=case,
+    )  # fmt: skip
+    ref = reference(b)
+    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    out = torch.full_like(b.q, float("nan"))
+    cfg = DecodeConfig(block_n=32, programs_per_sm=1)
+    paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, seq_lens, 0.125, out=out,
+                           config=cfg)  # fmt: skip
+    real = [i for i, n in enumerate(lens) if n > 0]
+    padding = [i for i, n in enumerate(lens) if n == 0]
+    assert torch.equal(out[padding], torch.zeros_like(out[padding]))
+    assert_close(out[real], ref[real], HALF)
+    assert int(skinny_gemm._COUNTERS.get(DEVICE, torch.zeros(1)).abs().sum()) == 0
+
+
 @pytest.mark.parametrize("balanced", [False, True])
 @pytest.mark.parametrize("fused_merge", [False, True])
 @pytest.mark.parametrize(("num_splits", "min_split_tokens"), [(8, 256), (64, 100), (3, 5000)])

@@ -181,6 +181,24 @@ def test_decode_on_fp8_cache_matches_reference(
     assert_fp8_mma_close(out, ref)
 
 
+def test_fp8_decode_balanced_splits_of_a_full_batch() -> None:
+    """A batch filling the GPU with one split a sequence (40 x 2 kv heads at one program an SM
+    of 132): the long sequences are cut and merged by the last split to arrive, the short ones
+    write their outputs themselves."""
+    lens = [2500, 5, 1200] + [33] * 37
+    b = fp8_batch([1] * len(lens), lens, torch.float16, seed=11, **SHAPE)
+    ref = TorchAttentionBackend().forward(
+        b.q.float(), b.k.float(), b.v.float(), b.kv_cache.clone(), b.meta, 64**-0.5, scales()
+    )
+    store_kv_cache_reference(b.k, b.v, b.kv_cache, b.meta.slot_mapping, scales())
+    m = b.meta
+    cfg = dataclasses.replace(FP8_DECODE_CONFIG, programs_per_sm=1)
+    out = paged_decode_attention(
+        b.q, b.kv_cache, m.block_tables, m.seq_lens, 64**-0.5, None, scales(), config=cfg
+    )
+    assert_fp8_mma_close(out, ref)
+
+
 @pytest.mark.parametrize("page_size", [1, 128])
 def test_fp8_kernels_on_pages_unlike_the_tile(page_size: int) -> None:
     """FP8 tiles are whole pages: pages of one token, and pages longer than the default tiles
