@@ -8,10 +8,13 @@ only (batch, heads, page-table capacity, SM count) and each program derives its 
 from ``seq_lens`` on the device, so the launch is CUDA-graph capturable. A batch of two or more
 is cut by its tokens (``DecodeConfig.balanced``, ``attention_partials.balanced_item``): its
 ``B * S`` programs a kv head share one split length, so a 128K-context sequence decoding beside
-31 of 1K gets 33 splits instead of 2 (10x faster, decode_mixed_lengths_h200_s48_*); otherwise
-each sequence is cut into S even splits. A second kernel merges the splits' partial outputs by their
-log-sum-exp (or, with ``DecodeConfig.fused_merge``, the split program that arrives last does).
-With S == 1 the first kernel writes the output directly.
+31 of 1K gets 33 splits instead of 2 (10x faster, decode_mixed_lengths_h200_s48_*); a batch
+that fills the GPU with one split a sequence is launched with S = 2 and cut no finer than its
+mean length (``_split_plan``), so one of 128K beside 127 of 1K gets 64 instead of 1 (14x,
+decode_mixed_lengths_h200_s49_all). Otherwise each sequence is cut into S even splits. A
+second kernel merges the splits' partial outputs by their log-sum-exp (or, with
+``DecodeConfig.fused_merge``, the split program that arrives last does). With S == 1, or a
+sequence's only split in a full batch's cut, the split kernel writes the output directly.
 
 An FP8 cache takes ``fp8_decode_attention``'s kernel (FP8 tensor cores, values dims-major) with
 the same grid, splits and merge.
