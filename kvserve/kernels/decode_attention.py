@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -355,6 +356,50 @@ def _split_plan(
     return SplitPlan(splits, balanced, batch * splits, False, fused)
 
 
+def _partials(
+    plan: SplitPlan, out: torch.Tensor, num_kv_heads: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The splits' partial outputs and log-sum-exps (fp32) and, with the fused merge, the
+    arrival counters; ``out`` stands in for what the plan does not use."""
+    batch, num_heads, head_dim = out.shape
+    part_out = part_lse = counters = out
+    if plan.splits > 1:
+        shape = (batch, num_heads, plan.splits)
+        part_out = torch.empty(*shape, head_dim, dtype=torch.float32, device=out.device)
+        part_lse = torch.empty(*shape, dtype=torch.float32, device=out.device)
+    if plan.fused_merge:
+        counters = _arrival_counters(out.device, batch * num_kv_heads)
+    return part_out, part_lse, counters
+
+
+def _plan_args(plan: SplitPlan, batch: int) -> dict[str, int | bool]:
+    """The split and merge kernels' arguments for how the batch is cut."""
+    # the merge reads BLOCK_S splits at a time: all of them at once when cut evenly, in steps
+    # of 32 when balanced (one sequence may have up to _MAX_SPLITS, most have a few)
+    merge_block = max(next_pow2(plan.splits), _MERGE_MIN_BLOCK)
+    # BLOCK_B below 32 took the FP8 kernel from 117-124 to 138-146 registers (sm_90, ptxas):
+    # past 128, three programs an SM instead of four
+    return {
+        "BALANCED": plan.balanced,
+        "BLOCK_B": max(next_pow2(batch), 32),
+        "MAX_SPLITS": _MAX_SPLITS,
+        "MEAN_FLOOR": plan.mean_floor,
+        "budget": plan.budget,
+        "BLOCK_S": _MERGE_MIN_BLOCK if plan.balanced else merge_block,
+    }
+
+
+def _split_kernel(
+    q: torch.Tensor, kv_cache: torch.Tensor, kv_scales: KVScales | None
+) -> tuple[Any, dict[str, Any]]:
+    """The split kernel for the cache's dtype, with its own arguments: the bf16 kernel's dot
+    precision, or the FP8 kernel's scales."""
+    if is_fp8_kv(kv_cache):
+        k_scale, v_scale = scale_args(kv_cache, kv_scales)
+        return _fp8_decode_split_kernel, {"k_scale_ptr": k_scale, "v_scale_ptr": v_scale}
+    return _decode_split_kernel, {"DOT_PRECISION": _dot_precision(q.dtype)}
+
+
 def paged_decode_attention(
     q: torch.Tensor,  # [B, Hq, D]
     kv_cache: torch.Tensor,  # [2, num_pages, page_size, Hkv, D]
@@ -380,35 +425,14 @@ def paged_decode_attention(
         return out
     group = num_heads // num_kv_heads
     plan = _split_plan(cfg, batch, num_kv_heads, block_tables.shape[1] * page_size, q.device)
-    splits, balanced, fused = plan.splits, plan.balanced, plan.fused_merge
+    splits = plan.splits
     block_n = tile_tokens(cfg.block_n, kv_cache)
     min_split = -(-cfg.min_split_tokens // block_n) * block_n
-    part_out = part_lse = counters = out  # placeholders, unused when splits == 1
-    if splits > 1:
-        part_out = torch.empty(
-            batch, num_heads, splits, head_dim, dtype=torch.float32, device=q.device
-        )
-        part_lse = torch.empty(batch, num_heads, splits, dtype=torch.float32, device=q.device)
-    if fused:
-        counters = _arrival_counters(q.device, batch * num_kv_heads)
-    # the merge reads BLOCK_S splits at a time: all of them at once when cut evenly, in steps
-    # of 32 when balanced (one sequence may have up to _MAX_SPLITS, most have a few)
-    merge_block = _MERGE_MIN_BLOCK if balanced else max(next_pow2(splits), _MERGE_MIN_BLOCK)
-    # BLOCK_B below 32 took the FP8 kernel from 117-124 to 138-146 registers (sm_90, ptxas):
-    # past 128, three programs an SM instead of four
-    block_b = max(next_pow2(batch), 32)
-    balance_args = {"BALANCED": balanced, "BLOCK_B": block_b, "MAX_SPLITS": _MAX_SPLITS,
-                    "MEAN_FLOOR": plan.mean_floor, "budget": plan.budget}  # fmt: skip
+    part_out, part_lse, counters = _partials(plan, out, num_kv_heads)
+    plan_args = _plan_args(plan, batch)
     early = early_loads(pdl)
     k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
-    # the bf16 kernel's own argument, or the FP8 kernel's scales
-    kernel, own_args = _decode_split_kernel, {"DOT_PRECISION": _dot_precision(q.dtype)}
-    if is_fp8_kv(kv_cache):
-        k_scale, v_scale = scale_args(kv_cache, kv_scales)
-        kernel, own_args = (
-            _fp8_decode_split_kernel,
-            {"k_scale_ptr": k_scale, "v_scale_ptr": v_scale},
-        )
+    kernel, own_args = _split_kernel(q, kv_cache, kv_scales)
     kernel[(batch, num_kv_heads, splits)](
         q_ptr=q,
         k_cache_ptr=k_cache,
@@ -436,32 +460,19 @@ def paged_decode_attention(
         BLOCK_N=block_n,
         HEAD_DIM=head_dim,
         DIRECT=splits == 1,
-        FUSED_MERGE=fused,
-        BLOCK_S=merge_block,
+        FUSED_MERGE=plan.fused_merge,
         EARLY_LOADS=early,
         LINE=line_elements(head_dim, kv_cache.element_size()),
-        **balance_args,
+        **plan_args,
         **own_args,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
         **launch_options(pdl),
     )
-    if splits > 1 and not fused:
+    if splits > 1 and not plan.fused_merge:
         _decode_merge_kernel[(batch, num_heads)](
-            part_out,
-            part_lse,
-            seq_lens,
-            out,
-            out.stride(0),
-            out.stride(1),
-            splits,
-            min_split,
-            BLOCK_S=merge_block,
-            BLOCK_N=block_n,
-            HEAD_DIM=head_dim,
-            EARLY_LOADS=early,
-            **balance_args,
-            num_warps=4,
+            part_out, part_lse, seq_lens, out, out.stride(0), out.stride(1), splits, min_split,
+            BLOCK_N=block_n, HEAD_DIM=head_dim, EARLY_LOADS=early, **plan_args, num_warps=4,
             **launch_options(pdl),
-        )
+        )  # fmt: skip
     return out
