@@ -242,15 +242,21 @@ def test_decode_balanced_splits(case: int, fused_merge: bool) -> None:
     their merge (kernel or last arrival; its counters end at zero) and the short sequences'
     single splits all land in the right rows."""
     lens, num_splits = BALANCED_CASES[case]
+    cfg = DecodeConfig(block_n=32, num_splits=num_splits, fused_merge=fused_merge)
+    check_lengths(lens, cfg, num_kv_heads=2, seed=case)
+
+
+def check_lengths(lens: list[int], cfg: DecodeConfig, num_kv_heads: int, seed: int) -> None:
+    """Decode over sequences of ``lens`` (0: a padding row, whose output must be zeros) under
+    ``cfg`` against the reference; a fused merge's counters must end at zero."""
     b = make_batch(
-        [1] * len(lens), [max(n, 1) for n in lens], page_size=16, num_heads=8, num_kv_heads=2,
-        head_dim=64, dtype=HALF, seed=case,
+        [1] * len(lens), [max(n, 1) for n in lens], page_size=16, num_heads=8,
+        num_kv_heads=num_kv_heads, head_dim=64, dtype=HALF, seed=seed,
     )  # fmt: skip
     ref = reference(b)
     store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
     seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
     out = torch.full_like(b.q, float("nan"))
-    cfg = DecodeConfig(block_n=32, num_splits=num_splits, fused_merge=fused_merge)
     paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, seq_lens, 0.125, out=out,
                            config=cfg)  # fmt: skip
     real = [i for i, n in enumerate(lens) if n > 0]
@@ -288,23 +294,7 @@ def test_decode_balanced_splits_of_a_full_batch(case: int) -> None:
     """S == 1 from occupancy: balanced, the grid gets a second split a sequence and a budget of
     one more program a head for each the GPU holds; sequences longer than the mean are cut and
     merged by the last split to arrive, the rest write their outputs themselves."""
-    lens = WIDE_CASES[case]
-    b = make_batch(
-        [1] * len(lens), [max(n, 1) for n in lens], page_size=16, num_heads=8, num_kv_heads=4,
-        head_dim=64, dtype=HALF, seed=case,
-    )  # fmt: skip
-    ref = reference(b)
-    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
-    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
-    out = torch.full_like(b.q, float("nan"))
-    cfg = DecodeConfig(block_n=32, programs_per_sm=1)
-    paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, seq_lens, 0.125, out=out,
-                           config=cfg)  # fmt: skip
-    real = [i for i, n in enumerate(lens) if n > 0]
-    padding = [i for i, n in enumerate(lens) if n == 0]
-    assert torch.equal(out[padding], torch.zeros_like(out[padding]))
-    assert_close(out[real], ref[real], HALF)
-    assert int(skinny_gemm._COUNTERS.get(DEVICE, torch.zeros(1)).abs().sum()) == 0
+    check_lengths(WIDE_CASES[case], DecodeConfig(block_n=32, programs_per_sm=1), 4, seed=case)
 
 
 @pytest.mark.parametrize("balanced", [False, True])
