@@ -10,8 +10,14 @@ import pytest
 import torch
 
 from kvserve.config import ModelConfig
-from kvserve.engine.runner.warmup import STEPS, step_shapes
+from kvserve.engine.runner.warmup import STEPS, decode_steps, step_shapes
 from kvserve.kernels import fused_moe_fp4
+from kvserve.kernels.decode_attention import (
+    FP8_DECODE_CONFIG,
+    SPLIT_COUNT_TABLE_TOKENS,
+    DecodeConfig,
+    launch_variant,
+)
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig
 from kvserve.kernels.fp4_gemm import (
     DEQUANT_GEMM_MIN_ROWS,
@@ -63,6 +69,51 @@ def test_warm_up_compiles_the_split_prefill_where_a_request_could_reach_it(heads
     assert decodes == 0 and width * 16 >= prefix + rows
     programs = -(-rows // 256) * heads  # one row block per head with the default tile
     assert num_prefill_kv_splits(programs, prefix + rows, rows, heads, 128, 132) > 1
+
+
+# (cache, kv heads a rank, SMs, page size, table pages, most decode rows): Llama-3-8B on an H200
+# at 128K with page 16, an FP8 cache, MQA, a TP rank's two heads, big pages, another GPU
+DECODE_WARM_UP_CASES = [
+    ("bf16", 8, 132, 16, 8192, 256),
+    ("fp8", 8, 132, 16, 8192, 256),
+    ("bf16", 1, 132, 16, 300, 300),
+    ("fp8", 2, 132, 1, 5000, 70),
+    ("bf16", 4, 78, 128, 64, 512),
+]
+
+
+@pytest.mark.parametrize("case", DECODE_WARM_UP_CASES, ids=str)
+def test_warm_up_runs_every_decode_attention_launch_a_step_can_make(case: tuple) -> None:
+    """Decode attention compiles a kernel per variant (split count, balanced cut, batch block);
+    every number of decode rows up to the scheduler's most, over every page-table width, must
+    launch one that the warm-up ran, or a request pays the compile."""
+    cache, heads, sms, page, max_pages, max_decodes = case
+    cfg = FP8_DECODE_CONFIG if cache == "fp8" else DecodeConfig()
+    steps = decode_steps(cfg, heads, sms, page, max_pages, max_decodes, list(STEPS))
+    assert all(prefill == 0 and 1 <= width <= max_pages for _, prefill, width, _ in steps)
+
+    def variant(decodes: int, width: int) -> tuple:
+        return launch_variant(cfg, decodes, heads, width * page, sms)
+
+    warmed = {variant(d, w) for d, _, w, _ in [*STEPS, *steps] if d}
+    assert len(warmed) == len(steps) + len({variant(d, w) for d, _, w, _ in STEPS if d})
+    split_widths = min(max_pages, SPLIT_COUNT_TABLE_TOKENS // page + 1)
+    widths = [*range(1, split_widths + 1), *range(split_widths, max_pages + 1, 97), max_pages]
+    missed = {
+        (d, w) for d in range(1, max_decodes + 1) for w in widths if variant(d, w) not in warmed
+    }
+    assert missed == set()
+
+
+def test_a_full_batch_is_cut_by_its_tokens_only_where_its_tables_outgrow_a_split() -> None:
+    """One split a sequence from occupancy: a second split column, the mean floor, the fused
+    merge. One split from tables of one 64-token split: nothing to balance, the output direct."""
+    cfg = DecodeConfig()
+    full = launch_variant(cfg, 128, 8, 8192 * 16, 132)
+    assert full[:2] == (False, True) and ("MEAN_FLOOR", True) in full[2]
+    short = launch_variant(cfg, 128, 8, 64, 132)
+    assert short[0] and ("BALANCED", False) in short[2] and ("BLOCK_B", 32) in short[2]
+    assert launch_variant(cfg, 3, 8, 64, 132) == launch_variant(cfg, 300, 8, 64, 132)
 
 
 @pytest.mark.parametrize(("group", "cap"), [(NVFP4_GROUP, 0), (MXFP4_GROUP, 128), (0, 0)])

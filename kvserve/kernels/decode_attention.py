@@ -72,6 +72,8 @@ _MAX_SPLITS = 64
 _PROGRAMS_PER_SM = 4
 BALANCED_ENV = "KVSERVE_DECODE_BALANCED"
 _MERGE_MIN_BLOCK = 32  # merge kernels compiled: splits <= 32 share one, and one for 33-64
+# Page tables longer than this split as the longest does (by_length stops at _MAX_SPLITS)
+SPLIT_COUNT_TABLE_TOKENS = _MIN_SPLIT_TOKENS * _MAX_SPLITS
 
 
 @functools.cache
@@ -337,23 +339,23 @@ class SplitPlan:
 
 
 def _split_plan(
-    cfg: DecodeConfig, batch: int, num_kv_heads: int, table_tokens: int, device: torch.device
+    cfg: DecodeConfig, batch: int, num_kv_heads: int, table_tokens: int, sms: int
 ) -> SplitPlan:
     """S from shapes (or the config), and how the batch is cut. A batch that fills the GPU with
-    one split a sequence (S == 1 from occupancy) gets a second split a sequence in the grid when
-    balanced, at most one more program a head for each the GPU holds (the budget), and the
-    mean-length floor: equal lengths stay whole and write their outputs directly, a sequence
-    longer than the mean is cut, and its merge is fused (no merge kernel launch)."""
-    sms = sm_count(device)
+    one split a sequence (S == 1 from occupancy, with tables longer than a split) gets a second
+    split a sequence in the grid when balanced, at most one more program a head for each the
+    GPU holds (the budget), and the mean-length floor: equal lengths stay whole and write their
+    outputs directly, a sequence longer than the mean is cut, and its merge is fused (no merge
+    kernel launch)."""
     splits = cfg.num_splits or num_decode_splits(
         batch, num_kv_heads, table_tokens, sms, cfg.programs_per_sm
     )
-    balanced = cfg.balanced and batch > 1 and (splits > 1 or cfg.num_splits is None)
-    fused = cfg.fused_merge and 1 < splits <= cfg.fused_merge_max_splits
-    if balanced and splits == 1:
+    can_balance = cfg.balanced and batch > 1
+    if can_balance and splits == 1 and not cfg.num_splits and table_tokens > _MIN_SPLIT_TOKENS:
         held = cfg.programs_per_sm * sms // num_kv_heads
         return SplitPlan(2, True, min(2 * batch, batch + held), True, True)
-    return SplitPlan(splits, balanced, batch * splits, False, fused)
+    fused = cfg.fused_merge and 1 < splits <= cfg.fused_merge_max_splits
+    return SplitPlan(splits, can_balance and splits > 1, batch * splits, False, fused)
 
 
 def _partials(
@@ -381,12 +383,27 @@ def _plan_args(plan: SplitPlan, batch: int) -> dict[str, int | bool]:
     # past 128, three programs an SM instead of four
     return {
         "BALANCED": plan.balanced,
-        "BLOCK_B": max(next_pow2(batch), 32),
+        "BLOCK_B": max(next_pow2(batch), 32) if plan.balanced else 32,  # one compile unbalanced
         "MAX_SPLITS": _MAX_SPLITS,
         "MEAN_FLOOR": plan.mean_floor,
         "budget": plan.budget,
         "BLOCK_S": _MERGE_MIN_BLOCK if plan.balanced else merge_block,
     }
+
+
+def default_decode_config(kv_cache: torch.Tensor) -> DecodeConfig:
+    return FP8_DECODE_CONFIG if is_fp8_kv(kv_cache) else DecodeConfig()
+
+
+def launch_variant(
+    cfg: DecodeConfig, batch: int, num_kv_heads: int, table_tokens: int, sms: int
+) -> tuple:
+    """What a launch compiles, from shapes alone: the constexprs its split kernel and merge
+    kernel (if any) take beyond the model's own. Two launches of one variant share their
+    kernels, so a warm-up that runs every variant leaves no compile to a request."""
+    plan = _split_plan(cfg, batch, num_kv_heads, table_tokens, sms)
+    args = {k: v for k, v in _plan_args(plan, batch).items() if k != "budget"}
+    return plan.splits == 1, plan.fused_merge, tuple(sorted(args.items()))
 
 
 def _split_kernel(
@@ -413,7 +430,7 @@ def paged_decode_attention(
     pdl: bool = False,
 ) -> torch.Tensor:
     require_triton()
-    cfg = config or (FP8_DECODE_CONFIG if is_fp8_kv(kv_cache) else DecodeConfig())
+    cfg = config or default_decode_config(kv_cache)
     batch, num_heads, head_dim = q.shape
     page_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
     assert kv_cache.shape[4] == head_dim and num_heads % num_kv_heads == 0
@@ -424,7 +441,8 @@ def paged_decode_attention(
     if batch == 0:
         return out
     group = num_heads // num_kv_heads
-    plan = _split_plan(cfg, batch, num_kv_heads, block_tables.shape[1] * page_size, q.device)
+    table_tokens = block_tables.shape[1] * page_size
+    plan = _split_plan(cfg, batch, num_kv_heads, table_tokens, sm_count(q.device))
     splits = plan.splits
     block_n = tile_tokens(cfg.block_n, kv_cache)
     min_split = -(-cfg.min_split_tokens // block_n) * block_n

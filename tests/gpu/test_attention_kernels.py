@@ -672,12 +672,16 @@ def test_decoder_fused_rotary_store_equals_unfused_path(
 
 
 def test_eager_warm_up_runs_every_step_kind_and_leaves_the_pool_untouched() -> None:
-    """The tiny decoder's 4096 positions reach the split-prefill step too."""
+    """The tiny decoder's 4096 positions reach the split-prefill step too; 40 decode rows
+    reach a balanced cut of a batch past 32 (a second batch block)."""
     dtype = torch.float16
     model = _tiny_decoder(dtype, qk_norm=False)
     gen = torch.Generator().manual_seed(3)
     caches = [torch.randn(2, 40, 16, 2, 64, generator=gen).to(dtype).to(DEVICE) for _ in range(2)]
     before = [c.clone() for c in caches]
-    warm_up_eager(model, KVPool(caches), TritonAttentionBackend(), DEVICE, context_length=4096)
+    warm_up_eager(
+        model, KVPool(caches), TritonAttentionBackend(), DEVICE, context_length=4096,
+        max_decodes=40,
+    )  # fmt: skip
     for cache, old in zip(caches, before, strict=True):
         assert torch.equal(cache, old)

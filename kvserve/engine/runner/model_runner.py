@@ -124,7 +124,10 @@ class ModelRunner:
                 model_config.hidden_size, dtype, device,
             )  # fmt: skip
         if device.type == "cuda" and self.backend.name == "triton":
-            warm_up_eager(self.model, self.kv, self.backend, device, context_length)
+            warm_up_eager(
+                self.model, self.kv, self.backend, device, context_length,
+                config.scheduler.max_running_requests,
+            )  # fmt: skip
             if prefill is not None:
                 warm_up_prefill_library(
                     self.model, self.kv, self.backend, prefill, context_length, config.scheduler

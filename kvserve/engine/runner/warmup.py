@@ -6,7 +6,11 @@ decode-only steps run; this runs one forward pass of each other kind of step a r
 cause (a prefill, decodes mixed with a prefill chunk, decodes alone in eager mode, with a split
 and without, and, where the context allows it, a short chunk behind a long cached prefix,
 whose attention splits its keys) at token counts of each class, then the LM head on their
-rows. It writes nothing to the KV pool (every slot is -1) and reads only page 0.
+rows. Decode attention's launches vary with the batch and the page table's width (split
+count, balanced cut, batch block: ``decode_attention.launch_variant``), so a decode step runs
+for each variant that some number of decode rows up to the scheduler's most can reach and
+the steps above do not. It writes nothing to the KV pool (every slot is -1) and reads only
+page 0.
 """
 
 from __future__ import annotations
@@ -18,6 +22,13 @@ import torch
 
 from kvserve.config import SchedulerConfig
 from kvserve.engine.runner.kv_pool import KVPool
+from kvserve.kernels._triton import sm_count
+from kvserve.kernels.decode_attention import (
+    SPLIT_COUNT_TABLE_TOKENS,
+    DecodeConfig,
+    default_decode_config,
+    launch_variant,
+)
 from kvserve.kernels.prefill_attention import SPLIT_MIN_CONTEXT
 from kvserve.layers.attention import AttentionBackend, AttentionMetadata, cudnn_prefill
 from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
@@ -41,6 +52,37 @@ def step_shapes(context_length: int, page_size: int) -> list[tuple[int, int, int
         return list(STEPS)
     width = -(-SPLIT_MIN_CONTEXT // page_size)
     return [*STEPS, (0, LONG_CHUNK, width, SPLIT_MIN_CONTEXT - LONG_CHUNK)]
+
+
+def decode_steps(
+    cfg: DecodeConfig,
+    num_kv_heads: int,
+    sms: int,
+    page_size: int,
+    max_pages: int,
+    max_decodes: int,
+    have: list[tuple[int, int, int, int]],
+) -> list[tuple[int, int, int, int]]:
+    """A decode-only step (decode rows, 0, page-table width, 0) for each decode attention
+    variant that 1 to ``max_decodes`` decode rows over tables of 1 to ``max_pages`` pages
+    launch and the steps in ``have`` do not. The split count takes a new value only at the
+    first width of each 64 tokens up to SPLIT_COUNT_TABLE_TOKENS, so those widths are all
+    that need trying."""
+
+    def variant(decodes: int, width: int) -> tuple:
+        return launch_variant(cfg, decodes, num_kv_heads, width * page_size, sms)
+
+    tiles = range(SPLIT_COUNT_TABLE_TOKENS // 64 + 1)
+    widths = sorted({min(max_pages, 64 * t // page_size + 1) for t in tiles} | {max_pages})
+    seen = {variant(d, w) for d, _, w, _ in have if d}
+    steps = []
+    for decodes in range(1, max_decodes + 1):
+        for width in widths:
+            key = variant(decodes, width)
+            if key not in seen:
+                seen.add(key)
+                steps.append((decodes, 0, width, 0))
+    return steps
 
 
 def step_meta(
@@ -82,10 +124,17 @@ def warm_up_eager(
     backend: AttentionBackend,
     device: torch.device,
     context_length: int,
+    max_decodes: int = 16,
 ) -> float:
-    """Runs ``step_shapes``; returns the seconds it took."""
+    """Runs ``step_shapes`` and the ``decode_steps`` of up to ``max_decodes`` decode rows;
+    returns the seconds it took."""
     t = time.perf_counter()
     shapes = step_shapes(context_length, kv.page_size)
+    cache = kv.layer(0)
+    shapes += decode_steps(
+        default_decode_config(cache), cache.shape[3], sm_count(device), kv.page_size,
+        kv.pages_for(context_length), max_decodes, shapes,
+    )  # fmt: skip
     for decodes, prefill, width, prefix in shapes:
         _forward(model, kv, backend, step_meta(decodes, prefill, width, device, prefix))
     if device.type == "cuda":
