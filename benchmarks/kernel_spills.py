@@ -21,15 +21,14 @@ from benchmarks.common import write_result
 
 # (cache, BLOCK_N, num_warps, fused merge, cut): the defaults first, then neighbours. The cut is
 # the split plan (decode_attention.SplitPlan): "even" splits each sequence alike, "balanced"
-# by the batch's tokens, "store alone" as balanced with a sequence's only split storing its
-# output (full batches).
+# by the batch's tokens, "mean floor" as balanced with no split below the mean (full batches).
 CONFIGS = [
     ("bf16", 64, 4, False, "even"),
     ("bf16", 64, 4, False, "balanced"),
-    ("bf16", 64, 4, True, "store alone"),
+    ("bf16", 64, 4, True, "mean floor"),
     ("fp8", 64, 4, True, "even"),
     ("fp8", 64, 4, True, "balanced"),
-    ("fp8", 64, 4, True, "store alone"),
+    ("fp8", 64, 4, True, "mean floor"),
     ("fp8", 128, 4, True, "even"),
     ("fp8", 64, 8, True, "even"),
 ]
@@ -38,7 +37,7 @@ _ARGS = {
     "part_lse_ptr": "*fp32", "out_ptr": "*bf16", "counter_ptr": "*i32", "scale_log2": "fp32",
     "stride_qb": "i32", "stride_qh": "i32", "stride_cache_page": "i64", "stride_cache_tok": "i32",
     "stride_cache_head": "i32", "stride_bt": "i32", "stride_ob": "i32", "stride_oh": "i32",
-    "num_splits": "i32", "min_split": "i32", "slots": "i32",
+    "num_splits": "i32", "min_split": "i32", "budget": "i32",
 }  # fmt: skip
 # The strides a launch on Llama-3-8B heads passes (page 16 x 8 heads x 128 dims, 32 q heads):
 # multiples of 16, which Triton specializes on, and without which it cannot prove the 16-byte
@@ -86,7 +85,7 @@ def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool, cut: s
         "DIRECT": False, "USE_PDL": True, "FUSED_MERGE": fused, "BLOCK_S": 32,
         "EARLY_LOADS": True, "LINE": line_elements(128, 1 if fp8 else 2),
         "BALANCED": cut != "even", "BLOCK_B": 32, "MAX_SPLITS": 64,
-        "STORE_ALONE": cut == "store alone",
+        "MEAN_FLOOR": cut == "mean floor",
     }  # fmt: skip
     pointer = "*fp8e4nv" if fp8 else "*bf16"
     signature = {**_ARGS, "k_cache_ptr": pointer, "v_cache_ptr": pointer}

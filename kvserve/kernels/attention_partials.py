@@ -8,12 +8,10 @@ graph's fixed grid of ``B * S`` programs a kv head serves any lengths):
 
 - even: every sequence into S splits of its own length / S (``split_range``). A long sequence
   beside short ones gets S programs a head however many bytes it carries.
-- balanced (``balanced_item``): one split length for the whole batch, its tiles dealt out
-  evenly over the programs a kv head the GPU holds at once; a sequence gets as many splits as
-  its length needs (the last one shorter), and the whole splits run before the short ones, so
-  those fill the slots the first wave leaves. A long sequence beside short ones gets the
-  programs its bytes need, and a batch that does not divide the GPU's programs evenly fills it
-  anyway.
+- balanced (``balanced_item``): one split length for the whole batch, the shortest whole number
+  of tiles that cuts all its sequences into at most ``B * S`` splits together; a sequence gets
+  as many splits as its length needs, and program ``j`` of a kv head takes the batch's ``j``-th
+  split. With equal lengths both give the same splits.
 
 Partials of split ``s`` of sequence ``b`` for query head ``h`` sit at row ``row0 + h * head_stride
 + s * split_stride`` of part_out [rows, D] / part_lse [rows]: even,
@@ -42,58 +40,69 @@ def split_range(seq_lens_ptr, b, split, num_splits, min_split, BLOCK_N: tl.const
 
 @jit
 def balanced_splits(
-    seq_lens_ptr, batch, slots, min_split, max_splits, BLOCK_B: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    seq_lens_ptr, batch, budget, min_split, max_splits, MEAN_FLOOR: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """The batch's lengths [BLOCK_B] (0 past ``batch``), each sequence's split count (0 past
     ``batch``; at least 1, so a padding row's split 0 writes its zeros) and the one split length
-    in tiles: the batch's tiles dealt out evenly over ``slots`` programs, no shorter than
-    ``min_split`` (a multiple of BLOCK_N) nor than ``max_splits`` a sequence allows. A sequence
-    ends in one shorter split unless its length is a whole number of splits, so there are at most
-    ``slots + batch`` splits."""
+    in tiles: the fewest tiles with at most ``budget`` splits in all and ``max_splits`` a
+    sequence, none shorter than ``min_split`` (a multiple of BLOCK_N) nor, with ``MEAN_FLOOR``,
+    than the batch's mean length (a batch that fills the GPU with one split a sequence splits
+    only what is longer). Bisection over whole tiles; equal lengths take the first guess
+    (``budget / batch`` splits each, as ``split_range``)."""
     idx = tl.arange(0, BLOCK_B)
-    lens = tl.load(seq_lens_ptr + idx, mask=idx < batch, other=0)
-    tiles = tl.cdiv(tl.sum(tl.cdiv(lens, BLOCK_N), 0), slots)
-    tiles = tl.maximum(tiles, tl.cdiv(tl.cdiv(tl.max(lens, 0), max_splits), BLOCK_N))
-    tiles = tl.maximum(tl.maximum(tiles, min_split // BLOCK_N), 1)
-    counts = tl.where(idx < batch, tl.maximum(tl.cdiv(lens, tiles * BLOCK_N), 1), 0)
-    return lens, counts, tiles
+    valid = idx < batch
+    lens = tl.load(seq_lens_ptr + idx, mask=valid, other=0)
+    longest = tl.max(lens, 0)
+    total = tl.sum(lens, 0)
+    lo = tl.cdiv(tl.cdiv(total, budget), BLOCK_N)
+    lo = tl.maximum(tl.maximum(lo, tl.cdiv(tl.cdiv(longest, max_splits), BLOCK_N)), 1)
+    lo = tl.maximum(lo, min_split // BLOCK_N)
+    if MEAN_FLOOR:
+        lo = tl.maximum(lo, tl.cdiv(tl.cdiv(total, batch), BLOCK_N))
+    hi = tl.maximum(tl.cdiv(longest, BLOCK_N), lo)  # one split each: batch <= budget splits
+    if _split_count(lens, valid, lo * BLOCK_N) <= budget:
+        hi = lo
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _split_count(lens, valid, mid * BLOCK_N) <= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    counts = tl.where(valid, tl.maximum(tl.cdiv(lens, hi * BLOCK_N), 1), 0)
+    return lens, counts, hi
+
+
+@jit
+def _split_count(lens, valid, split_len):
+    return tl.sum(tl.where(valid, tl.maximum(tl.cdiv(lens, split_len), 1), 0), 0)
 
 
 @jit
 def balanced_item(
-    seq_lens_ptr, pid_b, pid_split, slots, min_split, num_heads, MAX_SPLITS: tl.constexpr,
-    STORE_ALONE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
+    seq_lens_ptr, pid_b, pid_split, budget, min_split, num_heads, MAX_SPLITS: tl.constexpr,
+    MEAN_FLOOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """Program (pid_b, pid_split)'s split under ``balanced_splits``, the batch's item
     ``pid_split * B + pid_b``: (sequence b, its split index, its length, the split length, start,
     end, its partials' row0, whether it is the sequence's only split and stores its output
-    itself: only with ``STORE_ALONE``). Items count the whole splits first, in sequence order,
-    then each sequence's shorter last split: the grid runs split columns in order, so the long
-    programs start in the first wave and the short ones fill the slots they leave. An item past
-    the batch's splits gets b == B (its program exits)."""
+    itself: only with ``MEAN_FLOOR``). An item past the batch's splits gets b == B (its program
+    exits)."""
     batch = tl.num_programs(0)
     item = pid_split * batch + pid_b
     lens, counts, tiles = balanced_splits(
-        seq_lens_ptr, batch, slots, min_split, MAX_SPLITS, BLOCK_B, BLOCK_N
+        seq_lens_ptr, batch, budget, min_split, MAX_SPLITS, MEAN_FLOOR, BLOCK_B, BLOCK_N
     )
-    split_len = tiles * BLOCK_N
-    whole = tl.minimum(lens // split_len, counts)  # a padding row's split is its short one
-    short = counts - whole  # 0 or 1
-    num_whole = tl.sum(whole, 0)
-    is_short = item >= num_whole
-    kind = tl.where(is_short, short, whole)
-    ends = tl.cumsum(kind, 0)
-    key = tl.where(is_short, item - num_whole, item)
-    b = tl.sum((ends <= key).to(tl.int32), 0)
+    ends = tl.cumsum(counts, 0)
+    b = tl.sum((ends <= item).to(tl.int32), 0)
     here = tl.arange(0, BLOCK_B) == b
-    before = tl.sum(tl.where(here, ends - kind, 0), 0)  # b's items of this kind before it
-    split = tl.where(is_short, tl.sum(tl.where(here, whole, 0), 0), key - before)
+    first = tl.sum(tl.where(here, ends - counts, 0), 0)
     seq_len = tl.sum(tl.where(here, lens, 0), 0)
-    first = tl.sum(tl.where(here, tl.cumsum(counts, 0) - counts, 0), 0)
     alone = False  # in every balanced cut it took the bf16 kernel from 107 to 156 registers
-    if STORE_ALONE:
+    if MEAN_FLOOR:
         alone = tl.sum(tl.where(here, counts, 0), 0) == 1
+    split = item - first
+    split_len = tiles * BLOCK_N
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
     return b, split, seq_len, split_len, start, end, first * num_heads, alone

@@ -6,13 +6,12 @@ Grid ``(B, Hkv, S)``: one program serves all ``G = Hq / Hkv`` query heads of a k
 padded to >= 16 for ``tl.dot``), so each K/V tile is read once per group. S comes from shapes
 only (batch, heads, page-table capacity, SM count) and each program derives its own token range
 from ``seq_lens`` on the device, so the launch is CUDA-graph capturable. A batch of two or more
-is cut by its tokens (``DecodeConfig.balanced``, ``attention_partials.balanced_item``): one
-split length for the batch, its tiles dealt out over the programs a kv head the GPU holds at
-once, the sequences' shorter last splits run after the whole ones (``_split_plan``). So a
-128K-context sequence decoding beside 31 of 1K gets the splits its bytes need (10x faster than
-two, decode_mixed_lengths_h200_s48_*), one beside 127 of 1K too (14x,
-decode_mixed_lengths_h200_s49_all), and a batch whose sequences do not divide the GPU's
-programs evenly still fills them. Otherwise each sequence is cut into S even splits. A
+is cut by its tokens (``DecodeConfig.balanced``, ``attention_partials.balanced_item``): its
+``B * S`` programs a kv head share one split length, so a 128K-context sequence decoding beside
+31 of 1K gets 33 splits instead of 2 (10x faster, decode_mixed_lengths_h200_s48_*); a batch
+that fills the GPU with one split a sequence is launched with S = 2 and cut no finer than its
+mean length (``_split_plan``), so one of 128K beside 127 of 1K gets 64 instead of 1 (14x,
+decode_mixed_lengths_h200_s49_all). Otherwise each sequence is cut into S even splits. A
 second kernel merges the splits' partial outputs by their log-sum-exp (or, with
 ``DecodeConfig.fused_merge``, the split program that arrives last does). With S == 1, or a
 sequence's only split in a full batch's cut, the split kernel writes the output directly.
@@ -99,9 +98,9 @@ class DecodeConfig:
     fused_merge: bool = False
     fused_merge_max_splits: int = 16
     # Cut a batch of two or more into splits by its tokens (attention_partials.balanced_item):
-    # its tiles dealt out over the programs a kv head the GPU holds, so a long sequence decoding
-    # beside short ones gets the programs its bytes need rather than S, and a batch of equal
-    # lengths fills the GPU whatever its size. BALANCED_ENV=0 turns it off (for A/B runs).
+    # the batch's B * S programs a kv head share its tokens, so a long sequence decoding beside
+    # short ones gets the programs its bytes need rather than S; equal lengths split as before.
+    # BALANCED_ENV=0 turns it off (for A/B runs of the engine).
     balanced: bool = field(default_factory=balanced_splits_enabled)
 
 
@@ -124,7 +123,7 @@ FP8_DECODE_CONFIG = DecodeConfig(
 # ``benchmarks/decode_attention_sweep.py --small``).
 
 
-@jit(do_not_specialize=("stride_bt", "num_splits", "min_split", "slots"))
+@jit(do_not_specialize=("stride_bt", "num_splits", "min_split", "budget"))
 def _decode_split_kernel(
     q_ptr,
     k_cache_ptr,
@@ -146,7 +145,7 @@ def _decode_split_kernel(
     stride_oh,
     num_splits,
     min_split,  # a multiple of BLOCK_N
-    slots,  # BALANCED: the programs a kv head the GPU holds at once
+    budget,  # BALANCED: the batch's splits in all, a kv head
     PAGE_SIZE: tl.constexpr,  # a constant: // and % by it are shifts, not division sequences
     GROUP: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -162,7 +161,7 @@ def _decode_split_kernel(
     BALANCED: tl.constexpr,  # splits by the batch's tokens (attention_partials.balanced_item)
     BLOCK_B: tl.constexpr,  # BALANCED: >= B
     MAX_SPLITS: tl.constexpr,  # BALANCED: at most this many splits a sequence
-    STORE_ALONE: tl.constexpr,  # BALANCED: a sequence's only split stores its output
+    MEAN_FLOOR: tl.constexpr,  # BALANCED: no split shorter than the mean length
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
@@ -173,8 +172,8 @@ def _decode_split_kernel(
 
     if BALANCED:
         b, split, seq_len, split_len, start, end, row0, alone = balanced_item(
-            seq_lens_ptr, b, split, slots, min_split, num_kv_heads * GROUP, MAX_SPLITS,
-            STORE_ALONE, BLOCK_B, BLOCK_N,
+            seq_lens_ptr, b, split, budget, min_split, num_kv_heads * GROUP, MAX_SPLITS,
+            MEAN_FLOOR, BLOCK_B, BLOCK_N,
         )  # fmt: skip
         if b >= tl.num_programs(0):
             return  # past the batch's splits
@@ -253,7 +252,7 @@ def _first_tile_to_l2(
     prefetch_l2(v_cache_ptr + lines, (toks < end)[:, None])
 
 
-@jit(do_not_specialize=("num_splits", "min_split", "slots"))
+@jit(do_not_specialize=("num_splits", "min_split", "budget"))
 def _decode_merge_kernel(
     part_out_ptr,
     part_lse_ptr,
@@ -263,7 +262,7 @@ def _decode_merge_kernel(
     stride_oh,
     num_splits,
     min_split,
-    slots,
+    budget,
     BLOCK_S: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -272,7 +271,7 @@ def _decode_merge_kernel(
     BALANCED: tl.constexpr,
     BLOCK_B: tl.constexpr,
     MAX_SPLITS: tl.constexpr,
-    STORE_ALONE: tl.constexpr,  # the split kernel's; the merge takes the same plan arguments
+    MEAN_FLOOR: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -282,7 +281,7 @@ def _decode_merge_kernel(
     if BALANCED:
         batch = tl.num_programs(0)
         _, counts, _ = balanced_splits(
-            seq_lens_ptr, batch, slots, min_split, MAX_SPLITS, BLOCK_B, BLOCK_N
+            seq_lens_ptr, batch, budget, min_split, MAX_SPLITS, MEAN_FLOOR, BLOCK_B, BLOCK_N
         )
         here = tl.arange(0, BLOCK_B) == b
         written = tl.sum(tl.where(here, counts, 0), 0)
@@ -332,40 +331,29 @@ def num_decode_splits(
 class SplitPlan:
     splits: int  # the grid's S: B * S programs a kv head
     balanced: bool  # cut by the batch's tokens (attention_partials.balanced_item)
-    slots: int  # balanced: the programs a kv head its tiles are dealt out over
-    store_alone: bool  # balanced: a sequence's only split stores its output itself
+    budget: int  # balanced: at most this many splits in all, a kv head
+    mean_floor: bool  # balanced: no split shorter than the batch's mean length
     fused_merge: bool
 
 
 def _split_plan(
     cfg: DecodeConfig, batch: int, num_kv_heads: int, table_tokens: int, sms: int
 ) -> SplitPlan:
-    """S from shapes (or the config), and how the batch is cut. Balanced, the batch's tiles are
-    dealt out over the programs a kv head the GPU holds at once (its slots), and the grid takes
-    one split column more than the slots need, for the sequences' shorter last splits: so
-    ``B * S >= slots + B``, the most splits ``balanced_splits`` makes. A forced S deals over
-    ``B * (S - 1)``. A batch that fills the GPU with one split a sequence (S == 1 from
-    occupancy) mostly keeps its sequences whole: those store their outputs themselves, and the
-    merge of the ones cut is fused (no merge kernel launch)."""
-    by_occupancy = num_decode_splits(batch, num_kv_heads, table_tokens, sms, cfg.programs_per_sm)
-    if not cfg.balanced or batch == 1 or cfg.num_splits == 1:
-        return _even_plan(cfg, batch, cfg.num_splits or by_occupancy)
-    if cfg.num_splits:
-        fused = cfg.fused_merge and cfg.num_splits <= cfg.fused_merge_max_splits
-        return SplitPlan(cfg.num_splits, True, batch * (cfg.num_splits - 1), False, fused)
-    slots = max(1, cfg.programs_per_sm * sms // num_kv_heads)
-    by_length = -(-table_tokens // _MIN_SPLIT_TOKENS)
-    splits = min(-(-slots // batch) + 1, _MAX_SPLITS, by_length)
-    if splits == 1:
-        return _even_plan(cfg, batch, 1)
-    full = by_occupancy == 1
-    fused = full or (cfg.fused_merge and splits <= cfg.fused_merge_max_splits)
-    return SplitPlan(splits, True, min(slots, batch * (splits - 1)), full, fused)
-
-
-def _even_plan(cfg: DecodeConfig, batch: int, splits: int) -> SplitPlan:
+    """S from shapes (or the config), and how the batch is cut. A batch that fills the GPU with
+    one split a sequence (S == 1 from occupancy, with tables longer than a split) gets a second
+    split a sequence in the grid when balanced, at most one more program a head for each the
+    GPU holds (the budget), and the mean-length floor: equal lengths stay whole and write their
+    outputs directly, a sequence longer than the mean is cut, and its merge is fused (no merge
+    kernel launch)."""
+    splits = cfg.num_splits or num_decode_splits(
+        batch, num_kv_heads, table_tokens, sms, cfg.programs_per_sm
+    )
+    can_balance = cfg.balanced and batch > 1
+    if can_balance and splits == 1 and not cfg.num_splits and table_tokens > _MIN_SPLIT_TOKENS:
+        held = cfg.programs_per_sm * sms // num_kv_heads
+        return SplitPlan(2, True, min(2 * batch, batch + held), True, True)
     fused = cfg.fused_merge and 1 < splits <= cfg.fused_merge_max_splits
-    return SplitPlan(splits, False, batch * splits, False, fused)
+    return SplitPlan(splits, can_balance and splits > 1, batch * splits, False, fused)
 
 
 def _partials(
@@ -395,8 +383,8 @@ def _plan_args(plan: SplitPlan, batch: int) -> dict[str, int | bool]:
         "BALANCED": plan.balanced,
         "BLOCK_B": max(next_pow2(batch), 32) if plan.balanced else 32,  # one compile unbalanced
         "MAX_SPLITS": _MAX_SPLITS,
-        "STORE_ALONE": plan.store_alone,
-        "slots": plan.slots,
+        "MEAN_FLOOR": plan.mean_floor,
+        "budget": plan.budget,
         "BLOCK_S": _MERGE_MIN_BLOCK if plan.balanced else merge_block,
     }
 
@@ -412,7 +400,7 @@ def launch_variant(
     kernel (if any) take beyond the model's own. Two launches of one variant share their
     kernels, so a warm-up that runs every variant leaves no compile to a request."""
     plan = _split_plan(cfg, batch, num_kv_heads, table_tokens, sms)
-    args = {k: v for k, v in _plan_args(plan, batch).items() if k != "slots"}
+    args = {k: v for k, v in _plan_args(plan, batch).items() if k != "budget"}
     return plan.splits == 1, plan.fused_merge, tuple(sorted(args.items()))
 
 

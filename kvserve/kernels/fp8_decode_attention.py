@@ -36,7 +36,7 @@ from kvserve.kernels.fp8_attention_operands import P_SCALE, split_e4m3_rows
 from kvserve.kernels.store_kv_cache import load_value_tile_t, tile_pages
 
 
-@jit(do_not_specialize=("stride_bt", "num_splits", "min_split", "slots"))
+@jit(do_not_specialize=("stride_bt", "num_splits", "min_split", "budget"))
 def _fp8_decode_split_kernel(
     q_ptr,
     k_cache_ptr,
@@ -60,7 +60,7 @@ def _fp8_decode_split_kernel(
     stride_oh,
     num_splits,
     min_split,  # a multiple of BLOCK_N
-    slots,  # BALANCED: the programs a kv head the GPU holds at once
+    budget,  # BALANCED: the batch's splits in all, a kv head
     PAGE_SIZE: tl.constexpr,
     GROUP: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -75,7 +75,7 @@ def _fp8_decode_split_kernel(
     BALANCED: tl.constexpr,
     BLOCK_B: tl.constexpr,
     MAX_SPLITS: tl.constexpr,
-    STORE_ALONE: tl.constexpr,
+    MEAN_FLOOR: tl.constexpr,
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
@@ -87,8 +87,8 @@ def _fp8_decode_split_kernel(
     # start a multiple of BLOCK_N that the compiler sees, so of PAGE_SIZE: a tile's pages are whole
     if BALANCED:
         b, split, seq_len, split_len, start, end, row0, alone = balanced_item(
-            seq_lens_ptr, b, split, slots, min_split, num_kv_heads * GROUP, MAX_SPLITS,
-            STORE_ALONE, BLOCK_B, BLOCK_N,
+            seq_lens_ptr, b, split, budget, min_split, num_kv_heads * GROUP, MAX_SPLITS,
+            MEAN_FLOOR, BLOCK_B, BLOCK_N,
         )  # fmt: skip
         if b >= tl.num_programs(0):
             return

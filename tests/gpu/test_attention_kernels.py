@@ -291,15 +291,15 @@ WIDE_CASES = [
 
 @pytest.mark.parametrize("case", range(len(WIDE_CASES)))
 def test_decode_balanced_splits_of_a_full_batch(case: int) -> None:
-    """S == 1 from occupancy: balanced, the grid gets a second split a sequence and the tiles
-    are dealt out over the programs the GPU holds; sequences longer than a split are cut and
+    """S == 1 from occupancy: balanced, the grid gets a second split a sequence and a budget of
+    one more program a head for each the GPU holds; sequences longer than the mean are cut and
     merged by the last split to arrive, the rest write their outputs themselves."""
     check_lengths(WIDE_CASES[case], DecodeConfig(block_n=32, programs_per_sm=1), 4, seed=case)
 
 
-# batches whose tiles do not deal out evenly over the 33 programs a kv head (one an SM, 4 kv
-# heads): each sequence ends in a shorter split, run after every whole one; equal lengths below
-# and at occupancy, and unequal ones with a padding row
+# batches whose splits do not come out even under the 33 programs a kv head (one an SM, 4 kv
+# heads): each sequence ends in a shorter split; equal lengths below and past occupancy, and
+# unequal ones with a padding row
 UNEVEN_CASES = [[1000] * 5, [1000] * 24, [512, 1000, 33, 4096, 0, 700]]
 
 
@@ -308,8 +308,7 @@ UNEVEN_CASES = [[1000] * 5, [1000] * 24, [512, 1000, 33, 4096, 0, 700]]
 def test_decode_balanced_splits_end_each_sequence_in_a_shorter_one(
     case: int, fused_merge: bool
 ) -> None:
-    """The batch's tiles over the GPU's programs: whole splits first, then each sequence's
-    shorter last one, all landing in their sequence's rows."""
+    """Every sequence's whole splits and its shorter last one land in its own rows."""
     cfg = DecodeConfig(block_n=32, programs_per_sm=1, fused_merge=fused_merge)
     check_lengths(UNEVEN_CASES[case], cfg, 4, seed=case)
 
