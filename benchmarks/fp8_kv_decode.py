@@ -40,6 +40,7 @@ from kvserve.kernels.store_kv_cache import store_kv_cache
 HQ, HKV, HEAD_DIM, PAGE = 32, 8, 128, 16
 SHAPES = ((32, 32768), (8, 131072), (64, 1024), (1, 1024), (8, 4096), (256, 1024))
 CALLS_PER_GRAPH = 4
+ERROR_CONFIGS = ("default", "q1")  # configs whose error is measured (their q terms)
 # FP8 configs timed by default (the default first): neighbours of the default tile and split
 # counts that are and are not whole waves of the kernel's occupancy
 FP8_CONFIGS = {
@@ -47,6 +48,7 @@ FP8_CONFIGS = {
     "n64_s3_pps8": replace(FP8_DECODE_CONFIG, programs_per_sm=8),
     "n128_s2_pps3": replace(FP8_DECODE_CONFIG, block_n=128, num_stages=2, programs_per_sm=3),
     "n128_s2_pps6": replace(FP8_DECODE_CONFIG, block_n=128, num_stages=2, programs_per_sm=6),
+    "q1": replace(FP8_DECODE_CONFIG, fp8_q_terms=1),  # q as one e4m3 term: one MMA less a tile
 }
 
 
@@ -114,10 +116,10 @@ def measure(
     return rows
 
 
-def accuracy() -> dict[str, float]:
-    """RMS error of the FP8 decode kernel against fp32 attention over the unquantized keys and
-    values and over the FP8 cache's own (dequantized) ones, the cache written by the store
-    kernel; 8 sequences of up to 4K tokens."""
+def accuracy(cfg: DecodeConfig = FP8_DECODE_CONFIG) -> dict[str, float]:
+    """RMS error of the FP8 decode kernel (under ``cfg``) against fp32 attention over the
+    unquantized keys and values and over the FP8 cache's own (dequantized) ones, the cache
+    written by the store kernel; 8 sequences of up to 4K tokens."""
     torch.manual_seed(0)
     pages, batch, ctx = 4096, 8, 4000
     kv = torch.randn(2, pages * PAGE, HKV, HEAD_DIM, device="cuda")
@@ -140,7 +142,8 @@ def accuracy() -> dict[str, float]:
         return out
 
     exact, of_cache = reference(kv[0], kv[1]), reference(stored[0], stored[1])
-    o = paged_decode_attention(q, cache, tables, lens, HEAD_DIM**-0.5, None, scales).float()
+    o = paged_decode_attention(q, cache, tables, lens, HEAD_DIM**-0.5, None, scales, config=cfg)
+    o = o.float()
     rms = lambda x: x.pow(2).mean().sqrt().item()  # noqa: E731
     out = {"output_rms": rms(exact), "cache_rounding": rms(of_cache - exact),
            "kernel_vs_exact": rms(o - exact), "kernel_vs_cache": rms(o - of_cache)}  # fmt: skip
@@ -281,7 +284,7 @@ def main() -> None:
     if args.prefill:
         return compare_prefill(args)
     copy_gbs = copy_bandwidth_gbs()
-    errors = accuracy()
+    errors = {name: accuracy(cfg) for name, cfg in FP8_CONFIGS.items() if name in ERROR_CONFIGS}
     configs = sweep_configs() if args.sweep else FP8_CONFIGS
     bf16 = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig())
     fp8 = {n: measure(torch.float8_e4m3fn, copy_gbs, n, c) for n, c in configs.items()}

@@ -102,6 +102,8 @@ class DecodeConfig:
     # short ones gets the programs its bytes need rather than S; equal lengths split as before.
     # BALANCED_ENV=0 turns it off (for A/B runs of the engine).
     balanced: bool = field(default_factory=balanced_splits_enabled)
+    # An FP8 cache: q's e4m3 terms in the scores (fp8_attention_operands.e4m3_query_rows)
+    fp8_q_terms: int = 2
 
 
 # An FP8 cache (fp8_decode_attention): 64-token tiles (16 KB of keys and values), three stages,
@@ -405,13 +407,14 @@ def launch_variant(
 
 
 def _split_kernel(
-    q: torch.Tensor, kv_cache: torch.Tensor, kv_scales: KVScales | None
+    q: torch.Tensor, kv_cache: torch.Tensor, kv_scales: KVScales | None, cfg: DecodeConfig
 ) -> tuple[Any, dict[str, Any]]:
     """The split kernel for the cache's dtype, with its own arguments: the bf16 kernel's dot
-    precision, or the FP8 kernel's scales."""
+    precision, or the FP8 kernel's scales and q's terms."""
     if is_fp8_kv(kv_cache):
         k_scale, v_scale = scale_args(kv_cache, kv_scales)
-        return _fp8_decode_split_kernel, {"k_scale_ptr": k_scale, "v_scale_ptr": v_scale}
+        own = {"k_scale_ptr": k_scale, "v_scale_ptr": v_scale, "Q_TERMS": cfg.fp8_q_terms}
+        return _fp8_decode_split_kernel, own
     return _decode_split_kernel, {"DOT_PRECISION": _dot_precision(q.dtype)}
 
 
@@ -448,7 +451,7 @@ def paged_decode_attention(
     plan_args = _plan_args(plan, batch)
     early = early_loads(pdl)
     k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
-    kernel, own_args = _split_kernel(q, kv_cache, kv_scales)
+    kernel, own_args = _split_kernel(q, kv_cache, kv_scales, cfg)
     kernel[(batch, num_kv_heads, splits)](
         q_ptr=q,
         k_cache_ptr=k_cache,

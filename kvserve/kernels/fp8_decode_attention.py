@@ -32,7 +32,7 @@ from kvserve.kernels.attention_partials import (
     split_range,
     store_split_output,
 )
-from kvserve.kernels.fp8_attention_operands import P_SCALE, split_e4m3_rows
+from kvserve.kernels.fp8_attention_operands import P_SCALE, e4m3_query_rows
 from kvserve.kernels.store_kv_cache import load_value_tile_t, tile_pages
 
 
@@ -76,6 +76,7 @@ def _fp8_decode_split_kernel(
     BLOCK_B: tl.constexpr,
     MAX_SPLITS: tl.constexpr,
     MEAN_FLOOR: tl.constexpr,
+    Q_TERMS: tl.constexpr,  # q's e4m3 terms (fp8_attention_operands)
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
@@ -114,7 +115,7 @@ def _fp8_decode_split_kernel(
     )
     dims = tl.arange(0, HEAD_DIM)
     score_scale = scale_log2 * tl.load(k_scale_ptr)
-    q_hi, q_lo, hi_scale, lo_scale = split_e4m3_rows(q.to(tl.float32), score_scale)
+    q_hi, q_lo, hi_scale, lo_scale = e4m3_query_rows(q.to(tl.float32), score_scale, Q_TERMS)
     q_hi_t, q_lo_t = tl.trans(q_hi), tl.trans(q_lo)  # [D, BLOCK_H]
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
@@ -130,7 +131,9 @@ def _fp8_decode_split_kernel(
         k = tl.load(k_cache_ptr + k_rows[:, None] + dims[None, :], mask=tok_mask[:, None],
                     other=0.0)  # fmt: skip
         v_t = load_value_tile_t(v_cache_ptr, base, kv_head, page_ok, PAGE_SIZE, HEAD_DIM)
-        s_t = tl.dot(k, q_hi_t) * hi_scale[None, :] + tl.dot(k, q_lo_t) * lo_scale[None, :]
+        s_t = tl.dot(k, q_hi_t) * hi_scale[None, :]
+        if Q_TERMS == 2:
+            s_t += tl.dot(k, q_lo_t) * lo_scale[None, :]
         s_t = tl.where(tok_mask[:, None], s_t, float("-inf"))  # [BLOCK_N, BLOCK_H]
         m_new = tl.maximum(m_i, tl.max(s_t, 0))  # finite: every tile has a token
         alpha = tl.exp2(m_i - m_new)

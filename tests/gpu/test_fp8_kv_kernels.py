@@ -130,7 +130,8 @@ PREFILL_VARIANTS = {"q1": {}, "q2": {"fp8_q_terms": 2}, "q1-tile-64": {"block_n"
 
 
 # The merge kernel, the fused merge, FP8_DECODE_CONFIG's tiles, split rule and merge, 128-token
-# tiles (8 pages a tile), and three splits a sequence cut evenly and by the batch's tokens
+# tiles (8 pages a tile), three splits a sequence cut evenly and by the batch's tokens, and q
+# as one e4m3 term
 DECODE_VARIANTS = {
     "merge-kernel": DecodeConfig(),
     "fused-merge": DecodeConfig(fused_merge=True),
@@ -138,6 +139,7 @@ DECODE_VARIANTS = {
     "tile-128": dataclasses.replace(FP8_DECODE_CONFIG, block_n=128, num_stages=2),
     "even-splits": dataclasses.replace(FP8_DECODE_CONFIG, num_splits=3, balanced=False),
     "balanced-3": dataclasses.replace(FP8_DECODE_CONFIG, num_splits=3),
+    "q-one-term": dataclasses.replace(FP8_DECODE_CONFIG, fp8_q_terms=1),
 }
 # Decode and prefill run on FP8 tensor cores: q as two e4m3 rows (hi +
 # remainder) or, in prefill by default, one; p rounded to e4m3 (3 mantissa bits, up to 6% a
@@ -178,7 +180,7 @@ def test_decode_on_fp8_cache_matches_reference(
         b.q, b.kv_cache, m.block_tables, m.seq_lens, 64**-0.5, out, scales(),
         config=DECODE_VARIANTS[variant],
     )  # fmt: skip
-    assert_fp8_mma_close(out, ref)
+    assert_fp8_mma_close(out, ref, DECODE_VARIANTS[variant].fp8_q_terms)
 
 
 def test_fp8_decode_balanced_splits_of_a_full_batch() -> None:
