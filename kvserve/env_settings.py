@@ -123,6 +123,12 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels._triton:early_loads_enabled",
     ),
     EnvSetting(
+        name="KVSERVE_FP8_Q_TERMS",
+        default="1",
+        meaning="2 takes q as two e4m3 terms in FP8-cache attention (more exact, slower)",
+        reader="kvserve.kernels.fp8_attention_operands:q_terms_setting",
+    ),
+    EnvSetting(
         name="KVSERVE_DECODE_BALANCED",
         default="1",
         meaning="0 splits decode attention by shapes alone, not by the batch's tokens",

@@ -50,6 +50,7 @@ from kvserve.kernels.attention_partials import (
     normalize_rows,
     store_split_output,
 )
+from kvserve.kernels.fp8_attention_operands import q_terms_setting
 from kvserve.kernels.fp8_decode_attention import _fp8_decode_split_kernel
 from kvserve.kernels.skinny_gemm import _arrival_counters
 from kvserve.kernels.store_kv_cache import (
@@ -102,8 +103,8 @@ class DecodeConfig:
     # short ones gets the programs its bytes need rather than S; equal lengths split as before.
     # BALANCED_ENV=0 turns it off (for A/B runs of the engine).
     balanced: bool = field(default_factory=balanced_splits_enabled)
-    # An FP8 cache: q's e4m3 terms in the scores (fp8_attention_operands.e4m3_query_rows)
-    fp8_q_terms: int = 2
+    # An FP8 cache: q's e4m3 terms in the scores (fp8_attention_operands: KVSERVE_FP8_Q_TERMS)
+    fp8_q_terms: int = field(default_factory=q_terms_setting)
 
 
 # An FP8 cache (fp8_decode_attention): 64-token tiles (16 KB of keys and values), three stages,
@@ -114,7 +115,10 @@ class DecodeConfig:
 # 8 x 128K in 559 / 558 us (90% of copy, 1.72x bf16's speed in the same run), 64 x 1K in 42 us,
 # 256 x 1K in 153 us, against the fp16-operand kernel's 694 / 708 / 70 / 236 us
 # (fp8_kv_mma_h200_s45_pages_2026-12-03.json). 128-token tiles at 6 an SM read long contexts
-# in 541 us but 1K-4K ones slower (56 / 38 / 165 us at 64 x 1K / 8 x 4K / 256 x 1K).
+# in 541 us but 1K-4K ones slower (56 / 38 / 165 us at 64 x 1K / 8 x 4K / 256 x 1K). With q as
+# one e4m3 term (the default since s50; one MMA a tile less), 32 x 32K / 8 x 128K / 64 x 1K /
+# 256 x 1K in 527 / 527 / 42 / 150 us against two terms' 554 / 555 / 43 / 158 and bf16's
+# 981 / 975 / 70 / 260 in the same run: 1.86x / 1.85x (fp8_kv_decode_h200_s50_q1_2026-12-04).
 FP8_DECODE_CONFIG = DecodeConfig(
     block_n=64, num_warps=4, num_stages=3, programs_per_sm=4, fused_merge=True
 )
@@ -478,7 +482,7 @@ def paged_decode_attention(
         BLOCK_H=max(16, next_pow2(group)),
         BLOCK_N=block_n,
         HEAD_DIM=head_dim,
-        DIRECT=splits == 1,
+        DIRECT=splits == 1 and not plan.balanced,  # a balanced plan has S >= 2
         FUSED_MERGE=plan.fused_merge,
         EARLY_LOADS=early,
         LINE=line_elements(head_dim, kv_cache.element_size()),

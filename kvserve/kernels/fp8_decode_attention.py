@@ -8,11 +8,11 @@ step has a GQA group's few query rows, and wgmma needs 64):
 
 The cache stores values dims-major (``store_kv_cache``): a page's run of one head is
 [D, page_size], so a tile of values is read a page at a time in memory order and is already the
-K-major operand. q is the sum of two e4m3 rows and p is rounded to e4m3 times ``P_SCALE``
-(``fp8_attention_operands``). On the
-H200 this kernel's output is 0.0013 RMS from fp32 attention over the cache's own values, for
-outputs of RMS 0.09, where rounding the values into the cache alone costs 0.0043
-(fp8_kv_mma_h200_s45_pages_2026-12-03.json).
+K-major operand. q is one e4m3 row (or two, hi and remainder, with ``KVSERVE_FP8_Q_TERMS=2``)
+and p is rounded to e4m3 times ``P_SCALE`` (``fp8_attention_operands``). On the H200 this
+kernel's output is 0.0034 RMS from fp32 attention over the cache's own values with one term
+(0.0015 with two), for outputs of RMS 0.09, where rounding the values into the cache alone
+costs 0.0043 (fp8_kv_decode_h200_s50_q1_2026-12-04.json).
 
 The fp16-operand kernel this replaces read the values' [N, D] operand back from shared memory
 a byte at a time and widened every tile; it read long contexts at 72% of copy bandwidth, this

@@ -29,13 +29,13 @@ and the value scale applied once to each output row.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from kvserve.kernels._triton import jit, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.attention_partials import merge_partials, normalize_rows
-from kvserve.kernels.fp8_attention_operands import P_LOG2, e4m3_query_rows
+from kvserve.kernels.fp8_attention_operands import P_LOG2, e4m3_query_rows, q_terms_setting
 from kvserve.kernels.store_kv_cache import (
     KVScales,
     cache_keys,
@@ -56,12 +56,12 @@ class PrefillConfig:
     # Rescale the accumulator only when some row's running max grows by more than 8 (log2
     # units): one compare per tile instead of a multiply over [BLOCK_M, D] and the exp2s.
     lazy_rescale: bool = False
-    # Over an FP8 cache: q as one e4m3 row (its own scale), or as hi + lo rows. On the H200 one
-    # term took 1.500 / 0.877 / 2.962 ms where two took 1.773 / 1.030 / 3.463 (8K prompt, 2K
-    # chunks at 10K / 32K) for 0.0035 RMS from exact attention against 0.0028, where rounding
-    # the cache alone costs 0.0026, outputs of RMS 0.051 (fp8_kv_prefill_h200_s46_q1). vLLM's
-    # FP8 attention quantizes q with one scale for the whole tensor.
-    fp8_q_terms: int = 1
+    # Over an FP8 cache: q as one e4m3 row (its own scale), or as hi + lo rows (the setting's
+    # default: one). On the H200 one term took 1.500 / 0.877 / 2.962 ms where two took
+    # 1.773 / 1.030 / 3.463 (8K prompt, 2K chunks at 10K / 32K) for 0.0035 RMS from exact
+    # attention against 0.0028, where rounding the cache alone costs 0.0026, outputs of RMS
+    # 0.051 (fp8_kv_prefill_h200_s46_q1).
+    fp8_q_terms: int = field(default_factory=q_terms_setting)
     kv_splits: int = 0  # programs per row block, each over a run of the keys; 0: from shapes
 
 

@@ -23,6 +23,7 @@ from kvserve.kernels.decode_attention import (  # noqa: E402
     DecodeConfig,
     paged_decode_attention,
 )
+from kvserve.kernels.fp8_attention_operands import q_terms_setting  # noqa: E402
 from kvserve.kernels.prefill_attention import (  # noqa: E402
     PrefillConfig,
     default_prefill_config,
@@ -131,7 +132,7 @@ PREFILL_VARIANTS = {"q1": {}, "q2": {"fp8_q_terms": 2}, "q1-tile-64": {"block_n"
 
 # The merge kernel, the fused merge, FP8_DECODE_CONFIG's tiles, split rule and merge, 128-token
 # tiles (8 pages a tile), three splits a sequence cut evenly and by the batch's tokens, and q
-# as one e4m3 term
+# as two e4m3 terms (one by default)
 DECODE_VARIANTS = {
     "merge-kernel": DecodeConfig(),
     "fused-merge": DecodeConfig(fused_merge=True),
@@ -139,10 +140,10 @@ DECODE_VARIANTS = {
     "tile-128": dataclasses.replace(FP8_DECODE_CONFIG, block_n=128, num_stages=2),
     "even-splits": dataclasses.replace(FP8_DECODE_CONFIG, num_splits=3, balanced=False),
     "balanced-3": dataclasses.replace(FP8_DECODE_CONFIG, num_splits=3),
-    "q-one-term": dataclasses.replace(FP8_DECODE_CONFIG, fp8_q_terms=1),
+    "q-two-terms": dataclasses.replace(FP8_DECODE_CONFIG, fp8_q_terms=2),
 }
-# Decode and prefill run on FP8 tensor cores: q as two e4m3 rows (hi +
-# remainder) or, in prefill by default, one; p rounded to e4m3 (3 mantissa bits, up to 6% a
+# Decode and prefill run on FP8 tensor cores: q as one e4m3 row (the default,
+# KVSERVE_FP8_Q_TERMS) or two (hi + remainder); p rounded to e4m3 (3 mantissa bits, up to 6% a
 # weight; fp8_attention_operands). Their output is compared in norm, and elementwise only
 # loosely: an indexing error is off by the values themselves (RMS 1). A torch emulation of the
 # prefill cases (the kernels' roundings on whole rows, five seeds each) gives at most 2.2% in
@@ -153,8 +154,10 @@ MMA_TOLERANCE = {2: (0.03, 0.1), 1: (0.05, 0.15)}  # q's e4m3 terms: (norm, elem
 INTERPRETED_MMA_TOLERANCE = (0.12, 0.6)
 
 
-def assert_fp8_mma_close(out: torch.Tensor, ref: torch.Tensor, q_terms: int = 2) -> None:
-    rel_tol, atol = INTERPRETED_MMA_TOLERANCE if INTERPRETED else MMA_TOLERANCE[q_terms]
+def assert_fp8_mma_close(out: torch.Tensor, ref: torch.Tensor, q_terms: int = 0) -> None:
+    """``q_terms``: q's e4m3 terms in the kernel (0: the setting's)."""
+    terms = q_terms or q_terms_setting()
+    rel_tol, atol = INTERPRETED_MMA_TOLERANCE if INTERPRETED else MMA_TOLERANCE[terms]
     assert torch.isfinite(out).all()
     rel = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
     assert rel < rel_tol, rel
@@ -233,7 +236,7 @@ UNQUANTIZED_CASES = {
 @pytest.mark.parametrize("kernel", sorted(UNQUANTIZED_CASES))
 def test_fp8_attention_is_close_to_unquantized_attention(kernel: str) -> None:
     """Attention over the FP8 cache against the same keys and values unquantized: the kernels'
-    own roundings (q as two e4m3 rows, p in e4m3) add little to the cache's (e4m3 keeps 3
+    own roundings (q as e4m3 rows, p in e4m3) add little to the cache's (e4m3 keeps 3
     mantissa bits: a few percent per value, averaged down)."""
     qlens, slens, seed = UNQUANTIZED_CASES[kernel]
     exact = make_batch(qlens, slens, dtype=torch.float32, seed=seed, **SHAPE)
