@@ -80,15 +80,15 @@ def _split_count(lens, valid, split_len):
 
 @jit
 def balanced_item(
-    seq_lens_ptr, batch, pid_b, pid_split, budget, min_split, num_heads,
-    MAX_SPLITS: tl.constexpr, MEAN_FLOOR: tl.constexpr, BLOCK_B: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    seq_lens_ptr, pid_b, pid_split, budget, min_split, num_heads, MAX_SPLITS: tl.constexpr,
+    MEAN_FLOOR: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """Program (pid_b, pid_split)'s split under ``balanced_splits``, the batch's item
-    ``pid_split * batch + pid_b``: (sequence b, its split index, its length, the split length,
-    start, end, its partials' row0, whether it is the sequence's only split and stores its
-    output itself: only with ``MEAN_FLOOR``). An item past the batch's splits gets b == batch
-    (its program exits)."""
+    ``pid_split * B + pid_b``: (sequence b, its split index, its length, the split length, start,
+    end, its partials' row0, whether it is the sequence's only split and stores its output
+    itself: only with ``MEAN_FLOOR``). An item past the batch's splits gets b == B (its program
+    exits)."""
+    batch = tl.num_programs(0)
     item = pid_split * batch + pid_b
     lens, counts, tiles = balanced_splits(
         seq_lens_ptr, batch, budget, min_split, MAX_SPLITS, MEAN_FLOOR, BLOCK_B, BLOCK_N

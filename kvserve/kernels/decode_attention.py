@@ -2,7 +2,7 @@
 
 Reference: ``TorchAttentionBackend._decode`` in ``kvserve/layers/attention/torch_backend.py``.
 
-Grid ``(S, B, Hkv)``: one program serves all ``G = Hq / Hkv`` query heads of a kv head (the G rows
+Grid ``(B, Hkv, S)``: one program serves all ``G = Hq / Hkv`` query heads of a kv head (the G rows
 padded to >= 16 for ``tl.dot``), so each K/V tile is read once per group. S comes from shapes
 only (batch, heads, page-table capacity, SM count) and each program derives its own token range
 from ``seq_lens`` on the device, so the launch is CUDA-graph capturable. A batch of two or more
@@ -171,17 +171,17 @@ def _decode_split_kernel(
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
-    split = tl.program_id(0)  # fastest: a sequence's splits are neighbours in launch order
-    b = tl.program_id(1)
-    kv_head = tl.program_id(2)
-    num_kv_heads = tl.num_programs(2)
+    b = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    num_kv_heads = tl.num_programs(1)
 
     if BALANCED:
         b, split, seq_len, split_len, start, end, row0, alone = balanced_item(
-            seq_lens_ptr, tl.num_programs(1), b, split, budget, min_split, num_kv_heads * GROUP,
-            MAX_SPLITS, MEAN_FLOOR, BLOCK_B, BLOCK_N,
+            seq_lens_ptr, b, split, budget, min_split, num_kv_heads * GROUP, MAX_SPLITS,
+            MEAN_FLOOR, BLOCK_B, BLOCK_N,
         )  # fmt: skip
-        if b >= tl.num_programs(1):
+        if b >= tl.num_programs(0):
             return  # past the batch's splits
         head_stride, split_stride = 1, num_kv_heads * GROUP
     else:
@@ -456,7 +456,7 @@ def paged_decode_attention(
     early = early_loads(pdl)
     k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
     kernel, own_args = _split_kernel(q, kv_cache, kv_scales, cfg)
-    kernel[(splits, batch, num_kv_heads)](
+    kernel[(batch, num_kv_heads, splits)](
         q_ptr=q,
         k_cache_ptr=k_cache,
         v_cache_ptr=v_cache,

@@ -80,18 +80,18 @@ def _fp8_decode_split_kernel(
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
-    split = tl.program_id(0)  # fastest: a sequence's splits are neighbours in launch order
-    b = tl.program_id(1)
-    kv_head = tl.program_id(2)
-    num_kv_heads = tl.num_programs(2)
+    b = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    num_kv_heads = tl.num_programs(1)
 
     # start a multiple of BLOCK_N that the compiler sees, so of PAGE_SIZE: a tile's pages are whole
     if BALANCED:
         b, split, seq_len, split_len, start, end, row0, alone = balanced_item(
-            seq_lens_ptr, tl.num_programs(1), b, split, budget, min_split, num_kv_heads * GROUP,
-            MAX_SPLITS, MEAN_FLOOR, BLOCK_B, BLOCK_N,
+            seq_lens_ptr, b, split, budget, min_split, num_kv_heads * GROUP, MAX_SPLITS,
+            MEAN_FLOOR, BLOCK_B, BLOCK_N,
         )  # fmt: skip
-        if b >= tl.num_programs(1):
+        if b >= tl.num_programs(0):
             return
         head_stride, split_stride = 1, num_kv_heads * GROUP
     else:
