@@ -6,11 +6,10 @@ splits by the batch's tokens (``DecodeConfig.balanced``), bf16 and FP8 caches, o
 Llama-3-8B heads (32 q, 8 kv, head_dim 128, page 16); page tables as wide as a 128K-context
 engine's graphs (8,192 pages), so the split count comes from batch and heads alone, as in the
 engine. Batches: one long sequence beside short ones (a long document decoding among chats),
-random lengths, the equal-length shapes of ``fp8_kv_decode`` (a power-of-two batch: both plans
-fill the GPU alike but for its last few percent), equal lengths at batches that do not divide
-the GPU's programs (24 x 32K: the even plan's two splits a sequence leave a quarter of the SMs'
-slots idle), and full batches of 128-256, where one split a sequence fills the GPU
-(``--batches`` picks by name).
+random lengths, the equal-length shapes of ``fp8_kv_decode`` (where both plans should give the
+same splits; the balanced one pays its plan, a few reductions over the lengths), equal lengths
+at batches that are not a power of two, and full batches of 40-256, where one split a sequence
+fills the GPU (``--batches`` picks by name).
 Each batch is timed inside one CUDA graph of several calls on different random page sets (so
 the cache is not served from L2), the two plans alternating for three rounds (medians); bytes
 are the K/V read once plus q/out/page tables, against device-to-device copy bandwidth.
@@ -57,8 +56,9 @@ def batches() -> dict[str, list[int]]:
         "4x32K": [32 * K] * 4,
         "64x1K": [K] * 64,
         "1x1K": [K],
-        # equal lengths whose programs do not fill the GPU evenly (S from occupancy leaves
-        # SMs idle): 24 x 8 kv heads at 2 splits is 384 programs of 528 at 4 an SM
+        # equal lengths, batches not a power of two: 24 x 8 kv heads at two splits a sequence
+        # is 384 programs of the 528 an H200 holds at 4 an SM; 40 and 48 take the full-batch
+        # cut below occupancy (0.90-0.94x of even splits, s50: its exiting second column)
         "24x32K": [32 * K] * 24,
         "40x8K": [8 * K] * 40,
         "48x4K": [4 * K] * 48,

@@ -284,7 +284,7 @@ def main() -> None:
     if args.prefill:
         return compare_prefill(args)
     copy_gbs = copy_bandwidth_gbs()
-    errors = {name: accuracy(cfg) for name, cfg in FP8_CONFIGS.items() if name in ERROR_CONFIGS}
+    errors = {name: accuracy(FP8_CONFIGS[name]) for name in ERROR_CONFIGS}
     configs = sweep_configs() if args.sweep else FP8_CONFIGS
     bf16 = measure(torch.bfloat16, copy_gbs, "bf16", DecodeConfig())
     fp8 = {n: measure(torch.float8_e4m3fn, copy_gbs, n, c) for n, c in configs.items()}

@@ -482,7 +482,7 @@ def paged_decode_attention(
         BLOCK_H=max(16, next_pow2(group)),
         BLOCK_N=block_n,
         HEAD_DIM=head_dim,
-        DIRECT=splits == 1 and not plan.balanced,  # a balanced plan has S >= 2
+        DIRECT=splits == 1,
         FUSED_MERGE=plan.fused_merge,
         EARLY_LOADS=early,
         LINE=line_elements(head_dim, kv_cache.element_size()),

@@ -298,9 +298,9 @@ def test_decode_balanced_splits_of_a_full_batch(case: int) -> None:
 
 
 # batches whose splits do not come out even under the 33 programs a kv head (one an SM, 4 kv
-# heads): each sequence ends in a shorter split; equal lengths below and past occupancy, and
-# unequal ones with a padding row
-UNEVEN_CASES = [[1000] * 5, [1000] * 24, [512, 1000, 33, 4096, 0, 700]]
+# heads): each sequence ends in a shorter split; equal lengths at six and at two splits a
+# sequence, and unequal ones with a padding row
+UNEVEN_CASES = [[1000] * 5, [1000] * 12, [512, 1000, 33, 4096, 0, 700]]
 
 
 @pytest.mark.parametrize("fused_merge", [False, True])
