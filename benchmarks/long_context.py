@@ -287,6 +287,21 @@ def run_kernels(ceil: dict) -> dict:
     return {"decode": decode, "prefill": prefill}
 
 
+def start_passes_summary(core: EngineCore) -> dict | None:
+    """What the start compiled ahead, and what its passes still compiled at launch."""
+    report = core.runner.start_report
+    if report is None:
+        return None
+    ahead = report.ahead
+    return {
+        "seconds": report.seconds,
+        "late_compiles": report.late_compiles,
+        "loaded_from_disk_cache": report.cached,
+        "ahead": None if ahead is None else {"kernels": ahead.kernels, "failed": ahead.failed,
+                                             "workers": ahead.workers, "seconds": ahead.seconds},
+    }  # fmt: skip
+
+
 def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: dict,
                save: Any) -> None:  # noqa: ANN401 - a callback  # fmt: skip
     release_memory()  # the ceilings' and kernels' buffers: the engine sizes its pool from free
@@ -304,6 +319,7 @@ def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: di
                         "chunk": sched.chunked_prefill_size,
                         "chunk_attention_budget": sched.chunk_attention_budget}  # fmt: skip
     result["engine"]["engine_startup_s"] = core.startup_s  # as the startup log says
+    result["engine"]["start_passes"] = start_passes_summary(core)
     print(f"engine: {result['engine']}", flush=True)
     if "cold" in parts:
         result["cold"] = run_cold(core, args.cold_batches)

@@ -129,6 +129,12 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels.fp8_attention_operands:q_terms_setting",
     ),
     EnvSetting(
+        name="KVSERVE_COMPILE_WORKERS",
+        default="half the CPUs, at most 16",
+        meaning="processes that compile the start's Triton kernels ahead of its warm-up (0: off)",
+        reader="kvserve.kernels.compile_ahead:compile_workers_setting",
+    ),
+    EnvSetting(
         name="KVSERVE_DECODE_BALANCED",
         default="1",
         meaning="0 splits decode attention by shapes alone, not by the batch's tokens",

@@ -236,3 +236,39 @@ def test_fp8_kv_cache_on_the_gpu_follows_the_cpu(tmp_path) -> None:
     # (2.2% on the CPU for this model)
     gpu_error, cache_error = error(got, want), error(want, unquantized)
     assert gpu_error.max() < 0.05 and gpu_error.max() < cache_error.max(), (gpu_error, cache_error)
+
+
+_COLD_START = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from test_engine_gpu import _greedy
+from kvserve.engine.config_builder import build_engine_config
+from kvserve.engine.engine_core import EngineCore
+core = EngineCore(build_engine_config(sys.argv[1], device="cuda", max_total_tokens=8192))
+report = core.runner.start_report
+print(json.dumps({"tokens": _greedy(core), "late": report.late_compiles, "cached": report.cached,
+                  "kernels": report.ahead.kernels, "failed": report.ahead.failed}))
+"""
+
+
+def test_a_cold_start_compiles_its_kernels_ahead_and_none_at_their_launch(tmp_path) -> None:
+    """An empty Triton cache in a new process: the start records the kernels its passes launch,
+    worker processes compile them, and the passes then load each from the disk cache, compiling
+    none. The tokens are those of an engine whose kernels compiled at their launch."""
+    import json
+    import os
+    import subprocess
+
+    path = _tiny_checkpoint("LlamaForCausalLM", tmp_path)
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+           "KVSERVE_COMPILE_WORKERS": "4"}  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _COLD_START, path, str(Path(__file__).parent)],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    cold = json.loads(run.stdout.strip().splitlines()[-1])
+    assert cold["failed"] == [] and cold["late"] == []
+    assert cold["kernels"] >= 10 and cold["cached"] == cold["kernels"]
+    here = EngineCore(build_engine_config(path, device="cuda", max_total_tokens=8192))
+    assert _greedy(here) == cold["tokens"]

@@ -39,7 +39,10 @@ class DecodeGraphs:
         hidden_size: int,
         dtype: torch.dtype,
         device: torch.device,
+        capture: bool = True,
     ) -> None:
+        """``capture=False`` runs each size's forward pass once and captures nothing (what
+        ``compile_ahead`` records)."""
         self.sizes = capture_sizes(max_bs)
         self.max_bs = self.sizes[-1]
         n = self.max_bs
@@ -59,12 +62,15 @@ class DecodeGraphs:
         for bs in reversed(self.sizes):
             ctx = ForwardContext(self._meta(bs, max_pages_per_seq), kv, backend)
             self._forward(model, bs, ctx)  # warm-up: compiles kernels, settles allocations
+            if not capture:
+                continue
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
                 self._forward(model, bs, ctx)
             self.graphs[bs] = graph
         torch.cuda.synchronize(device)
-        log.info("captured decode CUDA graphs for batch sizes %s", self.sizes)
+        if capture:
+            log.info("captured decode CUDA graphs for batch sizes %s", self.sizes)
 
     def _meta(self, bs: int, max_pages: int) -> AttentionMetadata:
         return AttentionMetadata(

@@ -24,7 +24,7 @@ from kvserve.engine.runner.kv_pool import KVPool, PageGeometry, resolve_kv_dtype
 from kvserve.engine.runner.launched_step import LaunchedStep
 from kvserve.engine.runner.sampling_batch import build_sampling_batch
 from kvserve.engine.runner.tp_step import SampleRow, launch_parallel
-from kvserve.engine.runner.warmup import warm_up_eager, warm_up_prefill_library
+from kvserve.engine.runner.warm_start import StartPasses, StartReport, warm_start
 from kvserve.errors import ConfigError
 from kvserve.kernels._triton import hopper_or_newer
 from kvserve.kernels.options import KernelOptions
@@ -118,20 +118,15 @@ class ModelRunner:
         if config.cuda_graph_max_bs is not None:
             max_bs = min(config.cuda_graph_max_bs, max_bs)
         graphs_wanted = max_bs > 0 and not config.enforce_eager
-        if device.type == "cuda" and self.backend.name == "triton" and graphs_wanted:
-            self.graphs = DecodeGraphs(
-                self.model, self.kv, self.backend, max_bs, self.max_pages_per_seq,
-                model_config.hidden_size, dtype, device,
-            )  # fmt: skip
+        self.start_report: StartReport | None = None
         if device.type == "cuda" and self.backend.name == "triton":
-            warm_up_eager(
-                self.model, self.kv, self.backend, device, context_length,
-                config.scheduler.max_running_requests,
-            )  # fmt: skip
-            if prefill is not None:
-                warm_up_prefill_library(
-                    self.model, self.kv, self.backend, prefill, context_length, config.scheduler
+            self.graphs, self.start_report = warm_start(
+                StartPasses(
+                    self.model, self.kv, self.backend, prefill, context_length, config.scheduler,
+                    max_bs if graphs_wanted else 0, self.max_pages_per_seq,
+                    model_config.hidden_size, dtype, device,
                 )
+            )  # fmt: skip
 
     def release_graphs(self) -> None:
         """Free the captured decode graphs. NCCL will not tear down a communicator while a

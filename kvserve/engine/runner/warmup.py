@@ -184,19 +184,43 @@ def warm_up_prefill_library(
     graph), then has it build and run the graph of every other batch ``scheduler`` can send
     it; returns the seconds it took."""
     t = time.perf_counter()
+    built = len(library.builds)
+    meta = library_step_meta(kv, context_length, scheduler)
+    if meta is None:
+        log.info("prefill library: no step this engine schedules is large enough for it")
+        return 0.0
+    _forward(model, kv, backend, meta)
+    library.warm_batches(kv.layer(0), meta)
+    torch.cuda.synchronize(kv.device)
+    elapsed = time.perf_counter() - t
+    log.info("prefill library: %d cuDNN graphs built at start in %.1f s",
+             len(library.builds) - built, elapsed)  # fmt: skip
+    return elapsed
+
+
+def library_step_meta(
+    kv: KVPool, context_length: int, scheduler: SchedulerConfig
+) -> AttentionMetadata | None:
+    """The metadata of ``library_step`` on ``kv``'s pages, or None when there is none."""
     step = library_step(
         scheduler.longest_chunk, scheduler.max_num_batched_tokens, context_length,
         scheduler.most_chunks, cudnn_prefill.MIN_PAIRS,
     )  # fmt: skip
     if step is None:
-        log.info("prefill library: no step this engine schedules is large enough for it")
-        return 0.0
+        return None
     chunks, rows, prefix = step
-    meta = step_meta(0, rows, kv.geometry.pages_for(prefix + rows), kv.device, prefix, chunks)
-    _forward(model, kv, backend, meta)
-    library.warm_batches(kv.layer(0), meta)
-    torch.cuda.synchronize(kv.device)
-    elapsed = time.perf_counter() - t
-    log.info("prefill library: %d cuDNN graphs built at start in %.1f s", len(library.builds),
-             elapsed)  # fmt: skip
-    return elapsed
+    return step_meta(0, rows, kv.geometry.pages_for(prefix + rows), kv.device, prefix, chunks)
+
+
+@torch.inference_mode()
+def run_library_step(
+    model: torch.nn.Module,
+    kv: KVPool,
+    backend: AttentionBackend,
+    context_length: int,
+    scheduler: SchedulerConfig,
+) -> None:
+    """The forward pass of ``library_step`` alone (no other batch's graph)."""
+    meta = library_step_meta(kv, context_length, scheduler)
+    if meta is not None:
+        _forward(model, kv, backend, meta)

@@ -1,0 +1,111 @@
+"""The start's passes over every step a request can cause, so that none pays a compile: the
+decode CUDA graphs, the eager warm-up and the prefill library's graphs. With
+``KVSERVE_COMPILE_WORKERS`` above 0 (the default), the Triton kernels those passes launch are
+first recorded by a pass that launches none and compiled by worker processes
+(``kernels.compile_ahead``); the passes then load them from Triton's disk cache."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from kvserve.config import SchedulerConfig
+from kvserve.engine.runner.cuda_graphs import DecodeGraphs
+from kvserve.engine.runner.kv_pool import KVPool
+from kvserve.engine.runner.warmup import run_library_step, warm_up_eager, warm_up_prefill_library
+from kvserve.kernels.compile_ahead import (
+    AheadReport,
+    compile_ahead,
+    compile_workers_setting,
+    counting_compiles,
+    recording_compiles,
+)
+from kvserve.layers.attention import AttentionBackend
+from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
+
+log = logging.getLogger("kvserve.warm_start")
+
+
+@dataclass(frozen=True)
+class StartPasses:
+    model: torch.nn.Module
+    kv: KVPool
+    backend: AttentionBackend
+    prefill: CudnnPrefill | None  # the prefill library, when the engine has one
+    context_length: int
+    scheduler: SchedulerConfig
+    graph_max_bs: int  # 0: no decode graphs
+    max_pages: int
+    hidden_size: int
+    dtype: torch.dtype
+    device: torch.device
+
+    def decode_graphs(self, capture: bool) -> DecodeGraphs | None:
+        if not self.graph_max_bs:
+            return None
+        return DecodeGraphs(
+            self.model, self.kv, self.backend, self.graph_max_bs, self.max_pages,
+            self.hidden_size, self.dtype, self.device, capture=capture,
+        )  # fmt: skip
+
+    def eager(self) -> None:
+        warm_up_eager(
+            self.model, self.kv, self.backend, self.device, self.context_length,
+            self.scheduler.max_running_requests,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StartReport:
+    ahead: AheadReport | None  # None: compile ahead off
+    late_compiles: list[str]  # kernels Triton compiled at their launch in the passes
+    cached: int  # kernels the passes loaded from Triton's disk cache
+    seconds: float
+
+
+def warm_start(passes: StartPasses) -> tuple[DecodeGraphs | None, StartReport]:
+    """Runs the start's passes (their kernels compiled ahead first, unless that is off):
+    the captured decode graphs, and what the start compiled where."""
+    start = time.perf_counter()
+    workers = compile_workers_setting()
+    ahead = _compile_ahead(passes, workers) if workers else None
+    with counting_compiles() as count:
+        graphs = passes.decode_graphs(capture=True)
+        passes.eager()
+        if passes.prefill is not None:
+            warm_up_prefill_library(
+                passes.model, passes.kv, passes.backend, passes.prefill, passes.context_length,
+                passes.scheduler,
+            )  # fmt: skip
+    report = StartReport(ahead, count.compiled, count.cached, time.perf_counter() - start)
+    late = f": {', '.join(sorted(set(count.compiled)))}" if count.compiled else ""
+    log.info(
+        "start passes took %.1f s; Triton compiled %d kernels at their launch%s (%d from its "
+        "disk cache)", report.seconds, len(count.compiled), late, count.cached,
+    )  # fmt: skip
+    return graphs, report
+
+
+def _compile_ahead(passes: StartPasses, workers: int) -> AheadReport:
+    """Records the kernels the passes would compile (launching none), then compiles them."""
+    t = time.perf_counter()
+    with recording_compiles() as specs:
+        passes.decode_graphs(capture=False)
+        passes.eager()
+        if passes.prefill is not None:
+            run_library_step(
+                passes.model, passes.kv, passes.backend, passes.context_length, passes.scheduler
+            )
+        torch.cuda.synchronize(passes.device)
+    recorded = time.perf_counter() - t
+    report = compile_ahead(specs, workers)
+    for line in report.failed:
+        log.warning("compile ahead: %s (compiled at its launch instead)", line)
+    log.info(
+        "compiled %d Triton kernels ahead in %.1f s on %d processes (recorded in %.1f s)",
+        report.kernels - len(report.failed), report.seconds, report.workers, recorded,
+    )  # fmt: skip
+    return report

@@ -1,0 +1,73 @@
+"""A worker process of ``compile_ahead``: compiles recorded Triton kernels into Triton's disk
+cache, one per line of its standard input, and answers each with a line of its own.
+
+Run as ``python -m kvserve.kernels.compile_worker``. An input line is a JSON object with the
+kernel's ``module``, its ``name`` there, Triton's ``specialization`` JSON (what its compile hook
+passes: signature, constexprs, attributes, options) and the ``target`` (backend, arch, warp
+size); the answer is ``{"error": null}`` or ``{"error": "<one line>"}``. The worker never
+touches the GPU: it compiles for the target it is given, as Triton does on a machine without
+one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from typing import Any
+
+
+def _tuples(value: Any) -> Any:  # noqa: ANN401 - JSON values of any kind
+    """JSON's lists back to the tuples Triton wrote (its signatures and options hold tuples)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _constexpr(value: Any) -> Any:  # noqa: ANN401
+    """A constexpr as Triton serializes it: a dtype by name, a ``{"constexpr": v}``, or plain."""
+    import triton.language as tl
+
+    if isinstance(value, str) and tl.dtype.is_dtype(value):
+        return tl.dtype(value)
+    if isinstance(value, dict) and "constexpr" in value:
+        return tl.constexpr(value["constexpr"])
+    return value
+
+
+def _kernel(module: str, name: str) -> Any:  # noqa: ANN401 - a triton.JITFunction
+    found: Any = importlib.import_module(module)
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def compile_spec(module: str, name: str, specialization: str, target: list[Any]) -> None:
+    """Compiles one kernel as its first launch would have, writing Triton's disk cache."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    data = json.loads(specialization)
+    constexprs = {
+        tuple(key): _constexpr(value)
+        for key, value in zip(data["constant_keys"], data["constant_vals"], strict=True)
+    }
+    attrs = {tuple(k): v for k, v in zip(data["attrs_keys"], data["attrs_vals"], strict=True)}
+    signature = {key: _tuples(value) for key, value in data["signature"].items()}
+    options = {key: _tuples(value) for key, value in data["options"].items()}
+    src = ASTSource(_kernel(module, name), signature, constexprs, attrs)
+    triton.compile(src, target=GPUTarget(*target), options=options)
+
+
+def main() -> None:
+    for line in sys.stdin:
+        job = json.loads(line)
+        error = None
+        try:
+            compile_spec(job["module"], job["name"], job["specialization"], job["target"])
+        except Exception as exc:  # noqa: BLE001 - reported; the kernel compiles at its launch
+            error = f"{job['module']}.{job['name']}: {type(exc).__name__}: {exc}".splitlines()[0]
+        print(json.dumps({"error": error}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

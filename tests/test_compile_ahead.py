@@ -1,0 +1,121 @@
+"""Compiling a start's Triton kernels ahead (``kvserve.kernels.compile_ahead``): a launch
+recorded under the compile hook, compiled by a worker process into Triton's disk cache, then
+found there by the same launch in this process. Triton compiles for the H200's target without a
+GPU; on this CPU machine only Triton's driver, which supplies that target to a launch, stands in
+(the worker takes the target from the spec and needs none). The engine's start with it runs on
+the H200 (``tests/gpu/test_engine_gpu.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from kvserve.errors import ConfigError
+from kvserve.kernels import compile_ahead
+from kvserve.kernels._triton import HAS_TRITON
+
+needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="needs Triton's compiler")
+
+
+@pytest.mark.parametrize(("value", "want"), [("0", 0), ("3", 3)])
+def test_the_worker_count_is_read_from_the_environment(monkeypatch, value: str, want: int) -> None:  # noqa: ANN001
+    monkeypatch.setenv(compile_ahead.COMPILE_WORKERS_ENV, value)
+    compile_ahead.compile_workers_setting.cache_clear()
+    try:
+        assert compile_ahead.compile_workers_setting() == want
+    finally:
+        compile_ahead.compile_workers_setting.cache_clear()
+
+
+@pytest.mark.parametrize("value", ["-1", "two", ""])
+def test_a_bad_worker_count_is_refused_in_one_line(monkeypatch, value: str) -> None:  # noqa: ANN001
+    monkeypatch.setenv(compile_ahead.COMPILE_WORKERS_ENV, value)
+    compile_ahead.compile_workers_setting.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="KVSERVE_COMPILE_WORKERS"):
+            compile_ahead.compile_workers_setting()
+    finally:
+        compile_ahead.compile_workers_setting.cache_clear()
+
+
+class _HopperTarget:
+    """Triton's driver as far as a launch with ``warmup`` asks it: device, stream, target."""
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self):  # noqa: ANN201 - triton's GPUTarget
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+
+@pytest.fixture
+def hopper_driver(tmp_path, monkeypatch) -> Iterator[None]:  # noqa: ANN001
+    from triton.runtime.driver import driver
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    previous = driver._active  # None on a machine without a GPU: reset_active would fail
+    driver.set_active(_HopperTarget())
+    try:
+        yield
+    finally:
+        driver.set_active(previous)
+
+
+def _compile_rms_norm(hidden: int, residual: bool) -> None:
+    """The RMSNorm kernel as ``rmsnorm._launch`` compiles it, without a launch."""
+    from kvserve.kernels.rmsnorm import _rms_norm_kernel
+
+    x = torch.zeros(4, hidden, dtype=torch.bfloat16)
+    w = torch.ones(hidden, dtype=torch.bfloat16)
+    _rms_norm_kernel.warmup(
+        x, x, w, x, hidden, 1e-6, hidden, hidden, hidden, HAS_RESIDUAL=residual,
+        BLOCK=hidden, USE_PDL=True, num_warps=1, grid=(4,),
+    )  # fmt: skip
+
+
+@needs_triton
+@pytest.mark.usefixtures("hopper_driver")
+def test_recorded_kernels_compiled_by_workers_are_found_in_the_cache() -> None:
+    from kvserve.kernels.rmsnorm import _rms_norm_kernel
+
+    shapes = [(256, True), (256, False), (512, True)]
+    with compile_ahead.recording_compiles() as specs:
+        for hidden, residual in [*shapes, shapes[0]]:  # the repeat is recorded once
+            _compile_rms_norm(hidden, residual)
+    assert [s.name for s in specs] == ["_rms_norm_kernel"] * 3
+    assert {s.module for s in specs} == {"kvserve.kernels.rmsnorm"}
+    with compile_ahead.counting_compiles() as nothing_yet:
+        pass
+    assert nothing_yet.compiled == [] and nothing_yet.cached == 0
+
+    report = compile_ahead.compile_ahead(specs, workers=2)
+    assert (report.kernels, report.failed, report.workers) == (3, [], 2)
+
+    _rms_norm_kernel.device_caches.clear()  # forget what this process holds: read the disk
+    with compile_ahead.counting_compiles() as count:
+        for hidden, residual in shapes:
+            _compile_rms_norm(hidden, residual)
+    assert count.compiled == [] and count.cached == 3
+    with compile_ahead.counting_compiles() as count:
+        _compile_rms_norm(1024, True)  # never recorded: compiled here, and counted
+    assert count.compiled == ["_rms_norm_kernel"] and count.cached == 0
+
+
+@needs_triton
+@pytest.mark.usefixtures("hopper_driver")
+def test_a_kernel_the_worker_cannot_compile_is_reported_not_fatal() -> None:
+    specs = [
+        compile_ahead.KernelSpec("kvserve.kernels.rmsnorm", "no_such_kernel", "{}"),
+        compile_ahead.KernelSpec("kvserve.kernels.rmsnorm", "_rms_norm_kernel", "not json"),
+    ]
+    report = compile_ahead.compile_ahead(specs, workers=1)
+    assert report.kernels == 2 and len(report.failed) == 2
+    assert "no_such_kernel" in report.failed[0] or "no_such_kernel" in report.failed[1]
+    assert all("\n" not in line for line in report.failed)
