@@ -298,7 +298,8 @@ def start_passes_summary(core: EngineCore) -> dict | None:
         "late_compiles": report.late_compiles,
         "loaded_from_disk_cache": report.cached,
         "ahead": None if ahead is None else {"kernels": ahead.kernels, "failed": ahead.failed,
-                                             "workers": ahead.workers, "seconds": ahead.seconds},
+                                             "workers": ahead.workers, "seconds": ahead.seconds,
+                                             "compile_s": ahead.compile_s},
     }  # fmt: skip
 
 

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
@@ -115,6 +116,7 @@ class AheadReport:
     failed: list[str]  # one line each
     workers: int
     seconds: float
+    compile_s: dict[str, float]  # each kernel's compile in its worker, by "name #i"
 
 
 def _target() -> list[object]:
@@ -124,7 +126,9 @@ def _target() -> list[object]:
     return [target.backend, target.arch, target.warp_size]
 
 
-def _drive(worker: subprocess.Popen, jobs: SimpleQueue, failed: list[str]) -> None:
+def _drive(
+    worker: subprocess.Popen, jobs: SimpleQueue, failed: list[str], seconds: dict[str, float]
+) -> None:
     """Feeds one worker a job at a time until none is left, then closes its input."""
     assert worker.stdin is not None and worker.stdout is not None
     try:
@@ -139,33 +143,63 @@ def _drive(worker: subprocess.Popen, jobs: SimpleQueue, failed: list[str]) -> No
             if not answer:
                 failed.append(f"{job['module']}.{job['name']}: the worker exited")
                 break
-            if (error := json.loads(answer)["error"]) is not None:
-                failed.append(error)
+            reply = json.loads(answer)
+            seconds[job["label"]] = reply["seconds"]
+            if reply["error"] is not None:
+                failed.append(reply["error"])
     finally:
+        _close(worker)
+
+
+def _close(worker: subprocess.Popen) -> None:
+    """End of input: the worker exits once it has answered what it was sent."""
+    if worker.stdin is not None and not worker.stdin.closed:
         worker.stdin.close()
-        worker.wait()
+    worker.wait()
 
 
-def compile_ahead(specs: list[KernelSpec], workers: int) -> AheadReport:
-    """Compiles ``specs`` into Triton's disk cache on up to ``workers`` processes (each takes
-    the next kernel when it is done with one, so long compiles do not queue behind each other)."""
-    start = time.perf_counter()
-    workers = min(workers, len(specs))
-    failed: list[str] = []
-    if workers:
-        target = _target()
-        jobs: SimpleQueue = SimpleQueue()
-        for spec in specs:
-            jobs.put({"module": spec.module, "name": spec.name,
-                      "specialization": spec.specialization, "target": target})  # fmt: skip
+class CompilerPool:
+    """``workers`` compile worker processes, started at once (each imports torch and Triton
+    while the start builds the model), then given one list of kernels to compile."""
+
+    def __init__(self, workers: int) -> None:
         command = [sys.executable, "-m", "kvserve.kernels.compile_worker"]
-        drivers = []
-        for _ in range(workers):
-            worker = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      text=True)  # fmt: skip
-            drivers.append(threading.Thread(target=_drive, args=(worker, jobs, failed)))
+        self.workers = [
+            subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for _ in range(workers)
+        ]
+        # an engine that fails before its warm-up still ends its workers
+        weakref.finalize(self, _close_all, list(self.workers))
+
+    def compile(self, specs: list[KernelSpec]) -> AheadReport:
+        """Compiles ``specs`` into Triton's disk cache, each worker taking the next kernel when
+        it is done with one (long compiles do not queue behind each other); then the workers
+        exit."""
+        start = time.perf_counter()
+        target = _target() if specs else []
+        jobs: SimpleQueue = SimpleQueue()
+        for i, spec in enumerate(specs):
+            jobs.put({"module": spec.module, "name": spec.name, "label": f"{spec.name} #{i}",
+                      "specialization": spec.specialization, "target": target})  # fmt: skip
+        failed: list[str] = []
+        seconds: dict[str, float] = {}
+        drivers = [
+            threading.Thread(target=_drive, args=(worker, jobs, failed, seconds))
+            for worker in self.workers
+        ]
         for thread in drivers:
             thread.start()
         for thread in drivers:
             thread.join()
-    return AheadReport(len(specs), failed, workers, time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        return AheadReport(len(specs), failed, len(self.workers), elapsed, seconds)
+
+
+def _close_all(workers: list[subprocess.Popen]) -> None:
+    for worker in workers:
+        _close(worker)
+
+
+def compile_ahead(specs: list[KernelSpec], workers: int) -> AheadReport:
+    """Compiles ``specs`` on a new pool of at most ``workers`` processes."""
+    return CompilerPool(min(workers, len(specs))).compile(specs)

@@ -4,9 +4,9 @@ cache, one per line of its standard input, and answers each with a line of its o
 Run as ``python -m kvserve.kernels.compile_worker``. An input line is a JSON object with the
 kernel's ``module``, its ``name`` there, Triton's ``specialization`` JSON (what its compile hook
 passes: signature, constexprs, attributes, options) and the ``target`` (backend, arch, warp
-size); the answer is ``{"error": null}`` or ``{"error": "<one line>"}``. The worker never
-touches the GPU: it compiles for the target it is given, as Triton does on a machine without
-one.
+size); the answer is ``{"error": null | "<one line>", "seconds": <the compile's>}``. The
+worker never touches the GPU: it compiles for the target it is given, as Triton does on a
+machine without one.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import time
 from typing import Any
 
 
@@ -59,14 +60,17 @@ def compile_spec(module: str, name: str, specialization: str, target: list[Any])
 
 
 def main() -> None:
+    import torch  # noqa: F401 - imported before the first job: the kernels' modules need it
+    import triton.compiler  # noqa: F401
+
     for line in sys.stdin:
         job = json.loads(line)
-        error = None
+        error, start = None, time.perf_counter()
         try:
             compile_spec(job["module"], job["name"], job["specialization"], job["target"])
         except Exception as exc:  # noqa: BLE001 - reported; the kernel compiles at its launch
             error = f"{job['module']}.{job['name']}: {type(exc).__name__}: {exc}".splitlines()[0]
-        print(json.dumps({"error": error}), flush=True)
+        print(json.dumps({"error": error, "seconds": time.perf_counter() - start}), flush=True)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,12 @@ from kvserve.engine.runner.kv_pool import KVPool, PageGeometry, resolve_kv_dtype
 from kvserve.engine.runner.launched_step import LaunchedStep
 from kvserve.engine.runner.sampling_batch import build_sampling_batch
 from kvserve.engine.runner.tp_step import SampleRow, launch_parallel
-from kvserve.engine.runner.warm_start import StartPasses, StartReport, warm_start
+from kvserve.engine.runner.warm_start import (
+    StartPasses,
+    StartReport,
+    start_compilers,
+    warm_start,
+)
 from kvserve.errors import ConfigError
 from kvserve.kernels._triton import hopper_or_newer
 from kvserve.kernels.options import KernelOptions
@@ -72,6 +77,8 @@ class ModelRunner:
         )  # fmt: skip
         self.backend = create_attention_backend(config.attention_backend, device, pdl, prefill)
         check_kv_cache_dtype_on_device(kv_dtype, self.backend.name, device)
+        warm = device.type == "cuda" and self.backend.name == "triton"
+        compilers = start_compilers() if warm else None
         # Chosen once: the layers with a Triton kernel run it with the triton backend.
         self.kernels = KernelOptions(triton=self.backend.name == "triton", pdl=pdl)
         quant = resolve_quantization(model_config.quantization, config.quantization)
@@ -119,12 +126,12 @@ class ModelRunner:
             max_bs = min(config.cuda_graph_max_bs, max_bs)
         graphs_wanted = max_bs > 0 and not config.enforce_eager
         self.start_report: StartReport | None = None
-        if device.type == "cuda" and self.backend.name == "triton":
+        if warm:
             self.graphs, self.start_report = warm_start(
                 StartPasses(
                     self.model, self.kv, self.backend, prefill, context_length, config.scheduler,
                     max_bs if graphs_wanted else 0, self.max_pages_per_seq,
-                    model_config.hidden_size, dtype, device,
+                    model_config.hidden_size, dtype, device, compilers,
                 )
             )  # fmt: skip
 

@@ -18,7 +18,7 @@ from kvserve.engine.runner.kv_pool import KVPool
 from kvserve.engine.runner.warmup import run_library_step, warm_up_eager, warm_up_prefill_library
 from kvserve.kernels.compile_ahead import (
     AheadReport,
-    compile_ahead,
+    CompilerPool,
     compile_workers_setting,
     counting_compiles,
     recording_compiles,
@@ -42,6 +42,7 @@ class StartPasses:
     hidden_size: int
     dtype: torch.dtype
     device: torch.device
+    compilers: CompilerPool | None  # compile ahead on these (``start_compilers``), or not
 
     def decode_graphs(self, capture: bool) -> DecodeGraphs | None:
         if not self.graph_max_bs:
@@ -66,12 +67,18 @@ class StartReport:
     seconds: float
 
 
+def start_compilers() -> CompilerPool | None:
+    """The compile workers of a start on the GPU, started before the model is built (they
+    import torch and Triton meanwhile); None when ``KVSERVE_COMPILE_WORKERS`` is 0."""
+    workers = compile_workers_setting()
+    return CompilerPool(workers) if workers else None
+
+
 def warm_start(passes: StartPasses) -> tuple[DecodeGraphs | None, StartReport]:
     """Runs the start's passes (their kernels compiled ahead first, unless that is off):
     the captured decode graphs, and what the start compiled where."""
     start = time.perf_counter()
-    workers = compile_workers_setting()
-    ahead = _compile_ahead(passes, workers) if workers else None
+    ahead = None if passes.compilers is None else _compile_ahead(passes, passes.compilers)
     with counting_compiles() as count:
         graphs = passes.decode_graphs(capture=True)
         passes.eager()
@@ -89,7 +96,7 @@ def warm_start(passes: StartPasses) -> tuple[DecodeGraphs | None, StartReport]:
     return graphs, report
 
 
-def _compile_ahead(passes: StartPasses, workers: int) -> AheadReport:
+def _compile_ahead(passes: StartPasses, compilers: CompilerPool) -> AheadReport:
     """Records the kernels the passes would compile (launching none), then compiles them."""
     t = time.perf_counter()
     with recording_compiles() as specs:
@@ -101,11 +108,13 @@ def _compile_ahead(passes: StartPasses, workers: int) -> AheadReport:
             )
         torch.cuda.synchronize(passes.device)
     recorded = time.perf_counter() - t
-    report = compile_ahead(specs, workers)
+    report = compilers.compile(specs)
     for line in report.failed:
         log.warning("compile ahead: %s (compiled at its launch instead)", line)
+    longest = max(report.compile_s.items(), key=lambda kv: kv[1], default=("none", 0.0))
     log.info(
-        "compiled %d Triton kernels ahead in %.1f s on %d processes (recorded in %.1f s)",
-        report.kernels - len(report.failed), report.seconds, report.workers, recorded,
+        "compiled %d Triton kernels ahead in %.1f s on %d processes (%.1f s of compiles, the "
+        "longest %s in %.1f s; recorded in %.1f s)", report.kernels - len(report.failed),
+        report.seconds, report.workers, sum(report.compile_s.values()), *longest, recorded,
     )  # fmt: skip
     return report
