@@ -119,3 +119,44 @@ def test_a_kernel_the_worker_cannot_compile_is_reported_not_fatal() -> None:
     assert report.kernels == 2 and len(report.failed) == 2
     assert "no_such_kernel" in report.failed[0] or "no_such_kernel" in report.failed[1]
     assert all("\n" not in line for line in report.failed)
+
+
+def _fp8_attention_launches() -> None:
+    """Decode and prefill attention over an FP8 cache, as the engine launches them (CPU
+    tensors: Triton reads only their dtypes, strides and alignment). Past a compile, a launch
+    needs the GPU driver's launcher, which the stand-in lacks: that error is expected here."""
+    from kvserve.kernels.decode_attention import paged_decode_attention
+    from kvserve.kernels.prefill_attention import paged_prefill_attention
+
+    batch, heads, kv_heads, dim, page = 3, 32, 8, 128, 16
+    cache = torch.zeros(2, 64, page, kv_heads, dim, dtype=torch.float8_e4m3fn)
+    tables = torch.zeros(batch, 16, dtype=torch.int32)
+    lens = torch.full((batch,), 40, dtype=torch.int32)
+    scales = (torch.ones(1), torch.ones(1))
+    q = torch.zeros(batch, heads, dim, dtype=torch.bfloat16)
+    starts = torch.arange(batch + 1, dtype=torch.int32)
+    for launch in (
+        lambda: paged_decode_attention(q, cache, tables, lens, 0.1, kv_scales=scales, pdl=True),
+        lambda: paged_prefill_attention(q, cache, starts, lens, tables, 1, 0.1, scales),
+    ):
+        try:
+            launch()
+        except AttributeError as exc:  # the stand-in driver has no launcher
+            assert "launcher_cls" in str(exc)
+
+
+@needs_triton
+@pytest.mark.usefixtures("hopper_driver")
+def test_kernels_that_call_helpers_hash_alike_in_the_engine_and_the_workers() -> None:
+    """Triton 3.6 hashes a kernel differently depending on which kernels the process hashed
+    first; FP8 attention's kernels were compiled by the workers under one name and looked for
+    under another. Both sides settle every hash in one order first."""
+    compile_ahead.settle_kernel_hashes()
+    with compile_ahead.recording_compiles() as specs:
+        _fp8_attention_launches()
+    assert {s.name for s in specs} == {"_fp8_decode_split_kernel", "_prefill_kernel"}
+    report = compile_ahead.compile_ahead(specs, workers=2)
+    assert report.failed == []
+    with compile_ahead.counting_compiles() as count:
+        _fp8_attention_launches()
+    assert count.compiled == [] and count.cached == len(specs)

@@ -49,6 +49,28 @@ def compile_workers_setting() -> int:
     return int(value)
 
 
+def settle_kernel_hashes() -> None:
+    """Hashes every kvserve kernel in one order: by module, then name. Triton (3.6) takes into a
+    kernel's hash the constexpr globals of the helpers it calls only if their hashes were taken
+    first (``DependenciesFinder._update_hash`` reads ``used_global_vals`` before computing
+    ``cache_key``), so a kernel's name in the disk cache depends on which kernels the process
+    hashed before it: 10 of kvserve's 110 differ between two orders. The engine and each worker
+    settle them alike before either compiles, so that the workers' files are the ones the
+    engine looks for."""
+    import importlib
+    import pkgutil
+
+    from triton.runtime.jit import JITFunction
+
+    import kvserve.kernels as package
+
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for _, value in sorted(vars(module).items()):
+            if isinstance(value, JITFunction) and value.__module__ == module.__name__:
+                value.cache_key  # noqa: B018 - computed and kept by Triton
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """One compile Triton was asked for: the kernel's module and name, and Triton's JSON of the
@@ -137,9 +159,12 @@ def _drive(
                 job = jobs.get_nowait()
             except Empty:
                 break
-            worker.stdin.write(json.dumps(job) + "\n")
-            worker.stdin.flush()
-            answer = worker.stdout.readline()
+            try:
+                worker.stdin.write(json.dumps(job) + "\n")
+                worker.stdin.flush()
+                answer = worker.stdout.readline()
+            except OSError:  # its pipe broke: it exited
+                answer = ""
             if not answer:
                 failed.append(f"{job['module']}.{job['name']}: the worker exited")
                 break
@@ -154,7 +179,8 @@ def _drive(
 def _close(worker: subprocess.Popen) -> None:
     """End of input: the worker exits once it has answered what it was sent."""
     if worker.stdin is not None and not worker.stdin.closed:
-        worker.stdin.close()
+        with contextlib.suppress(OSError):  # a worker that exited early
+            worker.stdin.close()
     worker.wait()
 
 

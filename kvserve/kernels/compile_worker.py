@@ -60,8 +60,9 @@ def compile_spec(module: str, name: str, specialization: str, target: list[Any])
 
 
 def main() -> None:
-    import torch  # noqa: F401 - imported before the first job: the kernels' modules need it
-    import triton.compiler  # noqa: F401
+    from kvserve.kernels.compile_ahead import settle_kernel_hashes
+
+    settle_kernel_hashes()  # as the engine did: the same hashes, so the same cache files
 
     for line in sys.stdin:
         job = json.loads(line)

@@ -22,6 +22,7 @@ from kvserve.kernels.compile_ahead import (
     compile_workers_setting,
     counting_compiles,
     recording_compiles,
+    settle_kernel_hashes,
 )
 from kvserve.layers.attention import AttentionBackend
 from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
@@ -71,7 +72,10 @@ def start_compilers() -> CompilerPool | None:
     """The compile workers of a start on the GPU, started before the model is built (they
     import torch and Triton meanwhile); None when ``KVSERVE_COMPILE_WORKERS`` is 0."""
     workers = compile_workers_setting()
-    return CompilerPool(workers) if workers else None
+    if not workers:
+        return None
+    settle_kernel_hashes()  # before the first compile (the KV pool's sizing pass compiles too)
+    return CompilerPool(workers)
 
 
 def warm_start(passes: StartPasses) -> tuple[DecodeGraphs | None, StartReport]:
