@@ -19,7 +19,7 @@ from kvserve.engine.config_builder import build_engine_config
 from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.engine_core import EngineCore
 from kvserve.errors import ConfigError
-from kvserve.layers import moe as moe_layer
+from kvserve.layers import moe_router
 from kvserve.models.decoder import Attention
 
 pytestmark = pytest.mark.gpu
@@ -103,16 +103,17 @@ def test_gpu_triton_float32_matches_cpu(arch, tmp_path) -> None:
 
 @pytest.mark.parametrize("arch", sorted(MOE_FIELDS))
 def test_moe_fused_kernels_give_the_unfused_paths_tokens(arch, tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    """The q/k norm + (partial) rotary + KV store kernel and the router-logits kernel against
-    the path they replaced (norm, rotary and store kernels; the router through cuBLAS): the same
-    greedy tokens on the GPU. Against the CPU's, these float32 MoE models parted after 6 (Qwen3)
+    """The q/k norm + (partial) rotary + KV store kernel and the router kernels (logits, and
+    logits + top-k in one launch at decode) against the path they replaced (norm, rotary and
+    store kernels; the router through cuBLAS, then the top-k): the same greedy tokens on the GPU. Against the CPU's, these float32 MoE models parted after 6 (Qwen3)
     and 12 (GLM) tokens on both paths alike at c2e3a32, when the grouped GEMM still rounded its
     inputs to TF32."""
     path = _tiny_checkpoint(arch, tmp_path)
     settings = {"device": "cuda", "dtype": "float32", "max_total_tokens": 8192}  # two engines
     fused = _greedy(EngineCore(build_engine_config(path, **settings)))
     monkeypatch.setattr(Attention, "_fuses_rotary_store", lambda self, ctx: False)
-    monkeypatch.setattr(moe_layer, "router_logits", lambda x, w: F.linear(x.float(), w))
+    monkeypatch.setattr(moe_router, "router_logits", lambda x, w, pdl: F.linear(x.float(), w))
+    monkeypatch.setattr(moe_router, "FUSED_TOPK_MAX_TOKENS", 0)
     assert _greedy(EngineCore(build_engine_config(path, **settings))) == fused
 
 
