@@ -160,3 +160,31 @@ def test_kernels_that_call_helpers_hash_alike_in_the_engine_and_the_workers() ->
     with compile_ahead.counting_compiles() as count:
         _fp8_attention_launches()
     assert count.compiled == [] and count.cached == len(specs)
+
+
+@needs_triton
+@pytest.mark.usefixtures("hopper_driver")
+def test_a_kernel_compiled_before_the_recording_does_not_launch_in_it() -> None:
+    """The recording runs the start's passes with every other kernel skipped: a kernel already
+    compiled here would launch on outputs nothing wrote (on the GPU, an MoE step's expert ids:
+    an illegal address). It is recorded like the rest, and compiled again after."""
+    from kvserve.kernels.rmsnorm import _rms_norm_kernel
+
+    _compile_rms_norm(256, True)  # compiled in this process
+    x = torch.zeros(4, 256, dtype=torch.bfloat16)
+    w = torch.ones(256, dtype=torch.bfloat16)
+
+    def launch() -> None:
+        _rms_norm_kernel[(4,)](
+            x, x, w, x, 256, 1e-6, 256, 256, 256, HAS_RESIDUAL=True, BLOCK=256, USE_PDL=True,
+            num_warps=1,
+        )  # fmt: skip
+
+    with pytest.raises(AttributeError, match="launcher_cls"):  # it would launch: no launcher
+        launch()
+    with compile_ahead.recording_compiles() as specs:
+        launch()  # recorded, not launched
+    assert [s.name for s in specs] == ["_rms_norm_kernel"]
+    with compile_ahead.counting_compiles() as count:
+        _compile_rms_norm(256, True)
+    assert count.compiled == [] and count.cached == 0  # still held in memory

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import weakref
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
@@ -49,14 +50,8 @@ def compile_workers_setting() -> int:
     return int(value)
 
 
-def settle_kernel_hashes() -> None:
-    """Hashes every kvserve kernel in one order: by module, then name. Triton (3.6) takes into a
-    kernel's hash the constexpr globals of the helpers it calls only if their hashes were taken
-    first (``DependenciesFinder._update_hash`` reads ``used_global_vals`` before computing
-    ``cache_key``), so a kernel's name in the disk cache depends on which kernels the process
-    hashed before it: 10 of kvserve's 110 differ between two orders. The engine and each worker
-    settle them alike before either compiles, so that the workers' files are the ones the
-    engine looks for."""
+def kvserve_kernels() -> list:
+    """Every Triton kernel of ``kvserve.kernels`` (helpers too), by module, then name."""
     import importlib
     import pkgutil
 
@@ -64,11 +59,25 @@ def settle_kernel_hashes() -> None:
 
     import kvserve.kernels as package
 
+    found = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         for _, value in sorted(vars(module).items()):
             if isinstance(value, JITFunction) and value.__module__ == module.__name__:
-                value.cache_key  # noqa: B018 - computed and kept by Triton
+                found.append(value)
+    return found
+
+
+def settle_kernel_hashes() -> None:
+    """Hashes every kvserve kernel in one order (``kvserve_kernels``'). Triton (3.6) takes into
+    a kernel's hash the constexpr globals of the helpers it calls only if their hashes were
+    taken first (``DependenciesFinder._update_hash`` reads ``used_global_vals`` before computing
+    ``cache_key``), so a kernel's name in the disk cache depends on which kernels the process
+    hashed before it: 10 of kvserve's 110 differ between two orders. The engine and each worker
+    settle them alike before either compiles, so that the workers' files are the ones the
+    engine looks for."""
+    for kernel in kvserve_kernels():
+        kernel.cache_key  # noqa: B018 - computed and kept by Triton
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,11 @@ class KernelSpec:
 
 @contextlib.contextmanager
 def recording_compiles() -> Iterator[list[KernelSpec]]:
-    """Within: every Triton kernel not yet compiled in this process is recorded (once) instead
-    of compiled, and its launch skipped. The list fills when the block ends."""
+    """Within: no kvserve kernel launches; each one a launch asks for is recorded (once) instead
+    of compiled. A kernel this process already compiled is hidden for the while (its in-memory
+    cache swapped for an empty one), or it would launch on what the skipped kernels before it
+    left unwritten (an illegal address, from an MoE step's garbage expert ids). The list
+    fills when the block ends."""
     from triton import knobs
 
     recorded: list[KernelSpec] = []
@@ -96,11 +108,17 @@ def recording_compiles() -> Iterator[list[KernelSpec]]:
         specs.setdefault((module, name, key), spec)
         return True  # Triton then neither compiles nor launches
 
+    kernels = kvserve_kernels()
+    compiled = [kernel.device_caches for kernel in kernels]
+    for kernel in kernels:
+        kernel.device_caches = defaultdict(kernel.create_binder)
     previous, knobs.runtime.jit_cache_hook = knobs.runtime.jit_cache_hook, record
     try:
         yield recorded
     finally:
         knobs.runtime.jit_cache_hook = previous
+        for kernel, caches in zip(kernels, compiled, strict=True):
+            kernel.device_caches = caches
         recorded.extend(specs.values())
 
 
