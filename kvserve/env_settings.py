@@ -130,8 +130,9 @@ SETTINGS: tuple[EnvSetting, ...] = (
     ),
     EnvSetting(
         name="KVSERVE_COMPILE_WORKERS",
-        default="half the CPUs, at most 16",
-        meaning="processes that compile the start's Triton kernels ahead of its warm-up (0: off)",
+        default="0",
+        meaning="processes that compile the start's Triton kernels ahead of its warm-up (auto: "
+        "half the CPUs, at most 16)",
         reader="kvserve.kernels.compile_ahead:compile_workers_setting",
     ),
     EnvSetting(

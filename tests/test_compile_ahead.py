@@ -7,6 +7,7 @@ the H200 (``tests/gpu/test_engine_gpu.py``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -16,12 +17,18 @@ from kvserve.errors import ConfigError
 from kvserve.kernels import compile_ahead
 from kvserve.kernels._triton import HAS_TRITON
 
+cpus = os.cpu_count() or 2
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="needs Triton's compiler")
 
 
-@pytest.mark.parametrize(("value", "want"), [("0", 0), ("3", 3)])
-def test_the_worker_count_is_read_from_the_environment(monkeypatch, value: str, want: int) -> None:  # noqa: ANN001
-    monkeypatch.setenv(compile_ahead.COMPILE_WORKERS_ENV, value)
+@pytest.mark.parametrize(
+    ("value", "want"), [(None, 0), ("0", 0), ("3", 3), ("auto", min(16, max(1, cpus // 2)))]
+)
+def test_the_worker_count_is_read_from_the_environment(monkeypatch, value, want: int) -> None:  # noqa: ANN001
+    if value is None:
+        monkeypatch.delenv(compile_ahead.COMPILE_WORKERS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(compile_ahead.COMPILE_WORKERS_ENV, value)
     compile_ahead.compile_workers_setting.cache_clear()
     try:
         assert compile_ahead.compile_workers_setting() == want
