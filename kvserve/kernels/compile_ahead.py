@@ -7,10 +7,14 @@ recording each kernel Triton would compile and skipping it (``recording_compiles
 compiled and nothing launched; the outputs stay as allocated, and the start reads none of them),
 then worker processes (``compile_worker``) compile the recorded kernels into Triton's disk cache,
 where the start's real passes find them. A kernel that a worker could not compile compiles at
-its launch, as before; ``counting_compiles`` counts those.
+its launch, as before; ``counting_compiles`` counts those. With 8 workers and an empty cache an
+8B engine (128K context) was ready in 21.3 s against 46.3 s with an FP8 KV cache (26 kernels,
+43 s of compiles summed), 16.1 against 23.5 s with bf16 (H200, one machine, s51).
 
 Processes, not threads: Triton's front end is Python and holds the GIL (six matmul kernels on
-two threads took 0.72x of their serial time, not 0.5x).
+two threads took 0.72x of their serial time, not 0.5x). Off unless ``KVSERVE_COMPILE_WORKERS``
+is set: with the recording before 27c2892 (which let kernels compiled earlier in the process
+launch) the GPU engine tests hit an illegal address, and they have not run since the fix.
 """
 
 from __future__ import annotations
