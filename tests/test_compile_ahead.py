@@ -8,6 +8,7 @@ the H200 (``tests/gpu/test_engine_gpu.py``)."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -195,3 +196,23 @@ def test_a_kernel_compiled_before_the_recording_does_not_launch_in_it() -> None:
     with compile_ahead.counting_compiles() as count:
         _compile_rms_norm(256, True)
     assert count.compiled == [] and count.cached == 0  # still held in memory
+
+
+@needs_triton
+@pytest.mark.usefixtures("hopper_driver")
+def test_what_a_worker_prints_does_not_garble_its_answers(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """A module that prints on import, from Python and from the C level, as libraries do: the
+    worker's answers stay one per job, in order, and the kernel after it still compiles."""
+    (tmp_path / "noisy_module.py").write_text(
+        "import os\nprint('hello from python')\nos.write(1, b'hello from C\\n')\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    with compile_ahead.recording_compiles() as recorded:
+        _compile_rms_norm(2048, True)
+    noisy = compile_ahead.KernelSpec("noisy_module", "no_kernel", recorded[0].specialization)
+    report = compile_ahead.compile_ahead([noisy, *recorded], workers=1)
+    assert len(report.failed) == 1 and "noisy_module.no_kernel: AttributeError" in report.failed[0]
+    assert len(report.compile_s) == 2
+    with compile_ahead.counting_compiles() as count:
+        _compile_rms_norm(2048, True)
+    assert count.compiled == [] and count.cached == 1

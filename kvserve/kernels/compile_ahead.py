@@ -192,7 +192,11 @@ def _drive(
             if not answer:
                 failed.append(f"{job['module']}.{job['name']}: the worker exited")
                 break
-            reply = json.loads(answer)
+            try:
+                reply = json.loads(answer)
+            except json.JSONDecodeError:  # its answers are out of step: use it no more
+                failed.append(f"{job['module']}.{job['name']}: the worker answered {answer!r}")
+                break
             seconds[job["label"]] = reply["seconds"]
             if reply["error"] is not None:
                 failed.append(reply["error"])

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 
 def _tuples(value: Any) -> Any:  # noqa: ANN401 - JSON values of any kind
@@ -59,11 +60,20 @@ def compile_spec(module: str, name: str, specialization: str, target: list[Any])
     triton.compile(src, target=GPUTarget(*target), options=options)
 
 
+def _answers() -> TextIO:
+    """The protocol's own copy of standard output; file descriptor 1 then goes to standard
+    error, so that whatever a library prints (from Python or C) cannot garble an answer."""
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return answers
+
+
 def main() -> None:
     from kvserve.kernels.compile_ahead import settle_kernel_hashes
 
+    answers = _answers()
     settle_kernel_hashes()  # as the engine did: the same hashes, so the same cache files
-
     for line in sys.stdin:
         job = json.loads(line)
         error, start = None, time.perf_counter()
@@ -71,7 +81,8 @@ def main() -> None:
             compile_spec(job["module"], job["name"], job["specialization"], job["target"])
         except Exception as exc:  # noqa: BLE001 - reported; the kernel compiles at its launch
             error = f"{job['module']}.{job['name']}: {type(exc).__name__}: {exc}".splitlines()[0]
-        print(json.dumps({"error": error, "seconds": time.perf_counter() - start}), flush=True)
+        reply = {"error": error, "seconds": time.perf_counter() - start}
+        print(json.dumps(reply), file=answers, flush=True)
 
 
 if __name__ == "__main__":
