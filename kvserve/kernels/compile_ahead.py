@@ -162,7 +162,7 @@ class AheadReport:
     failed: list[str]  # one line each
     workers: int
     seconds: float
-    compile_s: dict[str, float]  # each kernel's compile in its worker, by "name #i"
+    compile_s: dict[str, float]  # each kernel compiled: seconds in its worker, by "name #i"
 
 
 def _target() -> list[object]:
@@ -197,8 +197,9 @@ def _drive(
             except json.JSONDecodeError:  # its answers are out of step: use it no more
                 failed.append(f"{job['module']}.{job['name']}: the worker answered {answer!r}")
                 break
-            seconds[job["label"]] = reply["seconds"]
-            if reply["error"] is not None:
+            if reply["error"] is None:
+                seconds[job["label"]] = reply["seconds"]
+            else:
                 failed.append(reply["error"])
     finally:
         _close(worker)
