@@ -101,8 +101,9 @@ def recording_compiles() -> Iterator[list[KernelSpec]]:
     """Within: no kvserve kernel launches; each one a launch asks for is recorded (once) instead
     of compiled. A kernel this process already compiled is hidden for the while (its in-memory
     cache swapped for an empty one), or it would launch on what the skipped kernels before it
-    left unwritten (an illegal address, from an MoE step's garbage expert ids). The list
-    fills when the block ends."""
+    left unwritten (an MoE step's expert ids, say: with the recording before this, GPU engine
+    tests of quantized and MoE models hit an illegal address). The list fills when the block
+    ends."""
     from triton import knobs
 
     recorded: list[KernelSpec] = []
