@@ -216,3 +216,19 @@ def test_what_a_worker_prints_does_not_garble_its_answers(tmp_path, monkeypatch)
     with compile_ahead.counting_compiles() as count:
         _compile_rms_norm(2048, True)
     assert count.compiled == [] and count.cached == 1
+
+
+@needs_triton
+@pytest.mark.usefixtures("hopper_driver")
+def test_a_worker_that_does_not_answer_is_killed_not_waited_for(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """A compile that hangs (here a module whose import sleeps a minute) costs the start its
+    time limit, not the start: the worker is killed, its kernel reported, the rest compiled."""
+    (tmp_path / "sleepy_module.py").write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    with compile_ahead.recording_compiles() as recorded:
+        _compile_rms_norm(4096, True)
+    sleepy = compile_ahead.KernelSpec("sleepy_module", "kernel", recorded[0].specialization)
+    report = compile_ahead.compile_ahead([sleepy, *recorded], workers=2, job_timeout_s=30.0)
+    assert report.failed == ["sleepy_module.kernel: no answer in 30.0 s"]
+    assert list(report.compile_s) == ["_rms_norm_kernel #1"]
+    assert report.seconds < 55  # the sleep alone is 60 s

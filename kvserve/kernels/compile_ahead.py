@@ -24,6 +24,7 @@ import functools
 import json
 import logging
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -40,6 +41,7 @@ log = logging.getLogger("kvserve.compile_ahead")
 
 COMPILE_WORKERS_ENV = "KVSERVE_COMPILE_WORKERS"
 _MOST_WORKERS = 16
+_JOB_TIMEOUT_S = 600.0  # one kernel's compile; the longest seen on the H200 took 3.7 s
 
 
 @functools.cache
@@ -174,9 +176,14 @@ def _target() -> list[object]:
 
 
 def _drive(
-    worker: subprocess.Popen, jobs: SimpleQueue, failed: list[str], seconds: dict[str, float]
+    worker: subprocess.Popen,
+    jobs: SimpleQueue,
+    failed: list[str],
+    seconds: dict[str, float],
+    job_timeout_s: float,
 ) -> None:
-    """Feeds one worker a job at a time until none is left, then closes its input."""
+    """Feeds one worker a job at a time until none is left, then closes its input. A worker
+    that does not answer within ``job_timeout_s`` is killed (the start must not hang on it)."""
     assert worker.stdin is not None and worker.stdout is not None
     try:
         while True:
@@ -187,6 +194,11 @@ def _drive(
             try:
                 worker.stdin.write(json.dumps(job) + "\n")
                 worker.stdin.flush()
+                # one line answers each job, so nothing waits in the reader's buffer here
+                if not select.select([worker.stdout], [], [], job_timeout_s)[0]:
+                    worker.kill()
+                    failed.append(f"{job['module']}.{job['name']}: no answer in {job_timeout_s} s")
+                    break
                 answer = worker.stdout.readline()
             except OSError:  # its pipe broke: it exited
                 answer = ""
@@ -227,7 +239,9 @@ class CompilerPool:
         # an engine that fails before its warm-up still ends its workers
         weakref.finalize(self, _close_all, list(self.workers))
 
-    def compile(self, specs: list[KernelSpec]) -> AheadReport:
+    def compile(
+        self, specs: list[KernelSpec], job_timeout_s: float = _JOB_TIMEOUT_S
+    ) -> AheadReport:
         """Compiles ``specs`` into Triton's disk cache, each worker taking the next kernel when
         it is done with one (long compiles do not queue behind each other); then the workers
         exit."""
@@ -240,7 +254,7 @@ class CompilerPool:
         failed: list[str] = []
         seconds: dict[str, float] = {}
         drivers = [
-            threading.Thread(target=_drive, args=(worker, jobs, failed, seconds))
+            threading.Thread(target=_drive, args=(worker, jobs, failed, seconds, job_timeout_s))
             for worker in self.workers
         ]
         for thread in drivers:
@@ -256,6 +270,8 @@ def _close_all(workers: list[subprocess.Popen]) -> None:
         _close(worker)
 
 
-def compile_ahead(specs: list[KernelSpec], workers: int) -> AheadReport:
+def compile_ahead(
+    specs: list[KernelSpec], workers: int, job_timeout_s: float = _JOB_TIMEOUT_S
+) -> AheadReport:
     """Compiles ``specs`` on a new pool of at most ``workers`` processes."""
-    return CompilerPool(min(workers, len(specs))).compile(specs)
+    return CompilerPool(min(workers, len(specs))).compile(specs, job_timeout_s)
