@@ -58,7 +58,8 @@ def compile_workers_setting() -> int:
     return int(value)
 
 
-def kvserve_kernels() -> list:
+@functools.cache
+def kvserve_kernels() -> tuple:
     """Every Triton kernel of ``kvserve.kernels`` (helpers too), by module, then name."""
     import importlib
     import pkgutil
@@ -73,7 +74,7 @@ def kvserve_kernels() -> list:
         for _, value in sorted(vars(module).items()):
             if isinstance(value, JITFunction) and value.__module__ == module.__name__:
                 found.append(value)
-    return found
+    return tuple(found)
 
 
 def settle_kernel_hashes() -> None:
@@ -268,10 +269,3 @@ class CompilerPool:
 def _close_all(workers: list[subprocess.Popen]) -> None:
     for worker in workers:
         _close(worker)
-
-
-def compile_ahead(
-    specs: list[KernelSpec], workers: int, job_timeout_s: float = _JOB_TIMEOUT_S
-) -> AheadReport:
-    """Compiles ``specs`` on a new pool of at most ``workers`` processes."""
-    return CompilerPool(min(workers, len(specs))).compile(specs, job_timeout_s)

@@ -1,7 +1,7 @@
 """The start's passes over every step a request can cause, so that none pays a compile: the
 decode CUDA graphs, the eager warm-up and the prefill library's graphs. With
-``KVSERVE_COMPILE_WORKERS`` above 0 (the default), the Triton kernels those passes launch are
-first recorded by a pass that launches none and compiled by worker processes
+``KVSERVE_COMPILE_WORKERS`` above 0 (the default is 0: off), the Triton kernels those passes
+launch are first recorded by a run of them that launches none and compiled by worker processes
 (``kernels.compile_ahead``); the passes then load them from Triton's disk cache."""
 
 from __future__ import annotations
@@ -45,19 +45,29 @@ class StartPasses:
     device: torch.device
     compilers: CompilerPool | None  # compile ahead on these (``start_compilers``), or not
 
-    def decode_graphs(self, capture: bool) -> DecodeGraphs | None:
-        if not self.graph_max_bs:
-            return None
-        return DecodeGraphs(
-            self.model, self.kv, self.backend, self.graph_max_bs, self.max_pages,
-            self.hidden_size, self.dtype, self.device, capture=capture,
-        )  # fmt: skip
-
-    def eager(self) -> None:
+    def run(self, record: bool) -> DecodeGraphs | None:
+        """The passes: the decode graphs captured (``record``: each size's forward pass alone),
+        the eager warm-up, and the prefill library's graphs built (``record``: its step alone,
+        whose Triton kernels are what the recording wants)."""
+        graphs = None
+        if self.graph_max_bs:
+            graphs = DecodeGraphs(
+                self.model, self.kv, self.backend, self.graph_max_bs, self.max_pages,
+                self.hidden_size, self.dtype, self.device, capture=not record,
+            )  # fmt: skip
         warm_up_eager(
             self.model, self.kv, self.backend, self.device, self.context_length,
             self.scheduler.max_running_requests,
         )  # fmt: skip
+        if self.prefill is not None and record:
+            run_library_step(self.model, self.kv, self.backend, self.context_length,
+                             self.scheduler)  # fmt: skip
+        elif self.prefill is not None:
+            warm_up_prefill_library(
+                self.model, self.kv, self.backend, self.prefill, self.context_length,
+                self.scheduler,
+            )  # fmt: skip
+        return graphs
 
 
 @dataclass(frozen=True)
@@ -84,13 +94,7 @@ def warm_start(passes: StartPasses) -> tuple[DecodeGraphs | None, StartReport]:
     start = time.perf_counter()
     ahead = None if passes.compilers is None else _compile_ahead(passes, passes.compilers)
     with counting_compiles() as count:
-        graphs = passes.decode_graphs(capture=True)
-        passes.eager()
-        if passes.prefill is not None:
-            warm_up_prefill_library(
-                passes.model, passes.kv, passes.backend, passes.prefill, passes.context_length,
-                passes.scheduler,
-            )  # fmt: skip
+        graphs = passes.run(record=False)
     report = StartReport(ahead, count.compiled, count.cached, time.perf_counter() - start)
     late = f": {', '.join(sorted(set(count.compiled)))}" if count.compiled else ""
     log.info(
@@ -104,12 +108,7 @@ def _compile_ahead(passes: StartPasses, compilers: CompilerPool) -> AheadReport:
     """Records the kernels the passes would compile (launching none), then compiles them."""
     t = time.perf_counter()
     with recording_compiles() as specs:
-        passes.decode_graphs(capture=False)
-        passes.eager()
-        if passes.prefill is not None:
-            run_library_step(
-                passes.model, passes.kv, passes.backend, passes.context_length, passes.scheduler
-            )
+        passes.run(record=True)
         torch.cuda.synchronize(passes.device)
     recorded = time.perf_counter() - t
     report = compilers.compile(specs)
