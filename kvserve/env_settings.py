@@ -130,7 +130,7 @@ SETTINGS: tuple[EnvSetting, ...] = (
     ),
     EnvSetting(
         name="KVSERVE_COMPILE_WORKERS",
-        default="0",
+        default="auto",
         meaning="processes that compile the start's Triton kernels ahead of its warm-up (auto: "
         "half the CPUs, at most 16)",
         reader="kvserve.kernels.compile_ahead:compile_workers_setting",

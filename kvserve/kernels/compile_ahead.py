@@ -12,9 +12,8 @@ its launch, as before; ``counting_compiles`` counts those. With 8 workers and an
 43 s of compiles summed), 16.1 against 23.5 s with bf16 (H200, one machine, s51).
 
 Processes, not threads: Triton's front end is Python and holds the GIL (six matmul kernels on
-two threads took 0.72x of their serial time, not 0.5x). Off unless ``KVSERVE_COMPILE_WORKERS``
-is set: with the recording before 27c2892 (which let kernels compiled earlier in the process
-launch) the GPU engine tests hit an illegal address, and they have not run since the fix.
+two threads took 0.72x of their serial time, not 0.5x). On by default (``auto``);
+``KVSERVE_COMPILE_WORKERS=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -47,10 +46,9 @@ _JOB_TIMEOUT_S = 600.0  # one kernel's compile; the longest seen on the H200 too
 @functools.cache
 def compile_workers_setting() -> int:
     """``KVSERVE_COMPILE_WORKERS``: processes that compile a start's Triton kernels ahead of its
-    warm-up; 0 (unset) compiles each at its first launch. ``auto``: half the CPUs, at most 16.
-    Off by default until the GPU engine tests have run with the recording that launches
-    nothing (s51: they hit an illegal address with the recording before it)."""
-    value = os.environ.get(COMPILE_WORKERS_ENV, "0")
+    warm-up; 0 compiles each at its first launch. ``auto`` (the default): half the CPUs, at
+    most 16."""
+    value = os.environ.get(COMPILE_WORKERS_ENV, "auto")
     if value == "auto":
         return min(_MOST_WORKERS, max(1, (os.cpu_count() or 2) // 2))
     if not value.isdigit():
@@ -105,21 +103,25 @@ def recording_compiles() -> Iterator[list[KernelSpec]]:
     of compiled. A kernel this process already compiled is hidden for the while (its in-memory
     cache swapped for an empty one), or it would launch on what the skipped kernels before it
     left unwritten (an MoE step's expert ids, say: with the recording before this, GPU engine
-    tests of quantized and MoE models hit an illegal address). The list fills when the block
-    ends."""
+    tests of quantized and MoE models hit an illegal address); it is not recorded, as the real
+    passes find it in memory. The list fills when the block ends."""
     from triton import knobs
 
     recorded: list[KernelSpec] = []
     specs: dict[tuple[str, str, str], KernelSpec] = {}
+    kernels = kvserve_kernels()
+    compiled = [kernel.device_caches for kernel in kernels]
+    compiled_of = {id(kernel): caches for kernel, caches in zip(kernels, compiled, strict=True)}
 
     def record(*, key: str, fn: object, compile: dict, **_: object) -> bool:
         module, name = fn.module, fn.name  # type: ignore[attr-defined] - JitFunctionInfo
-        spec = KernelSpec(module, name, compile["specialization_data"])
-        specs.setdefault((module, name, key), spec)
+        caches = compiled_of.get(id(fn.jit_function), {})  # type: ignore[attr-defined]
+        device_cache = caches.get(compile["device"])
+        if device_cache is None or device_cache[0].get(key) is None:  # not compiled here yet
+            spec = KernelSpec(module, name, compile["specialization_data"])
+            specs.setdefault((module, name, key), spec)
         return True  # Triton then neither compiles nor launches
 
-    kernels = kvserve_kernels()
-    compiled = [kernel.device_caches for kernel in kernels]
     for kernel in kernels:
         kernel.device_caches = defaultdict(kernel.create_binder)
     previous, knobs.runtime.jit_cache_hook = knobs.runtime.jit_cache_hook, record
