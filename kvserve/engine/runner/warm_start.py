@@ -1,8 +1,9 @@
 """The start's passes over every step a request can cause, so that none pays a compile: the
 decode CUDA graphs, the eager warm-up and the prefill library's graphs. With
-``KVSERVE_COMPILE_WORKERS`` above 0 (the default, ``auto``, is half the CPUs), the Triton kernels those passes
-launch are first recorded by a run of them that launches none and compiled by worker processes
-(``kernels.compile_ahead``); the passes then load them from Triton's disk cache."""
+``KVSERVE_COMPILE_WORKERS`` above 0 (the default, ``auto``, is half the CPUs), the Triton
+kernels those passes launch are first recorded by a run of them that launches none and compiled
+by worker processes (``kernels.compile_ahead``); the passes then load them from Triton's disk
+cache."""
 
 from __future__ import annotations
 
