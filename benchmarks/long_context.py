@@ -297,7 +297,8 @@ def start_passes_summary(core: EngineCore) -> dict | None:
         "seconds": report.seconds,
         "late_compiles": report.late_compiles,
         "loaded_from_disk_cache": report.cached,
-        "ahead": None if ahead is None else {"kernels": ahead.kernels, "failed": ahead.failed,
+        "ahead": None if ahead is None else {"kernels": ahead.kernels, "cached": ahead.cached,
+                                             "failed": ahead.failed,
                                              "workers": ahead.workers, "seconds": ahead.seconds,
                                              "compile_s": ahead.compile_s},
     }  # fmt: skip

@@ -105,7 +105,9 @@ def test_recorded_kernels_compiled_by_workers_are_found_in_the_cache() -> None:
     assert nothing_yet.compiled == [] and nothing_yet.cached == 0
 
     report = compile_ahead.CompilerPool(2).compile(specs)
-    assert (report.kernels, report.failed, report.workers) == (3, [], 2)
+    assert (report.kernels, report.cached, report.failed, report.workers) == (3, 0, [], 2)
+    again = compile_ahead.CompilerPool(1).compile(specs)  # all in the disk cache: no jobs
+    assert (again.kernels, again.cached, again.compile_s) == (3, 3, {})
 
     _rms_norm_kernel.device_caches.clear()  # forget what this process holds: read the disk
     with compile_ahead.counting_compiles() as count:

@@ -42,10 +42,9 @@ def _kernel(module: str, name: str) -> Any:  # noqa: ANN401 - a triton.JITFuncti
     return found
 
 
-def compile_spec(module: str, name: str, specialization: str, target: list[Any]) -> None:
-    """Compiles one kernel as its first launch would have, writing Triton's disk cache."""
-    import triton
-    from triton.backends.compiler import GPUTarget
+def _source(module: str, name: str, specialization: str) -> tuple[Any, dict[str, Any]]:
+    """The kernel's Triton source (an ``ASTSource``) and compile options, as its launch built
+    them."""
     from triton.compiler import ASTSource
 
     data = json.loads(specialization)
@@ -56,8 +55,38 @@ def compile_spec(module: str, name: str, specialization: str, target: list[Any])
     attrs = {tuple(k): v for k, v in zip(data["attrs_keys"], data["attrs_vals"], strict=True)}
     signature = {key: _tuples(value) for key, value in data["signature"].items()}
     options = {key: _tuples(value) for key, value in data["options"].items()}
-    src = ASTSource(_kernel(module, name), signature, constexprs, attrs)
+    return ASTSource(_kernel(module, name), signature, constexprs, attrs), options
+
+
+def compile_spec(module: str, name: str, specialization: str, target: list[Any]) -> None:
+    """Compiles one kernel as its first launch would have, writing Triton's disk cache."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    src, options = _source(module, name, specialization)
     triton.compile(src, target=GPUTarget(*target), options=options)
+
+
+def in_disk_cache(module: str, name: str, specialization: str, target: list[Any]) -> bool:
+    """Whether ``triton.compile`` would find this kernel in Triton's disk cache: its own
+    cache-hit test (Triton 3.6's ``compile``, up to its metadata lookup), loading nothing."""
+    import hashlib
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import (
+        get_cache_invalidating_env_vars,
+        get_cache_key,
+        get_cache_manager,
+        make_backend,
+    )
+
+    src, options = _source(module, name, specialization)
+    backend = make_backend(GPUTarget(*target))
+    parsed = backend.parse_options(dict(options, **src.parse_options()))
+    key = get_cache_key(src, backend, parsed, env_vars=get_cache_invalidating_env_vars())
+    manager = get_cache_manager(hashlib.sha256(key.encode("utf-8")).hexdigest())
+    metadata = f"{src.name[:150]}.json"
+    return (manager.get_group(metadata) or {}).get(metadata) is not None
 
 
 def _answers() -> TextIO:

@@ -118,7 +118,8 @@ def _compile_ahead(passes: StartPasses, compilers: CompilerPool) -> AheadReport:
     longest = max(report.compile_s.items(), key=lambda kv: kv[1], default=("none", 0.0))
     log.info(
         "compiled %d Triton kernels ahead in %.1f s on %d processes (%.1f s of compiles, the "
-        "longest %s in %.1f s; recorded in %.1f s)", len(report.compile_s),
-        report.seconds, report.workers, sum(report.compile_s.values()), *longest, recorded,
+        "longest %s in %.1f s; %d of the %d recorded in %.1f s were in the disk cache)",
+        len(report.compile_s), report.seconds, report.workers, sum(report.compile_s.values()),
+        *longest, report.cached, report.kernels, recorded,
     )  # fmt: skip
     return report
