@@ -81,12 +81,14 @@ class StartReport:
 
 def start_compilers() -> CompilerPool | None:
     """The compile workers of a start on the GPU, started before the model is built (they
-    import torch and Triton meanwhile); None when ``KVSERVE_COMPILE_WORKERS`` is 0."""
+    import torch and Triton meanwhile); None when ``KVSERVE_COMPILE_WORKERS`` is 0. Settles
+    the kernels' hashes either way."""
+    # Before the first compile (the KV pool's sizing pass compiles too), with compile ahead on
+    # or off: the kernels' disk-cache names then do not depend on the setting (unsettled, a
+    # start with it off compiled 2 of 15 kernels that one with it on had cached: H200, s52).
+    settle_kernel_hashes()
     workers = compile_workers_setting()
-    if not workers:
-        return None
-    settle_kernel_hashes()  # before the first compile (the KV pool's sizing pass compiles too)
-    return CompilerPool(workers)
+    return CompilerPool(workers) if workers else None
 
 
 def warm_start(passes: StartPasses) -> tuple[DecodeGraphs | None, StartReport]:
