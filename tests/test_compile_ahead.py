@@ -18,7 +18,7 @@ from kvserve.errors import ConfigError
 from kvserve.kernels import compile_ahead
 from kvserve.kernels._triton import HAS_TRITON
 
-cpus = os.cpu_count() or 2
+cpus = compile_ahead.usable_cpus()
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="needs Triton's compiler")
 
 
@@ -34,6 +34,20 @@ def test_the_worker_count_is_read_from_the_environment(monkeypatch, value, want:
     compile_ahead.compile_workers_setting.cache_clear()
     try:
         assert compile_ahead.compile_workers_setting() == want
+    finally:
+        compile_ahead.compile_workers_setting.cache_clear()
+
+
+def test_auto_shares_the_cpus_among_a_tensor_parallel_groups_ranks(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv(compile_ahead.COMPILE_WORKERS_ENV, "auto")
+    monkeypatch.setattr(compile_ahead, "usable_cpus", lambda: 128)
+    compile_ahead.compile_workers_setting.cache_clear()
+    try:
+        got = [compile_ahead.compile_workers_setting(ranks) for ranks in (1, 2, 8, 128)]
+        assert got == [16, 16, 8, 1]  # at most 16 a rank, and at least one
+        monkeypatch.setenv(compile_ahead.COMPILE_WORKERS_ENV, "3")  # a number is per rank
+        compile_ahead.compile_workers_setting.cache_clear()
+        assert compile_ahead.compile_workers_setting(8) == 3
     finally:
         compile_ahead.compile_workers_setting.cache_clear()
 

@@ -44,16 +44,24 @@ _JOB_TIMEOUT_S = 600.0  # one kernel's compile; the longest seen on the H200 too
 
 
 @functools.cache
-def compile_workers_setting() -> int:
+def compile_workers_setting(ranks: int = 1) -> int:
     """``KVSERVE_COMPILE_WORKERS``: processes that compile a start's Triton kernels ahead of its
-    warm-up; 0 compiles each at its first launch. ``auto`` (the default): half the CPUs, at
-    most 16."""
+    warm-up, for each of the ``ranks`` engines starting together on the host (tensor
+    parallelism); 0 compiles each at its first launch. ``auto`` (the default): half the CPUs
+    this process may run on, shared by the ranks, at most 16 a rank."""
     value = os.environ.get(COMPILE_WORKERS_ENV, "auto")
     if value == "auto":
-        return min(_MOST_WORKERS, max(1, (os.cpu_count() or 2) // 2))
+        return min(_MOST_WORKERS, max(1, usable_cpus() // 2 // ranks))
     if not value.isdigit():
         raise ConfigError(f"{COMPILE_WORKERS_ENV}={value!r}: expected auto or a whole number")
     return int(value)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: a container's cpuset), else all."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 2
 
 
 @functools.cache

@@ -78,7 +78,7 @@ class ModelRunner:
         self.backend = create_attention_backend(config.attention_backend, device, pdl, prefill)
         check_kv_cache_dtype_on_device(kv_dtype, self.backend.name, device)
         warm = device.type == "cuda" and self.backend.name == "triton"
-        compilers = start_compilers() if warm else None
+        compilers = start_compilers(tp.size) if warm else None
         # Chosen once: the layers with a Triton kernel run it with the triton backend.
         self.kernels = KernelOptions(triton=self.backend.name == "triton", pdl=pdl)
         quant = resolve_quantization(model_config.quantization, config.quantization)

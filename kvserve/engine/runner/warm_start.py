@@ -79,15 +79,16 @@ class StartReport:
     seconds: float
 
 
-def start_compilers() -> CompilerPool | None:
+def start_compilers(ranks: int) -> CompilerPool | None:
     """The compile workers of a start on the GPU, started before the model is built (they
-    import torch and Triton meanwhile); None when ``KVSERVE_COMPILE_WORKERS`` is 0. Settles
-    the kernels' hashes either way."""
+    import torch and Triton meanwhile), ``auto`` sharing the CPUs among the ``ranks`` engines
+    of a tensor-parallel group; None when ``KVSERVE_COMPILE_WORKERS`` is 0. Settles the
+    kernels' hashes either way."""
     # Before the first compile (the KV pool's sizing pass compiles too), with compile ahead on
     # or off: the kernels' disk-cache names then do not depend on the setting (unsettled, a
     # start with it off compiled 2 of 15 kernels that one with it on had cached: H200, s52).
     settle_kernel_hashes()
-    workers = compile_workers_setting()
+    workers = compile_workers_setting(ranks)
     return CompilerPool(workers) if workers else None
 
 
