@@ -132,7 +132,7 @@ SETTINGS: tuple[EnvSetting, ...] = (
         name="KVSERVE_COMPILE_WORKERS",
         default="auto",
         meaning="processes that compile the start's Triton kernels ahead of its warm-up (auto: "
-        "half the CPUs, at most 16)",
+        "half the CPUs, shared by a tensor-parallel group's ranks, at most 16 a rank; 0: off)",
         reader="kvserve.kernels.compile_ahead:compile_workers_setting",
     ),
     EnvSetting(
