@@ -297,6 +297,7 @@ def start_passes_summary(core: EngineCore) -> dict | None:
         "seconds": report.seconds,
         "late_compiles": report.late_compiles,
         "loaded_from_disk_cache": report.cached,
+        "recorded": report.recorded,  # False: the kernel list came from the start manifest
         "ahead": None if ahead is None else {"kernels": ahead.kernels, "cached": ahead.cached,
                                              "failed": ahead.failed,
                                              "workers": ahead.workers, "seconds": ahead.seconds,

@@ -182,7 +182,8 @@ class AheadReport:
     compile_s: dict[str, float]  # each kernel compiled: seconds in its worker, by "name #i"
 
 
-def _target() -> list[object]:
+def gpu_target() -> list[object]:
+    """The active GPU's Triton target: backend, arch, warp size."""
     from triton.runtime.driver import driver
 
     target = driver.active.get_current_target()
@@ -262,7 +263,7 @@ class CompilerPool:
         next kernel when it is done with one (long compiles do not queue behind each other);
         then the workers end."""
         start = time.perf_counter()
-        target = _target() if specs else []
+        target = gpu_target() if specs else []
         missing = [spec for spec in specs if not _in_disk_cache(spec, target)]
         jobs: SimpleQueue = SimpleQueue()
         for i, spec in enumerate(missing):

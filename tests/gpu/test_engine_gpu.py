@@ -248,14 +248,17 @@ from kvserve.engine.engine_core import EngineCore
 core = EngineCore(build_engine_config(sys.argv[1], device="cuda", max_total_tokens=8192))
 report = core.runner.start_report
 print(json.dumps({"tokens": _greedy(core), "late": report.late_compiles, "cached": report.cached,
-                  "kernels": report.ahead.kernels, "failed": report.ahead.failed}))
+                  "kernels": report.ahead.kernels, "failed": report.ahead.failed,
+                  "ahead_cached": report.ahead.cached, "recorded": report.recorded}))
 """
 
 
 def test_a_cold_start_compiles_its_kernels_ahead_and_none_at_their_launch(tmp_path) -> None:
     """An empty Triton cache in a new process: the start records the kernels its passes launch,
     worker processes compile them, and the passes then load each from the disk cache, compiling
-    none. The tokens are those of an engine whose kernels compiled at their launch."""
+    none. The tokens are those of an engine whose kernels compiled at their launch. A second
+    start of the same engine reads the kernel list its start manifest kept, records nothing,
+    and finds every kernel cached."""
     import json
     import os
     import subprocess
@@ -263,13 +266,22 @@ def test_a_cold_start_compiles_its_kernels_ahead_and_none_at_their_launch(tmp_pa
     path = _tiny_checkpoint("LlamaForCausalLM", tmp_path)
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton"),
            "KVSERVE_COMPILE_WORKERS": "4"}  # fmt: skip
-    run = subprocess.run(
-        [sys.executable, "-c", _COLD_START, path, str(Path(__file__).parent)],
-        env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    cold = json.loads(run.stdout.strip().splitlines()[-1])
-    assert cold["failed"] == [] and cold["late"] == []
+
+    def start() -> dict:
+        run = subprocess.run(
+            [sys.executable, "-c", _COLD_START, path, str(Path(__file__).parent)],
+            env=env, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-3000:]
+        return json.loads(run.stdout.strip().splitlines()[-1])
+
+    cold = start()
+    assert cold["failed"] == [] and cold["late"] == [] and cold["recorded"]
     assert cold["kernels"] >= 10 and cold["cached"] == cold["kernels"]
+    assert cold["ahead_cached"] == 0
+    warm = start()
+    assert not warm["recorded"] and warm["late"] == [] and warm["failed"] == []
+    assert warm["kernels"] == warm["ahead_cached"] == cold["kernels"]
+    assert warm["tokens"] == cold["tokens"]
     here = EngineCore(build_engine_config(path, device="cuda", max_total_tokens=8192))
     assert _greedy(here) == cold["tokens"]

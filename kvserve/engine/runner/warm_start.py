@@ -16,12 +16,15 @@ import torch
 from kvserve.config import SchedulerConfig
 from kvserve.engine.runner.cuda_graphs import DecodeGraphs
 from kvserve.engine.runner.kv_pool import KVPool
+from kvserve.engine.runner.start_manifest import StartManifest
 from kvserve.engine.runner.warmup import run_library_step, warm_up_eager, warm_up_prefill_library
 from kvserve.kernels.compile_ahead import (
     AheadReport,
     CompilerPool,
+    KernelSpec,
     compile_workers_setting,
     counting_compiles,
+    gpu_target,
     recording_compiles,
     settle_kernel_hashes,
 )
@@ -77,6 +80,8 @@ class StartReport:
     late_compiles: list[str]  # kernels Triton compiled at their launch in the passes
     cached: int  # kernels the passes loaded from Triton's disk cache
     seconds: float
+    recorded: bool = False  # compile ahead's kernel list came from a recording pass, not a
+    # start manifest (``start_manifest``)
 
 
 def start_compilers(ranks: int) -> CompilerPool | None:
@@ -96,10 +101,19 @@ def warm_start(passes: StartPasses) -> tuple[DecodeGraphs | None, StartReport]:
     """Runs the start's passes (their kernels compiled ahead first, unless that is off):
     the captured decode graphs, and what the start compiled where."""
     start = time.perf_counter()
-    ahead = None if passes.compilers is None else _compile_ahead(passes, passes.compilers)
+    ahead, kept, specs, recorded = None, None, [], False
+    if passes.compilers is not None:
+        kept = _start_manifest(passes)
+        ahead, specs, recorded = _compile_ahead(passes, passes.compilers, kept)
     with counting_compiles() as count:
         graphs = passes.run(record=False)
-    report = StartReport(ahead, count.compiled, count.cached, time.perf_counter() - start)
+    if kept is not None and ahead is not None:
+        if count.compiled or ahead.failed:  # the list was short, or a kernel of it failed
+            kept.forget()  # the next start records again
+        elif recorded:
+            kept.save(specs)
+    seconds = time.perf_counter() - start
+    report = StartReport(ahead, count.compiled, count.cached, seconds, recorded)
     late = f": {', '.join(sorted(set(count.compiled)))}" if count.compiled else ""
     log.info(
         "start passes took %.1f s; Triton compiled %d kernels at their launch%s (%d from its "
@@ -108,21 +122,37 @@ def warm_start(passes: StartPasses) -> tuple[DecodeGraphs | None, StartReport]:
     return graphs, report
 
 
-def _compile_ahead(passes: StartPasses, compilers: CompilerPool) -> AheadReport:
-    """Records the kernels the passes would compile (launching none), then compiles them."""
+def _start_manifest(passes: StartPasses) -> StartManifest | None:
+    try:
+        return StartManifest.of(passes, gpu_target())
+    except Exception as exc:  # noqa: BLE001 - the start records its kernels instead
+        log.warning("no start manifest: %s", f"{type(exc).__name__}: {exc}".splitlines()[0])
+        return None
+
+
+def _compile_ahead(
+    passes: StartPasses, compilers: CompilerPool, kept: StartManifest | None
+) -> tuple[AheadReport, list[KernelSpec], bool]:
+    """Compiles the kernels the passes would compile: those a start of the same signature kept
+    (``kept``), else those a run of the passes records (launching none). Also returns the list
+    and whether it was recorded."""
     t = time.perf_counter()
-    with recording_compiles() as specs:
-        passes.run(record=True)
-        torch.cuda.synchronize(passes.device)
-    recorded = time.perf_counter() - t
+    specs = None if kept is None else kept.load()
+    recorded = specs is None
+    if specs is None:
+        with recording_compiles() as specs:
+            passes.run(record=True)
+            torch.cuda.synchronize(passes.device)
+    listed = time.perf_counter() - t
     report = compilers.compile(specs)
     for line in report.failed:
         log.warning("compile ahead: %s (compiled at its launch instead)", line)
     longest = max(report.compile_s.items(), key=lambda kv: kv[1], default=("none", 0.0))
     log.info(
         "compiled %d Triton kernels ahead in %.1f s on %d processes (%.1f s of compiles, the "
-        "longest %s in %.1f s; %d of the %d recorded in %.1f s were in the disk cache)",
+        "longest %s in %.1f s; %d of the %d %s in %.1f s were in the disk cache)",
         len(report.compile_s), report.seconds, report.workers, sum(report.compile_s.values()),
-        *longest, report.cached, report.kernels, recorded,
+        *longest, report.cached, report.kernels,
+        "recorded" if recorded else "listed by the start manifest, read", listed,
     )  # fmt: skip
-    return report
+    return report, specs, recorded
