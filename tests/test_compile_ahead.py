@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 
 import pytest
 import torch
+from triton_target import compile_rms_norm, hopper_driver  # noqa: F401 - a fixture
 
 from kvserve.errors import ConfigError
 from kvserve.kernels import compile_ahead
@@ -63,46 +63,6 @@ def test_a_bad_worker_count_is_refused_in_one_line(monkeypatch, value: str) -> N
         compile_ahead.compile_workers_setting.cache_clear()
 
 
-class _HopperTarget:
-    """Triton's driver as far as a launch with ``warmup`` asks it: device, stream, target."""
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-    def get_current_target(self):  # noqa: ANN201 - triton's GPUTarget
-        from triton.backends.compiler import GPUTarget
-
-        return GPUTarget("cuda", 90, 32)
-
-
-@pytest.fixture
-def hopper_driver(tmp_path, monkeypatch) -> Iterator[None]:  # noqa: ANN001
-    from triton.runtime.driver import driver
-
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    previous = driver._active  # None on a machine without a GPU: reset_active would fail
-    driver.set_active(_HopperTarget())
-    try:
-        yield
-    finally:
-        driver.set_active(previous)
-
-
-def _compile_rms_norm(hidden: int, residual: bool) -> None:
-    """The RMSNorm kernel as ``rmsnorm._launch`` compiles it, without a launch."""
-    from kvserve.kernels.rmsnorm import _rms_norm_kernel
-
-    x = torch.zeros(4, hidden, dtype=torch.bfloat16)
-    w = torch.ones(hidden, dtype=torch.bfloat16)
-    _rms_norm_kernel.warmup(
-        x, x, w, x, hidden, 1e-6, hidden, hidden, hidden, HAS_RESIDUAL=residual,
-        BLOCK=hidden, USE_PDL=True, num_warps=1, grid=(4,),
-    )  # fmt: skip
-
-
 @needs_triton
 @pytest.mark.usefixtures("hopper_driver")
 def test_recorded_kernels_compiled_by_workers_are_found_in_the_cache() -> None:
@@ -111,7 +71,7 @@ def test_recorded_kernels_compiled_by_workers_are_found_in_the_cache() -> None:
     shapes = [(256, True), (256, False), (512, True)]
     with compile_ahead.recording_compiles() as specs:
         for hidden, residual in [*shapes, shapes[0]]:  # the repeat is recorded once
-            _compile_rms_norm(hidden, residual)
+            compile_rms_norm(hidden, residual)
     assert [s.name for s in specs] == ["_rms_norm_kernel"] * 3
     assert {s.module for s in specs} == {"kvserve.kernels.rmsnorm"}
     with compile_ahead.counting_compiles() as nothing_yet:
@@ -126,10 +86,10 @@ def test_recorded_kernels_compiled_by_workers_are_found_in_the_cache() -> None:
     _rms_norm_kernel.device_caches.clear()  # forget what this process holds: read the disk
     with compile_ahead.counting_compiles() as count:
         for hidden, residual in shapes:
-            _compile_rms_norm(hidden, residual)
+            compile_rms_norm(hidden, residual)
     assert count.compiled == [] and count.cached == 3
     with compile_ahead.counting_compiles() as count:
-        _compile_rms_norm(1024, True)  # never recorded: compiled here, and counted
+        compile_rms_norm(1024, True)  # never recorded: compiled here, and counted
     assert count.compiled == ["_rms_norm_kernel"] and count.cached == 0
 
 
@@ -197,7 +157,7 @@ def test_a_kernel_compiled_before_the_recording_does_not_launch_in_it() -> None:
     the disk cache would fall short of the kernels recorded)."""
     from kvserve.kernels.rmsnorm import _rms_norm_kernel
 
-    _compile_rms_norm(256, True)  # compiled in this process
+    compile_rms_norm(256, True)  # compiled in this process
     x = torch.zeros(4, 256, dtype=torch.bfloat16)
     w = torch.ones(256, dtype=torch.bfloat16)
 
@@ -211,10 +171,10 @@ def test_a_kernel_compiled_before_the_recording_does_not_launch_in_it() -> None:
         launch()
     with compile_ahead.recording_compiles() as specs:
         launch()  # neither launched nor recorded
-        _compile_rms_norm(384, True)  # not compiled in this process yet: recorded
+        compile_rms_norm(384, True)  # not compiled in this process yet: recorded
     assert [s.name for s in specs] == ["_rms_norm_kernel"]
     with compile_ahead.counting_compiles() as count:
-        _compile_rms_norm(256, True)
+        compile_rms_norm(256, True)
     assert count.compiled == [] and count.cached == 0  # still held in memory
 
 
@@ -228,13 +188,13 @@ def test_what_a_worker_prints_does_not_garble_its_answers(tmp_path, monkeypatch)
     )
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
     with compile_ahead.recording_compiles() as recorded:
-        _compile_rms_norm(2048, True)
+        compile_rms_norm(2048, True)
     noisy = compile_ahead.KernelSpec("noisy_module", "no_kernel", recorded[0].specialization)
     report = compile_ahead.CompilerPool(1).compile([noisy, *recorded])
     assert len(report.failed) == 1 and "noisy_module.no_kernel: AttributeError" in report.failed[0]
     assert list(report.compile_s) == ["_rms_norm_kernel #1"]
     with compile_ahead.counting_compiles() as count:
-        _compile_rms_norm(2048, True)
+        compile_rms_norm(2048, True)
     assert count.compiled == [] and count.cached == 1
 
 
@@ -247,7 +207,7 @@ def test_a_worker_that_does_not_answer_is_killed_not_waited_for(tmp_path, monkey
     (tmp_path / "sleepy_module.py").write_text("import time\ntime.sleep(60)\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
     with compile_ahead.recording_compiles() as recorded:
-        _compile_rms_norm(4096, True)
+        compile_rms_norm(4096, True)
     sleepy = compile_ahead.KernelSpec("sleepy_module", "kernel", recorded[0].specialization)
     report = compile_ahead.CompilerPool(2).compile([sleepy, *recorded], job_timeout_s=30.0)
     assert report.failed == ["sleepy_module.kernel: no answer in 30.0 s"]

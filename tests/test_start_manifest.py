@@ -9,13 +9,14 @@ import dataclasses
 
 import pytest
 import torch
+from triton_target import compile_rms_norm, hopper_driver  # noqa: F401 - a fixture
 
 from kvserve.config import SchedulerConfig
 from kvserve.engine.runner.kv_pool import KVPool, PageGeometry
 from kvserve.engine.runner.start_manifest import StartManifest, signature_lines
-from kvserve.engine.runner.warm_start import StartPasses
+from kvserve.engine.runner.warm_start import StartPasses, StartReport, warm_start
 from kvserve.kernels._triton import HAS_TRITON
-from kvserve.kernels.compile_ahead import KernelSpec
+from kvserve.kernels.compile_ahead import CompilerPool, KernelSpec
 from kvserve.layers.attention.triton_backend import TritonAttentionBackend
 
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="the signature hashes Triton kernels")
@@ -23,12 +24,13 @@ TARGET = ["cuda", 90, 32]
 
 
 def _passes(hidden: int = 64, pdl: bool = True, kv_dtype: torch.dtype = torch.bfloat16,
-            pages: int = 8) -> StartPasses:  # fmt: skip
+            pages: int = 8, kind: type[StartPasses] = StartPasses,
+            compilers: CompilerPool | None = None) -> StartPasses:  # fmt: skip
     model = torch.nn.Sequential(torch.nn.Embedding(32, hidden), torch.nn.Linear(hidden, 32))
     kv = KVPool.allocate(PageGeometry(2, pages, 16, 2, 32), kv_dtype, torch.device("cpu"))
-    return StartPasses(
+    return kind(
         model, kv, TritonAttentionBackend(pdl=pdl), None, 4096, SchedulerConfig(), 8, 256,
-        hidden, torch.bfloat16, torch.device("cpu"), None,
+        hidden, torch.bfloat16, torch.device("cpu"), compilers,
     )  # fmt: skip
 
 
@@ -80,3 +82,54 @@ def test_a_manifest_that_cannot_be_written_is_skipped(tmp_path) -> None:  # noqa
     manifest = StartManifest("abc", cache_dir=str(blocked))
     manifest.save([KernelSpec("m", "n", "{}")])
     assert manifest.load() is None
+
+
+NORMS = [(256, True), (256, False), (512, True)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _NormPasses(StartPasses):
+    """A start whose passes are three RMSNorm kernels, compiled as their launches would compile
+    them (``warmup``: on the CPU nothing can launch). The rest of the start is the engine's."""
+
+    def run(self, record: bool) -> None:
+        for hidden, residual in NORMS:
+            compile_rms_norm(hidden, residual)
+
+
+def _start() -> tuple[StartReport, StartManifest]:
+    from kvserve.kernels.rmsnorm import _rms_norm_kernel
+
+    _rms_norm_kernel.device_caches.clear()  # as a new process: nothing compiled in memory
+    passes = _passes(kind=_NormPasses, compilers=CompilerPool(1))
+    _, report = warm_start(passes)
+    return report, StartManifest.of(passes, TARGET)
+
+
+@needs_triton
+@pytest.mark.usefixtures("hopper_driver")
+def test_a_second_start_compiles_from_the_kept_list_and_a_short_list_is_dropped(
+    tmp_path,  # noqa: ANN001
+) -> None:
+    import shutil
+
+    first, manifest = _start()  # an empty cache: recorded, compiled ahead, loaded from disk
+    assert first.recorded and (first.ahead.kernels, first.ahead.cached) == (3, 0)
+    assert first.late_compiles == [] and first.cached == 3
+    assert manifest.path.parent.parent == tmp_path / "triton" and len(manifest.load()) == 3
+
+    second, _ = _start()  # the same engine again: the kept list, nothing recorded or compiled
+    assert not second.recorded and (second.ahead.kernels, second.ahead.cached) == (3, 3)
+    assert second.ahead.compile_s == {} and second.late_compiles == [] and second.cached == 3
+
+    # A list short of two kernels, with the disk cache emptied: those two compile at their
+    # launch, and the list is dropped, so that the start after records again.
+    manifest.save(manifest.load()[:1])
+    for entry in (tmp_path / "triton").iterdir():
+        if entry != manifest.path.parent:
+            shutil.rmtree(entry)
+    third, _ = _start()
+    assert not third.recorded and third.late_compiles == ["_rms_norm_kernel"] * 2
+    assert not manifest.path.exists()
+    fourth, _ = _start()
+    assert fourth.recorded and fourth.late_compiles == [] and len(manifest.load()) == 3

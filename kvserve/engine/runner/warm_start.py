@@ -142,7 +142,8 @@ def _compile_ahead(
     if specs is None:
         with recording_compiles() as specs:
             passes.run(record=True)
-            torch.cuda.synchronize(passes.device)
+            if passes.device.type == "cuda":
+                torch.cuda.synchronize(passes.device)
     listed = time.perf_counter() - t
     report = compilers.compile(specs)
     for line in report.failed:

@@ -1,0 +1,50 @@
+"""Compiling Triton kernels for the H200 on a machine without a GPU: Triton compiles for sm_90
+anywhere; only its driver, which supplies a launch's device, stream and target, stands in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+
+class _HopperTarget:
+    """Triton's driver as far as a launch with ``warmup`` asks it: device, stream, target."""
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self):  # noqa: ANN201 - triton's GPUTarget
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+
+@pytest.fixture
+def hopper_driver(tmp_path, monkeypatch) -> Iterator[None]:  # noqa: ANN001
+    """The stand-in driver, and a Triton cache of the test's own."""
+    from triton.runtime.driver import driver
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    previous = driver._active  # None on a machine without a GPU: reset_active would fail
+    driver.set_active(_HopperTarget())
+    try:
+        yield
+    finally:
+        driver.set_active(previous)
+
+
+def compile_rms_norm(hidden: int, residual: bool) -> None:
+    """The RMSNorm kernel as ``rmsnorm._launch`` compiles it, without a launch."""
+    from kvserve.kernels.rmsnorm import _rms_norm_kernel
+
+    x = torch.zeros(4, hidden, dtype=torch.bfloat16)
+    w = torch.ones(hidden, dtype=torch.bfloat16)
+    _rms_norm_kernel.warmup(
+        x, x, w, x, hidden, 1e-6, hidden, hidden, hidden, HAS_RESIDUAL=residual,
+        BLOCK=hidden, USE_PDL=True, num_warps=1, grid=(4,),
+    )  # fmt: skip
