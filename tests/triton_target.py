@@ -26,15 +26,24 @@ class _HopperTarget:
 
 @pytest.fixture
 def hopper_driver(tmp_path, monkeypatch) -> Iterator[None]:  # noqa: ANN001
-    """The stand-in driver, and a Triton cache of the test's own."""
+    """The stand-in driver, and Triton caches of the test's own: an empty disk cache, and no
+    kvserve kernel compiled in memory (before or after)."""
     from triton.runtime.driver import driver
+
+    from kvserve.kernels.compile_ahead import kvserve_kernels
+
+    def forget_compiled() -> None:
+        for kernel in kvserve_kernels():
+            kernel.device_caches.clear()
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     previous = driver._active  # None on a machine without a GPU: reset_active would fail
     driver.set_active(_HopperTarget())
+    forget_compiled()
     try:
         yield
     finally:
+        forget_compiled()
         driver.set_active(previous)
 
 
