@@ -10,8 +10,9 @@ where the start's real passes find them. A kernel that a worker could not compil
 its launch, as before; ``counting_compiles`` counts those. With 8 workers and an empty cache an
 8B engine (128K context) was ready in 16.3 s against 36.8 s with an FP8 KV cache (26 kernels,
 33 s of compiles summed), 10.0 against 14.5 s with bf16 (H200, one machine, s52). Kernels
-already in the disk cache go to no worker (``in_disk_cache``), so a warm start pays only the
-recording pass (1.8 s on that machine, 3.8 s on another).
+already in the disk cache go to no worker (``in_disk_cache``), so a warm start paid only the
+recording pass (1.8 s on that machine, 3.8 s on another), which a start of an engine that
+started before skips (``engine.runner.start_manifest``).
 
 Processes, not threads: Triton's front end is Python and holds the GIL (six matmul kernels on
 two threads took 0.72x of their serial time, not 0.5x). On by default (``auto``);
