@@ -17,6 +17,7 @@ from triton_target import compile_rms_norm, hopper_driver  # noqa: F401 - a fixt
 from kvserve.errors import ConfigError
 from kvserve.kernels import compile_ahead
 from kvserve.kernels._triton import HAS_TRITON
+from kvserve.kernels.kernel_hashes import settle_kernel_hashes
 
 cpus = compile_ahead.usable_cpus()
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="needs Triton's compiler")
@@ -136,7 +137,7 @@ def test_kernels_that_call_helpers_hash_alike_in_the_engine_and_the_workers() ->
     """Triton 3.6 hashes a kernel differently depending on which kernels the process hashed
     first; FP8 attention's kernels were compiled by the workers under one name and looked for
     under another. Both sides settle every hash in one order first."""
-    compile_ahead.settle_kernel_hashes()
+    settle_kernel_hashes()
     with compile_ahead.recording_compiles() as specs:
         _fp8_attention_launches()
     assert {s.name for s in specs} == {"_fp8_decode_split_kernel", "_prefill_kernel"}

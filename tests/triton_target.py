@@ -30,7 +30,7 @@ def hopper_driver(tmp_path, monkeypatch) -> Iterator[None]:  # noqa: ANN001
     kvserve kernel compiled in memory (before or after)."""
     from triton.runtime.driver import driver
 
-    from kvserve.kernels.compile_ahead import kvserve_kernels
+    from kvserve.kernels.kernel_hashes import kvserve_kernels
 
     def forget_compiled() -> None:
         for kernel in kvserve_kernels():

@@ -99,7 +99,7 @@ def _answers() -> TextIO:
 
 
 def main() -> None:
-    from kvserve.kernels.compile_ahead import settle_kernel_hashes
+    from kvserve.kernels.kernel_hashes import settle_kernel_hashes
 
     answers = _answers()
     settle_kernel_hashes()  # as the engine did: the same hashes, so the same cache files

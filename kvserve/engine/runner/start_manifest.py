@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kvserve.kernels.compile_ahead import KernelSpec, kvserve_kernels
+from kvserve.kernels.compile_ahead import KernelSpec
+from kvserve.kernels.kernel_hashes import kvserve_kernels
 
 if TYPE_CHECKING:
     from kvserve.engine.runner.warm_start import StartPasses

@@ -26,8 +26,8 @@ from kvserve.kernels.compile_ahead import (
     counting_compiles,
     gpu_target,
     recording_compiles,
-    settle_kernel_hashes,
 )
+from kvserve.kernels.kernel_hashes import settle_kernel_hashes
 from kvserve.layers.attention import AttentionBackend
 from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
 
