@@ -120,9 +120,13 @@ class StartManifest:
         with contextlib.suppress(OSError):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w") as out:
-                json.dump(data, out)
-            os.replace(tmp, self.path)
+            try:
+                with os.fdopen(fd, "w") as out:
+                    json.dump(data, out)
+                os.replace(tmp, self.path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):  # replaced: nothing left
+                    os.unlink(tmp)
 
     def forget(self) -> None:
         with contextlib.suppress(OSError):
