@@ -83,10 +83,12 @@ def signature_lines(passes: StartPasses, target: list[object]) -> list[str]:
 
 
 def _plain_attributes(obj: object) -> list[tuple[str, Any]]:
-    """An object's attributes that print alike in every process (a backend's dependent-launch
-    switch, say), by name; objects and tensors left out."""
+    """An object's public attributes that print alike in every process (a backend's
+    dependent-launch switch, say), by name. Objects and tensors are left out, and so are
+    private attributes: cuDNN's handle, an int, is an address that differs every start."""
     plain = (str, int, float, bool, type(None), torch.dtype)
-    return sorted((k, v) for k, v in getattr(obj, "__dict__", {}).items() if isinstance(v, plain))
+    attributes = getattr(obj, "__dict__", {}).items()
+    return sorted((k, v) for k, v in attributes if not k.startswith("_") and isinstance(v, plain))
 
 
 class StartManifest:
