@@ -91,12 +91,11 @@ def recording_compiles() -> Iterator[list[KernelSpec]]:
     recorded: list[KernelSpec] = []
     specs: dict[tuple[str, str, str], KernelSpec] = {}
     kernels = kvserve_kernels()
-    compiled = [kernel.device_caches for kernel in kernels]
-    compiled_of = {id(kernel): caches for kernel, caches in zip(kernels, compiled, strict=True)}
+    compiled = {id(kernel): kernel.device_caches for kernel in kernels}  # hidden meanwhile
 
     def record(*, key: str, fn: object, compile: dict, **_: object) -> bool:
         module, name = fn.module, fn.name  # type: ignore[attr-defined] - JitFunctionInfo
-        caches = compiled_of.get(id(fn.jit_function), {})  # type: ignore[attr-defined]
+        caches = compiled.get(id(fn.jit_function), {})  # type: ignore[attr-defined]
         device_cache = caches.get(compile["device"])
         if device_cache is None or device_cache[0].get(key) is None:  # not compiled here yet
             spec = KernelSpec(module, name, compile["specialization_data"])
@@ -110,8 +109,8 @@ def recording_compiles() -> Iterator[list[KernelSpec]]:
         yield recorded
     finally:
         knobs.runtime.jit_cache_hook = previous
-        for kernel, caches in zip(kernels, compiled, strict=True):
-            kernel.device_caches = caches
+        for kernel in kernels:
+            kernel.device_caches = compiled[id(kernel)]
         recorded.extend(specs.values())
 
 
