@@ -5,12 +5,12 @@ With every kernel already cached, the recording pass was the whole cost of compi
 warm start: an 8B engine was ready in 8.9 s with it against 5.1 s without (H200, s52). A
 manifest is named by a signature of what decides which kernels the passes launch: the model's
 modules, parameters and buffers (names, shapes, dtypes), the KV pool's geometry and dtype (its
-page count aside: free memory decides it), the passes' own settings, the attention backends,
-the device's Triton target, the ``KVSERVE_*`` and ``TRITON_*`` environment, the versions of
-torch and Triton, kvserve's kernels' hashes and its Python files (path, size, modification
-time). A signature that misses an input costs nothing but speed: a kernel the manifest lacks
-compiles at its launch, is counted as such, and the start drops the manifest (the next start
-records again).
+page count aside: free memory decides it), the passes' own settings, the attention backend,
+the device's Triton target and multiprocessor count, the ``KVSERVE_*`` and ``TRITON_*``
+environment, the versions of torch and Triton, kvserve's kernels' hashes and its Python files
+(path, size, modification time). A signature that misses an input costs nothing but speed: a
+kernel the manifest lacks compiles at its launch, is counted as such, and the start drops the
+manifest (the next start records again).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from kvserve.kernels._triton import sm_count
 from kvserve.kernels.compile_ahead import KernelSpec
 from kvserve.kernels.kernel_hashes import kvserve_kernels
 
@@ -69,9 +70,10 @@ def signature_lines(passes: StartPasses, target: list[object]) -> list[str]:
     return [
         f"layout {_VERSION}",
         f"versions torch {torch.__version__} triton {triton.__version__} target {target}",
+        # kernel configs follow the SM count (the GEMV's tiles), which the target does not name
+        f"multiprocessors {sm_count(passes.device)}",
         f"passes {settings!r}",
         f"backend {_plain_attributes(passes.backend)!r}",
-        f"prefill {_plain_attributes(passes.prefill)!r}",
         *environment,
         *(
             f"kernel {kernel.__module__}.{kernel.__name__} {kernel.cache_key}"
