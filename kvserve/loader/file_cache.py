@@ -7,7 +7,9 @@ and by the versions of whatever produced it, so a rewritten file or a new librar
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -27,3 +29,18 @@ def entry_path(kind: str, model_path: str, versions: str) -> Path | None:
     st = os.stat(model_path)
     key = f"{model_path}\0{st.st_size}\0{st.st_mtime_ns}\0{versions}"
     return root / kind / hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def write_json(entry: Path, payload: object) -> None:
+    """Writes ``payload`` as JSON whole or not at all (a temp file beside it, then a rename), so
+    another process never reads half of it; a failure (a read-only or full disk) raises and
+    leaves no temp file."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".partial-")
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(payload, out)
+        os.replace(tmp, entry)
+    finally:
+        if os.path.exists(tmp):  # not renamed: the write failed
+            os.unlink(tmp)

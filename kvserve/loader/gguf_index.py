@@ -15,15 +15,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
 import numpy as np
 
-from kvserve.loader.file_cache import entry_path
+from kvserve.loader.file_cache import entry_path, write_json
 from kvserve.loader.gguf_reader import open_gguf
 
 log = logging.getLogger("kvserve.loader")
@@ -124,16 +122,7 @@ def _read(entry: Any) -> tuple[dict, list] | None:  # noqa: ANN401 - a Path
 
 
 def _write(entry: Any, payload: dict) -> None:  # noqa: ANN401 - a Path
-    tmp = None
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".partial-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f)
-        os.replace(tmp, entry)
-        tmp = None
+        write_json(entry, payload)
     except Exception as exc:  # a read-only or full disk: the next start parses again
         log.debug("GGUF index %s not written: %s", entry, exc)
-    finally:
-        if tmp is not None:
-            os.unlink(tmp)

@@ -19,7 +19,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ import torch
 from kvserve.kernels._triton import sm_count
 from kvserve.kernels.compile_ahead import KernelSpec
 from kvserve.kernels.kernel_hashes import kvserve_kernels
+from kvserve.loader.file_cache import write_json
 
 if TYPE_CHECKING:
     from kvserve.engine.runner.warm_start import StartPasses
@@ -122,15 +122,7 @@ class StartManifest:
         data = [{"module": s.module, "name": s.name, "specialization": s.specialization}
                 for s in specs]  # fmt: skip
         with contextlib.suppress(OSError):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as out:
-                    json.dump(data, out)
-                os.replace(tmp, self.path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):  # replaced: nothing left
-                    os.unlink(tmp)
+            write_json(self.path, data)
 
     def forget(self) -> None:
         with contextlib.suppress(OSError):
