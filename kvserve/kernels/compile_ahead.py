@@ -223,6 +223,8 @@ class CompilerPool:
             subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             for _ in range(workers)
         ]
+        for worker in self.workers:
+            _lower_priority(worker.pid)
         # an engine that fails before its warm-up still ends its workers
         weakref.finalize(self, _close_all, list(self.workers))
 
@@ -253,6 +255,16 @@ class CompilerPool:
         return AheadReport(
             len(specs), len(specs) - len(missing), failed, len(self.workers), elapsed, seconds
         )
+
+
+# Workers importing torch while the engine builds its model took CPU from it: a warm start
+# (every kernel cached) was ready in 5.2-5.9 s with them against 4.7 s without (H200, s53)
+WORKER_NICENESS = 10
+
+
+def _lower_priority(pid: int) -> None:
+    with contextlib.suppress(OSError):  # no such call on the platform, or the process is gone
+        os.setpriority(os.PRIO_PROCESS, pid, WORKER_NICENESS)
 
 
 def _in_disk_cache(spec: KernelSpec, target: list[object]) -> bool:
