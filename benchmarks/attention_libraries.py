@@ -11,6 +11,11 @@ prefill launches (a whole prompt; a chunk of new rows behind a cached prefix).
   (``kvserve.layers.attention.cudnn_prefill``); its output is checked against the Triton
   kernel's.
 
+``--parts flashinfer``: FlashInfer's paged prefill (``flashinfer-python``, its FA3 and FA2
+backends, JIT-compiled with the node's nvcc on first use) against the engine's cuDNN call on the
+same cache, pages and step; its output is checked against cuDNN's. Not a dependency of kvserve:
+carry the wheel and ``apache-tvm-ffi`` to the node to run it.
+
 ``--parts buckets``: cuDNN's speed on a step through a graph built for more than the step
 (a page table as wide as a 128K context, a longer chunk, a larger batch of empty sequences):
 what one graph serving many steps would cost them. ``--parts pages``: its speed at page sizes
@@ -19,13 +24,14 @@ what one graph serving many steps would cost them. ``--parts pages``: its speed 
 Causal FLOPs (4 per query-key pair and dim) against a bf16 matmul measured in the same run.
 Llama-3-8B heads (32 q, 8 kv, D = 128), bf16, page 16.
 
-    python -m benchmarks.attention_libraries [--parts libraries,buckets,pages] [--out-dir DIR]
+    python -m benchmarks.attention_libraries [--parts libraries,flashinfer,buckets,pages]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import time
 from collections.abc import Callable
 
 import torch
@@ -173,6 +179,66 @@ def page_rows(mm_tflops: float) -> list[dict]:
     return rows
 
 
+# (new rows, sequence length): the whole prompts and the chunks the 32 x 32K and 128K runs make
+FLASHINFER_SHAPES = [(4096, 4096), (32768, 32768), (2048, 32768), (8192, 32768),
+                     (2048, 131072), (16384, 131072)]  # fmt: skip
+FLASHINFER_BACKENDS = ("fa3", "fa2")
+
+
+def flashinfer_call(
+    backend: str, q: torch.Tensor, kv_cache: torch.Tensor, tables: torch.Tensor, seq_len: int
+) -> Callable[[], torch.Tensor]:
+    """FlashInfer's paged prefill of one sequence's step over the same cache (K and V pages
+    [pages, page, Hkv, D] each: its NHD layout) and page table; causal is bottom-right."""
+    import flashinfer
+
+    workspace = torch.empty(256 << 20, dtype=torch.uint8, device=q.device)
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend=backend)
+    pages, page = -(-seq_len // kv_cache.shape[2]), kv_cache.shape[2]
+
+    def i32(*values: int) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int32, device=q.device)
+
+    wrapper.plan(
+        i32(0, q.shape[0]), i32(0, pages), tables[0, :pages].contiguous(),
+        i32(seq_len - (pages - 1) * page), HQ, HKV, HEAD_DIM, page, causal=True, sm_scale=SCALE,
+        q_data_type=q.dtype, kv_data_type=kv_cache.dtype,
+    )  # fmt: skip
+    return lambda: wrapper.run(q, (kv_cache[0], kv_cache[1]))
+
+
+def flashinfer_rows(mm_tflops: float) -> list[dict]:
+    rows = []
+    for qlen, seq_len in FLASHINFER_SHAPES:
+        q, kv_cache, qsl, seq_lens, tables = prefill_inputs(seq_len, qlen)
+        flops = attention_flops(qlen, seq_len)
+        cudnn_call = cudnn_paged_call(q, kv_cache, qsl, seq_lens, tables)
+        reference = cudnn_call().float()
+        found = [
+            timed_row("cudnn_paged", functools.partial(median_ms, cudnn_call), flops, mm_tflops)
+        ]
+        for backend in FLASHINFER_BACKENDS:
+            name = f"flashinfer_{backend}"
+            try:
+                started = time.perf_counter()
+                call = flashinfer_call(backend, q, kv_cache, tables, seq_len)
+                err = (call().float() - reference).abs().max().item()
+                first_s = time.perf_counter() - started  # the JIT compile on a module's first use
+            except Exception as exc:  # noqa: BLE001 - a library that cannot run is a result
+                found.append({"library": name, "error": f"{type(exc).__name__}: {exc}"[:400]})
+                continue
+            row = timed_row(name, functools.partial(median_ms, call), flops, mm_tflops)
+            found.append({**row, "max_abs_diff_vs_cudnn": err, "first_call_s": first_s})
+        for row in found:
+            row.update(qlen=qlen, seq_len=seq_len)
+            print(f"q={qlen:6d} L={seq_len:6d} {row['library']:16s} "
+                  + (f"{row['ms']:8.3f} ms {row['tflops']:5.0f} TFLOP/s" if "ms" in row
+                     else row["error"]), flush=True)  # fmt: skip
+        rows += found
+        del q, kv_cache
+    return rows
+
+
 def timed_row(name: str, run: Callable[[], float], flops: float, mm_tflops: float) -> dict:
     try:
         ms = run()
@@ -185,7 +251,9 @@ def timed_row(name: str, run: Callable[[], float], flops: float, mm_tflops: floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", default=None)
-    ap.add_argument("--parts", default="libraries", help="libraries, buckets, pages (comma list)")
+    ap.add_argument(
+        "--parts", default="libraries", help="libraries, flashinfer, buckets, pages (comma list)"
+    )
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     mm_tflops = matmul_tflops()
@@ -198,12 +266,15 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001
         versions["cudnn_frontend"] = f"unavailable: {exc}"
     print(f"bf16 matmul {mm_tflops:.0f} TFLOP/s; {versions}", flush=True)
-    rows, gathers, buckets, pages = [], [], [], []
+    rows, gathers, buckets, pages, flashinfer = [], [], [], [], []
     if "libraries" in parts:
         for qlen, seq_len in SHAPES:
             rows += library_rows(qlen, seq_len, mm_tflops)
         gathers = [{"seq_len": n, "gather_ms": gather_ms(n)} for n in (32768, 131072)]
         print(gathers, flush=True)
+    if "flashinfer" in parts:
+        flashinfer = flashinfer_rows(mm_tflops)
+        versions["flashinfer"] = _flashinfer_version()
     if "buckets" in parts:
         buckets = bucket_rows(mm_tflops)
     if "pages" in parts:
@@ -211,16 +282,26 @@ def main() -> None:
     # The first matmul of a fresh process can read high (795 TFLOP/s on the H200 against
     # 679-701 later in other runs): shares are against the rate after the sustained load above
     sustained = matmul_tflops()
-    for row in rows + buckets + pages:
+    for row in rows + flashinfer + buckets + pages:
         if "tflops" in row:
             row["of_matmul"] = row["tflops"] / sustained
     write_result(
         "attention_libraries",
         {"matmul_tflops": sustained, "matmul_tflops_at_start": mm_tflops, "versions": versions,
-         "rows": rows, "gather": gathers, "buckets": buckets, "pages": pages,
+         "rows": rows, "gather": gathers, "flashinfer": flashinfer, "buckets": buckets,
+         "pages": pages,
          "shape": {"hq": HQ, "hkv": HKV, "head_dim": HEAD_DIM, "page": PAGE}},
         args.out_dir,
     )  # fmt: skip
+
+
+def _flashinfer_version() -> str:
+    try:
+        import flashinfer
+
+        return flashinfer.__version__
+    except Exception as exc:  # noqa: BLE001
+        return f"unavailable: {exc}"
 
 
 if __name__ == "__main__":
