@@ -310,12 +310,18 @@ def fp8_skinny_candidates(m: int, n: int, k: int, *, num_sms: int = 132) -> list
             cfg = replace(cfg, num_warps=8)
         if cfg not in configs:
             configs.append(cfg)
-    if m > 16:  # x quantized once before the launch, at 2 and 4 programs an SM
-        for per_sm, block_m in ((2, 0), (4, 0), (2, 32)):
+    if m > 16:  # x quantized once before the launch: programs an SM, W rows and K a step
+        for per_sm, block_m, block_n, block_k in (
+            (2, 0, 128, 128), (4, 0, 128, 128), (2, 32, 128, 128), (1, 0, 64, 128),
+            (2, 0, 64, 128), (1, 0, 128, 256), (1, 0, 256, 128), (2, 0, 256, 128),
+        ):  # fmt: skip
             if block_m >= m:
                 continue
             cfg = fp8_skinny_config(m, n, k, num_sms=num_sms, programs_per_sm=per_sm,
-                                    block_m=block_m, quantize_first=True)  # fmt: skip
+                                    block_m=block_m, block_n=block_n, block_k=block_k,
+                                    quantize_first=True)  # fmt: skip
+            if block_n == 256:
+                cfg = replace(cfg, num_warps=8)
             if cfg not in configs:
                 configs.append(cfg)
     return configs
