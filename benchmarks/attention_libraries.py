@@ -16,6 +16,9 @@ backends, JIT-compiled with the node's nvcc on first use) against the engine's c
 same cache, pages and step; its output is checked against cuDNN's. Not a dependency of kvserve:
 carry the wheel and ``apache-tvm-ffi`` to the node to run it.
 
+``--parts plans``: every execution plan cuDNN's heuristics rank for the engine's graph, each
+built and timed on the step (the engine takes the first).
+
 ``--parts buckets``: cuDNN's speed on a step through a graph built for more than the step
 (a page table as wide as a 128K context, a longer chunk, a larger batch of empty sequences):
 what one graph serving many steps would cost them. ``--parts pages``: its speed at page sizes
@@ -24,7 +27,7 @@ what one graph serving many steps would cost them. ``--parts pages``: its speed 
 Causal FLOPs (4 per query-key pair and dim) against a bf16 matmul measured in the same run.
 Llama-3-8B heads (32 q, 8 kv, D = 128), bf16, page 16.
 
-    python -m benchmarks.attention_libraries [--parts libraries,flashinfer,buckets,pages]
+    python -m benchmarks.attention_libraries [--parts libraries,flashinfer,plans,buckets,pages]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import argparse
 import functools
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +45,9 @@ from benchmarks.common import matmul_tflops, median_ms, write_result
 from benchmarks.kernels_h200 import DTYPE, HEAD_DIM, HKV, HQ, PAGE, SCALE, prefill_inputs
 from benchmarks.long_context_sweep import attention_flops
 from kvserve.kernels.prefill_attention import paged_prefill_attention
+
+if TYPE_CHECKING:
+    from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
 
 # (new rows, sequence length)
 SHAPES = [(4096, 4096), (16384, 16384), (32768, 32768), (2048, 32768), (16384, 32768),
@@ -80,10 +87,12 @@ def cudnn_paged_call(
     seq_lens: torch.Tensor,
     tables: torch.Tensor,
     buckets: dict[str, int] | None = None,
+    library: CudnnPrefill | None = None,
 ) -> Callable[[], torch.Tensor]:
-    """The engine's cuDNN prefill (``CudnnPrefill``) on one sequence's step. ``buckets``: the
-    graph's batch / max_query / width (its page table's columns) when not the engine's own
-    rounding of this step (padded sequences are empty; padded table columns are zeros)."""
+    """The engine's cuDNN prefill (``CudnnPrefill``, or ``library``) on one sequence's step.
+    ``buckets``: the graph's batch / max_query / width (its page table's columns) when not the
+    engine's own rounding of this step (padded sequences are empty; padded table columns are
+    zeros)."""
     from kvserve.layers.attention.cudnn_prefill import CudnnPrefill, pad_step_inputs
     from kvserve.layers.attention.metadata import AttentionMetadata
 
@@ -93,7 +102,7 @@ def cudnn_paged_call(
         slot_mapping=torch.empty(0, dtype=torch.int64, device=q.device), max_query_len=qlen,
         max_seq_len=seq_len, query_lens_cpu=[qlen], seq_lens_cpu=[seq_len],
     )  # fmt: skip
-    library = CudnnPrefill(q.device)
+    library = library or CudnnPrefill(q.device)
     inputs = library.step_inputs(meta, 0)
     assert inputs is not None, "below the size the engine hands to cuDNN"
     if buckets:
@@ -239,6 +248,37 @@ def flashinfer_rows(mm_tflops: float) -> list[dict]:
     return rows
 
 
+# (new rows, sequence length): the 32 x 32K run's steps and whole prompts
+PLAN_SHAPES = [(8192, 8192), (8192, 32768), (2048, 32768), (32768, 32768)]
+
+
+def plan_rows(mm_tflops: float) -> list[dict]:
+    from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
+
+    rows = []
+    for qlen, seq_len in PLAN_SHAPES:
+        q, kv_cache, qsl, seq_lens, tables = prefill_inputs(seq_len, qlen)
+        library = CudnnPrefill(q.device)
+        call = cudnn_paged_call(q, kv_cache, qsl, seq_lens, tables, library=library)
+        reference = call().float()
+        for index, name in enumerate(library.plan_names()):
+            try:
+                library.use_plan(index)
+                err = (call().float() - reference).abs().max().item()
+            except Exception as exc:  # noqa: BLE001 - a plan that does not build is a result
+                row = {"library": "cudnn_paged", "error": f"{type(exc).__name__}: {exc}"[:400]}
+            else:
+                flops = attention_flops(qlen, seq_len)
+                row = timed_row("cudnn_paged", functools.partial(median_ms, call), flops, mm_tflops)
+                row["max_abs_diff_vs_first_plan"] = err
+            rows.append({**row, "plan": index, "plan_name": name, "qlen": qlen, "seq_len": seq_len})
+            print(f"q={qlen:6d} L={seq_len:6d} plan {index} {name:24s} "
+                  + (f"{row['ms']:8.3f} ms {row['tflops']:5.0f} TFLOP/s" if "ms" in row
+                     else row["error"]), flush=True)  # fmt: skip
+        del q, kv_cache
+    return rows
+
+
 def timed_row(name: str, run: Callable[[], float], flops: float, mm_tflops: float) -> dict:
     try:
         ms = run()
@@ -252,7 +292,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", default=None)
     ap.add_argument(
-        "--parts", default="libraries", help="libraries, flashinfer, buckets, pages (comma list)"
+        "--parts",
+        default="libraries",
+        help="libraries, flashinfer, plans, buckets, pages (comma list)",
     )
     args = ap.parse_args()
     parts = set(args.parts.split(","))
@@ -266,7 +308,7 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001
         versions["cudnn_frontend"] = f"unavailable: {exc}"
     print(f"bf16 matmul {mm_tflops:.0f} TFLOP/s; {versions}", flush=True)
-    rows, gathers, buckets, pages, flashinfer = [], [], [], [], []
+    rows, gathers, buckets, pages, flashinfer, plans = [], [], [], [], [], []
     if "libraries" in parts:
         for qlen, seq_len in SHAPES:
             rows += library_rows(qlen, seq_len, mm_tflops)
@@ -275,6 +317,8 @@ def main() -> None:
     if "flashinfer" in parts:
         flashinfer = flashinfer_rows(mm_tflops)
         versions["flashinfer"] = _flashinfer_version()
+    if "plans" in parts:
+        plans = plan_rows(mm_tflops)
     if "buckets" in parts:
         buckets = bucket_rows(mm_tflops)
     if "pages" in parts:
@@ -282,13 +326,14 @@ def main() -> None:
     # The first matmul of a fresh process can read high (795 TFLOP/s on the H200 against
     # 679-701 later in other runs): shares are against the rate after the sustained load above
     sustained = matmul_tflops()
-    for row in rows + flashinfer + buckets + pages:
+    for row in rows + flashinfer + plans + buckets + pages:
         if "tflops" in row:
             row["of_matmul"] = row["tflops"] / sustained
     write_result(
         "attention_libraries",
         {"matmul_tflops": sustained, "matmul_tflops_at_start": mm_tflops, "versions": versions,
-         "rows": rows, "gather": gathers, "flashinfer": flashinfer, "buckets": buckets,
+         "rows": rows, "gather": gathers, "flashinfer": flashinfer, "plans": plans,
+         "buckets": buckets,
          "pages": pages,
          "shape": {"hq": HQ, "hkv": HKV, "head_dim": HEAD_DIM, "page": PAGE}},
         args.out_dir,

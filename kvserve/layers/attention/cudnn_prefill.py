@@ -260,6 +260,21 @@ class CudnnPrefill:
         g.graph.execute(pack, g.workspace, handle=self._handle)
         return out
 
+    def plan_names(self) -> list[str]:
+        """The execution plans cuDNN's heuristics ranked for the latest call's graph (the
+        first is the one its build takes)."""
+        graph = self._graphs[self._last].graph
+        return [graph.get_plan_name_at_index(i) for i in range(graph.get_execution_plan_count())]
+
+    def use_plan(self, index: int) -> None:
+        """Builds plan ``index`` of the latest call's graph and runs it from then on (the
+        benchmarks time each; the engine keeps the first)."""
+        g = self._graphs[self._last]
+        g.graph.build_plan_at_index(index)
+        g.workspace = torch.empty(
+            g.graph.get_workspace_size(), dtype=torch.uint8, device=self.device
+        )
+
     def _build(self, shape: _Shape) -> _Graph:
         start = time.perf_counter()
         with torch.cuda.device(self.device):
