@@ -213,3 +213,18 @@ def test_a_worker_that_does_not_answer_is_killed_not_waited_for(tmp_path, monkey
     report = compile_ahead.CompilerPool(2).compile([sleepy, *recorded], job_timeout_s=30.0)
     assert report.failed == ["sleepy_module.kernel: no answer in 30.0 s"]
     assert list(report.compile_s) == ["_rms_norm_kernel #1"]
+
+
+def test_workers_run_below_the_engines_priority() -> None:
+    """The workers import torch while the engine builds its model: at a lower priority they
+    take only CPU time the engine leaves (an empty list ends them)."""
+    pool = compile_ahead.CompilerPool(2)
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        for worker in pool.workers:
+            want = min(compile_ahead.MAX_NICENESS, own + compile_ahead.WORKER_NICENESS)
+            assert os.getpriority(os.PRIO_PROCESS, worker.pid) == want
+    finally:
+        report = pool.compile([])
+    assert report.kernels == 0
+    assert all(worker.poll() is not None for worker in pool.workers)
