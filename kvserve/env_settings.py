@@ -147,6 +147,12 @@ SETTINGS: tuple[EnvSetting, ...] = (
         meaning="FP8 layers take the tensor-core decode kernel up to this many tokens",
         reader="kvserve.quant.fp8_method:skinny_max_rows",
     ),
+    EnvSetting(
+        name="KVSERVE_FP8_SILU_QUANT",
+        default="0",
+        meaning="1 has an FP8 down projection's activation quantization apply the SiLU-mul",
+        reader="kvserve.quant.fp8_method:silu_quant_enabled",
+    ),
 )
 
 

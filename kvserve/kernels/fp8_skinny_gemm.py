@@ -37,6 +37,7 @@ from kvserve.kernels._triton import (
     sm_count,
     tl,
 )
+from kvserve.kernels.activation import silu_and_mul
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
 from kvserve.kernels.fp8_quant import (
     FP8,
@@ -190,12 +191,16 @@ def fp8_skinny_linear(
     *,
     block: tuple[int, int] | None = None,
     pdl: bool = False,
+    gated: bool = False,
 ) -> torch.Tensor:
     """``x [M, K]`` (M <= ``MAX_ROWS``) @ ``(weight * scale).T`` (+ ``bias``) in x's dtype, on
     CUDA; ``block``: ``scale`` is per block of that many (rows, columns) of ``weight``.
-    ``pdl``: programmatic dependent launch (``kvserve.kernels._triton``)."""
+    ``pdl``: programmatic dependent launch (``kvserve.kernels._triton``). ``gated``: ``x
+    [M, 2K]`` is a SwiGLU's gate then up, and the product is of ``silu(gate) * up`` as
+    ``silu_and_mul`` rounds it; where x is quantized before the launch the quantization kernel
+    applies it (one launch, the same bits), else ``silu_and_mul`` runs first."""
     require_triton()
-    m, k = x.shape
+    m, k = x.shape[0], x.shape[1] // 2 if gated else x.shape[1]
     n = weight.shape[0]
     if m > MAX_ROWS or weight.dtype != FP8 or weight.stride(1) != 1:
         raise ValueError(f"fp8_skinny_linear takes <= {MAX_ROWS} rows and a row-major e4m3 W")
@@ -212,7 +217,9 @@ def fp8_skinny_linear(
     x_fp8 = cfg.quantize_first and k % cfg.block_k == 0
     x_scales = out  # placeholder unless x_fp8
     if x_fp8:
-        x, x_scales = quantize_fp8(x, cfg.block_k)
+        x, x_scales = quantize_fp8(x, cfg.block_k, gated=gated)
+    elif gated:
+        x = silu_and_mul(x)
     _fp8_skinny_kernel[split.grid](
         x, x_scales, weight, scale, bias if bias is not None else out, out, split.workspace,
         split.counters, m, n, k, x.stride(0), x_scales.stride(0), weight.stride(0),

@@ -74,6 +74,11 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.method.apply(self, x, self.bias)
 
+    def forward_after_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor | None:
+        """This layer of ``silu(gate) * up`` from a gate/up output in fewer launches, or None
+        (``apply_after_silu_mul``)."""
+        return self.method.apply_after_silu_mul(self, gate_up, self.bias)
+
     def forward_gated(self, x: torch.Tensor) -> torch.Tensor | None:
         """silu(gate) * up of a gate/up layer in one launch, or None (``apply_gated``)."""
         if self.bias is not None or len(self.shard_sizes) != 2:

@@ -51,7 +51,15 @@ class RowParallelLinear(Linear):
         super().load_shard(param_name, loaded, shard)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(self.method.apply(self, x, None), self.tp)
+        return self._reduced(self.method.apply(self, x, None))
+
+    def forward_after_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor | None:
+        partial = self.method.apply_after_silu_mul(self, gate_up, None)
+        return None if partial is None else self._reduced(partial)
+
+    def _reduced(self, partial: torch.Tensor) -> torch.Tensor:
+        """The ranks' partial products summed, then the bias (added once)."""
+        y = all_reduce(partial, self.tp)
         return y if self.bias is None else y + self.bias
 
 

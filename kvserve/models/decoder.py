@@ -213,9 +213,11 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = self.gate_up_proj.forward_gated(x) if self.gated_gemv else None
-        if hidden is None:
-            hidden = self.act(self.gate_up_proj(x))
-        return self.down_proj(hidden)
+        if hidden is not None:
+            return self.down_proj(hidden)
+        gate_up = self.gate_up_proj(x)
+        out = self.down_proj.forward_after_silu_mul(gate_up)
+        return out if out is not None else self.down_proj(self.act(gate_up))
 
 
 def _feed_forward(

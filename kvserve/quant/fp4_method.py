@@ -120,6 +120,11 @@ class Fp4LinearMethod:
             pdl=layer.launch_pdl,
         )  # fmt: skip
 
+    def apply_after_silu_mul(
+        self, layer: Linear, gate_up: torch.Tensor, bias: torch.Tensor | None
+    ) -> None:
+        return None  # x is not quantized: no kernel to take the SiLU-mul
+
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
         if x.device.type == "cpu" or x.numel() > GEMV_MAX_ROWS * x.shape[-1]:
             return None

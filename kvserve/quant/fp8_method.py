@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kvserve.config import env_switch
 from kvserve.errors import ModelLoadError
 from kvserve.kernels._triton import hopper_or_newer
 from kvserve.kernels.fp8_gemm import (
@@ -34,7 +35,7 @@ from kvserve.kernels.fp8_gemm import (
 from kvserve.kernels.fp8_quant import FP8, dequantize_fp8_activation, quantize_fp8
 from kvserve.kernels.fp8_skinny_gemm import DEFAULT_ROWS as SKINNY_DEFAULT_ROWS
 from kvserve.kernels.fp8_skinny_gemm import MAX_ROWS as SKINNY_ROWS
-from kvserve.kernels.fp8_skinny_gemm import fp8_skinny_linear
+from kvserve.kernels.fp8_skinny_gemm import QUANTIZE_FIRST_ABOVE, fp8_skinny_linear
 from kvserve.kernels.word_gemv import GEMV_ROWS, fp8_gemv, gated_fits
 from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
 from kvserve.quant.fp8_weights import quantize_weight, requantize_to_max
@@ -61,6 +62,7 @@ def w8a16_max_rows() -> int:
 
 
 SKINNY_ROWS_ENV = "KVSERVE_FP8_SKINNY_ROWS"
+SILU_QUANT_ENV = "KVSERVE_FP8_SILU_QUANT"
 DECODE_SCALE_BLOCK = (128, 128)  # block-scaled weights the decode kernels take
 
 
@@ -192,6 +194,27 @@ class Fp8LinearMethod:
         y = fp8_gemv(x2, w, ws, block=spec.block, pdl=layer.launch_pdl, gated=True)
         return y.view(*x.shape[:-1], y.shape[-1])
 
+    def apply_after_silu_mul(
+        self, layer: Linear, gate_up: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """``silu(gate) * up @ W.T + bias`` where this step quantizes x by its own kernel
+        (cuBLAS or the block GEMM; the tensor-core kernel past ``QUANTIZE_FIRST_ABOVE`` rows)
+        with a per-token, per-group or static scale: that kernel takes the gate and up and
+        applies the SiLU-mul (one launch in place of two, the same bits). None elsewhere, and
+        unless ``KVSERVE_FP8_SILU_QUANT`` is 1."""
+        spec, x = self.spec, gate_up.reshape(-1, gate_up.shape[-1])
+        if not _silu_quant_here(spec, x):
+            return None
+        if _skinny_here(spec, x):
+            w, ws = layer.weight, layer.weight_scale
+            y = fp8_skinny_linear(
+                x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl, gated=True
+            )
+        else:
+            y = self._matmul_w8a8(layer, x, gated=True)
+            y = y if bias is None else y + bias
+        return y.view(*gate_up.shape[:-1], y.shape[-1])
+
     def _matmul(
         self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -206,13 +229,14 @@ class Fp8LinearMethod:
         y = self._matmul_w8a8(layer, x)
         return y if bias is None else y + bias
 
-    def _matmul_w8a8(self, layer: Linear, x: torch.Tensor) -> torch.Tensor:
-        """Activations quantized by their own kernel, then cuBLAS (or the block GEMM)."""
+    def _matmul_w8a8(self, layer: Linear, x: torch.Tensor, gated: bool = False) -> torch.Tensor:
+        """Activations quantized by their own kernel, then cuBLAS (or the block GEMM).
+        ``gated``: x is a gate and up, and the quantization applies their SiLU-mul."""
         spec, w, ws = self.spec, layer.weight, layer.weight_scale
         static = layer.input_scale if spec.activation == "static" else None
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)
-        xq, xs = quantize_fp8(x, spec.act_group, static)
+        xq, xs = quantize_fp8(x, spec.act_group, static, gated=gated)
         if x.device.type == "cpu":
             return (dequantize_fp8_activation(xq, xs) @ _dequantized(layer, spec).T).to(x.dtype)
         if not _tensor_core_shapes(layer):
@@ -246,6 +270,27 @@ def _weight_only_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
     return (
         _decode_blocks_fit(spec) and x.device.type == "cuda" and 0 < x.shape[0] <= w8a16_max_rows()
         and x.dtype in (torch.bfloat16, torch.float16)
+    )  # fmt: skip
+
+
+@functools.cache
+def silu_quant_enabled() -> bool:
+    """``KVSERVE_FP8_SILU_QUANT``: 1 has an FP8 down projection whose step quantizes x by its
+    own kernel take the gate/up output and apply the SiLU-mul in that kernel
+    (``apply_after_silu_mul``); 0 (the default until it is timed on the H200) keeps the
+    SiLU-mul kernel."""
+    return env_switch(SILU_QUANT_ENV, default=False)
+
+
+def _silu_quant_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
+    """On CUDA, with an activation scale the quantization kernel computes per row or group or
+    takes as given (a dynamic per-tensor scale needs the SiLU-mul's output first), on a step
+    that quantizes x before its GEMM: not the GEMV (16-bit x), not the tensor-core kernel up
+    to ``QUANTIZE_FIRST_ABOVE`` rows (x quantized inside its loop)."""
+    return (
+        silu_quant_enabled() and x.device.type == "cuda" and x.shape[0] > 0
+        and spec.activation not in ("none", "tensor") and not _weight_only_here(spec, x)
+        and (x.shape[0] > QUANTIZE_FIRST_ABOVE or not _skinny_here(spec, x))
     )  # fmt: skip
 
 

@@ -46,6 +46,14 @@ class LinearMethod(Protocol):
         [T, I] from one launch (the word GEMV's ``gated`` mode) where the method runs x on the
         GEMV, else None (the caller then runs ``apply`` and the SiLU-mul)."""
 
+    def apply_after_silu_mul(
+        self, layer: Linear, gate_up: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """For a down projection: ``silu(gate) * up @ W.T + bias`` from the gate/up layer's
+        output [T, 2I] where the method folds the SiLU-mul into a kernel it runs on x anyway
+        (FP8's activation quantization), else None (the caller runs the SiLU-mul, then
+        ``apply``)."""
+
 
 def shard_rows(layer: Linear, shard: int) -> slice:
     """The output rows of shard ``shard`` in the merged weight."""

@@ -46,6 +46,11 @@ class UnquantizedLinearMethod:
             return skinny_linear(x, layer.weight, None, bias, pdl=layer.launch_pdl)
         return F.linear(x, layer.weight, bias)
 
+    def apply_after_silu_mul(
+        self, layer: Linear, gate_up: torch.Tensor, bias: torch.Tensor | None
+    ) -> None:
+        return None  # x is not quantized: no kernel to take the SiLU-mul
+
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
         if not _gemv_here(layer.weight, x):
             return None

@@ -21,6 +21,7 @@ from kernel_test_device import DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS, ON_GPU_ON
 
 from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
+from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight  # noqa: E402
 from kvserve.kernels.fp8_skinny_gemm import (  # noqa: E402
     Fp8SkinnyConfig,
@@ -30,9 +31,11 @@ from kvserve.kernels.fp8_skinny_gemm import (  # noqa: E402
 )
 from kvserve.quant.fp8_config import Fp8Spec  # noqa: E402
 from kvserve.quant.fp8_method import (  # noqa: E402
+    SILU_QUANT_ENV,
     SKINNY_ROWS_ENV,
     W8A16_ROWS_ENV,
     Fp8LinearMethod,
+    silu_quant_enabled,
     skinny_max_rows,
     w8a16_max_rows,
 )
@@ -136,6 +139,25 @@ def test_default_config_bias_and_zero_rows(
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("quantize_first", [False, True])
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("m", [5, 40])
+def test_a_gated_input_is_the_silu_mul_then_the_kernel(
+    m: int, split_k: int, quantize_first: bool
+) -> None:
+    """``gated``: x holds a SwiGLU's gate then up. The output is the kernel's on
+    ``silu_and_mul``'s output, bit for bit, whether the quantization kernel applies the SiLU-mul
+    (x quantized first) or ``silu_and_mul`` runs before the launch (x quantized in the loop)."""
+    dtype = X_DTYPES[-1]
+    _, q, scale = inputs(m, 256, 512, True, dtype)
+    gen = torch.Generator().manual_seed(m + split_k)
+    gate_up = (torch.randn(m, 1024, generator=gen) * 2).to(dtype).to(DEVICE)
+    cfg = Fp8SkinnyConfig(64, 128, max(16, 1 << (m - 1).bit_length()), split_k, 4, 2,
+                          quantize_first)  # fmt: skip
+    out = fp8_skinny_linear(gate_up, q, scale, config=cfg, gated=True)
+    assert torch.equal(out, fp8_skinny_linear(silu_and_mul(gate_up), q, scale, config=cfg))
+
+
 def test_bad_operands_are_refused() -> None:
     x, q, scale = inputs(2, 64, 128, True, torch.float16)
     with pytest.raises(ValueError, match="fp8_skinny_linear"):
@@ -179,6 +201,40 @@ def test_fp8_method_takes_the_kernel_for_decode_steps(spec: Fp8Spec, m: int) -> 
     if m <= 64:
         assert torch.equal(out, fp8_skinny_linear(x, q, scale, block=spec.block))
     assert rel(out, x.float() @ dequantize_fp8_weight(q, scale, spec.block).T) < EXACT_TOL
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the method takes this path on CUDA only")
+@pytest.mark.parametrize(
+    "spec",
+    [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static"),
+     Fp8Spec("block", "group", (128, 128)), Fp8Spec("channel", "tensor")],
+)  # fmt: skip
+@pytest.mark.parametrize("m", [1, 16, 40, 65, 300])
+def test_fp8_method_folds_the_silu_mul_into_its_activation_quantization(
+    spec: Fp8Spec, m: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``KVSERVE_FP8_SILU_QUANT=1`` a down projection's steps that quantize x by their own
+    kernel (past 32 rows: the tensor-core kernel, then cuBLAS or the block GEMM) give the
+    SiLU-mul-then-apply output bit for bit from the gate/up output; the others, a dynamic
+    per-tensor scale, and the switch at 0 decline (None)."""
+    _, q, scale = inputs(m, 512, 1024, spec.weight == "channel", torch.bfloat16, spec.block)
+    gate_up = torch.randn(m, 2048, device=DEVICE).to(torch.bfloat16)
+    layer = SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
+                            input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
+    method = Fp8LinearMethod(spec)
+    folds = m > 32 and spec.activation != "tensor"
+    for switch in ("0", "1"):
+        monkeypatch.setenv(SILU_QUANT_ENV, switch)
+        silu_quant_enabled.cache_clear()
+        try:
+            out = method.apply_after_silu_mul(layer, gate_up, None)  # type: ignore[arg-type]
+        finally:
+            silu_quant_enabled.cache_clear()
+        if switch == "1" and folds:
+            want = method._matmul(layer, silu_and_mul(gate_up))  # type: ignore[arg-type]
+            assert out is not None and torch.equal(out, want)
+        else:
+            assert out is None
 
 
 def test_row_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
