@@ -21,7 +21,7 @@ instructions a weight on the CUDA cores) the loop spends no instructions on W's 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -295,40 +295,34 @@ def fp8_skinny_config(
         if s > 1 and (too_many or k_tiles // s < _MIN_K_TILES_PER_SPLIT):
             break
         split = s
-    return Fp8SkinnyConfig(block_n, block_k, block_m, split, 4, num_stages, quantize_first)
+    warps = 8 if block_n >= 256 else 4  # a warpgroup per 128 W rows
+    return Fp8SkinnyConfig(block_n, block_k, block_m, split, warps, num_stages, quantize_first)
+
+
+# (W rows, K a step, programs an SM, stages (0: as many as fit), x rows a tile (0: all), x
+# quantized before the launch); the last rows only past 16 rows of x
+_CANDIDATE_TILES = (
+    (128, 128, 1, 4, 0, False), (128, 128, 4, 4, 0, False), (128, 128, 2, 3, 0, False),
+    (128, 128, 2, 6, 0, False), (64, 128, 2, 4, 0, False), (64, 128, 4, 4, 0, False),
+    (128, 256, 2, 3, 0, False), (256, 128, 2, 3, 0, False), (64, 256, 4, 4, 0, False),
+    (128, 128, 2, 4, 32, False), (128, 128, 2, 4, 16, False), (128, 128, 4, 4, 16, False),
+    (128, 128, 2, 0, 0, True), (128, 128, 4, 0, 0, True), (128, 128, 2, 0, 32, True),
+    (64, 128, 1, 0, 0, True), (64, 128, 2, 0, 0, True), (128, 256, 1, 0, 0, True),
+    (256, 128, 1, 0, 0, True), (256, 128, 2, 0, 0, True),
+)  # fmt: skip
 
 
 def fp8_skinny_candidates(m: int, n: int, k: int, *, num_sms: int = 132) -> list[Fp8SkinnyConfig]:
     """The default, then tiles of 64 / 128 / 256 W rows and 128 / 256 K at 1-4 programs an SM
-    and 3-6 stages, and past 16 rows x in tiles of 16 or 32 (W read once from memory, then from
-    L2)."""
+    and 3-6 stages, x in tiles of 16 or 32 (W read once from memory, then from L2), and past 16
+    rows x quantized before the launch."""
     configs = [fp8_skinny_config(m, n, k, num_sms=num_sms)]
-    for block_n, block_k, per_sm, stages, block_m in (
-        (128, 128, 1, 4, 0), (128, 128, 4, 4, 0), (128, 128, 2, 3, 0), (128, 128, 2, 6, 0),
-        (64, 128, 2, 4, 0), (64, 128, 4, 4, 0), (128, 256, 2, 3, 0), (256, 128, 2, 3, 0),
-        (64, 256, 4, 4, 0), (128, 128, 2, 4, 32), (128, 128, 2, 4, 16), (128, 128, 4, 4, 16),
-    ):  # fmt: skip
-        if block_m and block_m >= m:
+    for block_n, block_k, per_sm, stages, block_m, quantize_first in _CANDIDATE_TILES:
+        if (block_m and block_m >= m) or (quantize_first and m <= 16):
             continue
         cfg = fp8_skinny_config(m, n, k, num_sms=num_sms, block_n=block_n, block_k=block_k,
-                                programs_per_sm=per_sm, num_stages=stages,
-                                block_m=block_m)  # fmt: skip
-        if block_n == 256:
-            cfg = replace(cfg, num_warps=8)
+                                programs_per_sm=per_sm, num_stages=stages, block_m=block_m,
+                                quantize_first=quantize_first)  # fmt: skip
         if cfg not in configs:
             configs.append(cfg)
-    if m > 16:  # x quantized once before the launch: programs an SM, W rows and K a step
-        for per_sm, block_m, block_n, block_k in (
-            (2, 0, 128, 128), (4, 0, 128, 128), (2, 32, 128, 128), (1, 0, 64, 128),
-            (2, 0, 64, 128), (1, 0, 128, 256), (1, 0, 256, 128), (2, 0, 256, 128),
-        ):  # fmt: skip
-            if block_m >= m:
-                continue
-            cfg = fp8_skinny_config(m, n, k, num_sms=num_sms, programs_per_sm=per_sm,
-                                    block_m=block_m, block_n=block_n, block_k=block_k,
-                                    quantize_first=True)  # fmt: skip
-            if block_n == 256:
-                cfg = replace(cfg, num_warps=8)
-            if cfg not in configs:
-                configs.append(cfg)
     return configs
