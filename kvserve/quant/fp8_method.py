@@ -205,7 +205,10 @@ class Fp8LinearMethod:
         spec, x = self.spec, gate_up.reshape(-1, gate_up.shape[-1])
         if not _silu_quant_here(spec, x):
             return None
-        if _skinny_here(spec, x):
+        skinny = _skinny_here(spec, x)
+        if skinny and x.shape[0] <= QUANTIZE_FIRST_ABOVE:  # x quantized inside its loop
+            return None
+        if skinny:
             w, ws = layer.weight, layer.weight_scale
             y = fp8_skinny_linear(
                 x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl, gated=True
@@ -284,13 +287,11 @@ def silu_quant_enabled() -> bool:
 
 def _silu_quant_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
     """On CUDA, with an activation scale the quantization kernel computes per row or group or
-    takes as given (a dynamic per-tensor scale needs the SiLU-mul's output first), on a step
-    that quantizes x before its GEMM: not the GEMV (16-bit x), not the tensor-core kernel up
-    to ``QUANTIZE_FIRST_ABOVE`` rows (x quantized inside its loop)."""
+    takes as given (a dynamic per-tensor scale needs the SiLU-mul's output first), not on the
+    GEMV (16-bit x, nothing quantized)."""
     return (
         silu_quant_enabled() and x.device.type == "cuda" and x.shape[0] > 0
         and spec.activation not in ("none", "tensor") and not _weight_only_here(spec, x)
-        and (x.shape[0] > QUANTIZE_FIRST_ABOVE or not _skinny_here(spec, x))
     )  # fmt: skip
 
 
