@@ -135,10 +135,7 @@ def library_rows(qlen: int, seq_len: int, mm_tflops: float) -> list[dict]:
     rows.append(row)
     for row in rows:
         row.update(qlen=qlen, seq_len=seq_len)
-        tf = row.get("tflops")
-        print(f"q={qlen:6d} L={seq_len:6d} {row['library']:12s} "
-              + (f"{row['ms']:8.2f} ms {tf:5.0f} TFLOP/s" if tf else row.get("error", "")),
-              flush=True)  # fmt: skip
+        print_row(row, f"{row['library']:12s}")
     return rows
 
 
@@ -163,8 +160,7 @@ def bucket_rows(mm_tflops: float) -> list[dict]:
             run = functools.partial(median_ms, call)
             row = timed_row("cudnn_paged", run, attention_flops(qlen, seq_len), mm_tflops)
             rows.append({**row, "qlen": qlen, "seq_len": seq_len, "padded": padding})
-            print(f"q={qlen:6d} L={seq_len:6d} padded {padding}: {row.get('ms', 0):.3f} ms "
-                  f"{row.get('tflops', float('nan')):5.0f} TFLOP/s", flush=True)  # fmt: skip
+            print_row(rows[-1], f"padded {padding}:")
     return rows
 
 
@@ -182,8 +178,7 @@ def page_rows(mm_tflops: float) -> list[dict]:
             run = functools.partial(median_ms, call)
             row = timed_row("cudnn_paged", run, attention_flops(qlen, seq_len), mm_tflops)
             rows.append({**row, "qlen": qlen, "seq_len": seq_len, "page": page})
-            print(f"q={qlen:6d} L={seq_len:6d} page {page:3d}: "
-                  f"{row.get('tflops', float('nan')):5.0f} TFLOP/s", flush=True)  # fmt: skip
+            print_row(rows[-1], f"page {page:3d}:")
             del q, kv_cache
     return rows
 
@@ -240,9 +235,7 @@ def flashinfer_rows(mm_tflops: float) -> list[dict]:
             found.append({**row, "max_abs_diff_vs_cudnn": err, "first_call_s": first_s})
         for row in found:
             row.update(qlen=qlen, seq_len=seq_len)
-            print(f"q={qlen:6d} L={seq_len:6d} {row['library']:16s} "
-                  + (f"{row['ms']:8.3f} ms {row['tflops']:5.0f} TFLOP/s" if "ms" in row
-                     else row["error"]), flush=True)  # fmt: skip
+            print_row(row, f"{row['library']:16s}")
         rows += found
         del q, kv_cache
     return rows
@@ -272,11 +265,15 @@ def plan_rows(mm_tflops: float) -> list[dict]:
                 row = timed_row("cudnn_paged", functools.partial(median_ms, call), flops, mm_tflops)
                 row["max_abs_diff_vs_first_plan"] = err
             rows.append({**row, "plan": index, "plan_name": name, "qlen": qlen, "seq_len": seq_len})
-            print(f"q={qlen:6d} L={seq_len:6d} plan {index} {name:24s} "
-                  + (f"{row['ms']:8.3f} ms {row['tflops']:5.0f} TFLOP/s" if "ms" in row
-                     else row["error"]), flush=True)  # fmt: skip
+            print_row(rows[-1], f"plan {index} {name:24s}")
         del q, kv_cache
     return rows
+
+
+def print_row(row: dict, label: str) -> None:
+    """One line a timed (or failed) row: its step, ``label``, then time and rate or the error."""
+    timing = f"{row['ms']:8.3f} ms {row['tflops']:5.0f} TFLOP/s" if "ms" in row else row["error"]
+    print(f"q={row['qlen']:6d} L={row['seq_len']:6d} {label} {timing}", flush=True)
 
 
 def timed_row(name: str, run: Callable[[], float], flops: float, mm_tflops: float) -> dict:
