@@ -153,6 +153,12 @@ SETTINGS: tuple[EnvSetting, ...] = (
         meaning="1 has an FP8 down projection's activation quantization apply the SiLU-mul",
         reader="kvserve.quant.fp8_method:silu_quant_enabled",
     ),
+    EnvSetting(
+        name="KVSERVE_FP8_NORM_QUANT",
+        default="0",
+        meaning="1 has the RMSNorm before an FP8 q/k/v or gate/up layer write its e4m3 input",
+        reader="kvserve.quant.fp8_method:norm_quant_enabled",
+    ),
 )
 
 

@@ -63,6 +63,9 @@ DEFAULT_ROWS = 64
 # thread, against 197 with x loaded as e4m3).
 QUANTIZE_FIRST_ABOVE = 32
 E4M3_MAX = constexpr(FP8_MAX)
+# x's scale group: the default tile's K step. A caller that quantizes x itself (``x_scales``)
+# does so in groups of it.
+X_GROUP = 128
 
 
 @dataclass(frozen=True)
@@ -192,13 +195,17 @@ def fp8_skinny_linear(
     block: tuple[int, int] | None = None,
     pdl: bool = False,
     gated: bool = False,
+    x_scales: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """``x [M, K]`` (M <= ``MAX_ROWS``) @ ``(weight * scale).T`` (+ ``bias``) in x's dtype, on
     CUDA; ``block``: ``scale`` is per block of that many (rows, columns) of ``weight``.
     ``pdl``: programmatic dependent launch (``kvserve.kernels._triton``). ``gated``: ``x
     [M, 2K]`` is a SwiGLU's gate then up, and the product is of ``silu(gate) * up`` as
     ``silu_and_mul`` rounds it; where x is quantized before the launch the quantization kernel
-    applies it (one launch, the same bits), else ``silu_and_mul`` runs first."""
+    applies it (one launch, the same bits), else ``silu_and_mul`` runs first. ``x_scales``: x
+    is e4m3 already, with fp32 scales ``[M, K / block_k]`` (the config's K step, ``X_GROUP``
+    by default), and the output is in ``out_dtype``."""
     require_triton()
     m, k = x.shape[0], x.shape[1] // 2 if gated else x.shape[1]
     n = weight.shape[0]
@@ -207,19 +214,20 @@ def fp8_skinny_linear(
     cfg = config or fp8_skinny_config(m, n, k, num_sms=sm_count(x.device))
     if block is not None and (block[1] != cfg.block_k or block[0] % cfg.block_n):
         raise ValueError(f"fp8_skinny_linear: scale blocks {block} do not fit the tile {cfg}")
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    _check_quantized_x(x, x_scales, gated, cfg.block_k)
+    out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
     if x.stride(1) != 1:
         x = x.contiguous()
     split = SplitLaunch.plan(m, n, k, cfg.block_m, cfg.block_n, cfg.block_k, cfg.split_k, out)
     scale = scale.float() if block is not None else scale.reshape(-1).float()
-    x_fp8 = cfg.quantize_first and k % cfg.block_k == 0
-    x_scales = out  # placeholder unless x_fp8
-    if x_fp8:
+    x_fp8 = x_scales is not None or (cfg.quantize_first and k % cfg.block_k == 0)
+    if x_scales is None and x_fp8:
         x, x_scales = quantize_fp8(x, cfg.block_k, gated=gated)
     elif gated:
         x = silu_and_mul(x)
+    x_scales = out if x_scales is None else x_scales  # a placeholder unless x_fp8
     _fp8_skinny_kernel[split.grid](
         x, x_scales, weight, scale, bias if bias is not None else out, out, split.workspace,
         split.counters, m, n, k, x.stride(0), x_scales.stride(0), weight.stride(0),
@@ -232,6 +240,26 @@ def fp8_skinny_linear(
         num_stages=cfg.num_stages, **launch_options(pdl),
     )  # fmt: skip
     return out
+
+
+def _check_quantized_x(
+    x: torch.Tensor, x_scales: torch.Tensor | None, gated: bool, block_k: int
+) -> None:
+    """An e4m3 x comes with one fp32 scale per row and K step, and takes no SiLU-mul."""
+    if x_scales is None:
+        if x.dtype == FP8:
+            raise ValueError("fp8_skinny_linear: an e4m3 x needs its x_scales")
+        return
+    m, k = x.shape
+    want = (m, k // block_k)
+    if gated or x.dtype != FP8 or k % block_k or tuple(x_scales.shape) != want:
+        raise ValueError(
+            f"fp8_skinny_linear: a quantized x is e4m3 [M, K] (K a multiple of {block_k}) with "
+            f"fp32 scales {want}, not gated; got {x.dtype} {tuple(x.shape)}, scales "
+            f"{tuple(x_scales.shape)}"
+        )
+    if x_scales.dtype != torch.float32 or x_scales.stride(1) != 1:
+        raise ValueError("fp8_skinny_linear: x_scales must be fp32 and row-major")
 
 
 def fp8_skinny_reference(
@@ -267,7 +295,7 @@ def fp8_skinny_config(
     *,
     num_sms: int = 132,
     block_n: int = 128,
-    block_k: int = 128,
+    block_k: int = X_GROUP,
     block_m: int = 0,
     programs_per_sm: int = 0,
     num_stages: int = 0,

@@ -34,6 +34,34 @@ def fused_add_rms_norm_reference(
 
 
 @jit
+def normed_row(
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    row,
+    hidden,
+    eps,
+    stride_x,
+    stride_r,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Row ``row`` of ``weight * norm(x (+ residual))`` in fp32, [BLOCK] (zero past ``hidden``),
+    before its rounding to the output dtype; with a residual, the sum is stored back into it."""
+    cols = tl.arange(0, BLOCK)
+    mask = cols < hidden
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(residual_ptr + row * stride_r + cols, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)  # rounded like torch's x + r
+        tl.store(residual_ptr + row * stride_r + cols, x, mask=mask)
+    xf = x.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(xf * xf, 0) / hidden + eps)
+    normed = (xf * rstd).to(x.dtype).to(tl.float32)
+    return normed * tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+
+
+@jit
 def _rms_norm_kernel(
     x_ptr,
     residual_ptr,
@@ -51,18 +79,11 @@ def _rms_norm_kernel(
     pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
+    y = normed_row(
+        x_ptr, residual_ptr, weight_ptr, row, hidden, eps, stride_x, stride_r, HAS_RESIDUAL, BLOCK
+    )
     cols = tl.arange(0, BLOCK)
-    mask = cols < hidden
-    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        r = tl.load(residual_ptr + row * stride_r + cols, mask=mask, other=0.0)
-        x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)  # rounded like torch's x + r
-        tl.store(residual_ptr + row * stride_r + cols, x, mask=mask)
-    xf = x.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(xf * xf, 0) / hidden + eps)
-    normed = (xf * rstd).to(x.dtype).to(tl.float32)
-    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * stride_o + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=cols < hidden)
 
 
 def _launch(

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from kvserve.errors import ModelLoadError
+from kvserve.quant.fp8_activation import Fp8Activation, Fp8InputScheme
 from kvserve.quant.method import LinearMethod
 from kvserve.quant.unquantized import UnquantizedLinearMethod
 
@@ -71,8 +72,16 @@ class Linear(nn.Module):
             self.bias.data.uniform_(-0.02, 0.02, generator=gen)
         self.finish_loading()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Fp8Activation) -> torch.Tensor:
+        if isinstance(x, Fp8Activation):  # quantized by its producer, as fp8_input_scheme asked
+            return self.method.apply_fp8(self, x, self.bias)
         return self.method.apply(self, x, self.bias)
+
+    def fp8_input_scheme(self, x: torch.Tensor) -> Fp8InputScheme | None:
+        """How this layer's method would quantize ``x`` (or an input of its rows, device and
+        dtype) to e4m3 by a kernel of its own, for x's producer to do instead; None where it
+        takes x as it is."""
+        return self.method.fp8_input_scheme(self, x)
 
     def forward_after_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor | None:
         """This layer of ``silu(gate) * up`` from a gate/up output in fewer launches, or None

@@ -1,4 +1,5 @@
-"""RMSNorm, optionally fused with the residual add that precedes it."""
+"""RMSNorm, optionally fused with the residual add that precedes it, and optionally writing
+e4m3 for the FP8 layer it feeds (``forward_fp8``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from torch import nn
 
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rmsnorm import fused_add_rms_norm_reference, rms_norm_reference
+from kvserve.kernels.rmsnorm_fp8 import rms_norm_fp8, rms_norm_fp8_reference
+from kvserve.quant.fp8_activation import Fp8Activation, Fp8InputScheme
 
 
 class RMSNorm(nn.Module):
@@ -32,3 +35,17 @@ class RMSNorm(nn.Module):
         if residual is None:
             return rms_norm_reference(x, self.weight, self.eps)
         return fused_add_rms_norm_reference(x, residual, self.weight, self.eps)
+
+    def forward_fp8(
+        self, x: torch.Tensor, residual: torch.Tensor | None, scheme: Fp8InputScheme
+    ) -> tuple[Fp8Activation, torch.Tensor]:
+        """``forward`` with its output quantized as ``scheme`` says, in one kernel on the
+        Triton path (``kernels.rmsnorm_fp8``): ``(norm(x (+ residual)) in e4m3, x (+
+        residual))``; without ``residual`` the second is ``x`` itself."""
+        args = (self.weight, self.eps, scheme.group, scheme.static_scale)
+        if self.kernels.triton:
+            q, scales = rms_norm_fp8(x, residual, *args, pdl=self.kernels.pdl)
+        else:
+            q, scales = rms_norm_fp8_reference(x, residual, *args)
+        normed = Fp8Activation(q, scales, torch.promote_types(x.dtype, self.weight.dtype))
+        return normed, (x if residual is None else residual)

@@ -29,6 +29,7 @@ from kvserve.layers.parallel_linear import (
 from kvserve.layers.rotary import RotaryEmbedding
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.kv_cache_scales import KVCacheScales
+from kvserve.quant.fp8_activation import Fp8Activation
 from kvserve.quant.registry import (
     UNQUANTIZED,
     QuantConfig,
@@ -118,7 +119,7 @@ class Attention(nn.Module):
         )
 
     def forward(
-        self, positions: torch.Tensor, hidden: torch.Tensor, ctx: ForwardContext
+        self, positions: torch.Tensor, hidden: torch.Tensor | Fp8Activation, ctx: ForwardContext
     ) -> torch.Tensor:
         qkv = self.qkv_proj(hidden)
         if self._fuses_rotary_store(ctx):
@@ -211,8 +212,9 @@ class MLP(nn.Module):
         # steps the gate/up method runs on the word GEMV take the SiLU-mul in its epilogue
         self.gated_gemv = kernels.triton and gated_gemv_enabled()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = self.gate_up_proj.forward_gated(x) if self.gated_gemv else None
+    def forward(self, x: torch.Tensor | Fp8Activation) -> torch.Tensor:
+        on_gemv = self.gated_gemv and isinstance(x, torch.Tensor)
+        hidden = self.gate_up_proj.forward_gated(x) if on_gemv else None
         if hidden is not None:
             return self.down_proj(hidden)
         gate_up = self.gate_up_proj(x)
@@ -275,14 +277,24 @@ class DecoderLayer(nn.Module):
         residual: torch.Tensor | None,
         ctx: ForwardContext,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual = hidden
-            hidden = self.input_layernorm(hidden)
-        else:
-            hidden, residual = self.input_layernorm(hidden, residual)
-        hidden = self.self_attn(positions, hidden, ctx)
-        hidden, residual = self.post_attention_layernorm(hidden, residual)
-        return self.mlp(hidden), residual
+        normed, residual = _norm(self.input_layernorm, hidden, residual, self.self_attn.qkv_proj)
+        hidden = self.self_attn(positions, normed, ctx)
+        mlp_input = self.mlp.gate_up_proj if isinstance(self.mlp, MLP) else None
+        normed, residual = _norm(self.post_attention_layernorm, hidden, residual, mlp_input)
+        return self.mlp(normed), residual
+
+
+def _norm(
+    norm: RMSNorm, hidden: torch.Tensor, residual: torch.Tensor | None, consumer: Linear | None
+) -> tuple[torch.Tensor | Fp8Activation, torch.Tensor]:
+    """``(norm(hidden (+ residual)), hidden (+ residual))``; the first already in e4m3 where the
+    linear layer it feeds would quantize it by a kernel of its own (``fp8_input_scheme``)."""
+    scheme = consumer.fp8_input_scheme(hidden) if consumer is not None else None
+    if scheme is not None:
+        return norm.forward_fp8(hidden, residual, scheme)
+    if residual is None:
+        return norm(hidden), hidden
+    return norm(hidden, residual)
 
 
 class DecoderModel(nn.Module):

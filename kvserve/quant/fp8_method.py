@@ -36,7 +36,9 @@ from kvserve.kernels.fp8_quant import FP8, dequantize_fp8_activation, quantize_f
 from kvserve.kernels.fp8_skinny_gemm import DEFAULT_ROWS as SKINNY_DEFAULT_ROWS
 from kvserve.kernels.fp8_skinny_gemm import MAX_ROWS as SKINNY_ROWS
 from kvserve.kernels.fp8_skinny_gemm import QUANTIZE_FIRST_ABOVE, fp8_skinny_linear
+from kvserve.kernels.fp8_skinny_gemm import X_GROUP as SKINNY_X_GROUP
 from kvserve.kernels.word_gemv import GEMV_ROWS, fp8_gemv, gated_fits
+from kvserve.quant.fp8_activation import Fp8Activation, Fp8InputScheme
 from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
 from kvserve.quant.fp8_weights import quantize_weight, requantize_to_max
 from kvserve.quant.method import copy_checked, rows_from_env, shard_rows, unknown_param
@@ -63,6 +65,7 @@ def w8a16_max_rows() -> int:
 
 SKINNY_ROWS_ENV = "KVSERVE_FP8_SKINNY_ROWS"
 SILU_QUANT_ENV = "KVSERVE_FP8_SILU_QUANT"
+NORM_QUANT_ENV = "KVSERVE_FP8_NORM_QUANT"
 DECODE_SCALE_BLOCK = (128, 128)  # block-scaled weights the decode kernels take
 
 
@@ -188,7 +191,7 @@ class Fp8LinearMethod:
         spec = self.spec
         x2 = x.reshape(-1, x.shape[-1])
         fits = gated_fits(layer.out_features, spec.block[0] if spec.block else 0)
-        if spec.activation == "none" or not fits or not _weight_only_here(spec, x2):
+        if not fits or _path(spec, x2) != "gemv":
             return None
         w, ws = layer.weight, layer.weight_scale
         y = fp8_gemv(x2, w, ws, block=spec.block, pdl=layer.launch_pdl, gated=True)
@@ -203,50 +206,84 @@ class Fp8LinearMethod:
         applies the SiLU-mul (one launch in place of two, the same bits). None elsewhere, and
         unless ``KVSERVE_FP8_SILU_QUANT`` is 1."""
         spec, x = self.spec, gate_up.reshape(-1, gate_up.shape[-1])
-        if not _silu_quant_here(spec, x):
+        k = x.shape[-1] // 2
+        if not silu_quant_enabled() or x.device.type != "cuda" or not _quantizes_first(spec, x, k):
             return None
-        skinny = _skinny_here(spec, x)
-        if skinny and x.shape[0] <= QUANTIZE_FIRST_ABOVE:  # x quantized inside its loop
-            return None
-        if skinny:
+        if _path(spec, x) == "skinny":
             w, ws = layer.weight, layer.weight_scale
             y = fp8_skinny_linear(
                 x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl, gated=True
             )
         else:
-            y = self._matmul_w8a8(layer, x, gated=True)
+            y = self._matmul_w8a8(layer, *self._quantize(layer, x, gated=True), x.dtype)
             y = y if bias is None else y + bias
         return y.view(*gate_up.shape[:-1], y.shape[-1])
+
+    def fp8_input_scheme(self, layer: Linear, x: torch.Tensor) -> Fp8InputScheme | None:
+        """How a step of ``x`` (the rows, device and dtype of this layer's input) would have x
+        quantized by a kernel of its own, for the kernel that produces x to do instead
+        (``KVSERVE_FP8_NORM_QUANT``): groups of the tensor-core kernel's K step past
+        ``QUANTIZE_FIRST_ABOVE`` rows, else the scheme's per-token, per-group or static scale.
+        None where x stays 16-bit (the GEMV, the kernel's in-loop quantization) or needs its
+        whole-tensor amax first, and unless the setting is 1."""
+        spec = self.spec
+        k = x.shape[-1]
+        if not norm_quant_enabled() or not _quantizes_first(spec, x, k):
+            return None
+        if _path(spec, x) == "skinny":
+            return Fp8InputScheme(SKINNY_X_GROUP)
+        static = layer.input_scale if spec.activation == "static" else None
+        return Fp8InputScheme(spec.act_group, static)
+
+    def apply_fp8(self, layer: Linear, x: Fp8Activation, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x @ W.T + bias`` for an x quantized as ``fp8_input_scheme`` asked."""
+        spec, w, ws = self.spec, layer.weight, layer.weight_scale
+        if _path(spec, x.q, x.dtype) == "skinny":
+            return fp8_skinny_linear(
+                x.q, w, ws, bias, block=spec.block, pdl=layer.launch_pdl, x_scales=x.scales,
+                out_dtype=x.dtype,
+            )  # fmt: skip
+        y = self._matmul_w8a8(layer, x.q, x.scales, x.dtype)
+        return y if bias is None else y + bias
 
     def _matmul(
         self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
         spec, w, ws = self.spec, layer.weight, layer.weight_scale
-        if spec.activation == "none":
+        path = _path(spec, x)
+        if path == "dequantized":
             return F.linear(x, dequantize_fp8_weight(w, ws, spec.block).to(x.dtype), bias)
         # The decode kernels add the bias in their epilogue (GLM-4.5's q/k/v): no add kernel
-        if _weight_only_here(spec, x):
+        if path == "gemv":
             return fp8_gemv(x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl)
-        if _skinny_here(spec, x):
+        if path == "skinny":
             return fp8_skinny_linear(x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl)
-        y = self._matmul_w8a8(layer, x)
+        y = self._matmul_w8a8(layer, *self._quantize(layer, x), x.dtype)
         return y if bias is None else y + bias
 
-    def _matmul_w8a8(self, layer: Linear, x: torch.Tensor, gated: bool = False) -> torch.Tensor:
-        """Activations quantized by their own kernel, then cuBLAS (or the block GEMM).
+    def _quantize(
+        self, layer: Linear, x: torch.Tensor, gated: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x's e4m3 values and scales for cuBLAS or the block GEMM, by their own kernel.
         ``gated``: x is a gate and up, and the quantization applies their SiLU-mul."""
-        spec, w, ws = self.spec, layer.weight, layer.weight_scale
+        spec = self.spec
         static = layer.input_scale if spec.activation == "static" else None
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)
-        xq, xs = quantize_fp8(x, spec.act_group, static, gated=gated)
-        if x.device.type == "cpu":
-            return (dequantize_fp8_activation(xq, xs) @ _dequantized(layer, spec).T).to(x.dtype)
+        return quantize_fp8(x, spec.act_group, static, gated=gated)
+
+    def _matmul_w8a8(
+        self, layer: Linear, xq: torch.Tensor, xs: torch.Tensor, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """Quantized x (``_quantize``'s) @ W.T on cuBLAS (or the block GEMM), in ``dtype``."""
+        spec, w, ws = self.spec, layer.weight, layer.weight_scale
+        if xq.device.type == "cpu":
+            return (dequantize_fp8_activation(xq, xs) @ _dequantized(layer, spec).T).to(dtype)
         if not _tensor_core_shapes(layer):
-            return fp8_gemm_reference(xq, xs, w, ws, x.dtype, spec.block)
+            return fp8_gemm_reference(xq, xs, w, ws, dtype, spec.block)
         if spec.weight == "block":
-            return fp8_block_gemm(xq, xs, w, ws, spec.block, x.dtype)
-        return scaled_mm(xq, xs, w, ws, x.dtype)
+            return fp8_block_gemm(xq, xs, w, ws, spec.block, dtype)
+        return scaled_mm(xq, xs, w, ws, dtype)
 
 
 def _dequantized(layer: Linear, spec: Fp8Spec) -> torch.Tensor:
@@ -264,16 +301,41 @@ def _decode_blocks_fit(spec: Fp8Spec) -> bool:
     return spec.block is None or spec.block == DECODE_SCALE_BLOCK
 
 
-def _weight_only_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
-    """Steps of a few tokens on the CUDA-core GEMV: any per-tensor or per-channel scales, and
-    the 128 x 128 blocks of the DeepSeek-V3 / Qwen3-FP8 / GLM-4.5-FP8 releases. On the H200, at
-    one token, GLM-4.5-Air's block-scaled projections took 22.2 / 19.1 / 7.3 / 5.8 us on it
-    against 23.4 / 19.3 / 9.4 / 6.8 on the tensor-core kernel (fp8_gemv_h200_glm_block), and
-    its batch-1 decode 165 against 162 tok/s (moe_decode_h200_s35_glm_fp8_head{,_tc})."""
-    return (
-        _decode_blocks_fit(spec) and x.device.type == "cuda" and 0 < x.shape[0] <= w8a16_max_rows()
-        and x.dtype in (torch.bfloat16, torch.float16)
+def _path(spec: Fp8Spec, x: torch.Tensor, dtype: torch.dtype | None = None) -> str:
+    """Which kernel a step of ``x``'s rows takes (``dtype``: x's own before it was quantized):
+    - "dequantized": weight-only checkpoints (no activation scheme), the weight dequantized;
+    - "gemv": steps of a few tokens on the CUDA-core GEMV, for per-tensor or per-channel
+      scales and the 128 x 128 blocks of the DeepSeek-V3 / Qwen3-FP8 / GLM-4.5-FP8 releases.
+      On the H200, at one token, GLM-4.5-Air's block-scaled projections took 22.2 / 19.1 /
+      7.3 / 5.8 us on it against 23.4 / 19.3 / 9.4 / 6.8 on the tensor-core kernel
+      (fp8_gemv_h200_glm_block), and its batch-1 decode 165 against 162 tok/s
+      (moe_decode_h200_s35_glm_fp8_head{,_tc});
+    - "skinny": other decode steps, on the tensor-core kernel on sm_90+ (measured and tested
+      on wgmma only), with any weight scales its tiles fit;
+    - "w8a8": x quantized by its own kernel, then cuBLAS or the block GEMM."""
+    if spec.activation == "none":
+        return "dequantized"
+    rows, dtype = x.shape[0], dtype or x.dtype
+    decode = (
+        _decode_blocks_fit(spec) and x.device.type == "cuda" and rows > 0
+        and dtype in (torch.bfloat16, torch.float16)
     )  # fmt: skip
+    if decode and rows <= w8a16_max_rows():
+        return "gemv"
+    if decode and rows <= skinny_max_rows() and hopper_or_newer(x.device):
+        return "skinny"
+    return "w8a8"
+
+
+def _quantizes_first(spec: Fp8Spec, x: torch.Tensor, k: int) -> bool:
+    """Whether a step of ``x`` (``k`` columns to quantize) quantizes them by a kernel of its own
+    before the GEMM (the tensor-core kernel past ``QUANTIZE_FIRST_ABOVE`` rows, cuBLAS and the
+    block GEMM) with a scale that kernel computes per row or group or takes as given (a dynamic
+    per-tensor scale needs x's whole amax first)."""
+    path = _path(spec, x)
+    if path == "skinny":
+        return x.shape[0] > QUANTIZE_FIRST_ABOVE and k % SKINNY_X_GROUP == 0
+    return path == "w8a8" and x.shape[0] > 0 and spec.activation != "tensor"
 
 
 @functools.cache
@@ -285,24 +347,13 @@ def silu_quant_enabled() -> bool:
     return env_switch(SILU_QUANT_ENV, default=False)
 
 
-def _silu_quant_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
-    """On CUDA, with an activation scale the quantization kernel computes per row or group or
-    takes as given (a dynamic per-tensor scale needs the SiLU-mul's output first), not on the
-    GEMV (16-bit x, nothing quantized)."""
-    return (
-        silu_quant_enabled() and x.device.type == "cuda" and x.shape[0] > 0
-        and spec.activation not in ("none", "tensor") and not _weight_only_here(spec, x)
-    )  # fmt: skip
-
-
-def _skinny_here(spec: Fp8Spec, x: torch.Tensor) -> bool:
-    """Decode steps on sm_90+ (the kernel was measured and tested on wgmma only), with any weight
-    scales its tiles fit (blocks of 128 x 128 do)."""
-    return (
-        spec.activation != "none" and _decode_blocks_fit(spec) and x.device.type == "cuda"
-        and 0 < x.shape[0] <= skinny_max_rows() and x.dtype in (torch.bfloat16, torch.float16)
-        and hopper_or_newer(x.device)
-    )  # fmt: skip
+@functools.cache
+def norm_quant_enabled() -> bool:
+    """``KVSERVE_FP8_NORM_QUANT``: 1 has the RMSNorm before an FP8 q/k/v or gate/up layer
+    write e4m3 and the scales that layer's step wants (``fp8_input_scheme``), in place of a
+    16-bit output and a quantization kernel; 0 (the default until it is timed on the H200)
+    keeps the two."""
+    return env_switch(NORM_QUANT_ENV, default=False)
 
 
 def _tensor_core_shapes(layer: Linear) -> bool:

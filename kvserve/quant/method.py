@@ -18,6 +18,7 @@ from kvserve.errors import ConfigError, ModelLoadError
 
 if TYPE_CHECKING:
     from kvserve.layers.linear import Linear
+    from kvserve.quant.fp8_activation import Fp8Activation, Fp8InputScheme
 
 
 class LinearMethod(Protocol):
@@ -54,6 +55,15 @@ class LinearMethod(Protocol):
         (FP8's activation quantization), else None (the caller runs the SiLU-mul, then
         ``apply``)."""
 
+    def fp8_input_scheme(self, layer: Linear, x: torch.Tensor) -> Fp8InputScheme | None:
+        """How this step (``x``: the layer's input, or a tensor of its rows, device and dtype)
+        would quantize x to e4m3 by a kernel of its own, for x's producer to do instead; None
+        where x is not quantized that way (every method but FP8's)."""
+
+    def apply_fp8(self, layer: Linear, x: Fp8Activation, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x @ W.T + bias`` for an x quantized as ``fp8_input_scheme`` named; only the
+        methods that name one receive it."""
+
 
 def shard_rows(layer: Linear, shard: int) -> slice:
     """The output rows of shard ``shard`` in the merged weight."""
@@ -84,3 +94,8 @@ def rows_from_env(name: str, default: int, limit: int) -> int:
     if not value.isdigit() or int(value) > limit:
         raise ConfigError(f"{name}={value!r}: expected a row count from 0 to {limit}")
     return int(value)
+
+
+def no_fp8_input(method: str) -> TypeError:
+    """What a method that names no ``fp8_input_scheme`` raises if handed an e4m3 x."""
+    return TypeError(f"the {method} linear method takes no pre-quantized FP8 input")

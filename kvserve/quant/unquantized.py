@@ -14,10 +14,17 @@ from kvserve.kernels._triton import hopper_or_newer
 from kvserve.kernels.skinny_gemm import MAX_ROWS as SKINNY_MAX_ROWS
 from kvserve.kernels.skinny_gemm import skinny_linear
 from kvserve.kernels.word_gemv import GEMV_ROWS, half_gemv
-from kvserve.quant.method import copy_checked, rows_from_env, shard_rows, unknown_param
+from kvserve.quant.method import (
+    copy_checked,
+    no_fp8_input,
+    rows_from_env,
+    shard_rows,
+    unknown_param,
+)
 
 if TYPE_CHECKING:
     from kvserve.layers.linear import Linear
+    from kvserve.quant.fp8_activation import Fp8Activation
 
 
 class UnquantizedLinearMethod:
@@ -50,6 +57,12 @@ class UnquantizedLinearMethod:
         self, layer: Linear, gate_up: torch.Tensor, bias: torch.Tensor | None
     ) -> None:
         return None  # x is not quantized: no kernel to take the SiLU-mul
+
+    def fp8_input_scheme(self, layer: Linear, x: torch.Tensor) -> None:
+        return None  # x is not quantized to e4m3
+
+    def apply_fp8(self, layer: Linear, x: Fp8Activation, bias: torch.Tensor | None) -> torch.Tensor:
+        raise no_fp8_input("unquantized")
 
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
         if not _gemv_here(layer.weight, x):

@@ -20,7 +20,7 @@ pytest.importorskip("triton")
 from test_engine_gpu import _greedy, _tiny_checkpoint  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "quant"))
-from fp8_helpers import FIXTURES, cpu_engine, prefill_logits  # noqa: E402
+from fp8_helpers import FIXTURES, cpu_engine, norm_quant, prefill_logits  # noqa: E402
 
 BLOCK_FP8 = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
 
@@ -84,24 +84,51 @@ def test_fp8_gpu_logits_match_the_cpu_reference(layout: str) -> None:
     assert (gpu.cpu().argmax(-1) == cpu.argmax(-1)).float().mean() > 0.95
 
 
-@pytest.mark.parametrize("qc", [None, BLOCK_FP8, {"quant_method": "modelopt", "quant_algo": "FP8"}])
-def test_dummy_fp8_bf16_runs_under_graphs(qc, tmp_path) -> None:  # noqa: ANN001
+def _dummy_llama(tmp_path, quantization_config: dict | None) -> tuple[str, dict]:  # noqa: ANN001
+    """A 2-layer Llama config whose projections are 128-multiples, for dummy FP8 weights:
+    online (no ``quantization_config``) or in the checkpoint format it names. Returns the
+    directory and the engine settings it needs."""
     config = {
         "architectures": ["LlamaForCausalLM"], "vocab_size": 1024, "hidden_size": 256,
         "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 64, "max_position_embeddings": 2048,
         "eos_token_id": 0,
     }  # fmt: skip
-    if qc is not None:
-        config["quantization_config"] = qc
+    if quantization_config is not None:
+        config["quantization_config"] = quantization_config
     (tmp_path / "config.json").write_text(json.dumps(config))
-    extra = {"quantization": "fp8"} if qc is None else {}
-    core = EngineCore(build_engine_config(
-        str(tmp_path), device="cuda", dtype="bfloat16", load_format="dummy",
-        max_total_tokens=8192, **extra,
-    ))  # fmt: skip
+    extra = {"quantization": "fp8"} if quantization_config is None else {}
+    return str(tmp_path), dict(dtype="bfloat16", load_format="dummy", **extra)
+
+
+@pytest.mark.parametrize("qc", [None, BLOCK_FP8, {"quant_method": "modelopt", "quant_algo": "FP8"}])
+def test_dummy_fp8_bf16_runs_under_graphs(qc, tmp_path) -> None:  # noqa: ANN001
+    path, settings = _dummy_llama(tmp_path, qc)
+    core = EngineCore(build_engine_config(path, device="cuda", max_total_tokens=8192, **settings))
     assert core.runner.graphs is not None
     weights = [p for n, p in core.runner.model.named_parameters() if n.endswith("proj.weight")]
     assert weights and all(p.dtype == torch.float8_e4m3fn for p in weights)
     out = _greedy(core, 8)
     assert all(len(t) == 8 for t in out)
+
+
+@pytest.mark.parametrize("qc", [None, BLOCK_FP8])
+def test_the_norm_writing_fp8_gives_the_same_tokens(qc, tmp_path) -> None:  # noqa: ANN001
+    """``KVSERVE_FP8_NORM_QUANT=1`` against 0: 48 and 100 requests at once (the tensor-core
+    kernel with x quantized first, then cuBLAS or the block GEMM) under CUDA graphs, and their
+    prefills: the same greedy tokens (the two paths give the same bits)."""
+    path, settings = _dummy_llama(tmp_path, qc)
+    tokens = {}
+    for value in ("0", "1"):
+        with norm_quant(value):
+            core = EngineCore(build_engine_config(
+                path, device="cuda", max_total_tokens=32768, **settings
+            ))  # fmt: skip
+            assert core.runner.graphs is not None
+            for batch in (48, 100):
+                prompts = [[(7 * i + j) % 1000 + 2 for j in range(5 + i % 13)]
+                           for i in range(batch)]  # fmt: skip
+                tokens[value, batch] = _greedy(core, 6, prompts, min_width=batch)
+            del core
+            torch.cuda.empty_cache()
+    assert tokens["0", 48] == tokens["1", 48] and tokens["0", 100] == tokens["1", 100]

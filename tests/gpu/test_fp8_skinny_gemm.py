@@ -23,6 +23,7 @@ from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight  # noqa: E402
+from kvserve.kernels.fp8_quant import quantize_fp8  # noqa: E402
 from kvserve.kernels.fp8_skinny_gemm import (  # noqa: E402
     Fp8SkinnyConfig,
     fp8_skinny_config,
@@ -158,6 +159,20 @@ def test_a_gated_input_is_the_silu_mul_then_the_kernel(
     assert torch.equal(out, fp8_skinny_linear(silu_and_mul(gate_up), q, scale, config=cfg))
 
 
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("m", [5, 40])
+def test_an_x_quantized_by_the_caller_is_the_quantize_first_path(m: int, split_k: int) -> None:
+    """``x_scales``: x arrives in e4m3 with its 128-column scales (an FP8 layer's input from
+    ``rmsnorm_fp8``): the output is the kernel's on x quantized before the launch, bit for
+    bit, in ``out_dtype``."""
+    dtype = X_DTYPES[-1]
+    x, q, scale = inputs(m, 256, 512, True, dtype)
+    cfg = Fp8SkinnyConfig(64, 128, max(16, 1 << (m - 1).bit_length()), split_k, 4, 2, True)
+    xq, xs = quantize_fp8(x, 128)
+    out = fp8_skinny_linear(xq, q, scale, config=cfg, x_scales=xs, out_dtype=dtype)
+    assert out.dtype == dtype and torch.equal(out, fp8_skinny_linear(x, q, scale, config=cfg))
+
+
 def test_bad_operands_are_refused() -> None:
     x, q, scale = inputs(2, 64, 128, True, torch.float16)
     with pytest.raises(ValueError, match="fp8_skinny_linear"):
@@ -166,6 +181,13 @@ def test_bad_operands_are_refused() -> None:
         fp8_skinny_linear(x, q.float(), scale)
     with pytest.raises(ValueError, match="scale blocks"):
         fp8_skinny_linear(x, q, scale, block=(128, 64))
+    xq, xs = quantize_fp8(x, 128)
+    with pytest.raises(ValueError, match="needs its x_scales"):
+        fp8_skinny_linear(xq, q, scale)
+    with pytest.raises(ValueError, match="a quantized x is e4m3"):
+        fp8_skinny_linear(xq, q, scale, x_scales=xs[:, :0])
+    with pytest.raises(ValueError, match="a quantized x is e4m3"):
+        fp8_skinny_linear(x, q, scale, x_scales=xs)
 
 
 @NEEDS_CUDA_GRAPHS

@@ -4,6 +4,9 @@ its logits for a prompt through the engine's own path (scheduler plan -> paged a
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.engine.engine_core import EngineCore
 from kvserve.engine.runner.input_batch import build_model_inputs
 from kvserve.models.forward_context import ForwardContext
+from kvserve.quant.fp8_method import NORM_QUANT_ENV, norm_quant_enabled
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "quant"
 
@@ -45,3 +49,20 @@ def prefill_logits(core: EngineCore, ids: list[int]) -> torch.Tensor:
     core.scheduler.update(plan, {"logits": int(logits[-1].argmax())})
     core.check_integrity()
     return logits
+
+
+@contextmanager
+def norm_quant(value: str) -> Iterator[None]:
+    """``KVSERVE_FP8_NORM_QUANT`` at ``value`` inside the block (the setting is read once and
+    cached: the cache is cleared on the way in and out)."""
+    before = os.environ.get(NORM_QUANT_ENV)
+    os.environ[NORM_QUANT_ENV] = value
+    norm_quant_enabled.cache_clear()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(NORM_QUANT_ENV)
+        else:
+            os.environ[NORM_QUANT_ENV] = before
+        norm_quant_enabled.cache_clear()
