@@ -201,10 +201,10 @@ class Fp8LinearMethod:
         self, layer: Linear, gate_up: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor | None:
         """``silu(gate) * up @ W.T + bias`` where this step quantizes x by its own kernel
-        (cuBLAS or the block GEMM; the tensor-core kernel past ``QUANTIZE_FIRST_ABOVE`` rows)
-        with a per-token, per-group or static scale: that kernel takes the gate and up and
-        applies the SiLU-mul (one launch in place of two, the same bits). None elsewhere, and
-        unless ``KVSERVE_FP8_SILU_QUANT`` is 1."""
+        (``_quantizes_first``: cuBLAS or the block GEMM with a per-token, per-group or static
+        scale; the tensor-core kernel past ``QUANTIZE_FIRST_ABOVE`` rows): that kernel takes the
+        gate and up and applies the SiLU-mul (one launch in place of two, the same bits). None
+        elsewhere, and unless ``KVSERVE_FP8_SILU_QUANT`` is 1."""
         spec, x = self.spec, gate_up.reshape(-1, gate_up.shape[-1])
         k = x.shape[-1] // 2
         if not silu_quant_enabled() or x.device.type != "cuda" or not _quantizes_first(spec, x, k):
@@ -329,9 +329,9 @@ def _path(spec: Fp8Spec, x: torch.Tensor, dtype: torch.dtype | None = None) -> s
 
 def _quantizes_first(spec: Fp8Spec, x: torch.Tensor, k: int) -> bool:
     """Whether a step of ``x`` (``k`` columns to quantize) quantizes them by a kernel of its own
-    before the GEMM (the tensor-core kernel past ``QUANTIZE_FIRST_ABOVE`` rows, cuBLAS and the
-    block GEMM) with a scale that kernel computes per row or group or takes as given (a dynamic
-    per-tensor scale needs x's whole amax first)."""
+    before the GEMM: the tensor-core kernel past ``QUANTIZE_FIRST_ABOVE`` rows (per 128-column
+    group, whatever the scheme), cuBLAS and the block GEMM with a scale that kernel computes per
+    row or group or takes as given (a dynamic per-tensor scale needs x's whole amax first)."""
     path = _path(spec, x)
     if path == "skinny":
         return x.shape[0] > QUANTIZE_FIRST_ABOVE and k % SKINNY_X_GROUP == 0

@@ -238,13 +238,15 @@ def test_fp8_method_folds_the_silu_mul_into_its_activation_quantization(
     """With ``KVSERVE_FP8_SILU_QUANT=1`` a down projection's steps that quantize x by their own
     kernel (past 32 rows: the tensor-core kernel, then cuBLAS or the block GEMM) give the
     SiLU-mul-then-apply output bit for bit from the gate/up output; the others, a dynamic
-    per-tensor scale, and the switch at 0 decline (None)."""
+    per-tensor scale past 64 rows, and the switch at 0 decline (None)."""
     _, q, scale = inputs(m, 512, 1024, spec.weight == "channel", torch.bfloat16, spec.block)
     gate_up = torch.randn(m, 2048, device=DEVICE).to(torch.bfloat16)
     layer = SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
                             input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
     method = Fp8LinearMethod(spec)
-    folds = m > 32 and spec.activation != "tensor"
+    # the tensor-core kernel (33-64 rows) quantizes per 128-column group whatever the scheme;
+    # past it a dynamic per-tensor scale needs the SiLU-mul's whole output first
+    folds = 32 < m <= 64 or (m > 64 and spec.activation != "tensor")
     for switch in ("0", "1"):
         monkeypatch.setenv(SILU_QUANT_ENV, switch)
         silu_quant_enabled.cache_clear()

@@ -123,9 +123,10 @@ SPECS = [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static"),
 def test_the_fp8_method_on_the_quantized_norm_equals_its_own_quantization(
     spec: Fp8Spec, rows: int
 ) -> None:
-    """Where the method would quantize x by a kernel of its own (past 32 rows, not with a
-    dynamic per-tensor scale) its scheme's input, made by the norm, gives its output bit for
-    bit; elsewhere, and with the switch at 0, it names no scheme."""
+    """Where the method would quantize x by a kernel of its own (past 32 rows; past 64, not with
+    a dynamic per-tensor scale, which needs x's whole amax) its scheme's input, made by the
+    norm, gives its output bit for bit; elsewhere, and with the switch at 0, it names no
+    scheme."""
     hidden, n = 1024, 512
     x, residual, weight = _inputs(rows, hidden, torch.bfloat16)
     w = torch.randn(n, hidden, device=DEVICE) / hidden**0.5
@@ -143,7 +144,7 @@ def test_the_fp8_method_on_the_quantized_norm_equals_its_own_quantization(
         assert method.fp8_input_scheme(layer, x) is None  # type: ignore[arg-type]
     with norm_quant("1"):
         scheme = method.fp8_input_scheme(layer, x)  # type: ignore[arg-type]
-    if rows <= 32 or spec.activation == "tensor":
+    if rows <= 32 or (rows > 64 and spec.activation == "tensor"):
         assert scheme is None
         return
     assert scheme is not None
