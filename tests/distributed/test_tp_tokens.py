@@ -13,6 +13,7 @@ from model_factory import MOE_TINY
 
 from kvserve.errors import ConfigError
 from tests.distributed.tp_scenario import Run, compare, run_workload
+from tests.quant.fp8_helpers import norm_quant
 
 TINY = {  # name: (architecture, config overrides, engine settings)
     "llama": ("LlamaForCausalLM", {}, {}),
@@ -40,6 +41,13 @@ def _check(model: str, tp: int, **settings: object) -> None:
 def test_tiny_models_tp2_match_tp1(tiny_model_dir, name: str) -> None:
     arch, overrides, settings = TINY[name]
     _check(str(tiny_model_dir(arch, **overrides)), 2, **settings)
+
+
+def test_fp8_norms_writing_e4m3_under_tp2_match_tp1(tiny_model_dir) -> None:
+    """``KVSERVE_FP8_NORM_QUANT=1`` (read by every rank's process): each rank's norms write
+    the e4m3 input of its column-parallel q/k/v and gate/up shards."""
+    with norm_quant("1"):
+        _check(str(tiny_model_dir("LlamaForCausalLM")), 2, quantization="fp8")
 
 
 @pytest.mark.slow
