@@ -23,6 +23,7 @@ import gc
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from types import SimpleNamespace
 from typing import Any
@@ -78,7 +79,8 @@ def fp8_layers(n: int, k: int, block: bool) -> list[SimpleNamespace]:
     for _ in range(count):
         w = torch.randn(n, k, device="cuda").mul_(k**-0.5)
         q, scale = quantize_weight(w, "block", BLOCK) if block else quantize_weight(w, "channel")
-        layers.append(SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False))
+        layers.append(SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
+                                      out_features=n, in_features=k, input_scale=None))  # fmt: skip
     return layers
 
 
@@ -186,19 +188,30 @@ def main() -> None:
     os.environ[W8A16_ROWS_ENV] = os.environ[SKINNY_ROWS_ENV] = "0"
     w8a16_max_rows.cache_clear()
     skinny_max_rows.cache_clear()
+    sweep_shapes("fp8_gemv", args, time_row, describe)
+
+
+RowTimer = Callable[[str, list[SimpleNamespace], int, float, argparse.Namespace], dict[str, Any]]
+
+
+def sweep_shapes(
+    name: str, args: argparse.Namespace, time_row: RowTimer, describe: Callable[[dict], str]
+) -> None:
+    """``time_row`` over ``--shapes`` x ``--rows`` on fresh FP8 layers of each shape (per-channel
+    scales, or ``--block``), a line each as it goes; writes ``<name>_<date>.json``."""
     t0 = time.perf_counter()
     copy_gbs = copy_bandwidth_gbs()
     gc.freeze()  # each graph capture runs gc.collect()
     rows = []
-    for name in args.shapes.split(","):
-        layers = fp8_layers(*SHAPES[name], args.block)
+    for shape in args.shapes.split(","):
+        layers = fp8_layers(*SHAPES[shape], args.block)
         for m in (int(v) for v in args.rows.split(",")):
-            rows.append(time_row(name, layers, m, copy_gbs, args))
+            rows.append(time_row(shape, layers, m, copy_gbs, args))
             print(f"[{time.perf_counter() - t0:4.0f} s] {describe(rows[-1])}", flush=True)
         del layers
         torch.cuda.empty_cache()
     result = {"copy_GBps": copy_gbs, "block_scales": BLOCK if args.block else None, "rows": rows}
-    print(write_result("fp8_gemv", result, args.out_dir))
+    print(write_result(name, result, args.out_dir))
 
 
 if __name__ == "__main__":

@@ -17,18 +17,15 @@ Writes fp8_input_fusion_<date>.json.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
-import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from benchmarks.common import copy_bandwidth_gbs, write_result
-from benchmarks.fp8_gemv import BLOCK, fp8_layers
-from benchmarks.skinny_gemm import SHAPES, graph_us
+from benchmarks.fp8_gemv import BLOCK, sweep_shapes
+from benchmarks.skinny_gemm import graph_us
 from kvserve.kernels.activation import silu_and_mul
 from kvserve.kernels.rmsnorm import fused_add_rms_norm
 from kvserve.kernels.rmsnorm_fp8 import rms_norm_fp8
@@ -83,6 +80,8 @@ def time_row(
     shape: str, layers: list[SimpleNamespace], m: int, copy_gbs: float, args: argparse.Namespace
 ) -> dict[str, Any]:
     n, k = layers[0].weight.shape
+    for layer in layers:
+        layer.launch_pdl = True  # chained as in the engine
     spec = Fp8Spec("block", "group", BLOCK) if args.block else Fp8Spec("channel", "token")
     method = Fp8LinearMethod(spec)
     norm_weight = torch.rand(k, device="cuda").add_(0.5).to(torch.bfloat16)
@@ -109,6 +108,14 @@ def _switch_on() -> None:
     silu_quant_enabled.cache_clear()
 
 
+def describe(row: dict[str, Any]) -> str:
+    return (
+        f"{row['shape']:8s} M={row['M']:4d}: floor {row['floor_us']:6.1f} us | apart "
+        f"{row['apart_us']:6.1f} | fused {row['fused_us']:6.1f} (x{row['speedup']:.3f}) "
+        f"same bits: {row['same_bits']}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out-dir", default=None)
@@ -118,29 +125,7 @@ def main() -> None:
     ap.add_argument("--block", action="store_true", help="128 x 128 block weight scales")
     args = ap.parse_args()
     _switch_on()
-    t0 = time.perf_counter()
-    copy_gbs = copy_bandwidth_gbs()
-    gc.freeze()  # each graph capture runs gc.collect()
-    rows = []
-    for shape in args.shapes.split(","):
-        layers = fp8_layers(*SHAPES[shape], args.block)
-        for layer in layers:
-            layer.launch_pdl = True
-            layer.out_features, layer.in_features = layer.weight.shape
-            layer.input_scale = None
-        for m in (int(v) for v in args.rows.split(",")):
-            row = time_row(shape, layers, m, copy_gbs, args)
-            rows.append(row)
-            print(
-                f"[{time.perf_counter() - t0:4.0f} s] {shape:8s} M={m:4d}: floor "
-                f"{row['floor_us']:6.1f} us | apart {row['apart_us']:6.1f} | fused "
-                f"{row['fused_us']:6.1f} (x{row['speedup']:.3f}) same bits: {row['same_bits']}",
-                flush=True,
-            )
-        del layers
-        torch.cuda.empty_cache()
-    result = {"copy_GBps": copy_gbs, "block_scales": BLOCK if args.block else None, "rows": rows}
-    print(write_result("fp8_input_fusion", result, args.out_dir))
+    sweep_shapes("fp8_input_fusion", args, time_row, describe)
 
 
 if __name__ == "__main__":
