@@ -31,7 +31,3 @@ class Fp8Activation:
     q: torch.Tensor
     scales: torch.Tensor
     dtype: torch.dtype
-
-    @property
-    def rows(self) -> int:
-        return self.q.shape[0]

@@ -17,7 +17,7 @@ activations: one per shard while loading, then their max).
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +52,7 @@ DUMMY_INPUT_SCALE = 0.02  # static activations up to ~9 in a random model
 
 
 W8A16_ROWS_ENV = "KVSERVE_FP8_W8A16_ROWS"
+KernelPath = Literal["dequantized", "gemv", "skinny", "w8a8"]  # the kernels a step can take (_path)
 
 
 @functools.cache
@@ -301,7 +302,7 @@ def _decode_blocks_fit(spec: Fp8Spec) -> bool:
     return spec.block is None or spec.block == DECODE_SCALE_BLOCK
 
 
-def _path(spec: Fp8Spec, x: torch.Tensor, dtype: torch.dtype | None = None) -> str:
+def _path(spec: Fp8Spec, x: torch.Tensor, dtype: torch.dtype | None = None) -> KernelPath:
     """Which kernel a step of ``x``'s rows takes (``dtype``: x's own before it was quantized):
     - "dequantized": weight-only checkpoints (no activation scheme), the weight dequantized;
     - "gemv": steps of a few tokens on the CUDA-core GEMV, for per-tensor or per-channel
