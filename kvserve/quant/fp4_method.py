@@ -21,11 +21,10 @@ from torch import nn
 from kvserve.errors import ModelLoadError
 from kvserve.kernels.fp4_gemm import GEMV_MAX_ROWS, fp4_linear
 from kvserve.kernels.fp4_reference import dequantize_fp4
-from kvserve.quant.method import copy_checked, no_fp8_input, shard_rows, unknown_param
+from kvserve.quant.method import SixteenBitInput, copy_checked, shard_rows, unknown_param
 
 if TYPE_CHECKING:
     from kvserve.layers.linear import Linear
-    from kvserve.quant.fp8_activation import Fp8Activation
 
 # (checkpoint tensor of one shard, the shard's row count) -> {layer tensor name: its rows}
 Reader = Callable[[torch.Tensor, int], dict[str, torch.Tensor]]
@@ -56,7 +55,7 @@ class Fp4Format:
     dummy_scales: ScaleMaker  # (rows, groups, generator) -> sane random scales
 
 
-class Fp4LinearMethod:
+class Fp4LinearMethod(SixteenBitInput):
     def __init__(self, fmt: Fp4Format, layout: str) -> None:
         if layout not in fmt.layouts:
             raise ModelLoadError(
@@ -120,17 +119,6 @@ class Fp4LinearMethod:
             x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale, bias,
             pdl=layer.launch_pdl,
         )  # fmt: skip
-
-    def apply_after_silu_mul(
-        self, layer: Linear, gate_up: torch.Tensor, bias: torch.Tensor | None
-    ) -> None:
-        return None  # x is not quantized: no kernel to take the SiLU-mul
-
-    def fp8_input_scheme(self, layer: Linear, x: torch.Tensor) -> None:
-        return None  # x is not quantized to e4m3
-
-    def apply_fp8(self, layer: Linear, x: Fp8Activation, bias: torch.Tensor | None) -> torch.Tensor:
-        raise no_fp8_input("FP4")
 
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
         if x.device.type == "cpu" or x.numel() > GEMV_MAX_ROWS * x.shape[-1]:

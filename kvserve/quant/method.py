@@ -96,6 +96,18 @@ def rows_from_env(name: str, default: int, limit: int) -> int:
     return int(value)
 
 
-def no_fp8_input(method: str) -> TypeError:
-    """What a method that names no ``fp8_input_scheme`` raises if handed an e4m3 x."""
-    return TypeError(f"the {method} linear method takes no pre-quantized FP8 input")
+class SixteenBitInput:
+    """The activation-quantization hooks of ``LinearMethod`` for a method that multiplies x as
+    it comes (bf16 / fp16 / fp32): no kernel of its own quantizes x, so none can take the
+    SiLU-mul, and x's producer has nothing to quantize for it."""
+
+    def apply_after_silu_mul(
+        self, layer: Linear, gate_up: torch.Tensor, bias: torch.Tensor | None
+    ) -> None:
+        return None
+
+    def fp8_input_scheme(self, layer: Linear, x: torch.Tensor) -> None:
+        return None
+
+    def apply_fp8(self, layer: Linear, x: Fp8Activation, bias: torch.Tensor | None) -> torch.Tensor:
+        raise TypeError(f"{type(self).__name__} takes no pre-quantized FP8 input")

@@ -15,8 +15,8 @@ from kvserve.kernels.skinny_gemm import MAX_ROWS as SKINNY_MAX_ROWS
 from kvserve.kernels.skinny_gemm import skinny_linear
 from kvserve.kernels.word_gemv import GEMV_ROWS, half_gemv
 from kvserve.quant.method import (
+    SixteenBitInput,
     copy_checked,
-    no_fp8_input,
     rows_from_env,
     shard_rows,
     unknown_param,
@@ -24,10 +24,9 @@ from kvserve.quant.method import (
 
 if TYPE_CHECKING:
     from kvserve.layers.linear import Linear
-    from kvserve.quant.fp8_activation import Fp8Activation
 
 
-class UnquantizedLinearMethod:
+class UnquantizedLinearMethod(SixteenBitInput):
     def create_weights(self, layer: Linear, dtype: torch.dtype) -> None:
         shape = (layer.out_features, layer.in_features)
         layer.weight = nn.Parameter(torch.empty(shape, dtype=dtype), False)
@@ -52,17 +51,6 @@ class UnquantizedLinearMethod:
         if x.shape[0] <= skinny_max_rows() and x.is_cuda and hopper_or_newer(x.device):
             return skinny_linear(x, layer.weight, None, bias, pdl=layer.launch_pdl)
         return F.linear(x, layer.weight, bias)
-
-    def apply_after_silu_mul(
-        self, layer: Linear, gate_up: torch.Tensor, bias: torch.Tensor | None
-    ) -> None:
-        return None  # x is not quantized: no kernel to take the SiLU-mul
-
-    def fp8_input_scheme(self, layer: Linear, x: torch.Tensor) -> None:
-        return None  # x is not quantized to e4m3
-
-    def apply_fp8(self, layer: Linear, x: Fp8Activation, bias: torch.Tensor | None) -> torch.Tensor:
-        raise no_fp8_input("unquantized")
 
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:
         if not _gemv_here(layer.weight, x):

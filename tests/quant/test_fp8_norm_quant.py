@@ -14,6 +14,7 @@ from fp8_helpers import FIXTURES, cpu_engine, norm_quant, step_logits
 from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.kernels.fp8_quant import quantize_fp8_reference
 from kvserve.kernels.rmsnorm import fused_add_rms_norm_reference
+from kvserve.layers.linear import Linear
 from kvserve.layers.norm import RMSNorm
 from kvserve.models.decoder import MLP
 from kvserve.quant import fp8_method
@@ -80,3 +81,12 @@ def test_the_norm_layer_returns_the_quantized_norm_and_the_residual_sum(
     assert new_residual is residual and torch.equal(residual, summed)
     first, kept = norm.forward_fp8(x, None, scheme)
     assert kept is x and first.q.shape == (5, 64)
+
+
+def test_methods_that_take_16_bit_input_name_no_scheme_and_refuse_e4m3() -> None:
+    layer = Linear(64, [32], False, torch.float32)
+    x = torch.randn(3, 64)
+    assert layer.fp8_input_scheme(x) is None
+    q = Fp8Activation(torch.zeros(3, 64, dtype=torch.float8_e4m3fn), torch.ones(3, 1), x.dtype)
+    with pytest.raises(TypeError, match="UnquantizedLinearMethod takes no pre-quantized FP8"):
+        layer(q)
