@@ -222,12 +222,12 @@ def fp8_skinny_linear(
         x = x.contiguous()
     split = SplitLaunch.plan(m, n, k, cfg.block_m, cfg.block_n, cfg.block_k, cfg.split_k, out)
     scale = scale.float() if block is not None else scale.reshape(-1).float()
-    x_fp8 = x_scales is not None or (cfg.quantize_first and k % cfg.block_k == 0)
-    if x_scales is None and x_fp8:
+    if x_scales is None and cfg.quantize_first and k % cfg.block_k == 0:
         x, x_scales = quantize_fp8(x, cfg.block_k, gated=gated)
-    elif gated:
+    elif gated:  # x_scales given with gated is refused above
         x = silu_and_mul(x)
-    x_scales = out if x_scales is None else x_scales  # a placeholder unless x_fp8
+    x_fp8 = x_scales is not None
+    x_scales = x_scales if x_fp8 else out  # a placeholder unless x_fp8
     _fp8_skinny_kernel[split.grid](
         x, x_scales, weight, scale, bias if bias is not None else out, out, split.workspace,
         split.counters, m, n, k, x.stride(0), x_scales.stride(0), weight.stride(0),
