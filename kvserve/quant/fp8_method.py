@@ -205,7 +205,8 @@ class Fp8LinearMethod:
         (``_quantizes_first``: cuBLAS or the block GEMM with a per-token, per-group or static
         scale; the tensor-core kernel past ``QUANTIZE_FIRST_ABOVE`` rows): that kernel takes the
         gate and up and applies the SiLU-mul (one launch in place of two, the same bits). None
-        elsewhere, and unless ``KVSERVE_FP8_SILU_QUANT`` is 1."""
+        elsewhere, on CPU (its reference SiLU-mul rounds in x's dtype, the quantization's in
+        fp32: not the same bits), and unless ``KVSERVE_FP8_SILU_QUANT`` is 1."""
         spec, x = self.spec, gate_up.reshape(-1, gate_up.shape[-1])
         k = x.shape[-1] // 2
         if not silu_quant_enabled() or x.device.type != "cuda" or not _quantizes_first(spec, x, k):
