@@ -86,6 +86,11 @@ def _rms_norm_kernel(
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=cols < hidden)
 
 
+def row_warps(block: int) -> int:
+    """Warps of a program that norms one row of ``block`` (padded) values."""
+    return min(16, max(1, block // 512))
+
+
 def _launch(
     x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float, pdl: bool
 ) -> torch.Tensor:
@@ -110,7 +115,7 @@ def _launch(
         out.stride(0),
         HAS_RESIDUAL=residual is not None,
         BLOCK=block,
-        num_warps=min(16, max(1, block // 512)),
+        num_warps=row_warps(block),
         **launch_options(pdl),
     )
     return out

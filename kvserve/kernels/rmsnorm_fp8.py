@@ -23,7 +23,12 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.fp8_quant import FP8, quantize_fp8_reference
-from kvserve.kernels.rmsnorm import fused_add_rms_norm_reference, normed_row, rms_norm_reference
+from kvserve.kernels.rmsnorm import (
+    fused_add_rms_norm_reference,
+    normed_row,
+    rms_norm_reference,
+    row_warps,
+)
 
 
 def rms_norm_fp8_reference(
@@ -121,6 +126,6 @@ def rms_norm_fp8(
         x.stride(0), residual.stride(0) if residual is not None else 0, q.stride(0), hidden // g,
         HAS_RESIDUAL=residual is not None, BLOCK=block, GROUP=block if group is None else g,
         STATIC=static, NORM_DTYPE=_TL_DTYPES[torch.promote_types(x.dtype, weight.dtype)],
-        num_warps=min(16, max(1, block // 512)), **launch_options(pdl),
+        num_warps=row_warps(block), **launch_options(pdl),
     )  # fmt: skip
     return q, scales
