@@ -32,7 +32,9 @@ from kvserve.quant.fp8_method import Fp8LinearMethod  # noqa: E402
 from kvserve.quant.fp8_weights import quantize_weight  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-ON_CUDA = pytest.mark.skipif(DEVICE.type != "cuda", reason="the FP8 method's GPU paths")
+ON_CUDA = pytest.mark.skipif(
+    DEVICE.type != "cuda", reason="needs CUDA: dependent launch and the FP8 method's GPU kernels"
+)
 EPS = 1e-5
 # (hidden, group, static): per token over a power-of-two row and over one that is not
 # (640 = 5 x 128), per 128-column group (the tensor-core kernel's and the block scheme's),
