@@ -138,6 +138,8 @@ def test_only_mxfp4_caps_its_registers_and_the_candidates_flip_the_fp4_options(
 ) -> None:
     default = gemv_config(6144, 512, scale_group=group)
     assert default.maxnreg == cap and not default.asm_scale_loads
+    # the cap is a one-row choice: 2-4 rows' accumulators spill under it (tests/sm90_builds)
+    assert all(gemv_config(6144, 512, rows=r, scale_group=group).maxnreg == 0 for r in (2, 4))
     candidates = gemv_candidates(6144, 512, scale_group=group)
     assert candidates[0] == default
     flipped = {(c.asm_scale_loads, c.maxnreg) for c in candidates[1:4]}

@@ -57,3 +57,31 @@ def compile_rms_norm(hidden: int, residual: bool) -> None:
         x, x, w, x, hidden, 1e-6, hidden, hidden, hidden, HAS_RESIDUAL=residual,
         BLOCK=hidden, USE_PDL=True, num_warps=1, grid=(4,),
     )  # fmt: skip
+
+
+@pytest.fixture
+def compile_only(hopper_driver, monkeypatch) -> Iterator[list]:  # noqa: ANN001
+    """Every Triton launch while the test runs compiles its kernel for sm_90 and launches
+    nothing: a kvserve wrapper that calls its kernel directly can be handed CPU tensors. Yields
+    the list the compiled kernels are appended to, launch by launch."""
+    from triton.runtime.jit import JITFunction
+
+    compiled: list = []
+    run = JITFunction.run
+
+    def compile_instead(self, *args, grid, warmup, **kwargs):  # noqa: ANN001, ANN202
+        kernel = run(self, *args, grid=grid, warmup=True, **kwargs)
+        compiled.append(kernel)
+        return kernel
+
+    monkeypatch.setattr(JITFunction, "run", compile_instead)
+    yield compiled
+
+
+def stack_bytes(compiled: list) -> list[int]:
+    """Bytes of local memory a thread of each kernel ``compile_only`` built (0: no spills)."""
+    from benchmarks.kernel_spills import resource_usage
+
+    assert compiled, "no kernel was built"
+    assert all(kernel.asm["cubin"][:4] == b"\x7fELF" for kernel in compiled)
+    return [resource_usage(kernel.asm["cubin"])["STACK"] for kernel in compiled]

@@ -739,7 +739,7 @@ def gemv_config(
 
     ``scale_group``: values per block scale (16 NVFP4, 32 MXFP4, 0 none). Since x is read in
     16-byte runs and word pairs sum in one chain, both formats read their scales with plain
-    loads, and MXFP4 runs with at most 128 registers a thread. On the H200 (Llama-3-8B's
+    loads, and MXFP4 at one row runs with at most 128 registers a thread. On the H200 (Llama-3-8B's
     projections at one row, fp4_gemm_h200_wordpair_{1head,3head}_2026-12-01.json, one machine),
     ``asm_scale_loads`` made NVFP4's gate_up / down 30.4 / 18.8 us against 25.4 / 16.2 (qkv / o
     8.8 / 7.9 against 9.1 / 8.0), and the cap took MXFP4's qkv / o from 8.8 / 7.7 to 8.1 / 7.0 us
@@ -752,7 +752,9 @@ def gemv_config(
         if s > 1 and (tiles * s > programs_per_sm * num_sms or k_steps // s < 2 or s > max_split):
             break
         split = s
-    maxnreg = 128 if scale_group == MXFP4_GROUP else 0
+    # the cap was measured at one row; more rows' accumulators spill under it (MXFP4 at 2 rows:
+    # 616 bytes a thread, tests/sm90_builds)
+    maxnreg = 128 if scale_group == MXFP4_GROUP and rows == 1 else 0
     return GemvConfig(block_n, block_w, split, num_warps, 3, maxnreg=maxnreg)
 
 

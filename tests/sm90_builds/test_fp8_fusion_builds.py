@@ -1,0 +1,63 @@
+"""The FP8 activation fusions' kernels (the RMSNorm writing e4m3, the SiLU-mul folded into x's
+quantization) and the FP8 tensor-core GEMM they feed, built for sm_90 through their wrappers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from triton_target import stack_bytes
+
+
+@pytest.mark.parametrize("hidden", [4096, 5120, 2880])
+@pytest.mark.parametrize("residual", [False, True], ids=["first", "with-residual"])
+@pytest.mark.parametrize("scheme", ["per-token", "group-128", "static"])
+def test_the_norm_writing_fp8_compiles_for_sm90_without_spills(
+    compile_only: list, hidden: int, residual: bool, scheme: str
+) -> None:
+    from kvserve.kernels.rmsnorm_fp8 import rms_norm_fp8
+
+    if scheme == "group-128" and hidden % 128:
+        pytest.skip(f"{hidden} columns are not whole 128-column groups")
+    x = torch.zeros(4, hidden, dtype=torch.bfloat16)
+    weight = torch.ones(hidden, dtype=torch.bfloat16)
+    group = 128 if scheme == "group-128" else None
+    static = torch.ones(1) if scheme == "static" else None
+    rms_norm_fp8(x, x.clone() if residual else None, weight, 1e-6, group, static, pdl=True)
+    assert stack_bytes(compile_only) == [0] * len(compile_only)
+
+
+@pytest.mark.parametrize("columns", [14336, 1536])
+@pytest.mark.parametrize("group", [128, None], ids=["group-128", "per-token"])
+def test_the_silu_mul_quantization_compiles_for_sm90_without_spills(
+    compile_only: list, columns: int, group: int | None
+) -> None:
+    from kvserve.kernels.fp8_quant import launch_quant_kernel
+
+    gate_up = torch.zeros(4, 2 * columns, dtype=torch.bfloat16)
+    launch_quant_kernel(gate_up, group, None, pdl=True, gated=True)
+    assert stack_bytes(compile_only) == [0] * len(compile_only)
+
+
+@pytest.mark.parametrize("rows", [1, 16, 33, 64])
+@pytest.mark.parametrize("x_is", ["bf16", "e4m3", "gated"])
+@pytest.mark.parametrize("scales", ["per-channel", "block-128"])
+def test_the_fp8_tensor_core_kernel_compiles_for_sm90_without_spills(
+    compile_only: list, rows: int, x_is: str, scales: str
+) -> None:
+    """Each way x reaches it: bf16 (quantized in the loop, or first past 32 rows), e4m3 with the
+    scales the norm wrote, and a SwiGLU's gate/up (the quantization applies the SiLU-mul; on
+    this CPU it is the reference; up to 32 rows the SiLU-mul kernel runs first)."""
+    from kvserve.kernels.fp8_quant import FP8
+    from kvserve.kernels.fp8_skinny_gemm import X_GROUP, fp8_skinny_linear
+
+    n, k = 1024, 4096
+    weight = torch.zeros(n, k, dtype=FP8)
+    block = (128, 128) if scales == "block-128" else None
+    scale = torch.ones(n // 128, k // 128) if block else torch.ones(n)
+    x = torch.zeros(rows, 2 * k if x_is == "gated" else k, dtype=torch.bfloat16)
+    x_scales = None
+    if x_is == "e4m3":
+        x, x_scales = x.to(FP8), torch.ones(rows, k // X_GROUP)
+    fp8_skinny_linear(x, weight, scale, block=block, pdl=True, gated=x_is == "gated",
+                      x_scales=x_scales, out_dtype=torch.bfloat16)  # fmt: skip
+    assert stack_bytes(compile_only) == [0] * len(compile_only)
