@@ -1,0 +1,94 @@
+"""The mixture-of-experts kernels built for sm_90 as a step launches them: the router (logits
+with the fused top-k at decode, the split MMA for long prefills, then softmax or GLM's grouped
+sigmoid top-k), and the experts in bf16, FP8 128 x 128 blocks and NVFP4: a decode step on the
+word GEMV (the gate/up's SiLU-mul and the token sum in its epilogues), a batch sorted into
+expert blocks on the grouped kernels. Qwen3-30B-A3B's experts (128, hidden 2048, 768 wide, top
+8) and GLM-4.5-Air's (hidden 4096, 1408 wide, top 8 and the shared expert stacked as a 129th).
+Expert stacks are ``torch.empty``: nothing is launched, so nothing is read.
+
+On a CPU the experts take the fallback tiles (the tuned tables are looked up for a CUDA device
+only), so these builds check the kernels' code and the fallback tiles, not every tuned tile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from triton_target import stack_bytes
+
+from kvserve.kernels.fused_moe import fused_moe
+from kvserve.kernels.fused_moe_fp4 import fused_moe_fp4
+from kvserve.kernels.fused_moe_fp8 import fused_moe_fp8
+from kvserve.kernels.moe_routing import Routing, grouped_sigmoid_topk, softmax_topk
+from kvserve.kernels.router_logits import router_logits, router_topk
+
+FP8 = torch.float8_e4m3fn
+# experts (the shared one stacked last), hidden, expert width, top-k (the shared slot included)
+MODELS = {"qwen3-moe": (128, 2048, 768, 8, False), "glm-air": (129, 4096, 1408, 9, True)}
+
+
+def _route(model: str, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    experts, _, _, top_k, _ = MODELS[model]
+    ids = (torch.arange(tokens * top_k, dtype=torch.int32) % experts).view(tokens, top_k)
+    return torch.full((tokens, top_k), 1.0 / top_k), ids
+
+
+def _experts(model: str, tokens: int, fmt: str) -> None:
+    experts, hidden, width, _, shared = MODELS[model]
+    x = torch.zeros(tokens, hidden, dtype=torch.bfloat16)
+    weights, ids = _route(model, tokens)
+    if fmt == "bf16":
+        w13 = torch.empty(experts, 2 * width, hidden, dtype=torch.bfloat16)
+        w2 = torch.empty(experts, hidden, width, dtype=torch.bfloat16)
+        fused_moe(x, w13, w2, weights, ids, pdl=True, shared=shared)
+    elif fmt == "fp8-block":
+        w13 = torch.empty(experts, 2 * width, hidden, dtype=FP8)
+        w2 = torch.empty(experts, hidden, width, dtype=FP8)
+        s13 = torch.ones(experts, -(-2 * width // 128), hidden // 128)
+        s2 = torch.ones(experts, hidden // 128, -(-width // 128))
+        fused_moe_fp8(x, w13, s13, w2, s2, weights, ids, (128, 128), pdl=True, shared=shared)
+    else:
+        w13 = _nvfp4_stack(experts, 2 * width, hidden)
+        w2 = _nvfp4_stack(experts, hidden, width)
+        fused_moe_fp4(x, w13, w2, weights, ids, pdl=True, shared=shared)
+
+
+def _nvfp4_stack(experts: int, n: int, k: int) -> tuple[torch.Tensor, ...]:
+    """Codes, e4m3 scales per 16 values and a per-tensor scale per expert."""
+    codes = torch.empty(experts, n, k // 2, dtype=torch.uint8)
+    return codes, torch.empty(experts, n, k // 16, dtype=FP8), torch.ones(experts)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8-block", "nvfp4"])
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("tokens", [1, 64, 512], ids=["decode", "batch-64", "prefill-512"])
+def test_the_experts_build_for_sm90_without_spills(
+    compile_only: list, fmt: str, model: str, tokens: int
+) -> None:
+    _experts(model, tokens, fmt)
+    assert stack_bytes(compile_only) == [0] * len(compile_only)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("tokens", [1, 4, 16, 2048])
+def test_the_router_builds_for_sm90_without_spills(
+    compile_only: list, model: str, tokens: int
+) -> None:
+    """Up to 4 tokens the logits and top-k in one launch; to 16 on CUDA cores, then the top-k
+    kernel; long prefills on the split MMA."""
+    experts, hidden, _, top_k, shared = MODELS[model]
+    routed = experts - shared
+    x = torch.zeros(tokens, hidden, dtype=torch.bfloat16)
+    weight = torch.zeros(routed, hidden)
+    if shared:  # GLM: sigmoid scores, 8 groups, the best 4, a correction bias
+        routing = Routing(routed, top_k - 1, True, True, 8, 4, 2.5, shared=True)
+        bias = torch.zeros(routed)
+    else:
+        routing, bias = Routing(routed, top_k, True), None
+    if tokens <= 4:
+        router_topk(x, weight, routing, bias, pdl=True)
+    elif shared:
+        logits = router_logits(x, weight, pdl=True)
+        grouped_sigmoid_topk(logits, top_k - 1, 8, 4, True, 2.5, bias, True, pdl=True)
+    else:
+        softmax_topk(router_logits(x, weight, pdl=True), top_k, True, pdl=True)
+    assert stack_bytes(compile_only) == [0] * len(compile_only)
