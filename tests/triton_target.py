@@ -27,10 +27,15 @@ class _HopperTarget:
 @pytest.fixture
 def hopper_driver(tmp_path, monkeypatch) -> Iterator[None]:  # noqa: ANN001
     """The stand-in driver, and Triton caches of the test's own: an empty disk cache, and no
-    kvserve kernel compiled in memory (before or after)."""
+    kvserve kernel compiled in memory (before or after). The kernels' hashes are settled first,
+    in the order the engine and compile ahead's workers settle them (``settle_kernel_hashes``):
+    a kernel compiled here before its helpers were hashed would keep a name of its own for the
+    rest of the session, and a later test's workers would fill the disk cache under another."""
     from triton.runtime.driver import driver
 
-    from kvserve.kernels.kernel_hashes import kvserve_kernels
+    from kvserve.kernels.kernel_hashes import kvserve_kernels, settle_kernel_hashes
+
+    settle_kernel_hashes()
 
     def forget_compiled() -> None:
         for kernel in kvserve_kernels():
