@@ -6,8 +6,8 @@ expert blocks on the grouped kernels. Qwen3-30B-A3B's experts (128, hidden 2048,
 8) and GLM-4.5-Air's (hidden 4096, 1408 wide, top 8 and the shared expert stacked as a 129th).
 Expert stacks are ``torch.empty``: nothing is launched, so nothing is read.
 
-On a CPU the experts take the fallback tiles (the tuned tables are looked up for a CUDA device
-only), so these builds check the kernels' code and the fallback tiles, not every tuned tile."""
+The experts build at the H200's tuned tiles (``moe_configs/NVIDIA_H200.json``, looked up by
+its name, as the engine does on that GPU) and at the heuristic tiles of an untuned GPU."""
 
 from __future__ import annotations
 
@@ -58,11 +58,26 @@ def _nvfp4_stack(experts: int, n: int, k: int) -> tuple[torch.Tensor, ...]:
     return codes, torch.empty(experts, n, k // 16, dtype=FP8), torch.ones(experts)
 
 
+@pytest.fixture(params=["h200-tiles", "heuristic-tiles"])
+def tiles(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The H200's tuned tiles for a step on this CPU (the engine asks the table of the CUDA
+    device it runs on), or the heuristic tiles every step takes without a table."""
+    from kvserve.kernels import moe_tiles
+
+    def h200_tiles(shape, tokens, device, fallback):  # noqa: ANN001, ANN202 - moe_tiles' own
+        tuned = moe_tiles.tuned_tiles(shape, tokens, "NVIDIA H200")
+        return tuned if tuned is not None else moe_tiles.MoeTiles(fallback, fallback)
+
+    if request.param == "h200-tiles":
+        monkeypatch.setattr(moe_tiles, "moe_tiles", h200_tiles)
+    return request.param
+
+
 @pytest.mark.parametrize("fmt", ["bf16", "fp8-block", "nvfp4"])
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("tokens", [1, 64, 512], ids=["decode", "batch-64", "prefill-512"])
 def test_the_experts_build_for_sm90_without_spills(
-    compile_only: list, fmt: str, model: str, tokens: int
+    compile_only: list, tiles: str, fmt: str, model: str, tokens: int
 ) -> None:
     _experts(model, tokens, fmt)
     assert stack_bytes(compile_only) == [0] * len(compile_only)
