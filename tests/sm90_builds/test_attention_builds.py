@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_target import stack_bytes
 
-from kvserve.kernels.decode_attention import paged_decode_attention
-from kvserve.kernels.prefill_attention import paged_prefill_attention
-from kvserve.kernels.rotary_store_kv import QKNorm, rotary_store_kv
-from kvserve.kernels.store_kv_cache import store_kv_cache
+pytest.importorskip("triton")
+
+from triton_target import stack_bytes  # noqa: E402
+
+from kvserve.kernels.decode_attention import paged_decode_attention  # noqa: E402
+from kvserve.kernels.prefill_attention import paged_prefill_attention  # noqa: E402
+from kvserve.kernels.rotary_store_kv import QKNorm, rotary_store_kv  # noqa: E402
+from kvserve.kernels.store_kv_cache import store_kv_cache  # noqa: E402
 
 PAGE = 16
 HEAD_DIM = 128

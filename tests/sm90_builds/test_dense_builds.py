@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_target import stack_bytes
 
-from kvserve.kernels.activation import silu_and_mul
-from kvserve.kernels.fp8_gemm import fp8_block_gemm
-from kvserve.kernels.fp8_quant import FP8, launch_quant_kernel
-from kvserve.kernels.rmsnorm import fused_add_rms_norm, rms_norm
+pytest.importorskip("triton")
+
+from triton_target import stack_bytes  # noqa: E402
+
+from kvserve.kernels.activation import silu_and_mul  # noqa: E402
+from kvserve.kernels.fp8_gemm import fp8_block_gemm  # noqa: E402
+from kvserve.kernels.fp8_quant import FP8, launch_quant_kernel  # noqa: E402
+from kvserve.kernels.rmsnorm import fused_add_rms_norm, rms_norm  # noqa: E402
 
 
 @pytest.mark.parametrize("hidden", [4096, 2048, 2880])

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_target import stack_bytes
+
+pytest.importorskip("triton")
+
+from triton_target import stack_bytes  # noqa: E402
 
 
 @pytest.mark.parametrize("hidden", [4096, 5120, 2880])

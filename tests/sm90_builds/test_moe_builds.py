@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_target import stack_bytes
 
-from kvserve.kernels.fused_moe import fused_moe
-from kvserve.kernels.fused_moe_fp4 import fused_moe_fp4
-from kvserve.kernels.fused_moe_fp8 import fused_moe_fp8
-from kvserve.kernels.moe_routing import Routing, grouped_sigmoid_topk, softmax_topk
-from kvserve.kernels.router_logits import router_logits, router_topk
+pytest.importorskip("triton")
+
+from triton_target import stack_bytes  # noqa: E402
+
+from kvserve.kernels.fused_moe import fused_moe  # noqa: E402
+from kvserve.kernels.fused_moe_fp4 import fused_moe_fp4  # noqa: E402
+from kvserve.kernels.fused_moe_fp8 import fused_moe_fp8  # noqa: E402
+from kvserve.kernels.moe_routing import Routing, grouped_sigmoid_topk, softmax_topk  # noqa: E402
+from kvserve.kernels.router_logits import router_logits, router_topk  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 # experts (the shared one stacked last), hidden, expert width, top-k (the shared slot included)

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from triton_target import stack_bytes
 
-from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
-from kvserve.kernels.fused_moe import TokenSum
-from kvserve.kernels.word_gemv import (
+pytest.importorskip("triton")
+
+from triton_target import stack_bytes  # noqa: E402
+
+from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP  # noqa: E402
+from kvserve.kernels.fused_moe import TokenSum  # noqa: E402
+from kvserve.kernels.word_gemv import (  # noqa: E402
     FP4_PER_WORD,
     GemvConfig,
     fp4_gemv_config,
