@@ -38,16 +38,20 @@ def normed_row(
     x_ptr,
     residual_ptr,
     weight_ptr,
-    row,
     hidden,
     eps,
     stride_x,
     stride_r,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
-    """Row ``row`` of ``weight * norm(x (+ residual))`` in fp32, [BLOCK] (zero past ``hidden``),
-    before its rounding to the output dtype; with a residual, the sum is stored back into it."""
+    """``(row, y)``: this program's row (after the dependent-launch wait) and its
+    ``weight * norm(x (+ residual))`` in fp32, [BLOCK] (zero past ``hidden``), before its
+    rounding to the output dtype; with a residual, the sum is stored back into it."""
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
+    row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
@@ -58,7 +62,7 @@ def normed_row(
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, 0) / hidden + eps)
     normed = (xf * rstd).to(x.dtype).to(tl.float32)
-    return normed * tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    return row, normed * tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
 
 
 @jit
@@ -76,12 +80,10 @@ def _rms_norm_kernel(
     BLOCK: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    pdl_wait(USE_PDL)
-    pdl_release(USE_PDL)
-    row = tl.program_id(0).to(tl.int64)
-    y = normed_row(
-        x_ptr, residual_ptr, weight_ptr, row, hidden, eps, stride_x, stride_r, HAS_RESIDUAL, BLOCK
-    )
+    row, y = normed_row(
+        x_ptr, residual_ptr, weight_ptr, hidden, eps, stride_x, stride_r, HAS_RESIDUAL, BLOCK,
+        USE_PDL,
+    )  # fmt: skip
     cols = tl.arange(0, BLOCK)
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=cols < hidden)
 

@@ -17,8 +17,6 @@ from kvserve.kernels._triton import (
     jit,
     launch_options,
     next_pow2,
-    pdl_release,
-    pdl_wait,
     require_triton,
     tl,
 )
@@ -70,12 +68,10 @@ def _rms_norm_fp8_kernel(
     NORM_DTYPE: tl.constexpr,  # what the plain norm would store
     USE_PDL: tl.constexpr,
 ):
-    pdl_wait(USE_PDL)
-    pdl_release(USE_PDL)
-    row = tl.program_id(0).to(tl.int64)
-    y = normed_row(
-        x_ptr, residual_ptr, weight_ptr, row, hidden, eps, stride_x, stride_r, HAS_RESIDUAL, BLOCK
-    )
+    row, y = normed_row(
+        x_ptr, residual_ptr, weight_ptr, hidden, eps, stride_x, stride_r, HAS_RESIDUAL, BLOCK,
+        USE_PDL,
+    )  # fmt: skip
     y = y.to(NORM_DTYPE).to(tl.float32)
     if STATIC:
         q = y / tl.load(static_ptr).to(tl.float32)
