@@ -209,9 +209,12 @@ class Fp8LinearMethod:
         fp32: not the same bits), and unless ``KVSERVE_FP8_SILU_QUANT`` is 1."""
         spec, x = self.spec, gate_up.reshape(-1, gate_up.shape[-1])
         k = x.shape[-1] // 2
-        if not silu_quant_enabled() or x.device.type != "cuda" or not _quantizes_first(spec, x, k):
+        if not silu_quant_enabled() or x.device.type != "cuda":
             return None
-        if _path(spec, x) == "skinny":
+        path = _path(spec, x)
+        if not _quantizes_first(spec, path, x.shape[0], k):
+            return None
+        if path == "skinny":
             w, ws = layer.weight, layer.weight_scale
             y = fp8_skinny_linear(
                 x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl, gated=True
@@ -230,9 +233,12 @@ class Fp8LinearMethod:
         whole-tensor amax first, and unless the setting is 1."""
         spec = self.spec
         k = x.shape[-1]
-        if not norm_quant_enabled() or not _quantizes_first(spec, x, k):
+        if not norm_quant_enabled():
             return None
-        if _path(spec, x) == "skinny":
+        path = _path(spec, x)
+        if not _quantizes_first(spec, path, x.shape[0], k):
+            return None
+        if path == "skinny":
             return Fp8InputScheme(SKINNY_X_GROUP)
         static = layer.input_scale if spec.activation == "static" else None
         return Fp8InputScheme(spec.act_group, static)
@@ -329,15 +335,15 @@ def _path(spec: Fp8Spec, x: torch.Tensor, dtype: torch.dtype | None = None) -> K
     return "w8a8"
 
 
-def _quantizes_first(spec: Fp8Spec, x: torch.Tensor, k: int) -> bool:
-    """Whether a step of ``x`` (``k`` columns to quantize) quantizes them by a kernel of its own
-    before the GEMM: the tensor-core kernel past ``QUANTIZE_FIRST_ABOVE`` rows (per 128-column
-    group, whatever the scheme), cuBLAS and the block GEMM with a scale that kernel computes per
-    row or group or takes as given (a dynamic per-tensor scale needs x's whole amax first)."""
-    path = _path(spec, x)
+def _quantizes_first(spec: Fp8Spec, path: KernelPath, rows: int, k: int) -> bool:
+    """Whether a step of ``rows`` on ``path`` (``_path``'s; ``k`` columns to quantize) quantizes
+    x by a kernel of its own before the GEMM: the tensor-core kernel past
+    ``QUANTIZE_FIRST_ABOVE`` rows (per 128-column group, whatever the scheme), cuBLAS and the
+    block GEMM with a scale that kernel computes per row or group or takes as given (a dynamic
+    per-tensor scale needs x's whole amax first)."""
     if path == "skinny":
-        return x.shape[0] > QUANTIZE_FIRST_ABOVE and k % SKINNY_X_GROUP == 0
-    return path == "w8a8" and x.shape[0] > 0 and spec.activation != "tensor"
+        return rows > QUANTIZE_FIRST_ABOVE and k % SKINNY_X_GROUP == 0
+    return path == "w8a8" and rows > 0 and spec.activation != "tensor"
 
 
 @functools.cache
