@@ -5,6 +5,8 @@ the gated gate/up mode, split K, and the experts' slots with and without the tok
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -47,7 +49,7 @@ def _dense(kind: str, x: torch.Tensor, gated: bool, split_k: int) -> None:
         group = NVFP4_GROUP if kind == "nvfp4" else MXFP4_GROUP
         packed, block, row_scale = _fp4(kind, N, K)
         cfg = fp4_gemv_config(N, K // FP4_PER_WORD, rows, 132, group)
-        cfg = GemvConfig(**{**vars(cfg), "split_k": split_k}) if split_k > 1 else cfg
+        cfg = replace(cfg, split_k=split_k)
         out = torch.empty(rows, N // 2 if gated else N, dtype=x.dtype)
         launch_word_gemv(x, packed, block, row_scale, None, out, cfg, group, pdl=True,
                          gated=gated)  # fmt: skip
