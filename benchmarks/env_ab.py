@@ -55,20 +55,27 @@ def run_order(sides: list[str], rounds: int) -> list[tuple[str, int]]:
     return order
 
 
-def rates_of(record: Any, found: dict[str, float] | None = None) -> dict[str, float]:
+def rates_of(
+    record: Any, found: dict[str, float] | None = None, prefix: str = ""
+) -> dict[str, float]:
     """Every ``{"batch": b, "tok_s": r}`` row as ``decode_b<b>`` (the first of each batch) and
-    ``output_tok_s`` as ``offline``, wherever they sit in a result."""
+    ``output_tok_s`` as ``offline``, wherever they sit in a result; under a ``formats`` map each
+    format's rates are named ``<format>_decode_b<b>`` and ``<format>_offline``."""
     found = {} if found is None else found
     if isinstance(record, dict):
         if "batch" in record and "tok_s" in record:
-            found.setdefault(f"decode_b{record['batch']}", float(record["tok_s"]))
+            found.setdefault(f"{prefix}decode_b{record['batch']}", float(record["tok_s"]))
         if "output_tok_s" in record:
-            found.setdefault("offline", float(record["output_tok_s"]))
-        for value in record.values():
-            rates_of(value, found)
+            found.setdefault(f"{prefix}offline", float(record["output_tok_s"]))
+        for key, value in record.items():
+            if key == "formats" and isinstance(value, dict):
+                for name, entry in value.items():
+                    rates_of(entry, found, f"{prefix}{name}_")
+            else:
+                rates_of(value, found, prefix)
     elif isinstance(record, list):
         for value in record:
-            rates_of(value, found)
+            rates_of(value, found, prefix)
     return found
 
 

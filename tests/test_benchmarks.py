@@ -231,6 +231,9 @@ def test_env_ab_alternates_the_sides_in_fresh_processes(tmp_path: Path) -> None:
     assert summary["plain"]["decode_b1"]["values"] == [100.0, 100.0]
     assert summary["gated"]["decode_b1"]["ratio_to_first"] == 1.1
     assert summary["gated"]["offline"]["median"] == 5.0
+    per_format = {"formats": {"fp8": {"decode": [{"batch": 64, "tok_s": 2.0}]},
+                              "fp8-block": {"decode": [{"batch": 64, "tok_s": 3.0}]}}}  # fmt: skip
+    assert env_ab.rates_of(per_format) == {"fp8_decode_b64": 2.0, "fp8-block_decode_b64": 3.0}
     assert env_ab.run_order(["a", "b"], 3) == [("a", 1), ("b", 1), ("b", 2), ("a", 2),
                                                ("a", 3), ("b", 3)]  # fmt: skip
     with pytest.raises(ValueError, match="KVSERVE_NAME=value"):
