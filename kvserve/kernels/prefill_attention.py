@@ -102,17 +102,20 @@ def default_prefill_config(
         return PrefillConfig(block_m=32, block_n=32, num_warps=4, num_stages=2)
     if head_dim > 128:  # untuned: keep the [BLOCK_M, D] accumulator in registers
         return PrefillConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
-    # H200 sweep, Llama-3-8B heads, 2026-11-29 (benchmarks/kernels_h200.py --sweep):
-    # 256x64 / 8 warps / 3 stages led at 4K and 16K; D=64 was not swept.
+    # H200 sweeps, Llama-3-8B heads (benchmarks/kernels_h200.py --sweep): on 2026-11-29
+    # 256x64 / 8 warps / 3 stages led at 4K and 16K; on 2026-12-05 (two sweeps, one machine)
+    # 128x128 / 8 warps / 3 stages led at 1K / 4K / 16K with 154 / 334 / 426 against 146 / 299 /
+    # 417 TFLOP/s, and spills nothing (the 256-row tile spilled 136 bytes a thread under
+    # Triton 3.6). D=64 was not swept.
     if head_dim == 128:
-        return PrefillConfig(block_m=256, block_n=64, num_warps=8, num_stages=3)
+        return PrefillConfig(block_m=128, block_n=128, num_warps=8, num_stages=3)
     return PrefillConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
 
 
 def _default_fp8_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
-    """Over an FP8 cache, on FP8 tensor cores. The bf16 tile (256 rows, 8 warps) spills there
-    (sm_90: 360 bytes of stack with q as one e4m3 term, 448 with two; ``kernel_spills``
-    ``compile_prefill``); 128 rows on 8 warps do not. Tiles timed: fp8_kv_prefill_h200_s46."""
+    """Over an FP8 cache, on FP8 tensor cores: the bf16 cache's tile (a 256-row tile spilled
+    there: 360 bytes of stack on sm_90 with q as one e4m3 term, 448 with two; ``kernel_spills``
+    ``compile_prefill``). Tiles timed: fp8_kv_prefill_h200_s46."""
     if dtype == torch.float32 or head_dim > 128:
         return default_prefill_config(head_dim, dtype)
     return PrefillConfig(128, 128, 8 if head_dim == 128 else 4, 3)

@@ -24,11 +24,6 @@ HEAD_DIM = 128
 # (q heads, kv heads) of Llama-3-8B, Qwen3-30B-A3B and GLM-4.5-Air
 HEADS = {"llama": (32, 8), "qwen3-moe": (32, 4), "glm-air": (96, 8)}
 CACHES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
-# The bf16 prefill's default tile (256 query rows, 8 warps; chosen by timing on the H200,
-# 2026-11-29) spills 136 bytes a thread under Triton 3.6: 6 local loads and 3 stores in its
-# 965-instruction step over 64 keys, against 588 instructions for half the MMAs at 128 rows
-# (no spills). The bound keeps the spill from growing.
-PREFILL_STACK_BYTES = {"bf16": 136, "fp8": 0}
 
 
 def _cache(kv_heads: int, dtype: torch.dtype) -> tuple[torch.Tensor, tuple | None]:
@@ -71,7 +66,7 @@ def test_prefill_attention_builds_for_sm90_without_spills(
     tables = torch.zeros(1, context // PAGE, dtype=torch.int32)
     paged_prefill_attention(q, kv_cache, starts, lengths, tables, tokens, HEAD_DIM**-0.5,
                             scales, max_seq_len=context)  # fmt: skip
-    assert max(stack_bytes(compile_only)) <= PREFILL_STACK_BYTES[cache]
+    assert stack_bytes(compile_only) == [0] * len(compile_only)
 
 
 @pytest.mark.parametrize("cache", CACHES)
