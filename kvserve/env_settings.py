@@ -149,14 +149,14 @@ SETTINGS: tuple[EnvSetting, ...] = (
     ),
     EnvSetting(
         name="KVSERVE_FP8_SILU_QUANT",
-        default="0",
-        meaning="1 has an FP8 down projection's activation quantization apply the SiLU-mul",
+        default="1",
+        meaning="0 keeps the SiLU-mul kernel before an FP8 down projection's quantization",
         reader="kvserve.quant.fp8_method:silu_quant_enabled",
     ),
     EnvSetting(
         name="KVSERVE_FP8_NORM_QUANT",
-        default="0",
-        meaning="1 has the RMSNorm before an FP8 q/k/v or gate/up layer write its e4m3 input",
+        default="1",
+        meaning="0 keeps the quantization kernel after the RMSNorm before an FP8 layer",
         reader="kvserve.quant.fp8_method:norm_quant_enabled",
     ),
 )

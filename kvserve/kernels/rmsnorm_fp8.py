@@ -2,11 +2,14 @@
 and the activation quantization of the FP8 layer it feeds in one launch, for the steps where
 that layer would otherwise run ``fp8_quant.quantize_fp8`` on the norm's output.
 
-``rms_norm_fp8(x, residual, weight, eps, group, static_scale)`` gives what
-``quantize_fp8(rms_norm(x + residual), group, static_scale)`` gives, bit for bit: the norm's
-value is rounded to the dtype the plain norm stores before its amax and its division by the
-scale. One program per row; a per-group scale needs the group (a power of two) to divide the
-row.
+``rms_norm_fp8(x, residual, weight, eps, group, static_scale)`` computes what
+``quantize_fp8(rms_norm(x + residual), group, static_scale)`` computes: the norm's value is
+rounded to the dtype the plain norm stores before its amax and its division by the scale. Not
+always the same bits on a GPU: Triton lays this kernel's row out 16 values a thread (for the
+e4m3 store) where the plain norm has 8, so the fp32 sum of squares adds in another order, and
+a value can land on the neighbouring 16-bit and then e4m3 step (1 of 65,536 at 64 x 1024 on
+the H200; Triton's interpreter gives the same bits). One program per row; a per-group scale
+needs the group (a power of two) to divide the row.
 """
 
 from __future__ import annotations

@@ -1,7 +1,12 @@
 """RMSNorm writing e4m3 (``kernels.rmsnorm_fp8``) against the norm kernel followed by the
-quantization kernel (bit for bit) and against the torch reference; then, on a GPU, the FP8
-method's steps on its output against the unfused path (the engine with
-``KVSERVE_FP8_NORM_QUANT=1`` against one without: ``test_fp8_engine.py``).
+quantization kernel and against the torch reference; then, on a GPU, the FP8 method's steps on
+its output against the unfused path (the engine with ``KVSERVE_FP8_NORM_QUANT`` at 1 against
+0: ``test_fp8_engine.py``).
+
+Not bit for bit on a GPU: the e4m3 store gives the norm kernel another register layout than the
+16-bit store's (Triton picks it: 16 values a thread against 8), so its fp32 sum of squares adds
+in another order. The norm can then round to the neighbouring 16-bit value, and that, rarely,
+to the neighbouring e4m3 step: 1 value of 65,536 at 64 x 1024 on the H200 (s56).
 
 ``KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 pytest --noconftest tests/gpu/test_rmsnorm_fp8.py``
 runs the kernel cases through Triton's interpreter on a CPU.
@@ -23,7 +28,7 @@ from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # n
 sys.path.insert(0, str(Path(__file__).parents[1] / "quant"))
 from fp8_helpers import norm_quant  # noqa: E402
 
-from kvserve.kernels.fp8_quant import FP8, launch_quant_kernel  # noqa: E402
+from kvserve.kernels.fp8_quant import FP8, launch_quant_kernel, quantize_fp8  # noqa: E402
 from kvserve.kernels.rmsnorm import fused_add_rms_norm, rms_norm  # noqa: E402
 from kvserve.kernels.rmsnorm_fp8 import rms_norm_fp8, rms_norm_fp8_reference  # noqa: E402
 from kvserve.quant.fp8_activation import Fp8Activation  # noqa: E402
@@ -55,11 +60,22 @@ def _bits(q: torch.Tensor) -> torch.Tensor:
     return q.view(torch.uint8)
 
 
+def _assert_within_an_e4m3_step(
+    q: torch.Tensor, scales: torch.Tensor, want_q: torch.Tensor, want_scales: torch.Tensor
+) -> None:
+    """The same scales up to one 16-bit step of a group's amax, and the same e4m3 values but
+    for a few (under 1%) one e4m3 step apart (1/8 relative, or a subnormal step)."""
+    assert q.dtype == FP8 and q.shape == want_q.shape
+    torch.testing.assert_close(scales, want_scales, rtol=2**-7, atol=0)
+    close = torch.isclose(q.float(), want_q.float(), rtol=0.126, atol=2**-9)
+    assert bool(close.all()) and float((_bits(q) != _bits(want_q)).float().mean()) < 0.01
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, BF16_UNLESS_INTERPRETED])
 @pytest.mark.parametrize("with_residual", [False, True])
 @pytest.mark.parametrize(("hidden", "group", "static"), CASES)
 @pytest.mark.parametrize("rows", [1, 7])
-def test_equals_the_norm_then_the_quantization_kernel(
+def test_matches_the_norm_then_the_quantization_kernel(
     rows: int, hidden: int, group: int | None, static: bool, with_residual: bool,
     dtype: torch.dtype,
 ) -> None:  # fmt: skip
@@ -73,8 +89,7 @@ def test_equals_the_norm_then_the_quantization_kernel(
     else:
         normed = rms_norm(x, weight, EPS)
     want_q, want_scales = launch_quant_kernel(normed, group, scale, False, False)
-    assert q.dtype == FP8 and torch.equal(_bits(q), _bits(want_q))
-    assert torch.equal(scales, want_scales)
+    _assert_within_an_e4m3_step(q, scales, want_q, want_scales)
     expected_scales = (1,) if static else (rows, hidden // (group or hidden))
     assert tuple(scales.shape) == expected_scales
 
@@ -91,10 +106,8 @@ def test_against_the_torch_reference(hidden: int, group: int | None, static: boo
     ref_residual = residual.clone()
     q, scales = rms_norm_fp8(x, residual, weight, EPS, group, scale)
     ref_q, ref_scales = rms_norm_fp8_reference(x, ref_residual, weight, EPS, group, scale)
-    torch.testing.assert_close(scales, ref_scales, rtol=1e-3, atol=0)
     assert torch.equal(residual, ref_residual)
-    close = torch.isclose(q.float(), ref_q.float(), rtol=0.126, atol=2**-9)
-    assert bool(close.all()) and float((q.float() != ref_q.float()).float().mean()) < 0.01
+    _assert_within_an_e4m3_step(q, scales, ref_q, ref_scales)
 
 
 def test_bad_groups_and_zero_rows() -> None:
@@ -122,13 +135,11 @@ SPECS = [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static"),
 @ON_CUDA
 @pytest.mark.parametrize("spec", SPECS)
 @pytest.mark.parametrize("rows", [1, 16, 33, 64, 65, 300])
-def test_the_fp8_method_on_the_quantized_norm_equals_its_own_quantization(
-    spec: Fp8Spec, rows: int
-) -> None:
+def test_the_fp8_method_takes_the_input_its_scheme_names(spec: Fp8Spec, rows: int) -> None:
     """Where the method would quantize x by a kernel of its own (past 32 rows; past 64, not with
-    a dynamic per-tensor scale, which needs x's whole amax) its scheme's input, made by the
-    norm, gives its output bit for bit; elsewhere, and with the switch at 0, it names no
-    scheme."""
+    a dynamic per-tensor scale, which needs x's whole amax) x quantized as its scheme says
+    gives its output bit for bit, and the norm writes that x (within an e4m3 step); elsewhere,
+    and with the switch at 0, it names no scheme."""
     hidden, n = 1024, 512
     x, residual, weight = _inputs(rows, hidden, torch.bfloat16)
     w = torch.randn(n, hidden, device=DEVICE) / hidden**0.5
@@ -152,6 +163,8 @@ def test_the_fp8_method_on_the_quantized_norm_equals_its_own_quantization(
     assert scheme is not None
     normed, _ = fused_add_rms_norm(x, residual.clone(), weight, EPS)
     want = method._matmul(layer, normed)  # type: ignore[arg-type]
+    own_q, own_scales = quantize_fp8(normed, scheme.group, scheme.static_scale)
+    quantized = Fp8Activation(own_q, own_scales, torch.bfloat16)
+    assert torch.equal(method.apply_fp8(layer, quantized, None), want)  # type: ignore[arg-type]
     xq, xs = rms_norm_fp8(x, residual.clone(), weight, EPS, scheme.group, scheme.static_scale)
-    got = method.apply_fp8(layer, Fp8Activation(xq, xs, torch.bfloat16), None)  # type: ignore[arg-type]
-    assert torch.equal(got, want)
+    _assert_within_an_e4m3_step(xq, xs, own_q, own_scales)
