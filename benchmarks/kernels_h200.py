@@ -208,7 +208,7 @@ def sweep(decode: DecodeShapes) -> dict:
             result["decode"].append(row)
             print(f"sweep decode B={batch} ctx={ctx} {vars(cfg)}: {row['gbs']:.0f} GB/s")
     # 1K: the size of the prefill steps the engine keeps on this kernel beside cuDNN (under
-    # 2**22 query-key pairs), where the default 256-row tile spills (tests/sm90_builds)
+    # 2**22 query-key pairs)
     for seq_len in (1024, 4096, 16384):
         for pcfg in PREFILL_SWEEP:
             row = try_run(run_prefill, seq_len, pcfg)

@@ -113,9 +113,10 @@ def default_prefill_config(
 
 
 def _default_fp8_config(head_dim: int, dtype: torch.dtype) -> PrefillConfig:
-    """Over an FP8 cache, on FP8 tensor cores: the bf16 cache's tile (a 256-row tile spilled
-    there: 360 bytes of stack on sm_90 with q as one e4m3 term, 448 with two; ``kernel_spills``
-    ``compile_prefill``). Tiles timed: fp8_kv_prefill_h200_s46."""
+    """Over an FP8 cache, on FP8 tensor cores: 128 x 128 tiles (at 128-dim heads the bf16
+    cache's tile too; a 256-row tile spilled here, 360 bytes of stack on sm_90 with q as one
+    e4m3 term, 448 with two: ``kernel_spills`` ``compile_prefill``). Tiles timed:
+    fp8_kv_prefill_h200_s46."""
     if dtype == torch.float32 or head_dim > 128:
         return default_prefill_config(head_dim, dtype)
     return PrefillConfig(128, 128, 8 if head_dim == 128 else 4, 3)
