@@ -85,7 +85,9 @@ def _rms_norm_fp8_kernel(
         g = tl.arange(0, BLOCK // GROUP)
         tl.store(s_ptr + row * num_groups + g, scale, mask=g < num_groups)
     q = tl.minimum(tl.maximum(q, -448.0), 448.0)
-    cols = tl.arange(0, BLOCK)
+    # Declared 8 contiguous a thread (not the 16 an e4m3 store would take): the row keeps the
+    # plain norm's layout, with no 8 KB shared-memory conversion for the residual's store
+    cols = tl.max_contiguous(tl.arange(0, BLOCK), 8)
     tl.store(q_ptr + row * stride_q + cols, q.to(q_ptr.dtype.element_ty), mask=cols < hidden)
 
 
