@@ -5,8 +5,7 @@ quantization kernel, per Llama-3-8B projection at decode-sized steps:
   (``KVSERVE_FP8_NORM_QUANT``);
 - down: the SiLU-mul, then the layer, against the layer's quantization applying the SiLU-mul
   (``KVSERVE_FP8_SILU_QUANT``).
-Whether each pair gives the same bits is recorded (the SiLU-mul fold does; the norm's fp32 sum
-can add in another order, which moves a rare value one e4m3 step), then each is timed as
+Whether each pair gives the same bits is recorded (both should), then each is timed as
 ``benchmarks/fp8_gemv.py`` times (one CUDA graph over distinct weights, >= 256 MB, launches
 chained with programmatic dependent launch as in the engine), against the weight bytes floor
 at this run's copy rate.

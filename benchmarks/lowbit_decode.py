@@ -15,17 +15,20 @@ in, 1024 out) per format (minutes each). Formats:
 
   bf16       the unquantized model
   fp8        --quantization fp8: per-channel FP8 weights, dynamic per-token FP8 activations
-             (torch._scaled_mm; steps of up to 64 tokens on kernels/fp8_skinny_gemm.py)
+             (torch._scaled_mm; steps of 2-64 tokens on kernels/fp8_skinny_gemm.py, of one on
+             the weight-only GEMV)
   fp8-tensor ModelOpt FP8 layout: per-tensor weights, static activation scale
   fp8-block  quant_method fp8 with 128x128 weight blocks, per-token-group(128) activations
              (Triton block-scaled GEMM), as Qwen3-FP8 / DeepSeek ship
   nvfp4, mxfp4  --quantization nvfp4 / mxfp4 (weight-only, where registered)
 
-A ``+kv8`` suffix (``bf16+kv8``, ``fp8+kv8``) runs the format with an FP8 (e4m3) KV cache; a
-``+w8a16`` suffix (``fp8+w8a16``) runs FP8 weights weight-only on the CUDA-core GEMV for steps
-of up to ``--w8a16-rows`` tokens (``KVSERVE_FP8_W8A16_ROWS``, at most 4), so
-``fp8,fp8+w8a16`` is an A/B; a ``+cublas`` suffix runs every FP8 step on cuBLAS W8A8, none
-on the swap-AB tensor-core kernel (``KVSERVE_FP8_SKINNY_ROWS=0``). Each
+A format alone runs with the engine's kernel choices (those of the environment the benchmark
+started in). A ``+kv8`` suffix (``bf16+kv8``, ``fp8+kv8``) runs the format with an FP8 (e4m3)
+KV cache; a ``+w8a16`` suffix (``fp8+w8a16``) runs FP8 weights weight-only on the CUDA-core
+GEMV for steps of up to ``--w8a16-rows`` tokens (``KVSERVE_FP8_W8A16_ROWS``, at most 4; one
+token is the engine's default), a ``+w8a8`` suffix for none (so ``fp8,fp8+w8a8`` is an A/B at
+batch 1; plain ``fp8`` meant this before 2026-12-05); a ``+cublas`` suffix runs every FP8 step
+on cuBLAS W8A8, none on the swap-AB tensor-core kernel (``KVSERVE_FP8_SKINNY_ROWS=0``). Each
 format records its KV pool's capacity in tokens at the default memory fraction. ``--contexts``
 takes several context lengths (e.g. ``1024,32768`` with ``--batches 1,64,256,32``; a batch
 whose KV does not fit the pool is skipped and says so).
@@ -93,7 +96,28 @@ def model_dir(base: str, quantization_config: dict[str, Any] | None, tmp: Path) 
     return str(out)
 
 
-SUFFIXES = ("kv8", "w8a16", "cublas")
+SUFFIXES = ("kv8", "w8a16", "w8a8", "cublas")
+_STARTING_ENV = {var: os.environ.get(var) for var in (W8A16_ROWS_ENV, SKINNY_ROWS_ENV)}
+
+
+def _set_env(var: str, value: str | None) -> None:
+    """``var`` to ``value``, or (None) back to what the benchmark started with."""
+    value = _STARTING_ENV[var] if value is None else value
+    if value is None:
+        os.environ.pop(var, None)
+    else:
+        os.environ[var] = value
+
+
+def apply_kernel_settings(suffixes: list[str], w8a16_rows: int, skinny_rows: int | None) -> None:
+    """The FP8 kernel choices a format's suffixes name (module docstring); what they leave alone
+    goes back to the environment the benchmark started in."""
+    w8a16 = "0" if "w8a8" in suffixes else str(w8a16_rows) if "w8a16" in suffixes else None
+    _set_env(W8A16_ROWS_ENV, w8a16)
+    skinny = None if skinny_rows is None else str(skinny_rows)
+    _set_env(SKINNY_ROWS_ENV, "0" if "cublas" in suffixes else skinny)
+    w8a16_max_rows.cache_clear()
+    skinny_max_rows.cache_clear()
 
 
 def known_format(name: str) -> bool:
@@ -109,15 +133,7 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
         settings["quantization"] = flag
     if "kv8" in suffixes:
         settings["kv_cache_dtype"] = "fp8_e4m3"
-    os.environ[W8A16_ROWS_ENV] = str(args.w8a16_rows if "w8a16" in suffixes else 0)
-    if "cublas" in suffixes:
-        os.environ[SKINNY_ROWS_ENV] = "0"
-    elif args.skinny_rows is not None:
-        os.environ[SKINNY_ROWS_ENV] = str(args.skinny_rows)
-    else:
-        os.environ.pop(SKINNY_ROWS_ENV, None)  # the default
-    w8a16_max_rows.cache_clear()
-    skinny_max_rows.cache_clear()
+    apply_kernel_settings(suffixes, args.w8a16_rows, args.skinny_rows)
     core = build_engine(model_dir(args.model, qc, tmp), **settings)
     wbytes = weight_bytes(core)
     kv_tokens = kv_capacity_tokens(core)

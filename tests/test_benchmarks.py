@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -199,6 +200,41 @@ def test_moe_benchmarks_route_a_stacked_shared_expert_as_the_engine_does() -> No
     assert torch.equal(r.weights[:, 8], torch.ones(3))
     torch.testing.assert_close(r.weights[:, :8].sum(-1), torch.ones(3))
     assert shape_key("nvfp4", glm).key() == "nvfp4 E=128 N=2816 K=4096 top_k=8"
+
+
+def test_lowbit_decode_formats_keep_the_engines_kernels_unless_a_suffix_names_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plain format measures the engine's defaults (or what the environment set, as env_ab
+    does); ``+w8a8`` / ``+w8a16`` / ``+cublas`` set the FP8 kernel choices for that format only."""
+    from benchmarks import lowbit_decode as lb
+    from kvserve.quant.fp8_method import (
+        SKINNY_ROWS_ENV,
+        W8A16_ROWS_ENV,
+        skinny_max_rows,
+        w8a16_max_rows,
+    )
+
+    saved = {var: os.environ.get(var) for var in (W8A16_ROWS_ENV, SKINNY_ROWS_ENV)}
+    monkeypatch.setattr(lb, "_STARTING_ENV", {W8A16_ROWS_ENV: None, SKINNY_ROWS_ENV: "16"})
+    try:
+        lb.apply_kernel_settings([], 1, None)
+        assert (w8a16_max_rows(), skinny_max_rows()) == (1, 16)  # the default GEMV row; env's
+        lb.apply_kernel_settings(["w8a8", "kv8"], 1, None)
+        assert (w8a16_max_rows(), skinny_max_rows()) == (0, 16)
+        lb.apply_kernel_settings(["w8a16", "cublas"], 2, None)
+        assert (w8a16_max_rows(), skinny_max_rows()) == (2, 0)
+        lb.apply_kernel_settings([], 1, 32)
+        assert (w8a16_max_rows(), skinny_max_rows()) == (1, 32)
+        assert lb.known_format("fp8+w8a8") and not lb.known_format("fp8+w4a16")
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+        w8a16_max_rows.cache_clear()
+        skinny_max_rows.cache_clear()
 
 
 def test_env_ab_alternates_the_sides_in_fresh_processes(tmp_path: Path) -> None:

@@ -4,12 +4,11 @@ that layer would otherwise run ``fp8_quant.quantize_fp8`` on the norm's output.
 
 ``rms_norm_fp8(x, residual, weight, eps, group, static_scale)`` computes what
 ``quantize_fp8(rms_norm(x + residual), group, static_scale)`` computes: the norm's value is
-rounded to the dtype the plain norm stores before its amax and its division by the scale. Not
-always the same bits on a GPU: Triton lays this kernel's row out 16 values a thread (for the
-e4m3 store) where the plain norm has 8, so the fp32 sum of squares adds in another order, and
-a value can land on the neighbouring 16-bit and then e4m3 step (1 of 65,536 at 64 x 1024 on
-the H200; Triton's interpreter gives the same bits). One program per row; a per-group scale
-needs the group (a power of two) to divide the row.
+rounded to the dtype the plain norm stores before its amax and its division by the scale, and
+the row is laid out as the plain norm's (8 values a thread), so its fp32 sum of squares adds in
+the same order: the same bits (none of 221 million values apart on the H200, 1-1024 rows of
+1024-8192 columns). One program per row; a per-group scale needs the group (a power of two) to
+divide the row.
 """
 
 from __future__ import annotations
@@ -86,7 +85,7 @@ def _rms_norm_fp8_kernel(
         tl.store(s_ptr + row * num_groups + g, scale, mask=g < num_groups)
     q = tl.minimum(tl.maximum(q, -448.0), 448.0)
     # Declared 8 contiguous a thread (not the 16 an e4m3 store would take): the row keeps the
-    # plain norm's layout, with no 8 KB shared-memory conversion for the residual's store
+    # plain norm's layout (its sum order, so its bits) with no 8 KB shared-memory conversion
     cols = tl.max_contiguous(tl.arange(0, BLOCK), 8)
     tl.store(q_ptr + row * stride_q + cols, q.to(q_ptr.dtype.element_ty), mask=cols < hidden)
 

@@ -361,9 +361,8 @@ def silu_quant_enabled() -> bool:
 def norm_quant_enabled() -> bool:
     """``KVSERVE_FP8_NORM_QUANT``: 1 (the default) has the RMSNorm before an FP8 q/k/v or
     gate/up layer write e4m3 and the scales that layer's step wants (``fp8_input_scheme``), in
-    place of a 16-bit output and a quantization kernel; 0 keeps the two. The same math, not
-    always the same bits on a GPU: the norm's fp32 sum adds in another order there
-    (``tests/gpu/test_rmsnorm_fp8.py``). Timed with ``KVSERVE_FP8_SILU_QUANT``."""
+    place of a 16-bit output and a quantization kernel (the same bits); 0 keeps the two. Timed
+    with ``KVSERVE_FP8_SILU_QUANT``."""
     return env_switch(NORM_QUANT_ENV, default=True)
 
 
