@@ -159,6 +159,12 @@ SETTINGS: tuple[EnvSetting, ...] = (
         meaning="0 keeps the quantization kernel after the RMSNorm before an FP8 layer",
         reader="kvserve.quant.fp8_method:norm_quant_enabled",
     ),
+    EnvSetting(
+        name="KVSERVE_FP8_BLOCK_CUBLAS",
+        default="0",
+        meaning="1 runs 128x128 block-scaled FP8 GEMMs past 64 tokens on cuBLASLt (sm_90)",
+        reader="kvserve.quant.fp8_method:block_cublas_enabled",
+    ),
 )
 
 

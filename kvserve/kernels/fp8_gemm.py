@@ -11,6 +11,8 @@ Scale layouts: ``xs`` a scalar, per row ``[M, 1]`` or per row and K-group ``[M, 
 - ``fp8_block_gemm``: block-wise weights (DeepSeek / Qwen3-FP8 layout) with per-token-group
   activations in a Triton kernel; each K step of one group multiplies the fp32 partial product
   by the row's and the block's scales.
+- ``blockwise_scaled_mm``: the same layouts through ``torch._scaled_mm``'s 1 x 128 by 128 x 128
+  recipe (cuBLASLt >= 12.9, sm_90 only; ``blockwise_scaled_mm_fits``).
 """
 
 from __future__ import annotations
@@ -132,3 +134,33 @@ def fp8_block_gemm(
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return out
+
+
+def blockwise_scaled_mm_fits(xq: torch.Tensor, w: torch.Tensor, block: tuple[int, int]) -> bool:
+    """Whether ``blockwise_scaled_mm`` takes this GEMM: 128 x 128 weight blocks on an sm_90
+    GPU (cuBLASLt has the recipe there only), N whole blocks, and K / 128 a multiple of 4 (the
+    weight scales' rows 16-byte aligned)."""
+    n, k = w.shape
+    return (
+        block == (128, 128)
+        and xq.is_cuda
+        and torch.cuda.get_device_capability(xq.device)[0] == 9
+        and n % 128 == 0
+        and k % 512 == 0
+    )
+
+
+def blockwise_scaled_mm(
+    xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """``fp8_block_gemm``'s product (``xs [M, K/128]``, ``ws [N/128, K/128]``) on cuBLASLt's
+    block-scaled FP8 GEMM. cuBLAS reads x's scales M-major (strides ``(1, M)``: a copy of
+    ``xs`` unless it is laid out so) and W's as ``ws`` is (``ws.t()`` is the K-major view it
+    wants for ``w.t()``)."""
+    m = xq.shape[0]
+    scale_a = xs if xs.stride(0) == 1 or m == 1 else xs.t().contiguous().t()
+    half = out_dtype in (torch.bfloat16, torch.float16)
+    out = torch._scaled_mm(
+        xq, w.t(), scale_a=scale_a, scale_b=ws.t(), out_dtype=out_dtype if half else torch.bfloat16
+    )
+    return out if half else out.to(out_dtype)

@@ -1,16 +1,31 @@
 """FP8 kernels on the GPU against their torch references: activation quantization (per token,
 per group, static), torch._scaled_mm (per-tensor / per-channel weights x static / per-token
-activations) and the Triton block-scaled GEMM; shapes that do and do not fill the tiles, batch
-1 to 256."""
+activations), the Triton block-scaled GEMM and cuBLASLt's (sm_90); shapes that do and do not
+fill the tiles, batch 1 to 256."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from kvserve.kernels.fp8_gemm import fp8_block_gemm, fp8_gemm_reference, scaled_mm
+from kvserve.kernels.fp8_gemm import (
+    blockwise_scaled_mm,
+    blockwise_scaled_mm_fits,
+    fp8_block_gemm,
+    fp8_gemm_reference,
+    scaled_mm,
+)
 from kvserve.kernels.fp8_quant import quantize_fp8, quantize_fp8_reference
+from kvserve.quant.fp8_config import Fp8Spec
+from kvserve.quant.fp8_method import BLOCK_CUBLAS_ENV, Fp8LinearMethod, block_cublas_enabled
 from kvserve.quant.fp8_weights import quantize_weight
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "quant"))
+from fp8_helpers import cached_setting  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("triton")
@@ -75,15 +90,58 @@ def test_block_gemm_matches_reference(m: int, n: int, k: int) -> None:
     assert _relative_error(out, ref) < 1e-2
 
 
-def test_block_gemm_is_capturable_in_a_cuda_graph() -> None:
+def _block_gemm_inputs(m: int, n: int, k: int) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(m + n + k)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w, ws = quantize_weight(torch.randn(n, k, device="cuda") * 0.02, "block", (128, 128))
+    return (*quantize_fp8(x, 128), w, ws)
+
+
+def _needs_cublas_blockwise() -> None:
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("cuBLASLt's 1 x 128 by 128 x 128 FP8 recipe is sm_90 only")
+
+
+@pytest.mark.parametrize("m", ROWS)
+@pytest.mark.parametrize(("n", "k"), [(256, 512), (6144, 4096), (4096, 14336)])
+def test_blockwise_scaled_mm_matches_reference_and_the_triton_block_gemm(
+    m: int, n: int, k: int
+) -> None:
+    _needs_cublas_blockwise()
+    xq, xs, w, ws = _block_gemm_inputs(m, n, k)
+    assert blockwise_scaled_mm_fits(xq, w, (128, 128))
+    out = blockwise_scaled_mm(xq, xs, w, ws, torch.bfloat16)
+    ref = fp8_gemm_reference(xq, xs, w, ws, torch.float32, (128, 128))
+    assert out.dtype == torch.bfloat16 and out.shape == (m, n)
+    assert _relative_error(out, ref) < 1e-2
+    triton = fp8_block_gemm(xq, xs, w, ws, (128, 128), torch.bfloat16)
+    assert _relative_error(out, triton.float()) < 1e-2
+
+
+def test_blockwise_scaled_mm_refuses_what_cublas_does_not_take() -> None:
+    """Ragged N, K / 128 not a multiple of 4 and other block shapes stay on the Triton GEMM."""
+    _needs_cublas_blockwise()
+    xq, _, w, _ = _block_gemm_inputs(4, 256, 512)
+    assert not blockwise_scaled_mm_fits(xq, w[:200], (128, 128))
+    assert not blockwise_scaled_mm_fits(xq[:, :384], w[:, :384], (128, 128))
+    assert not blockwise_scaled_mm_fits(xq, w, (64, 128))
+    assert not blockwise_scaled_mm_fits(xq.cpu(), w.cpu(), (128, 128))
+
+
+@pytest.mark.parametrize("gemm", ["triton", "cublas"])
+def test_block_gemms_replay_in_a_cuda_graph(gemm: str) -> None:
+    """Captured with x quantized in the graph; replayed on new x, it gives a new product."""
+    if gemm == "cublas":
+        _needs_cublas_blockwise()
     _needs_fp8()
-    block = (128, 128)
-    x = torch.randn(8, 512, device="cuda", dtype=torch.bfloat16)
-    w, ws = quantize_weight(torch.randn(256, 512, device="cuda") * 0.02, "block", block)
+    x = torch.randn(96, 4096, device="cuda", dtype=torch.bfloat16)
+    _, _, w, ws = _block_gemm_inputs(96, 1024, 4096)
 
     def step() -> torch.Tensor:
         xq, xs = quantize_fp8(x, 128)
-        return fp8_block_gemm(xq, xs, w, ws, block, torch.bfloat16)
+        if gemm == "cublas":
+            return blockwise_scaled_mm(xq, xs, w, ws, torch.bfloat16)
+        return fp8_block_gemm(xq, xs, w, ws, (128, 128), torch.bfloat16)
 
     eager = step()
     torch.cuda.synchronize()
@@ -94,3 +152,22 @@ def test_block_gemm_is_capturable_in_a_cuda_graph() -> None:
     graph.replay()
     torch.testing.assert_close(captured, step())
     assert not torch.equal(captured, eager)
+
+
+@pytest.mark.parametrize("m", [65, 300])
+def test_the_block_fp8_method_takes_cublas_with_the_setting_on(m: int) -> None:
+    """Past the tensor-core kernel's 64 rows a 128 x 128 block layer runs cuBLASLt's GEMM with
+    ``KVSERVE_FP8_BLOCK_CUBLAS=1`` and the Triton block GEMM without it: each its own bits."""
+    _needs_cublas_blockwise()
+    x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
+    w, ws = quantize_weight(torch.randn(1024, 4096, device="cuda") * 0.02, "block", (128, 128))
+    layer = SimpleNamespace(weight=w, weight_scale=ws, launch_pdl=False, in_features=4096,
+                            out_features=1024)  # fmt: skip
+    method = Fp8LinearMethod(Fp8Spec("block", "group", (128, 128)))
+    xq, xs = quantize_fp8(x, 128)
+    with cached_setting(BLOCK_CUBLAS_ENV, "1", block_cublas_enabled):
+        on = method.apply(layer, x, None)  # type: ignore[arg-type]
+    with cached_setting(BLOCK_CUBLAS_ENV, "0", block_cublas_enabled):
+        off = method.apply(layer, x, None)  # type: ignore[arg-type]
+    assert torch.equal(on, blockwise_scaled_mm(xq, xs, w, ws, torch.bfloat16))
+    assert torch.equal(off, fp8_block_gemm(xq, xs, w, ws, (128, 128), torch.bfloat16))

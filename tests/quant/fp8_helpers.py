@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,17 +52,22 @@ def prefill_logits(core: EngineCore, ids: list[int]) -> torch.Tensor:
 
 
 @contextmanager
-def norm_quant(value: str) -> Iterator[None]:
-    """``KVSERVE_FP8_NORM_QUANT`` at ``value`` inside the block (the setting is read once and
-    cached: the cache is cleared on the way in and out)."""
-    before = os.environ.get(NORM_QUANT_ENV)
-    os.environ[NORM_QUANT_ENV] = value
-    norm_quant_enabled.cache_clear()
+def cached_setting(name: str, value: str, reader: Callable[[], object]) -> Iterator[None]:
+    """Setting ``name`` at ``value`` inside the block; ``reader`` (it reads the setting once
+    and caches it) has its cache cleared on the way in and out."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    reader.cache_clear()  # type: ignore[attr-defined]
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop(NORM_QUANT_ENV)
+            os.environ.pop(name)
         else:
-            os.environ[NORM_QUANT_ENV] = before
-        norm_quant_enabled.cache_clear()
+            os.environ[name] = before
+        reader.cache_clear()  # type: ignore[attr-defined]
+
+
+def norm_quant(value: str) -> AbstractContextManager[None]:
+    """``KVSERVE_FP8_NORM_QUANT`` at ``value`` inside the block."""
+    return cached_setting(NORM_QUANT_ENV, value, norm_quant_enabled)
