@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from kvserve.kernels._triton import jit, require_triton, tl, triton
-from kvserve.kernels.fp8_quant import dequantize_fp8_activation
+from kvserve.kernels.fp8_quant import dequantize_fp8_activation, m_major
 
 
 def dequantize_fp8_weight(
@@ -74,7 +74,7 @@ def scaled_mm(
 @jit
 def _block_gemm_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K,
-    stride_am, stride_asm, stride_bn, stride_bsn, stride_cm,
+    stride_am, stride_asm, stride_ask, stride_bn, stride_bsn, stride_cm,
     GROUP_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
@@ -92,7 +92,7 @@ def _block_gemm_kernel(
         k = kb * BLOCK_K + rk
         a = tl.load(a_rows + k[None, :], mask=m_ok[:, None] & (k < K)[None, :], other=0.0)
         b = tl.load(b_cols + k[:, None], mask=(k < K)[:, None] & n_ok[None, :], other=0.0)
-        a_s = tl.load(as_rows + kb, mask=m_ok, other=0.0)
+        a_s = tl.load(as_rows + kb * stride_ask, mask=m_ok, other=0.0)
         b_s = tl.load(bs_rows + kb, mask=n_ok, other=0.0)
         acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
     c = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :]
@@ -116,7 +116,7 @@ def fp8_block_gemm(
     block: tuple[int, int],
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    """``xs [M, K/bk]`` per token group, ``ws [N/bn, K/bk]`` per weight block."""
+    """``xs [M, K/bk]`` per token group (any strides), ``ws [N/bn, K/bk]`` per weight block."""
     require_triton()
     m, k = xq.shape
     n = w.shape[0]
@@ -129,7 +129,7 @@ def fp8_block_gemm(
     grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m))
     _block_gemm_kernel[grid](
         xq, xs, w, ws, out, m, n, k,
-        xq.stride(0), xs.stride(0), w.stride(0), ws.stride(0), out.stride(0),
+        xq.stride(0), xs.stride(0), xs.stride(1), w.stride(0), ws.stride(0), out.stride(0),
         GROUP_N=bn, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=bk,
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
@@ -155,10 +155,9 @@ def blockwise_scaled_mm(
 ) -> torch.Tensor:
     """``fp8_block_gemm``'s product (``xs [M, K/128]``, ``ws [N/128, K/128]``) on cuBLASLt's
     block-scaled FP8 GEMM. cuBLAS reads x's scales M-major (strides ``(1, M)``: a copy of
-    ``xs`` unless it is laid out so) and W's as ``ws`` is (``ws.t()`` is the K-major view it
-    wants for ``w.t()``)."""
-    m = xq.shape[0]
-    scale_a = xs if xs.stride(0) == 1 or m == 1 else xs.t().contiguous().t()
+    ``xs`` unless its quantization wrote them so, ``scales_m_major``) and W's as ``ws`` is
+    (``ws.t()`` is the K-major view it wants for ``w.t()``)."""
+    scale_a = xs if xs.stride(0) == 1 else m_major(xs)
     half = out_dtype in (torch.bfloat16, torch.float16)
     out = torch._scaled_mm(
         xq, w.t(), scale_a=scale_a, scale_b=ws.t(), out_dtype=out_dtype if half else torch.bfloat16

@@ -64,7 +64,7 @@ def dequantize_fp8_activation(q: torch.Tensor, scale: torch.Tensor) -> torch.Ten
 
 @jit
 def _quant_kernel(
-    x_ptr, q_ptr, s_ptr, static_ptr, K, stride_x, stride_q, num_groups,
+    x_ptr, q_ptr, s_ptr, static_ptr, K, stride_x, stride_q, stride_sm, stride_sg,
     GROUP: tl.constexpr, BLOCK: tl.constexpr, STATIC: tl.constexpr, GATED: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):  # fmt: skip
@@ -85,7 +85,7 @@ def _quant_kernel(
     else:
         amax = tl.max(tl.abs(x), axis=0)
         scale = tl.maximum(amax / 448.0, 1e-12 / 448.0)
-        tl.store(s_ptr + row * num_groups + grp, scale)
+        tl.store(s_ptr + row * stride_sm + grp * stride_sg, scale)
     q = tl.minimum(tl.maximum(x / scale, -448.0), 448.0)
     tl.store(q_ptr + row.to(tl.int64) * stride_q + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
 
@@ -97,15 +97,36 @@ def quantize_fp8(
     *,
     pdl: bool = False,
     gated: bool = False,
+    scales_m_major: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """As ``quantize_fp8_reference``, one kernel launch on CUDA (no host sync)."""
+    """As ``quantize_fp8_reference``, one kernel launch on CUDA (no host sync).
+    ``scales_m_major``: dynamic scales ``[M, groups]`` laid out with strides ``(1, M)`` (what
+    cuBLASLt's block-scaled GEMM reads: ``fp8_gemm.blockwise_scaled_mm``)."""
     if x.device.type != "cuda":
-        return quantize_fp8_reference(x, group, static_scale, gated)
-    return launch_quant_kernel(x, group, static_scale, pdl, gated)
+        q, scales = quantize_fp8_reference(x, group, static_scale, gated)
+        return q, m_major(scales) if scales_m_major and static_scale is None else scales
+    return launch_quant_kernel(x, group, static_scale, pdl, gated, scales_m_major)
+
+
+def m_major(scales: torch.Tensor) -> torch.Tensor:
+    """``scales [M, G]`` with strides ``(1, M)`` (the same values)."""
+    return scales.t().contiguous().t()
+
+
+def empty_scales(m: int, groups: int, device: torch.device, m_major: bool) -> torch.Tensor:
+    """fp32 ``[m, groups]``, row-major or (``m_major``) with strides ``(1, m)``."""
+    if m_major:
+        return torch.empty((groups, m), device=device).t()
+    return torch.empty((m, groups), device=device)
 
 
 def launch_quant_kernel(
-    x: torch.Tensor, group: int | None, static_scale: torch.Tensor | None, pdl: bool, gated: bool
+    x: torch.Tensor,
+    group: int | None,
+    static_scale: torch.Tensor | None,
+    pdl: bool,
+    gated: bool,
+    scales_m_major: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``quantize_fp8``'s kernel launch on any device (Triton's interpreter runs it on CPU)."""
     require_triton()
@@ -116,13 +137,14 @@ def launch_quant_kernel(
         raise ValueError(f"{k} columns do not split into groups of {g}")
     q = torch.empty((m, k), dtype=FP8, device=x.device)
     static = static_scale is not None
-    scales = static_scale if static else torch.empty((m, k // g), device=x.device)
+    scales = static_scale if static else empty_scales(m, k // g, x.device, scales_m_major)
     if m == 0:
         return q, scales
     block = next_pow2(g)
     warps = 1 if block <= 256 else 4 if block <= 2048 else 8 if block <= 8192 else 16
     _quant_kernel[(m, k // g)](
-        x, q, scales, scales, k, x.stride(0), q.stride(0), k // g,
+        x, q, scales, scales, k, x.stride(0), q.stride(0),
+        0 if static else scales.stride(0), 0 if static else scales.stride(1),
         GROUP=g, BLOCK=block, STATIC=static, GATED=gated, num_warps=warps, **launch_options(pdl),
     )  # fmt: skip
     return q, scales

@@ -22,7 +22,7 @@ from kvserve.kernels._triton import (
     require_triton,
     tl,
 )
-from kvserve.kernels.fp8_quant import FP8, quantize_fp8_reference
+from kvserve.kernels.fp8_quant import FP8, empty_scales, m_major, quantize_fp8_reference
 from kvserve.kernels.rmsnorm import (
     fused_add_rms_norm_reference,
     normed_row,
@@ -38,6 +38,7 @@ def rms_norm_fp8_reference(
     eps: float,
     group: int | None = None,
     static_scale: torch.Tensor | None = None,
+    scales_m_major: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q, scales)`` of the norm's output; ``residual`` (if any) is updated in place to
     ``x + residual``, as ``fused_add_rms_norm`` does."""
@@ -46,7 +47,8 @@ def rms_norm_fp8_reference(
     else:
         normed, summed = fused_add_rms_norm_reference(x, residual, weight, eps)
         residual.copy_(summed)
-    return quantize_fp8_reference(normed, group, static_scale)
+    q, scales = quantize_fp8_reference(normed, group, static_scale)
+    return q, m_major(scales) if scales_m_major and static_scale is None else scales
 
 
 @jit
@@ -62,6 +64,8 @@ def _rms_norm_fp8_kernel(
     stride_x,
     stride_r,
     stride_q,
+    stride_sm,
+    stride_sg,
     num_groups,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
@@ -82,7 +86,7 @@ def _rms_norm_fp8_kernel(
         scale = tl.maximum(tl.max(tl.abs(groups), axis=1) / 448.0, 1e-12 / 448.0)
         q = tl.reshape(groups / scale[:, None], (BLOCK,))
         g = tl.arange(0, BLOCK // GROUP)
-        tl.store(s_ptr + row * num_groups + g, scale, mask=g < num_groups)
+        tl.store(s_ptr + row * stride_sm + g * stride_sg, scale, mask=g < num_groups)
     q = tl.minimum(tl.maximum(q, -448.0), 448.0)
     # Declared 8 contiguous a thread (not the 16 an e4m3 store would take): the row keeps the
     # plain norm's layout (its sum order, so its bits) with no 8 KB shared-memory conversion
@@ -100,12 +104,14 @@ def rms_norm_fp8(
     eps: float,
     group: int | None = None,
     static_scale: torch.Tensor | None = None,
+    scales_m_major: bool = False,
     *,
     pdl: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q [T, H] e4m3, scales)``: per row ``[T, 1]`` (``group`` None), per group of ``group``
-    columns ``[T, H / group]``, or ``static_scale`` itself. One launch on any device Triton
-    runs on (its interpreter on CPU)."""
+    columns ``[T, H / group]`` (``scales_m_major``: with strides ``(1, T)``), or
+    ``static_scale`` itself. One launch on any device Triton runs on (its interpreter on
+    CPU)."""
     require_triton()
     rows, hidden = x.shape
     assert weight.shape == (hidden,) and x.stride(-1) == 1 and weight.stride(-1) == 1
@@ -118,12 +124,13 @@ def rms_norm_fp8(
     block = next_pow2(hidden)
     q = torch.empty(rows, hidden, dtype=FP8, device=x.device)
     static = static_scale is not None
-    scales = static_scale if static else torch.empty(rows, hidden // g, device=x.device)
+    scales = static_scale if static else empty_scales(rows, hidden // g, x.device, scales_m_major)
     if rows == 0:
         return q, scales
     _rms_norm_fp8_kernel[(rows,)](
         x, residual if residual is not None else x, weight, q, scales, scales, hidden, eps,
-        x.stride(0), residual.stride(0) if residual is not None else 0, q.stride(0), hidden // g,
+        x.stride(0), residual.stride(0) if residual is not None else 0, q.stride(0),
+        0 if static else scales.stride(0), 0 if static else scales.stride(1), hidden // g,
         HAS_RESIDUAL=residual is not None, BLOCK=block, GROUP=block if group is None else g,
         STATIC=static, NORM_DTYPE=_TL_DTYPES[torch.promote_types(x.dtype, weight.dtype)],
         num_warps=row_warps(block), **launch_options(pdl),

@@ -42,7 +42,7 @@ class RMSNorm(nn.Module):
         """``forward`` with its output quantized as ``scheme`` says, in one kernel on the
         Triton path (``kernels.rmsnorm_fp8``): ``(norm(x (+ residual)) in e4m3, x (+
         residual))``; without ``residual`` the second is ``x`` itself."""
-        args = (self.weight, self.eps, scheme.group, scheme.static_scale)
+        args = (self.weight, self.eps, scheme.group, scheme.static_scale, scheme.scales_m_major)
         if self.kernels.triton:
             q, scales = rms_norm_fp8(x, residual, *args, pdl=self.kernels.pdl)
         else:

@@ -17,10 +17,12 @@ import torch
 @dataclass(frozen=True)
 class Fp8InputScheme:
     """``group``: columns a dynamic scale covers (None: the whole row); ``static_scale``: the
-    one fp32 scale of every value instead (then ``group`` is unused)."""
+    one fp32 scale of every value instead (then ``group`` is unused); ``scales_m_major``: the
+    dynamic scales ``[T, groups]`` with strides ``(1, T)`` (cuBLASLt's block-scaled GEMM)."""
 
     group: int | None
     static_scale: torch.Tensor | None = None
+    scales_m_major: bool = False
 
 
 @dataclass(frozen=True)

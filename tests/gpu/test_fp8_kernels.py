@@ -20,6 +20,7 @@ from kvserve.kernels.fp8_gemm import (
     scaled_mm,
 )
 from kvserve.kernels.fp8_quant import quantize_fp8, quantize_fp8_reference
+from kvserve.quant.fp8_activation import Fp8Activation
 from kvserve.quant.fp8_config import Fp8Spec
 from kvserve.quant.fp8_method import BLOCK_CUBLAS_ENV, Fp8LinearMethod, block_cublas_enabled
 from kvserve.quant.fp8_weights import quantize_weight
@@ -90,11 +91,14 @@ def test_block_gemm_matches_reference(m: int, n: int, k: int) -> None:
     assert _relative_error(out, ref) < 1e-2
 
 
+def x_of(m: int, k: int) -> torch.Tensor:
+    return torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)).to("cuda").bfloat16()
+
+
 def _block_gemm_inputs(m: int, n: int, k: int) -> tuple[torch.Tensor, ...]:
     torch.manual_seed(m + n + k)
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w, ws = quantize_weight(torch.randn(n, k, device="cuda") * 0.02, "block", (128, 128))
-    return (*quantize_fp8(x, 128), w, ws)
+    return (*quantize_fp8(x_of(m, k), 128), w, ws)
 
 
 def _needs_cublas_blockwise() -> None:
@@ -116,6 +120,11 @@ def test_blockwise_scaled_mm_matches_reference_and_the_triton_block_gemm(
     assert _relative_error(out, ref) < 1e-2
     triton = fp8_block_gemm(xq, xs, w, ws, (128, 128), torch.bfloat16)
     assert _relative_error(out, triton.float()) < 1e-2
+    # x's scales written M-major (as cuBLAS reads them): the same product from both GEMMs
+    mq, m_scales = quantize_fp8(x_of(m, k), 128, scales_m_major=True)
+    assert torch.equal(mq.view(torch.uint8), xq.view(torch.uint8))
+    assert torch.equal(blockwise_scaled_mm(mq, m_scales, w, ws, torch.bfloat16), out)
+    assert torch.equal(fp8_block_gemm(mq, m_scales, w, ws, (128, 128), torch.bfloat16), triton)
 
 
 def test_blockwise_scaled_mm_refuses_what_cublas_does_not_take() -> None:
@@ -167,7 +176,14 @@ def test_the_block_fp8_method_takes_cublas_with_the_setting_on(m: int) -> None:
     xq, xs = quantize_fp8(x, 128)
     with cached_setting(BLOCK_CUBLAS_ENV, "1", block_cublas_enabled):
         on = method.apply(layer, x, None)  # type: ignore[arg-type]
+        scheme = method.fp8_input_scheme(layer, x)  # type: ignore[arg-type]
+        # what the norm writes for it: the same values, the scales M-major
+        mq, m_scales = quantize_fp8(x, scheme.group, scales_m_major=scheme.scales_m_major)
+        taken = method.apply_fp8(layer, Fp8Activation(mq, m_scales, x.dtype), None)  # type: ignore[arg-type]
     with cached_setting(BLOCK_CUBLAS_ENV, "0", block_cublas_enabled):
         off = method.apply(layer, x, None)  # type: ignore[arg-type]
+        assert not method.fp8_input_scheme(layer, x).scales_m_major  # type: ignore[arg-type, union-attr]
+    assert scheme.scales_m_major and m_scales.stride() == (1, m)
     assert torch.equal(on, blockwise_scaled_mm(xq, xs, w, ws, torch.bfloat16))
+    assert torch.equal(taken, on)
     assert torch.equal(off, fp8_block_gemm(xq, xs, w, ws, (128, 128), torch.bfloat16))

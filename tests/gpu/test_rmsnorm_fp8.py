@@ -115,6 +115,22 @@ def test_against_the_torch_reference(hidden: int, group: int | None, static: boo
     _assert_within_an_e4m3_step(q, scales, ref_q, ref_scales, torch.float16)
 
 
+@pytest.mark.parametrize("rows", [1, 7])
+@pytest.mark.parametrize("kernel", ["norm", "quantization"])
+def test_scales_written_m_major_are_the_same_values(rows: int, kernel: str) -> None:
+    """``scales_m_major`` (what cuBLASLt's block-scaled GEMM reads) changes the scales' strides
+    to ``(1, rows)``, not their values or the e4m3 ones."""
+    x, residual, weight = _inputs(rows, 640, torch.float16)
+    if kernel == "norm":
+        q, scales = rms_norm_fp8(x, residual.clone(), weight, EPS, 128)
+        mq, m_scales = rms_norm_fp8(x, residual.clone(), weight, EPS, 128, scales_m_major=True)
+    else:
+        q, scales = launch_quant_kernel(x, 128, None, False, False)
+        mq, m_scales = launch_quant_kernel(x, 128, None, False, False, scales_m_major=True)
+    assert m_scales.shape == (rows, 5) and m_scales.stride() == (1, rows)
+    assert torch.equal(_bits(q), _bits(mq)) and torch.equal(scales, m_scales)
+
+
 def test_bad_groups_and_zero_rows() -> None:
     x, _, weight = _inputs(2, 384, torch.float16)
     with pytest.raises(ValueError, match="groups of 96"):

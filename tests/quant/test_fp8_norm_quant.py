@@ -64,10 +64,15 @@ def test_the_norm_quantizes_for_the_fp8_layer_it_feeds(
     assert plain_launches - fused_launches == len(plain) * norms_feeding_fp8
 
 
-@pytest.mark.parametrize("scheme", [Fp8InputScheme(None), Fp8InputScheme(32)])
+SCHEMES = [Fp8InputScheme(None), Fp8InputScheme(32), Fp8InputScheme(32, scales_m_major=True)]
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
 def test_the_norm_layer_returns_the_quantized_norm_and_the_residual_sum(
     scheme: Fp8InputScheme,
 ) -> None:
+    """The scales in the layout the scheme names: row-major, or M-major (strides (1, rows):
+    cuBLASLt's block-scaled GEMM) with the same values."""
     gen = torch.Generator().manual_seed(3)
     x, residual = torch.randn(5, 64, generator=gen), torch.randn(5, 64, generator=gen)
     norm = RMSNorm(64, 1e-6, torch.float32)
@@ -78,6 +83,7 @@ def test_the_norm_layer_returns_the_quantized_norm_and_the_residual_sum(
     assert isinstance(out, Fp8Activation) and out.dtype == torch.float32
     assert torch.equal(out.q.view(torch.uint8), q.view(torch.uint8))
     assert torch.equal(out.scales, scales)
+    assert out.scales.stride() == ((1, 5) if scheme.scales_m_major else scales.stride())
     assert new_residual is residual and torch.equal(residual, summed)
     first, kept = norm.forward_fp8(x, None, scheme)
     assert kept is x and first.q.shape == (5, 64)
