@@ -1,8 +1,9 @@
 """128 x 128 block-scaled FP8 GEMMs (the Qwen3-FP8 / DeepSeek / GLM-4.5 FP8 layout, x quantized
 per 1 x 128 group) at the row counts past the decode kernels: the Triton block GEMM
-(``fp8_block_gemm``, the default) against cuBLASLt's block-scaled GEMM (``blockwise_scaled_mm``,
-``KVSERVE_FP8_BLOCK_CUBLAS=1``), per projection, each as one CUDA graph over distinct weights;
-error against the fp32 reference and TFLOP/s against this run's FP8 matmul ceiling.
+(``fp8_block_gemm``, the default; also in its old tile order, row tile by row tile) against
+cuBLASLt's block-scaled GEMM (``blockwise_scaled_mm``, ``KVSERVE_FP8_BLOCK_CUBLAS=1``), per
+projection, each as one CUDA graph over distinct weights; error against the fp32 reference and
+TFLOP/s against this run's FP8 matmul ceiling.
 
     python -m benchmarks.fp8_block_gemm [--shapes qkv,o,gate_up,down] [--rows 128,256,1024,8192]
 
@@ -32,6 +33,9 @@ from kvserve.quant.fp8_weights import quantize_weight
 BLOCK = (128, 128)
 GEMMS: dict[str, Callable[..., torch.Tensor]] = {
     "triton": lambda xq, xs, w, ws: fp8_block_gemm(xq, xs, w, ws, BLOCK, torch.bfloat16),
+    "triton_row_order": lambda xq, xs, w, ws: fp8_block_gemm(
+        xq, xs, w, ws, BLOCK, torch.bfloat16, group_m=1
+    ),
     "cublas": lambda xq, xs, w, ws: blockwise_scaled_mm(xq, xs, w, ws, torch.bfloat16),
 }
 
@@ -76,7 +80,7 @@ def describe(row: dict[str, Any]) -> str:
     for name in GEMMS:
         r = row[name]
         if "us" in r:
-            parts.append(f"{name} {r['us']:8.1f} us {r['TFLOPs']:5.0f} TF ({r['of_ceiling']:.0%})")
+            parts.append(f"{name} {r['us']:7.1f} us {r['TFLOPs']:5.0f} TF ({r['of_ceiling']:.0%})")
         else:
             parts.append(f"{name} {r['error'][:60]}")
     return " | ".join(parts)

@@ -72,13 +72,27 @@ def scaled_mm(
 
 
 @jit
+def _grouped_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of this program in a 1-D grid, ``GROUP_M`` row tiles at a time
+    down each run of column tiles: programs in flight together share a band of W's columns
+    (read once from memory, then from L2) instead of each wave streaming all of W again.
+    ``GROUP_M`` 1: row tile by row tile."""
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = tl.minimum(tl.cdiv(M, BLOCK_M) - first_m, GROUP_M)
+    return first_m + (pid % per_group) % group_rows, (pid % per_group) // group_rows
+
+
+@jit
 def _block_gemm_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K,
     stride_am, stride_asm, stride_ask, stride_bn, stride_bsn, stride_cm,
     GROUP_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):  # fmt: skip
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
+    pid_m, pid_n = _grouped_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -115,8 +129,12 @@ def fp8_block_gemm(
     ws: torch.Tensor,
     block: tuple[int, int],
     out_dtype: torch.dtype,
+    *,
+    group_m: int = 8,
 ) -> torch.Tensor:
-    """``xs [M, K/bk]`` per token group (any strides), ``ws [N/bn, K/bk]`` per weight block."""
+    """``xs [M, K/bk]`` per token group (any strides), ``ws [N/bn, K/bk]`` per weight block.
+    ``group_m``: row tiles that walk W's column tiles together (``_grouped_tile``; the same
+    bits for any value)."""
     require_triton()
     m, k = xq.shape
     n = w.shape[0]
@@ -126,11 +144,11 @@ def fp8_block_gemm(
         return out
     block_m, block_n, warps, stages = _block_config(m)
     block_n = min(block_n, bn)  # one weight-scale row per tile column group at most
-    grid = (triton.cdiv(n, block_n), triton.cdiv(m, block_m))
+    grid = (triton.cdiv(n, block_n) * triton.cdiv(m, block_m),)
     _block_gemm_kernel[grid](
         xq, xs, w, ws, out, m, n, k,
         xq.stride(0), xs.stride(0), xs.stride(1), w.stride(0), ws.stride(0), out.stride(0),
-        GROUP_N=bn, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=bk,
+        GROUP_N=bn, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=bk, GROUP_M=group_m,
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return out
