@@ -113,9 +113,9 @@ def m_major(scales: torch.Tensor) -> torch.Tensor:
     return scales.t().contiguous().t()
 
 
-def empty_scales(m: int, groups: int, device: torch.device, m_major: bool) -> torch.Tensor:
-    """fp32 ``[m, groups]``, row-major or (``m_major``) with strides ``(1, m)``."""
-    if m_major:
+def empty_scales(m: int, groups: int, device: torch.device, rows_first: bool) -> torch.Tensor:
+    """fp32 ``[m, groups]``, row-major or (``rows_first``: M-major) with strides ``(1, m)``."""
+    if rows_first:
         return torch.empty((groups, m), device=device).t()
     return torch.empty((m, groups), device=device)
 

@@ -281,8 +281,8 @@ class Fp8LinearMethod:
         static = layer.input_scale if spec.activation == "static" else None
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)
-        m_major = self._block_cublas(layer, x)
-        return quantize_fp8(x, spec.act_group, static, gated=gated, scales_m_major=m_major)
+        rows_first = self._block_cublas(layer, x)  # the scales M-major, as cuBLASLt reads them
+        return quantize_fp8(x, spec.act_group, static, gated=gated, scales_m_major=rows_first)
 
     def _block_cublas(self, layer: Linear, x: torch.Tensor) -> bool:
         """Whether this layer's W8A8 step on ``x`` (16-bit or e4m3) runs cuBLASLt's
