@@ -42,13 +42,18 @@ def test_the_fp8_quantization_builds_for_sm90_without_spills(
     assert stack_bytes(compile_only) == [0] * len(compile_only)
 
 
+@pytest.mark.parametrize("scales", ["row-major", "m-major"])
 @pytest.mark.parametrize("tokens", [65, 512, 8192])
-def test_the_fp8_block_gemm_builds_for_sm90_without_spills(compile_only: list, tokens: int) -> None:
-    """Block-scaled FP8 past the tensor-core decode kernel's 64 rows: x per 128-column group,
-    W per 128 x 128 block (Qwen3's and DeepSeek's FP8 releases)."""
+def test_the_fp8_block_gemm_builds_for_sm90_without_spills(
+    compile_only: list, tokens: int, scales: str
+) -> None:
+    """Block-scaled FP8 past the tensor-core decode kernel's 64 rows: x per 128-column group
+    (its scales row-major, or M-major as written for cuBLASLt), W per 128 x 128 block (Qwen3's
+    and DeepSeek's FP8 releases)."""
     n, k = 6144, 4096
     xq = torch.zeros(tokens, k, dtype=FP8)
     w = torch.zeros(n, k, dtype=FP8)
-    fp8_block_gemm(xq, torch.ones(tokens, k // 128), w, torch.ones(n // 128, k // 128),
-                   (128, 128), torch.bfloat16)  # fmt: skip
+    xs = torch.ones(tokens, k // 128)
+    xs = xs.t().contiguous().t() if scales == "m-major" else xs
+    fp8_block_gemm(xq, xs, w, torch.ones(n // 128, k // 128), (128, 128), torch.bfloat16)
     assert stack_bytes(compile_only) == [0] * len(compile_only)
