@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import gpu_ceilings, write_result
+from benchmarks.fp8_gemv import BLOCK, fp8_layers
 from benchmarks.skinny_gemm import SHAPES, graph_us, rel_err
 from kvserve.kernels.fp8_gemm import (
     blockwise_scaled_mm,
@@ -28,9 +29,7 @@ from kvserve.kernels.fp8_gemm import (
     fp8_gemm_reference,
 )
 from kvserve.kernels.fp8_quant import quantize_fp8
-from kvserve.quant.fp8_weights import quantize_weight
 
-BLOCK = (128, 128)
 GEMMS: dict[str, Callable[..., torch.Tensor]] = {
     "triton": lambda xq, xs, w, ws: fp8_block_gemm(xq, xs, w, ws, BLOCK, torch.bfloat16),
     "triton_row_order": lambda xq, xs, w, ws: fp8_block_gemm(
@@ -40,22 +39,17 @@ GEMMS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-def time_shape(
-    shape: str, rows: list[int], layers: int, replays: int, ceiling: float
-) -> list[dict[str, Any]]:
+def time_shape(shape: str, rows: list[int], replays: int, ceiling: float) -> list[dict[str, Any]]:
     n, k = SHAPES[shape]
-    weights = [
-        quantize_weight(torch.randn(n, k, device="cuda") / k**0.5, "block", BLOCK)
-        for _ in range(layers)
-    ]
+    weights = [(layer.weight, layer.weight_scale) for layer in fp8_layers(n, k, block=True)]
     out = []
     for m in rows:
         xs = [quantize_fp8(torch.randn(m, k, device="cuda").to(torch.bfloat16), 128)]
-        xs *= layers  # one x, distinct weights: the weights' bytes are what stay out of L2
+        xs *= len(weights)  # one x, distinct weights: the weights' bytes are what stay out of L2
         ref = fp8_gemm_reference(*xs[0], *weights[0], torch.float32, BLOCK)
         row: dict[str, Any] = {"shape": shape, "M": m, "N": n, "K": k}
         for name, gemm in GEMMS.items():
-            if name == "cublas" and not blockwise_scaled_mm_fits(xs[0][0], weights[0][0], BLOCK):
+            if name == "cublas" and not blockwise_scaled_mm_fits(weights[0][0], BLOCK):
                 row[name] = {"error": "not taken: blockwise_scaled_mm_fits"}
                 continue
 
@@ -90,7 +84,6 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="qkv,o,gate_up,down")
     ap.add_argument("--rows", default="65,128,256,1024,8192")
-    ap.add_argument("--layers", type=int, default=4, help="distinct weights a graph cycles")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--tag", default="h200")
     ap.add_argument("--out-dir", default=None)
@@ -102,9 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [int(v) for v in args.rows.split(",")]
     result: dict[str, Any] = {"ceilings": ceil, "rows": []}
     for shape in args.shapes.split(","):
-        result["rows"] += time_shape(
-            shape, rows, args.layers, args.replays, ceil["fp8_matmul_TFLOPs"]
-        )
+        result["rows"] += time_shape(shape, rows, args.replays, ceil["fp8_matmul_TFLOPs"])
         torch.cuda.empty_cache()
     print(write_result(f"fp8_block_gemm_{args.tag}", result, args.out_dir))
 

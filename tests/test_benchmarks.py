@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -215,7 +214,8 @@ def test_lowbit_decode_formats_keep_the_engines_kernels_unless_a_suffix_names_on
         w8a16_max_rows,
     )
 
-    saved = {var: os.environ.get(var) for var in (W8A16_ROWS_ENV, SKINNY_ROWS_ENV)}
+    for var in (W8A16_ROWS_ENV, SKINNY_ROWS_ENV):
+        monkeypatch.delenv(var, raising=False)  # put back after the test
     monkeypatch.setattr(lb, "_STARTING_ENV", {W8A16_ROWS_ENV: None, SKINNY_ROWS_ENV: "16"})
     try:
         lb.apply_kernel_settings([], 1, None)
@@ -227,12 +227,7 @@ def test_lowbit_decode_formats_keep_the_engines_kernels_unless_a_suffix_names_on
         lb.apply_kernel_settings([], 1, 32)
         assert (w8a16_max_rows(), skinny_max_rows()) == (1, 32)
         assert lb.known_format("fp8+w8a8") and not lb.known_format("fp8+w4a16")
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
+    finally:  # the readers cache: the next reads the environment the test leaves
         w8a16_max_rows.cache_clear()
         skinny_max_rows.cache_clear()
 

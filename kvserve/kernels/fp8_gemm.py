@@ -154,15 +154,15 @@ def fp8_block_gemm(
     return out
 
 
-def blockwise_scaled_mm_fits(xq: torch.Tensor, w: torch.Tensor, block: tuple[int, int]) -> bool:
-    """Whether ``blockwise_scaled_mm`` takes this GEMM: 128 x 128 weight blocks on an sm_90
-    GPU (cuBLASLt has the recipe there only), N whole blocks, and K / 128 a multiple of 4 (the
-    weight scales' rows 16-byte aligned)."""
+def blockwise_scaled_mm_fits(w: torch.Tensor, block: tuple[int, int]) -> bool:
+    """Whether ``blockwise_scaled_mm`` takes GEMMs with weight ``w``: 128 x 128 blocks on an
+    sm_90 GPU (cuBLASLt has the recipe there only), N whole blocks, and K / 128 a multiple of 4
+    (the weight scales' rows 16-byte aligned)."""
     n, k = w.shape
     return (
         block == (128, 128)
-        and xq.is_cuda
-        and torch.cuda.get_device_capability(xq.device)[0] == 9
+        and w.is_cuda
+        and torch.cuda.get_device_capability(w.device)[0] == 9
         and n % 128 == 0
         and k % 512 == 0
     )

@@ -36,7 +36,9 @@ def quantize_fp8_reference(
     group: int | None = None,
     static_scale: torch.Tensor | None = None,
     gated: bool = False,
+    scales_m_major: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``scales_m_major``: dynamic scales laid out as ``quantize_fp8`` says."""
     if gated:
         x = silu_and_mul_reference(x.float()).to(x.dtype)
     x32 = x.float()
@@ -50,7 +52,7 @@ def quantize_fp8_reference(
     grouped = x32.view(m, k // g, g)
     scale = (grouped.abs().amax(dim=-1) / FP8_MAX).clamp(min=MIN_SCALE)
     q = (grouped / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
-    return q.view(m, k), scale
+    return q.view(m, k), m_major(scale) if scales_m_major else scale
 
 
 def dequantize_fp8_activation(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -103,8 +105,7 @@ def quantize_fp8(
     ``scales_m_major``: dynamic scales ``[M, groups]`` laid out with strides ``(1, M)`` (what
     cuBLASLt's block-scaled GEMM reads: ``fp8_gemm.blockwise_scaled_mm``)."""
     if x.device.type != "cuda":
-        q, scales = quantize_fp8_reference(x, group, static_scale, gated)
-        return q, m_major(scales) if scales_m_major and static_scale is None else scales
+        return quantize_fp8_reference(x, group, static_scale, gated, scales_m_major)
     return launch_quant_kernel(x, group, static_scale, pdl, gated, scales_m_major)
 
 

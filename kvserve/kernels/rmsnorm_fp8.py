@@ -22,7 +22,7 @@ from kvserve.kernels._triton import (
     require_triton,
     tl,
 )
-from kvserve.kernels.fp8_quant import FP8, empty_scales, m_major, quantize_fp8_reference
+from kvserve.kernels.fp8_quant import FP8, empty_scales, quantize_fp8_reference
 from kvserve.kernels.rmsnorm import (
     fused_add_rms_norm_reference,
     normed_row,
@@ -47,8 +47,7 @@ def rms_norm_fp8_reference(
     else:
         normed, summed = fused_add_rms_norm_reference(x, residual, weight, eps)
         residual.copy_(summed)
-    q, scales = quantize_fp8_reference(normed, group, static_scale)
-    return q, m_major(scales) if scales_m_major and static_scale is None else scales
+    return quantize_fp8_reference(normed, group, static_scale, scales_m_major=scales_m_major)
 
 
 @jit

@@ -244,7 +244,7 @@ class Fp8LinearMethod:
         if path == "skinny":
             return Fp8InputScheme(SKINNY_X_GROUP)
         static = layer.input_scale if spec.activation == "static" else None
-        return Fp8InputScheme(spec.act_group, static, self._block_cublas(layer, x))
+        return Fp8InputScheme(spec.act_group, static, self._block_cublas(layer))
 
     def apply_fp8(self, layer: Linear, x: Fp8Activation, bias: torch.Tensor | None) -> torch.Tensor:
         """``x @ W.T + bias`` for an x quantized as ``fp8_input_scheme`` asked."""
@@ -281,18 +281,18 @@ class Fp8LinearMethod:
         static = layer.input_scale if spec.activation == "static" else None
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)
-        rows_first = self._block_cublas(layer, x)  # the scales M-major, as cuBLASLt reads them
+        rows_first = self._block_cublas(layer)  # the scales M-major, as cuBLASLt reads them
         return quantize_fp8(x, spec.act_group, static, gated=gated, scales_m_major=rows_first)
 
-    def _block_cublas(self, layer: Linear, x: torch.Tensor) -> bool:
-        """Whether this layer's W8A8 step on ``x`` (16-bit or e4m3) runs cuBLASLt's
-        block-scaled GEMM (``KVSERVE_FP8_BLOCK_CUBLAS``), which reads x's scales M-major."""
+    def _block_cublas(self, layer: Linear) -> bool:
+        """Whether this layer's W8A8 steps run cuBLASLt's block-scaled GEMM
+        (``KVSERVE_FP8_BLOCK_CUBLAS``), which reads x's scales M-major."""
         spec = self.spec
         return (
             spec.weight == "block"
             and block_cublas_enabled()
             and _tensor_core_shapes(layer)
-            and blockwise_scaled_mm_fits(x, layer.weight, spec.block)
+            and blockwise_scaled_mm_fits(layer.weight, spec.block)
         )
 
     def _matmul_w8a8(
@@ -304,7 +304,7 @@ class Fp8LinearMethod:
             return (dequantize_fp8_activation(xq, xs) @ _dequantized(layer, spec).T).to(dtype)
         if not _tensor_core_shapes(layer):
             return fp8_gemm_reference(xq, xs, w, ws, dtype, spec.block)
-        if self._block_cublas(layer, xq):
+        if self._block_cublas(layer):
             return blockwise_scaled_mm(xq, xs, w, ws, dtype)
         if spec.weight == "block":
             return fp8_block_gemm(xq, xs, w, ws, spec.block, dtype)

@@ -116,7 +116,7 @@ def test_dummy_fp8_bf16_runs_under_graphs(qc, tmp_path) -> None:  # noqa: ANN001
 def test_the_norm_writing_fp8_gives_the_same_tokens(qc, tmp_path) -> None:  # noqa: ANN001
     """``KVSERVE_FP8_NORM_QUANT`` at 0 and 1: 48 and 100 requests at once (the tensor-core
     kernel with x quantized first, then cuBLAS or the block GEMM) under CUDA graphs, and their
-    prefills: the same greedy tokens (the two paths differ by at most a rare e4m3 step:
+    prefills: the same greedy tokens (the two paths give the same bits:
     ``test_rmsnorm_fp8.py``)."""
     path, settings = _dummy_llama(tmp_path, qc)
     tokens = {}

@@ -113,7 +113,7 @@ def test_blockwise_scaled_mm_matches_reference_and_the_triton_block_gemm(
 ) -> None:
     _needs_cublas_blockwise()
     xq, xs, w, ws = _block_gemm_inputs(m, n, k)
-    assert blockwise_scaled_mm_fits(xq, w, (128, 128))
+    assert blockwise_scaled_mm_fits(w, (128, 128))
     out = blockwise_scaled_mm(xq, xs, w, ws, torch.bfloat16)
     ref = fp8_gemm_reference(xq, xs, w, ws, torch.float32, (128, 128))
     assert out.dtype == torch.bfloat16 and out.shape == (m, n)
@@ -130,11 +130,12 @@ def test_blockwise_scaled_mm_matches_reference_and_the_triton_block_gemm(
 def test_blockwise_scaled_mm_refuses_what_cublas_does_not_take() -> None:
     """Ragged N, K / 128 not a multiple of 4 and other block shapes stay on the Triton GEMM."""
     _needs_cublas_blockwise()
-    xq, _, w, _ = _block_gemm_inputs(4, 256, 512)
-    assert not blockwise_scaled_mm_fits(xq, w[:200], (128, 128))
-    assert not blockwise_scaled_mm_fits(xq[:, :384], w[:, :384], (128, 128))
-    assert not blockwise_scaled_mm_fits(xq, w, (64, 128))
-    assert not blockwise_scaled_mm_fits(xq.cpu(), w.cpu(), (128, 128))
+    _, _, w, _ = _block_gemm_inputs(4, 256, 512)
+    assert blockwise_scaled_mm_fits(w, (128, 128))
+    assert not blockwise_scaled_mm_fits(w[:200], (128, 128))
+    assert not blockwise_scaled_mm_fits(w[:, :384], (128, 128))
+    assert not blockwise_scaled_mm_fits(w, (64, 128))
+    assert not blockwise_scaled_mm_fits(w.cpu(), (128, 128))
 
 
 @pytest.mark.parametrize("gemm", ["triton", "cublas"])
