@@ -168,16 +168,37 @@ def blockwise_scaled_mm_fits(w: torch.Tensor, block: tuple[int, int]) -> bool:
     )
 
 
+CUBLAS_BLOCKWISE_ROWS = 4  # x's M-major scale columns start 16-byte aligned
+
+
+def rows_padded_for_cublas(xq: torch.Tensor, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x's e4m3 rows and scales for cuBLASLt's block-scaled GEMM: the scales M-major, and both
+    padded with zero rows (scales 1) to a multiple of ``CUBLAS_BLOCKWISE_ROWS`` rows, so that
+    each K group's column of scales starts 16-byte aligned (other users of this recipe pad M
+    so; a copy only where M is not a multiple already)."""
+    m = xq.shape[0]
+    pad = -m % CUBLAS_BLOCKWISE_ROWS
+    if pad == 0:
+        return xq, xs if xs.stride(0) == 1 else m_major(xs)
+    zeros = torch.zeros((pad, xq.shape[1]), dtype=torch.uint8, device=xq.device)
+    padded_q = torch.cat([xq.view(torch.uint8), zeros]).view(xq.dtype)
+    padded_s = torch.ones((xs.shape[1], m + pad), dtype=torch.float32, device=xs.device)
+    padded_s[:, :m] = xs.t()
+    return padded_q, padded_s.t()
+
+
 def blockwise_scaled_mm(
     xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, out_dtype: torch.dtype
 ) -> torch.Tensor:
     """``fp8_block_gemm``'s product (``xs [M, K/128]``, ``ws [N/128, K/128]``) on cuBLASLt's
     block-scaled FP8 GEMM. cuBLAS reads x's scales M-major (strides ``(1, M)``: a copy of
-    ``xs`` unless its quantization wrote them so, ``scales_m_major``) and W's as ``ws`` is
-    (``ws.t()`` is the K-major view it wants for ``w.t()``)."""
-    scale_a = xs if xs.stride(0) == 1 else m_major(xs)
+    ``xs`` unless its quantization wrote them so, ``scales_m_major``) over a multiple of 4 rows
+    (``rows_padded_for_cublas``), and W's as ``ws`` is (``ws.t()`` is the K-major view it
+    wants for ``w.t()``)."""
+    m = xq.shape[0]
+    xq, scale_a = rows_padded_for_cublas(xq, xs)
     half = out_dtype in (torch.bfloat16, torch.float16)
     out = torch._scaled_mm(
         xq, w.t(), scale_a=scale_a, scale_b=ws.t(), out_dtype=out_dtype if half else torch.bfloat16
-    )
+    )[:m]
     return out if half else out.to(out_dtype)
