@@ -1,7 +1,7 @@
 """128 x 128 block-scaled FP8 GEMMs (the Qwen3-FP8 / DeepSeek / GLM-4.5 FP8 layout, x quantized
 per 1 x 128 group) at the row counts past the decode kernels: the Triton block GEMM
 (``fp8_block_gemm``, the default; also in its old tile order, row tile by row tile) against
-cuBLASLt's block-scaled GEMM (``blockwise_scaled_mm``, ``KVSERVE_FP8_BLOCK_CUBLAS=1``), per
+cuBLASLt's block-scaled GEMM (``blockwise_scaled_mm``, ``KVSERVE_FP8_BLOCK_CUBLAS_ROWS``), per
 projection, each as one CUDA graph over distinct weights; error against the fp32 reference and
 TFLOP/s against this run's FP8 matmul ceiling.
 

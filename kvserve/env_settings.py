@@ -160,10 +160,10 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.quant.fp8_method:norm_quant_enabled",
     ),
     EnvSetting(
-        name="KVSERVE_FP8_BLOCK_CUBLAS",
+        name="KVSERVE_FP8_BLOCK_CUBLAS_ROWS",
         default="0",
-        meaning="1 runs 128x128 block-scaled FP8 GEMMs past 64 tokens on cuBLASLt (sm_90)",
-        reader="kvserve.quant.fp8_method:block_cublas_enabled",
+        meaning="128x128 block-scaled FP8 GEMMs of at least this many tokens on cuBLASLt (sm_90)",
+        reader="kvserve.quant.fp8_method:block_cublas_min_rows",
     ),
 )
 

@@ -69,7 +69,8 @@ def w8a16_max_rows() -> int:
 SKINNY_ROWS_ENV = "KVSERVE_FP8_SKINNY_ROWS"
 SILU_QUANT_ENV = "KVSERVE_FP8_SILU_QUANT"
 NORM_QUANT_ENV = "KVSERVE_FP8_NORM_QUANT"
-BLOCK_CUBLAS_ENV = "KVSERVE_FP8_BLOCK_CUBLAS"
+BLOCK_CUBLAS_ROWS_ENV = "KVSERVE_FP8_BLOCK_CUBLAS_ROWS"
+MOST_STEP_ROWS = 1 << 20  # the largest row threshold a setting takes
 DECODE_SCALE_BLOCK = (128, 128)  # block-scaled weights the decode kernels take
 
 
@@ -244,7 +245,7 @@ class Fp8LinearMethod:
         if path == "skinny":
             return Fp8InputScheme(SKINNY_X_GROUP)
         static = layer.input_scale if spec.activation == "static" else None
-        return Fp8InputScheme(spec.act_group, static, self._block_cublas(layer))
+        return Fp8InputScheme(spec.act_group, static, self._block_cublas(layer, x.shape[0]))
 
     def apply_fp8(self, layer: Linear, x: Fp8Activation, bias: torch.Tensor | None) -> torch.Tensor:
         """``x @ W.T + bias`` for an x quantized as ``fp8_input_scheme`` asked."""
@@ -281,16 +282,17 @@ class Fp8LinearMethod:
         static = layer.input_scale if spec.activation == "static" else None
         if spec.activation == "tensor":
             static = (x.abs().amax().float() / 448.0).clamp(min=1e-12 / 448.0).reshape(1)
-        rows_first = self._block_cublas(layer)  # the scales M-major, as cuBLASLt reads them
+        # the scales M-major where cuBLASLt takes the step, as it reads them
+        rows_first = self._block_cublas(layer, x.shape[0])
         return quantize_fp8(x, spec.act_group, static, gated=gated, scales_m_major=rows_first)
 
-    def _block_cublas(self, layer: Linear) -> bool:
-        """Whether this layer's W8A8 steps run cuBLASLt's block-scaled GEMM
-        (``KVSERVE_FP8_BLOCK_CUBLAS``), which reads x's scales M-major."""
-        spec = self.spec
+    def _block_cublas(self, layer: Linear, rows: int) -> bool:
+        """Whether this layer's W8A8 step of ``rows`` tokens runs cuBLASLt's block-scaled GEMM
+        (``block_cublas_min_rows``), which reads x's scales M-major."""
+        spec, least = self.spec, block_cublas_min_rows()
         return (
             spec.weight == "block"
-            and block_cublas_enabled()
+            and 0 < least <= rows
             and _tensor_core_shapes(layer)
             and blockwise_scaled_mm_fits(layer.weight, spec.block)
         )
@@ -304,7 +306,7 @@ class Fp8LinearMethod:
             return (dequantize_fp8_activation(xq, xs) @ _dequantized(layer, spec).T).to(dtype)
         if not _tensor_core_shapes(layer):
             return fp8_gemm_reference(xq, xs, w, ws, dtype, spec.block)
-        if self._block_cublas(layer):
+        if self._block_cublas(layer, xq.shape[0]):
             return blockwise_scaled_mm(xq, xs, w, ws, dtype)
         if spec.weight == "block":
             return fp8_block_gemm(xq, xs, w, ws, spec.block, dtype)
@@ -384,13 +386,15 @@ def norm_quant_enabled() -> bool:
 
 
 @functools.cache
-def block_cublas_enabled() -> bool:
-    """``KVSERVE_FP8_BLOCK_CUBLAS``: 1 runs a 128 x 128 block-scaled FP8 layer's W8A8 steps
-    (past 64 tokens, and prefill) on cuBLASLt's block-scaled GEMM where it takes the shape
-    (``blockwise_scaled_mm_fits``: sm_90, N whole blocks, K a multiple of 512), in place of the
-    Triton block GEMM (``fp8_block_gemm``: 517 TFLOP/s, 40% of the FP8 matmul ceiling, in an
-    8 x 1K prefill on the H200, s57). 0, the default until it is timed on the H200."""
-    return env_switch(BLOCK_CUBLAS_ENV, default=False)
+def block_cublas_min_rows() -> int:
+    """``KVSERVE_FP8_BLOCK_CUBLAS_ROWS``: W8A8 steps (past the decode kernels' 64 tokens, and
+    prefill) of at least this many tokens of a 128 x 128 block-scaled FP8 layer run on
+    cuBLASLt's block-scaled GEMM where it takes the shape (``blockwise_scaled_mm_fits``: sm_90,
+    N whole blocks, K a multiple of 512), in place of the Triton block GEMM (``fp8_block_gemm``:
+    517 TFLOP/s, 40% of the FP8 matmul ceiling, in an 8 x 1K prefill on the H200, s57). A row
+    threshold because public measurements of this cuBLASLt recipe find it slow at decode sizes
+    and fast at prefill sizes. 0, the default until it is timed on the H200: none."""
+    return rows_from_env(BLOCK_CUBLAS_ROWS_ENV, 0, MOST_STEP_ROWS)
 
 
 def _tensor_core_shapes(layer: Linear) -> bool:

@@ -22,7 +22,7 @@ from kvserve.kernels.fp8_gemm import (
 from kvserve.kernels.fp8_quant import quantize_fp8, quantize_fp8_reference
 from kvserve.quant.fp8_activation import Fp8Activation
 from kvserve.quant.fp8_config import Fp8Spec
-from kvserve.quant.fp8_method import BLOCK_CUBLAS_ENV, Fp8LinearMethod, block_cublas_enabled
+from kvserve.quant.fp8_method import BLOCK_CUBLAS_ROWS_ENV, Fp8LinearMethod, block_cublas_min_rows
 from kvserve.quant.fp8_weights import quantize_weight
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "quant"))
@@ -164,10 +164,11 @@ def test_block_gemms_replay_in_a_cuda_graph(gemm: str) -> None:
     assert not torch.equal(captured, eager)
 
 
-@pytest.mark.parametrize("m", [65, 300])
-def test_the_block_fp8_method_takes_cublas_with_the_setting_on(m: int) -> None:
-    """Past the tensor-core kernel's 64 rows a 128 x 128 block layer runs cuBLASLt's GEMM with
-    ``KVSERVE_FP8_BLOCK_CUBLAS=1`` and the Triton block GEMM without it: each its own bits."""
+@pytest.mark.parametrize(("m", "least"), [(65, "1"), (300, "1"), (65, "128"), (300, "128")])
+def test_the_block_fp8_method_takes_cublas_from_the_setting_rows(m: int, least: str) -> None:
+    """Past the tensor-core kernel's 64 rows a 128 x 128 block layer runs cuBLASLt's GEMM on
+    steps of at least ``KVSERVE_FP8_BLOCK_CUBLAS_ROWS`` tokens, the Triton block GEMM on the
+    others and with the setting at 0: each its own bits."""
     _needs_cublas_blockwise()
     x = torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16)
     w, ws = quantize_weight(torch.randn(1024, 4096, device="cuda") * 0.02, "block", (128, 128))
@@ -175,16 +176,20 @@ def test_the_block_fp8_method_takes_cublas_with_the_setting_on(m: int) -> None:
                             out_features=1024)  # fmt: skip
     method = Fp8LinearMethod(Fp8Spec("block", "group", (128, 128)))
     xq, xs = quantize_fp8(x, 128)
-    with cached_setting(BLOCK_CUBLAS_ENV, "1", block_cublas_enabled):
+    cublas = m >= int(least)
+    with cached_setting(BLOCK_CUBLAS_ROWS_ENV, least, block_cublas_min_rows):
         on = method.apply(layer, x, None)  # type: ignore[arg-type]
         scheme = method.fp8_input_scheme(layer, x)  # type: ignore[arg-type]
-        # what the norm writes for it: the same values, the scales M-major
+        # what the norm writes for it: the same values, the scales M-major for cuBLAS
         mq, m_scales = quantize_fp8(x, scheme.group, scales_m_major=scheme.scales_m_major)
         taken = method.apply_fp8(layer, Fp8Activation(mq, m_scales, x.dtype), None)  # type: ignore[arg-type]
-    with cached_setting(BLOCK_CUBLAS_ENV, "0", block_cublas_enabled):
+    with cached_setting(BLOCK_CUBLAS_ROWS_ENV, "0", block_cublas_min_rows):
         off = method.apply(layer, x, None)  # type: ignore[arg-type]
         assert not method.fp8_input_scheme(layer, x).scales_m_major  # type: ignore[arg-type, union-attr]
-    assert scheme.scales_m_major and m_scales.stride() == (1, m)
-    assert torch.equal(on, blockwise_scaled_mm(xq, xs, w, ws, torch.bfloat16))
+    assert scheme.scales_m_major == cublas
+    assert m_scales.stride() == ((1, m) if cublas else (32, 1))
+    triton = fp8_block_gemm(xq, xs, w, ws, (128, 128), torch.bfloat16)
+    expected = blockwise_scaled_mm(xq, xs, w, ws, torch.bfloat16) if cublas else triton
+    assert torch.equal(on, expected)
     assert torch.equal(taken, on)
-    assert torch.equal(off, fp8_block_gemm(xq, xs, w, ws, (128, 128), torch.bfloat16))
+    assert torch.equal(off, triton)
