@@ -39,6 +39,44 @@ def split_range(seq_lens_ptr, b, split, num_splits, min_split, BLOCK_N: tl.const
 
 
 @jit
+def decode_item(
+    seq_lens_ptr, pid_b, pid_split, num_splits, min_split, budget, GROUP: tl.constexpr,
+    BALANCED: tl.constexpr, MAX_SPLITS: tl.constexpr, MEAN_FLOOR: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, START_SEEN_ALIGNED: tl.constexpr,
+):  # fmt: skip
+    """The split a decode program (pid_b, kv head, pid_split) of a grid ``B x Hkv x S`` works
+    on, cut even (``split_range``) or ``BALANCED`` (``balanced_item``): (sequence b, split,
+    its length, the split length, start, end, the partials' row0, head_stride and
+    split_stride, alone, past: an item past the batch's splits, whose program exits).
+    ``START_SEEN_ALIGNED``: an even cut's start in ``split_range``'s form, a multiple of BLOCK_N
+    the compiler sees (else in the form the bf16 kernel was measured in: with it the sm_90 loop
+    of that kernel changes, unmeasured)."""
+    num_kv_heads = tl.num_programs(1)
+    if BALANCED:
+        b, split, seq_len, split_len, start, end, row0, alone = balanced_item(
+            seq_lens_ptr, pid_b, pid_split, budget, min_split, num_kv_heads * GROUP, MAX_SPLITS,
+            MEAN_FLOOR, BLOCK_B, BLOCK_N,
+        )  # fmt: skip
+        head_stride, split_stride, past = 1, num_kv_heads * GROUP, b >= tl.num_programs(0)
+    else:
+        b, split = pid_b, pid_split
+        if START_SEEN_ALIGNED:
+            seq_len, split_len, start, end = split_range(
+                seq_lens_ptr, b, split, num_splits, min_split, BLOCK_N
+            )
+        else:
+            seq_len = tl.load(seq_lens_ptr + b)
+            split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+            split_len = tl.maximum(split_len, min_split)
+            start = split * split_len
+            end = tl.minimum(start + split_len, seq_len)
+        row0 = b.to(tl.int64) * num_kv_heads * GROUP * num_splits
+        head_stride, split_stride, alone, past = num_splits, 1, False, False
+    return (b, split, seq_len, split_len, start, end, row0, head_stride, split_stride, alone,
+            past)  # fmt: skip
+
+
+@jit
 def balanced_splits(
     seq_lens_ptr, batch, budget, min_split, max_splits, MEAN_FLOOR: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,

@@ -43,8 +43,8 @@ from kvserve.kernels._triton import (
     tl,
 )
 from kvserve.kernels.attention_partials import (
-    balanced_item,
     balanced_splits,
+    decode_item,
     load_group_rows,
     merge_partials,
     normalize_rows,
@@ -171,28 +171,16 @@ def _decode_split_kernel(
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
-    b = tl.program_id(0)
     kv_head = tl.program_id(1)
-    split = tl.program_id(2)
     num_kv_heads = tl.num_programs(1)
-
-    if BALANCED:
-        b, split, seq_len, split_len, start, end, row0, alone = balanced_item(
-            seq_lens_ptr, b, split, budget, min_split, num_kv_heads * GROUP, MAX_SPLITS,
-            MEAN_FLOOR, BLOCK_B, BLOCK_N,
-        )  # fmt: skip
-        if b >= tl.num_programs(0):
-            return  # past the batch's splits
-        head_stride, split_stride = 1, num_kv_heads * GROUP
-    else:
-        seq_len = tl.load(seq_lens_ptr + b)
-        # As attention_partials.split_range, but in the form this kernel was measured in (its
-        # start is not seen as a multiple of BLOCK_N; with it the sm_90 loop changes, unmeasured)
-        split_len = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N, min_split)
-        start = split * split_len
-        end = tl.minimum(start + split_len, seq_len)
-        row0 = b.to(tl.int64) * num_kv_heads * GROUP * num_splits
-        head_stride, split_stride, alone = num_splits, 1, False
+    b, split, seq_len, split_len, start, end, row0, head_stride, split_stride, alone, past = (
+        decode_item(
+            seq_lens_ptr, tl.program_id(0), tl.program_id(2), num_splits, min_split, budget,
+            GROUP, BALANCED, MAX_SPLITS, MEAN_FLOOR, BLOCK_B, BLOCK_N, False,
+        )
+    )  # fmt: skip
+    if past:
+        return  # past the batch's splits
     if split > 0 and start >= end:
         return  # past the sequence's end: the merge reads only the splits before this one
     table = block_tables_ptr + b.to(tl.int64) * stride_bt

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 from kvserve.kernels._triton import jit, pdl_release, pdl_wait, prefetch_l2, tl
 from kvserve.kernels.attention_partials import (
-    balanced_item,
+    decode_item,
     load_group_rows,
     normalize_rows,
-    split_range,
     store_split_output,
 )
 from kvserve.kernels.fp8_attention_operands import P_SCALE, e4m3_query_rows
@@ -80,26 +79,17 @@ def _fp8_decode_split_kernel(
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
-    b = tl.program_id(0)
     kv_head = tl.program_id(1)
-    split = tl.program_id(2)
     num_kv_heads = tl.num_programs(1)
-
     # start a multiple of BLOCK_N that the compiler sees, so of PAGE_SIZE: a tile's pages are whole
-    if BALANCED:
-        b, split, seq_len, split_len, start, end, row0, alone = balanced_item(
-            seq_lens_ptr, b, split, budget, min_split, num_kv_heads * GROUP, MAX_SPLITS,
-            MEAN_FLOOR, BLOCK_B, BLOCK_N,
-        )  # fmt: skip
-        if b >= tl.num_programs(0):
-            return
-        head_stride, split_stride = 1, num_kv_heads * GROUP
-    else:
-        seq_len, split_len, start, end = split_range(
-            seq_lens_ptr, b, split, num_splits, min_split, BLOCK_N
+    b, split, seq_len, split_len, start, end, row0, head_stride, split_stride, alone, past = (
+        decode_item(
+            seq_lens_ptr, tl.program_id(0), tl.program_id(2), num_splits, min_split, budget,
+            GROUP, BALANCED, MAX_SPLITS, MEAN_FLOOR, BLOCK_B, BLOCK_N, True,
         )
-        row0 = b.to(tl.int64) * num_kv_heads * GROUP * num_splits
-        head_stride, split_stride, alone = num_splits, 1, False
+    )  # fmt: skip
+    if past:
+        return
     if split > 0 and start >= end:
         return
     table = block_tables_ptr + b.to(tl.int64) * stride_bt
