@@ -144,7 +144,7 @@ SETTINGS: tuple[EnvSetting, ...] = (
     EnvSetting(
         name="KVSERVE_FP8_SKINNY_ROWS",
         default="64",
-        meaning="FP8 layers take the tensor-core decode kernel up to this many tokens",
+        meaning="FP8 layers take the tensor-core decode kernel up to this many tokens (0-512)",
         reader="kvserve.quant.fp8_method:skinny_max_rows",
     ),
     EnvSetting(

@@ -1,5 +1,6 @@
 """FP8 (e4m3) weights against few rows of x on the FP8 tensor cores, for decode steps:
-``y = x @ (w * ws).T`` with ``x [M, K]`` bf16/fp16 (M <= 64), ``w [N, K]`` float8_e4m3fn and
+``y = x @ (w * ws).T`` with ``x [M, K]`` bf16/fp16 (M <= 64 by default, tiles of at most 64
+rows up to ``MOST_ROWS``), ``w [N, K]`` float8_e4m3fn and
 ``ws`` fp32: one scale per output channel ``[N]``, per tensor ``[1]``, or per block of
 ``bn x 128`` ``[N / bn, K / 128]`` (the DeepSeek-V3 / Qwen3-FP8 layout, bn a multiple of
 BLOCK_N).
@@ -48,7 +49,11 @@ from kvserve.kernels.fp8_quant import (
 )
 from kvserve.kernels.skinny_gemm import SplitLaunch, _finish_tile, _jit, tile_index, tile_start
 
-MAX_ROWS = 64  # the wgmma's N side
+MAX_ROWS = 64  # the wgmma's N side: x rows a program
+# Rows a launch takes, in tiles of MAX_ROWS that each stream W (adjacent programs share a W tile
+# through L2): past the default's 64 only by setting (``KVSERVE_FP8_SKINNY_ROWS``), to time it
+# against cuBLAS and the block GEMM at batch 65-512.
+MOST_ROWS = 512
 # Steps of up to this many rows take the kernel by default (``fp8_method.skinny_max_rows``). On
 # the H200 (Llama-3-8B's projections) it beat cuBLAS W8A8 with its quantization kernel by
 # 1.1-1.9x per projection at 4-32 rows, and at 64 rows with x quantized first 102 against 113 us
@@ -198,7 +203,7 @@ def fp8_skinny_linear(
     x_scales: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """``x [M, K]`` (M <= ``MAX_ROWS``) @ ``(weight * scale).T`` (+ ``bias``) in x's dtype, on
+    """``x [M, K]`` (M <= ``MOST_ROWS``) @ ``(weight * scale).T`` (+ ``bias``) in x's dtype, on
     CUDA; ``block``: ``scale`` is per block of that many (rows, columns) of ``weight``.
     ``pdl``: programmatic dependent launch (``kvserve.kernels._triton``). ``gated``: ``x
     [M, 2K]`` is a SwiGLU's gate then up, and the product is of ``silu(gate) * up`` as
@@ -209,8 +214,8 @@ def fp8_skinny_linear(
     require_triton()
     m, k = x.shape[0], x.shape[1] // 2 if gated else x.shape[1]
     n = weight.shape[0]
-    if m > MAX_ROWS or weight.dtype != FP8 or weight.stride(1) != 1:
-        raise ValueError(f"fp8_skinny_linear takes <= {MAX_ROWS} rows and a row-major e4m3 W")
+    if m > MOST_ROWS or weight.dtype != FP8 or weight.stride(1) != 1:
+        raise ValueError(f"fp8_skinny_linear takes <= {MOST_ROWS} rows and a row-major e4m3 W")
     cfg = config or fp8_skinny_config(m, n, k, num_sms=sm_count(x.device))
     if block is not None and (block[1] != cfg.block_k or block[0] % cfg.block_n):
         raise ValueError(f"fp8_skinny_linear: scale blocks {block} do not fit the tile {cfg}")

@@ -36,7 +36,7 @@ from kvserve.kernels.fp8_gemm import (
 )
 from kvserve.kernels.fp8_quant import FP8, dequantize_fp8_activation, quantize_fp8
 from kvserve.kernels.fp8_skinny_gemm import DEFAULT_ROWS as SKINNY_DEFAULT_ROWS
-from kvserve.kernels.fp8_skinny_gemm import MAX_ROWS as SKINNY_ROWS
+from kvserve.kernels.fp8_skinny_gemm import MOST_ROWS as SKINNY_ROWS
 from kvserve.kernels.fp8_skinny_gemm import QUANTIZE_FIRST_ABOVE, fp8_skinny_linear
 from kvserve.kernels.fp8_skinny_gemm import X_GROUP as SKINNY_X_GROUP
 from kvserve.kernels.word_gemv import GEMV_ROWS, fp8_gemv, gated_fits
@@ -76,8 +76,8 @@ DECODE_SCALE_BLOCK = (128, 128)  # block-scaled weights the decode kernels take
 
 @functools.cache
 def skinny_max_rows() -> int:
-    """Steps of at most this many tokens (0-64, all by default) take ``fp8_skinny_linear`` when
-    the GEMV does not (``KVSERVE_FP8_SKINNY_ROWS``)."""
+    """Steps of at most this many tokens (0-512; 64 by default, the kernel's one row tile) take
+    ``fp8_skinny_linear`` when the GEMV does not (``KVSERVE_FP8_SKINNY_ROWS``)."""
     return rows_from_env(SKINNY_ROWS_ENV, SKINNY_DEFAULT_ROWS, SKINNY_ROWS)
 
 

@@ -107,6 +107,22 @@ def test_matches_reference(
     check(fp8_skinny_linear(x, q, scale, config=cfg), x, q, scale)
 
 
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("block", [None, (128, 128)])
+def test_rows_past_one_tile(block: tuple[int, int] | None, split_k: int) -> None:
+    """Past 64 rows (``KVSERVE_FP8_SKINNY_ROWS`` up to 512) x runs in tiles of 64 rows, the last
+    one short, each with its own x scales; the default config quantizes x first."""
+    m, n, k = 130, 256, 512
+    x, q, scale = inputs(m, n, k, True, X_DTYPES[-1], block)
+    cfg = fp8_skinny_config(m, n, k, num_sms=132)
+    assert (cfg.block_m, cfg.quantize_first) == (64, True)
+    cfg = Fp8SkinnyConfig(128, 128, 64, split_k, 4, 2, True)
+    out = fp8_skinny_linear(x, q, scale, config=cfg, block=block)
+    check(out, x, q, scale, block=block)
+    tile = slice(64, 128)  # a middle tile alone gives the same rows
+    assert torch.equal(out[tile], fp8_skinny_linear(x[tile], q, scale, config=cfg, block=block))
+
+
 @pytest.mark.parametrize("block_n", [64, 128])
 @pytest.mark.parametrize(("n", "k"), SHAPES)
 @pytest.mark.parametrize("m", [1, 20])
@@ -176,7 +192,7 @@ def test_an_x_quantized_by_the_caller_is_the_quantize_first_path(m: int, split_k
 def test_bad_operands_are_refused() -> None:
     x, q, scale = inputs(2, 64, 128, True, torch.float16)
     with pytest.raises(ValueError, match="fp8_skinny_linear"):
-        fp8_skinny_linear(x.repeat(33, 1), q, scale)  # 66 rows
+        fp8_skinny_linear(x.repeat(257, 1), q, scale)  # 514 rows
     with pytest.raises(ValueError, match="fp8_skinny_linear"):
         fp8_skinny_linear(x, q.float(), scale)
     with pytest.raises(ValueError, match="scale blocks"):
@@ -263,7 +279,7 @@ def test_fp8_method_folds_the_silu_mul_into_its_activation_quantization(
 
 def test_row_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     for env, value, cached, message in (
-        (SKINNY_ROWS_ENV, "65", skinny_max_rows, "from 0 to 64"),
+        (SKINNY_ROWS_ENV, "513", skinny_max_rows, "from 0 to 512"),
         (W8A16_ROWS_ENV, "x", w8a16_max_rows, "from 0 to 4"),
     ):
         monkeypatch.setenv(env, value)
