@@ -160,6 +160,12 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.quant.fp8_method:norm_quant_enabled",
     ),
     EnvSetting(
+        name="KVSERVE_FP8_SKINNY_ROW_SCALE",
+        default="0",
+        meaning="1 quantizes x per token for per-channel FP8 steps of 33-64 tokens (chained MMAs)",
+        reader="kvserve.quant.fp8_method:skinny_row_scale_enabled",
+    ),
+    EnvSetting(
         name="KVSERVE_FP8_BLOCK_CUBLAS_ROWS",
         default="0",
         meaning="128x128 block-scaled FP8 GEMMs of at least this many tokens on cuBLASLt (sm_90)",

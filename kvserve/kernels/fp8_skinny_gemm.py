@@ -125,6 +125,32 @@ def _x_step(x_ptrs, xs_ptrs, k_mask, EVEN_K: tl.constexpr, X_FP8: tl.constexpr,
     return x_q, x_scale
 
 
+@jit
+def _chained_steps(
+    acc, w_ptrs, x_ptrs, k_start, k_end, K, rk, EVEN_K: tl.constexpr, WIDEN: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The K loop of an e4m3 x with one scale a row: each step's MMA accumulates into ``acc``
+    itself, so the compiler keeps one in flight while the next step's tiles load (per-step
+    scales make it wait for each product and multiply it into the accumulator)."""
+    for k0 in range(k_start, k_end, BLOCK_K):
+        if EVEN_K:
+            w = tl.load(w_ptrs)
+            x_q = tl.load(x_ptrs)
+        else:
+            k_mask = (k0 + rk < K)[None, :]
+            w = tl.load(w_ptrs, mask=k_mask, other=0.0)
+            x_q = tl.load(x_ptrs, mask=k_mask, other=0.0)
+        if WIDEN:
+            acc = tl.dot(w.to(tl.float32), tl.trans(x_q.to(tl.float32)), acc,
+                         input_precision="ieee")  # fmt: skip
+        else:
+            acc = tl.dot(w, tl.trans(x_q), acc)
+        w_ptrs += BLOCK_K
+        x_ptrs += BLOCK_K
+    return acc
+
+
 @_jit
 def _fp8_skinny_kernel(
     x_ptr,  # [M, K]: bf16 / fp16, or e4m3 (X_FP8)
@@ -156,6 +182,9 @@ def _fp8_skinny_kernel(
     X_FP8: tl.constexpr,  # x quantized before the launch (Fp8SkinnyConfig.quantize_first)
     WIDEN: tl.constexpr,  # interpreted: the dot in fp32 on e4m3 values (_e4m3_rounded)
     USE_PDL: tl.constexpr,
+    # X_FP8 with one scale a row for all of K (xs [M, 1]; W without blocks): the MMAs chain into
+    # one accumulator, scaled once after the loop
+    X_ROW_SCALE: tl.constexpr = False,
 ):
     rn, rm, rk, k_start, k_end, w_ptrs, x_ptrs = tile_start(
         x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, k_per_split, BLOCK_N, BLOCK_M, BLOCK_K
@@ -165,21 +194,25 @@ def _fp8_skinny_kernel(
         block_scales = rs_ptr + ((rn % N) // SCALE_BLOCK_N) * stride_rs
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     pdl_wait(USE_PDL)
-    for k0 in range(k_start, k_end, BLOCK_K):
-        k_mask = (k0 + rk < K)[None, :]
-        w = tl.load(w_ptrs) if EVEN_K else tl.load(w_ptrs, mask=k_mask, other=0.0)
-        x_q, x_scale = _x_step(x_ptrs, xs_rows + k0 // BLOCK_K, k_mask, EVEN_K, X_FP8, WIDEN)
-        if WIDEN:
-            part = tl.dot(w.to(tl.float32), tl.trans(x_q), input_precision="ieee")
-        else:
-            part = tl.dot(w, tl.trans(x_q))
-        if SCALE_BLOCK_N:
-            w_scale = tl.load(block_scales + k0 // BLOCK_K)
-            acc += part * x_scale[None, :] * w_scale[:, None]
-        else:
-            acc += part * x_scale[None, :]
-        w_ptrs += BLOCK_K
-        x_ptrs += BLOCK_K
+    if X_ROW_SCALE:
+        acc = _chained_steps(acc, w_ptrs, x_ptrs, k_start, k_end, K, rk, EVEN_K, WIDEN, BLOCK_K)
+        acc = acc * tl.load(xs_rows)[None, :]
+    else:
+        for k0 in range(k_start, k_end, BLOCK_K):
+            k_mask = (k0 + rk < K)[None, :]
+            w = tl.load(w_ptrs) if EVEN_K else tl.load(w_ptrs, mask=k_mask, other=0.0)
+            x_q, x_scale = _x_step(x_ptrs, xs_rows + k0 // BLOCK_K, k_mask, EVEN_K, X_FP8, WIDEN)
+            if WIDEN:
+                part = tl.dot(w.to(tl.float32), tl.trans(x_q), input_precision="ieee")
+            else:
+                part = tl.dot(w, tl.trans(x_q))
+            if SCALE_BLOCK_N:
+                w_scale = tl.load(block_scales + k0 // BLOCK_K)
+                acc += part * x_scale[None, :] * w_scale[:, None]
+            else:
+                acc += part * x_scale[None, :]
+            w_ptrs += BLOCK_K
+            x_ptrs += BLOCK_K
     pdl_release(USE_PDL)
     if SCALAR_ROW_SCALE:
         acc = acc * tl.load(rs_ptr)
@@ -202,6 +235,7 @@ def fp8_skinny_linear(
     gated: bool = False,
     x_scales: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
+    x_row_scale: bool = False,
 ) -> torch.Tensor:
     """``x [M, K]`` (M <= ``MOST_ROWS``) @ ``(weight * scale).T`` (+ ``bias``) in x's dtype, on
     CUDA; ``block``: ``scale`` is per block of that many (rows, columns) of ``weight``.
@@ -210,7 +244,10 @@ def fp8_skinny_linear(
     ``silu_and_mul`` rounds it; where x is quantized before the launch the quantization kernel
     applies it (one launch, the same bits), else ``silu_and_mul`` runs first. ``x_scales``: x
     is e4m3 already, with fp32 scales ``[M, K / block_k]`` (the config's K step, ``X_GROUP``
-    by default), and the output is in ``out_dtype``."""
+    by default) or, W without blocks, ``[M, 1]`` (a scale a row), and the output is in
+    ``out_dtype``. ``x_row_scale``: where x is quantized before the launch, W without blocks,
+    one scale a row (a per-token scheme) in place of one a K step, so that the K loop chains
+    its MMAs (``_chained_steps``)."""
     require_triton()
     m, k = x.shape[0], x.shape[1] // 2 if gated else x.shape[1]
     n = weight.shape[0]
@@ -219,7 +256,7 @@ def fp8_skinny_linear(
     cfg = config or fp8_skinny_config(m, n, k, num_sms=sm_count(x.device))
     if block is not None and (block[1] != cfg.block_k or block[0] % cfg.block_n):
         raise ValueError(f"fp8_skinny_linear: scale blocks {block} do not fit the tile {cfg}")
-    _check_quantized_x(x, x_scales, gated, cfg.block_k)
+    _check_quantized_x(x, x_scales, gated, cfg.block_k, rows_ok=block is None)
     out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
@@ -228,10 +265,12 @@ def fp8_skinny_linear(
     split = SplitLaunch.plan(m, n, k, cfg.block_m, cfg.block_n, cfg.block_k, cfg.split_k, out)
     scale = scale.float() if block is not None else scale.reshape(-1).float()
     if x_scales is None and cfg.quantize_first and k % cfg.block_k == 0:
-        x, x_scales = quantize_fp8(x, cfg.block_k, gated=gated)
+        group = None if x_row_scale and block is None else cfg.block_k
+        x, x_scales = quantize_fp8(x, group, gated=gated)
     elif gated:  # x_scales given with gated is refused above
         x = silu_and_mul(x)
     x_fp8 = x_scales is not None
+    row_scale = x_fp8 and block is None and x_scales.shape[1] == 1
     x_scales = x_scales if x_fp8 else out  # a placeholder unless x_fp8
     _fp8_skinny_kernel[split.grid](
         x, x_scales, weight, scale, bias if bias is not None else out, out, split.workspace,
@@ -241,27 +280,29 @@ def fp8_skinny_linear(
         EVEN_K=k % cfg.block_k == 0, DIRECT=split.direct,
         SCALAR_ROW_SCALE=block is None and scale.numel() == 1,
         SCALE_BLOCK_N=block[0] if block is not None else 0,
-        HAS_BIAS=bias is not None, X_FP8=x_fp8, WIDEN=interpreting(), num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, **launch_options(pdl),
+        HAS_BIAS=bias is not None, X_FP8=x_fp8, WIDEN=interpreting(), X_ROW_SCALE=row_scale,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch_options(pdl),
     )  # fmt: skip
     return out
 
 
 def _check_quantized_x(
-    x: torch.Tensor, x_scales: torch.Tensor | None, gated: bool, block_k: int
+    x: torch.Tensor, x_scales: torch.Tensor | None, gated: bool, block_k: int, rows_ok: bool
 ) -> None:
-    """An e4m3 x comes with one fp32 scale per row and K step, and takes no SiLU-mul."""
+    """An e4m3 x comes with one fp32 scale per row and K step (or, ``rows_ok``, per row), and
+    takes no SiLU-mul."""
     if x_scales is None:
         if x.dtype == FP8:
             raise ValueError("fp8_skinny_linear: an e4m3 x needs its x_scales")
         return
     m, k = x.shape
     want = (m, k // block_k)
-    if gated or x.dtype != FP8 or k % block_k or tuple(x_scales.shape) != want:
+    shape_ok = tuple(x_scales.shape) == want or (rows_ok and tuple(x_scales.shape) == (m, 1))
+    if gated or x.dtype != FP8 or k % block_k or not shape_ok:
         raise ValueError(
             f"fp8_skinny_linear: a quantized x is e4m3 [M, K] (K a multiple of {block_k}) with "
-            f"fp32 scales {want}, not gated; got {x.dtype} {tuple(x.shape)}, scales "
-            f"{tuple(x_scales.shape)}"
+            f"fp32 scales {want}{' or (M, 1)' if rows_ok else ''}, not gated; got {x.dtype} "
+            f"{tuple(x.shape)}, scales {tuple(x_scales.shape)}"
         )
     if x_scales.dtype != torch.float32 or x_scales.stride(1) != 1:
         raise ValueError("fp8_skinny_linear: x_scales must be fp32 and row-major")

@@ -70,6 +70,7 @@ SKINNY_ROWS_ENV = "KVSERVE_FP8_SKINNY_ROWS"
 SILU_QUANT_ENV = "KVSERVE_FP8_SILU_QUANT"
 NORM_QUANT_ENV = "KVSERVE_FP8_NORM_QUANT"
 BLOCK_CUBLAS_ROWS_ENV = "KVSERVE_FP8_BLOCK_CUBLAS_ROWS"
+SKINNY_ROW_SCALE_ENV = "KVSERVE_FP8_SKINNY_ROW_SCALE"
 MOST_STEP_ROWS = 1 << 20  # the largest row threshold a setting takes
 DECODE_SCALE_BLOCK = (128, 128)  # block-scaled weights the decode kernels take
 
@@ -221,8 +222,9 @@ class Fp8LinearMethod:
         if path == "skinny":
             w, ws = layer.weight, layer.weight_scale
             y = fp8_skinny_linear(
-                x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl, gated=True
-            )
+                x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl, gated=True,
+                x_row_scale=skinny_row_scale(spec),
+            )  # fmt: skip
         else:
             y = self._matmul_w8a8(layer, *self._quantize(layer, x, gated=True), x.dtype)
             y = y if bias is None else y + bias
@@ -243,7 +245,7 @@ class Fp8LinearMethod:
         if not _quantizes_first(spec, path, x.shape[0], k):
             return None
         if path == "skinny":
-            return Fp8InputScheme(SKINNY_X_GROUP)
+            return Fp8InputScheme(None if skinny_row_scale(spec) else SKINNY_X_GROUP)
         static = layer.input_scale if spec.activation == "static" else None
         return Fp8InputScheme(spec.act_group, static, self._block_cublas(layer, x.shape[0]))
 
@@ -269,7 +271,10 @@ class Fp8LinearMethod:
         if path == "gemv":
             return fp8_gemv(x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl)
         if path == "skinny":
-            return fp8_skinny_linear(x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl)
+            return fp8_skinny_linear(
+                x, w, ws, bias, block=spec.block, pdl=layer.launch_pdl,
+                x_row_scale=skinny_row_scale(spec),
+            )  # fmt: skip
         y = self._matmul_w8a8(layer, *self._quantize(layer, x), x.dtype)
         return y if bias is None else y + bias
 
@@ -383,6 +388,24 @@ def norm_quant_enabled() -> bool:
     place of a 16-bit output and a quantization kernel (the same bits); 0 keeps the two. Timed
     with ``KVSERVE_FP8_SILU_QUANT``."""
     return env_switch(NORM_QUANT_ENV, default=True)
+
+
+@functools.cache
+def skinny_row_scale_enabled() -> bool:
+    """``KVSERVE_FP8_SKINNY_ROW_SCALE``: 1 has per-channel and per-tensor FP8 layers' steps
+    that the tensor-core kernel takes with x quantized first (33-64 tokens, ``fp8_skinny_gemm``)
+    quantize x per token, the layers' own activation scheme and cuBLAS's past 64 tokens, in
+    place of per 128-column group: its K loop then chains the MMAs into one accumulator and
+    keeps one in flight (sm_90 TTGIR: the wgmma waits with one pending and no scale load is left
+    in the loop), where one scale a K step waits for each product and loads its scales in the
+    loop. 0, the default until it is timed on the H200."""
+    return env_switch(SKINNY_ROW_SCALE_ENV, default=False)
+
+
+def skinny_row_scale(spec: Fp8Spec) -> bool:
+    """Whether the tensor-core kernel's x takes one scale a row for this layer's weights
+    (``skinny_row_scale_enabled``; blocks of W need a scale a K step)."""
+    return spec.block is None and skinny_row_scale_enabled()
 
 
 @functools.cache

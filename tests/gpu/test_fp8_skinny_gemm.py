@@ -10,6 +10,8 @@ kernel does there).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -30,17 +32,23 @@ from kvserve.kernels.fp8_skinny_gemm import (  # noqa: E402
     fp8_skinny_linear,
     fp8_skinny_reference,
 )
+from kvserve.quant.fp8_activation import Fp8Activation  # noqa: E402
 from kvserve.quant.fp8_config import Fp8Spec  # noqa: E402
 from kvserve.quant.fp8_method import (  # noqa: E402
     SILU_QUANT_ENV,
+    SKINNY_ROW_SCALE_ENV,
     SKINNY_ROWS_ENV,
     W8A16_ROWS_ENV,
     Fp8LinearMethod,
     silu_quant_enabled,
     skinny_max_rows,
+    skinny_row_scale_enabled,
     w8a16_max_rows,
 )
 from kvserve.quant.fp8_weights import quantize_weight  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "quant"))
+from fp8_helpers import cached_setting  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 X_DTYPES = [torch.float16] if INTERPRETED else [torch.bfloat16, torch.float16]
@@ -121,6 +129,38 @@ def test_rows_past_one_tile(block: tuple[int, int] | None, split_k: int) -> None
     check(out, x, q, scale, block=block)
     tile = slice(64, 128)  # a middle tile alone gives the same rows
     assert torch.equal(out[tile], fp8_skinny_linear(x[tile], q, scale, config=cfg, block=block))
+
+
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("per_row", [True, False])
+@pytest.mark.parametrize("m", [40, 130])
+def test_one_x_scale_a_row_chains_the_k_loop(m: int, per_row: bool, split_k: int) -> None:
+    """``x_row_scale``: x quantized first with one scale a row (per token) for per-channel or
+    per-tensor W: the reference quantizing x per row, and the same bits from an x the caller
+    quantized so (``x_scales [M, 1]``, as the norm writes it for such a step)."""
+    n, k = 256, 512
+    x, q, scale = inputs(m, n, k, per_row, X_DTYPES[-1])
+    cfg = Fp8SkinnyConfig(128, 128, 64, split_k, 4, 2, True)
+    out = fp8_skinny_linear(x, q, scale, config=cfg, x_row_scale=True)
+    assert rel(out, fp8_skinny_reference(x, q, scale, group=k)) < REF_TOL
+    assert rel(out, x.float() @ dequantize_fp8_weight(q, scale).T) < EXACT_TOL
+    xq, xs = quantize_fp8(x, None)
+    assert xs.shape == (m, 1)
+    given = fp8_skinny_linear(xq, q, scale, config=cfg, x_scales=xs, out_dtype=x.dtype)
+    assert torch.equal(given, out)
+
+
+def test_block_scaled_w_keeps_a_scale_a_k_step() -> None:
+    """W's 128 x 128 blocks need each step scaled: ``x_row_scale`` leaves such a step as it
+    is, and an x with one scale a row is refused."""
+    block = (128, 128)
+    x, q, scale = inputs(40, 256, 512, True, X_DTYPES[-1], block)
+    cfg = Fp8SkinnyConfig(128, 128, 64, 1, 4, 2, True)
+    out = fp8_skinny_linear(x, q, scale, config=cfg, block=block, x_row_scale=True)
+    assert torch.equal(out, fp8_skinny_linear(x, q, scale, config=cfg, block=block))
+    xq, xs = quantize_fp8(x, None)
+    with pytest.raises(ValueError, match="a quantized x is e4m3"):
+        fp8_skinny_linear(xq, q, scale, config=cfg, block=block, x_scales=xs)
 
 
 @pytest.mark.parametrize("block_n", [64, 128])
@@ -238,6 +278,36 @@ def test_fp8_method_takes_the_kernel_for_decode_steps(spec: Fp8Spec, m: int) -> 
     out = Fp8LinearMethod(spec)._matmul(layer, x)  # type: ignore[arg-type]
     if m <= 64:
         assert torch.equal(out, fp8_skinny_linear(x, q, scale, block=spec.block))
+    assert rel(out, x.float() @ dequantize_fp8_weight(q, scale, spec.block).T) < EXACT_TOL
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the method takes this path on CUDA only")
+@pytest.mark.parametrize(
+    "spec",
+    [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static"),
+     Fp8Spec("block", "group", (128, 128))],
+)  # fmt: skip
+@pytest.mark.parametrize("m", [16, 40])
+def test_the_setting_gives_steps_past_32_rows_one_x_scale_a_row(spec: Fp8Spec, m: int) -> None:
+    """``KVSERVE_FP8_SKINNY_ROW_SCALE=1``: a step of 33-64 rows of per-channel or per-tensor W
+    quantizes x per token (the kernel's ``x_row_scale``), and the norm is asked for the same
+    scheme, which gives the same bits; 16 rows (x quantized in the loop) and W's blocks keep
+    a scale a K step."""
+    x, q, scale = inputs(m, 512, 1024, spec.weight == "channel", torch.bfloat16, spec.block)
+    layer = SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
+                            input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
+    method = Fp8LinearMethod(spec)
+    rows = m > 32 and spec.block is None
+    with cached_setting(SKINNY_ROW_SCALE_ENV, "1", skinny_row_scale_enabled):
+        out = method._matmul(layer, x)  # type: ignore[arg-type]
+        scheme = method.fp8_input_scheme(layer, x)  # type: ignore[arg-type]
+        if scheme is not None:
+            xq, xs = quantize_fp8(x, scheme.group)
+            taken = method.apply_fp8(layer, Fp8Activation(xq, xs, x.dtype), None)  # type: ignore[arg-type]
+            assert torch.equal(taken, out)
+    want = fp8_skinny_linear(x, q, scale, block=spec.block, x_row_scale=rows)
+    assert torch.equal(out, want)
+    assert (scheme is not None and scheme.group is None) == rows
     assert rel(out, x.float() @ dequantize_fp8_weight(q, scale, spec.block).T) < EXACT_TOL
 
 
