@@ -115,25 +115,33 @@ def time_skinny(
     xs: list, layers: list, ref: torch.Tensor, floor_us: float, args: argparse.Namespace
 ) -> dict[str, Any]:
     """The tensor-core kernel's default config (first) and up to --skinny-configs candidates,
-    each checked against its own reference (x quantized as the kernel does)."""
+    each checked against its own reference (x quantized as the kernel does); for weights
+    without blocks, the candidates that quantize x first again with one x scale a row
+    (``x_row_scale``: the MMAs chained)."""
     n, k = layers[0].weight.shape
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     block = layer_block(layers[0])
-    quantized_ref = fp8_skinny_reference(
-        xs[0], layers[0].weight, layers[0].weight_scale, block=block
-    )
-    results = []
+    w, ws = layers[0].weight, layers[0].weight_scale
+    refs = {False: fp8_skinny_reference(xs[0], w, ws, block=block)}
+    if block is None:
+        refs[True] = fp8_skinny_reference(xs[0], w, ws, group=k)
     candidates = fp8_skinny_candidates(xs[0].shape[0], n, k, num_sms=sms)
     if block:  # tiles inside one scale block
         candidates = [c for c in candidates if c.block_k == BLOCK[1] and BLOCK[0] % c.block_n == 0]
-    for cfg in candidates[: args.skinny_configs]:
+    runs = [(c, False) for c in candidates[: args.skinny_configs]]
+    runs += [(c, True) for c, _ in runs if c.quantize_first and block is None]
+    results = []
+    for cfg, rows in runs:
 
-        def op(x: torch.Tensor, layer: SimpleNamespace, c: Any = cfg) -> torch.Tensor:  # noqa: ANN401
-            return fp8_skinny_linear(x, layer.weight, layer.weight_scale, config=c, block=block)
+        def op(
+            x: torch.Tensor, layer: SimpleNamespace, c: Any = cfg, r: bool = rows
+        ) -> torch.Tensor:  # noqa: ANN401
+            return fp8_skinny_linear(x, layer.weight, layer.weight_scale, config=c, block=block,
+                                     x_row_scale=r)  # fmt: skip
 
         us, out = graph_us(op, xs, layers, args.replays)  # type: ignore[arg-type]
-        results.append({"config": asdict(cfg), "us": us, "err": rel_err(out, quantized_ref),
-                        "err_to_exact": rel_err(out, ref)})  # fmt: skip
+        errors = {"err": rel_err(out, refs[rows]), "err_to_exact": rel_err(out, ref)}
+        results.append({"config": asdict(cfg) | {"x_row_scale": rows}, "us": us, **errors})
     return summarize("skinny", results, floor_us)
 
 
