@@ -104,13 +104,14 @@ def _e4m3_rounded(v):
 
 
 @jit
-def _x_step(x_ptrs, xs_ptrs, k_mask, EVEN_K: tl.constexpr, X_FP8: tl.constexpr,
+def _x_step(x_ptrs, loaded_scale, k_mask, EVEN_K: tl.constexpr, X_FP8: tl.constexpr,
             WIDEN: tl.constexpr):  # fmt: skip
     """One K step's x tile [BLOCK_M, BLOCK_K] in e4m3 (as fp32 values when WIDEN) and its row
-    scales [BLOCK_M]: loaded (X_FP8), or quantized here from 16-bit x by each row's amax."""
+    scales [BLOCK_M]: loaded, with the scales the caller loaded (X_FP8), or quantized here from
+    16-bit x by each row's amax."""
     if X_FP8:
         x_q = tl.load(x_ptrs) if EVEN_K else tl.load(x_ptrs, mask=k_mask, other=0.0)
-        x_scale = tl.load(xs_ptrs)
+        x_scale = loaded_scale
         if WIDEN:
             x_q = x_q.to(tl.float32)
     else:
@@ -198,16 +199,30 @@ def _fp8_skinny_kernel(
         acc = _chained_steps(acc, w_ptrs, x_ptrs, k_start, k_end, K, rk, EVEN_K, WIDEN, BLOCK_K)
         acc = acc * tl.load(xs_rows)[None, :]
     else:
+        # Each step's scales are loaded a step ahead (the last step's again at the last step):
+        # Triton's pipeliner takes only the tiles that feed the MMA, and a scale load in its own
+        # step waits in front of that step's scaling.
+        x_scale_ahead = 0.0
+        w_scale_ahead = 0.0
+        if X_FP8:
+            x_scale_ahead = tl.load(xs_rows + k_start // BLOCK_K)
+        if SCALE_BLOCK_N:
+            w_scale_ahead = tl.load(block_scales + k_start // BLOCK_K)
         for k0 in range(k_start, k_end, BLOCK_K):
             k_mask = (k0 + rk < K)[None, :]
             w = tl.load(w_ptrs) if EVEN_K else tl.load(w_ptrs, mask=k_mask, other=0.0)
-            x_q, x_scale = _x_step(x_ptrs, xs_rows + k0 // BLOCK_K, k_mask, EVEN_K, X_FP8, WIDEN)
+            x_q, x_scale = _x_step(x_ptrs, x_scale_ahead, k_mask, EVEN_K, X_FP8, WIDEN)
+            w_scale = w_scale_ahead
+            step_ahead = tl.minimum(k0 + BLOCK_K, k_end - 1) // BLOCK_K
+            if X_FP8:
+                x_scale_ahead = tl.load(xs_rows + step_ahead)
+            if SCALE_BLOCK_N:
+                w_scale_ahead = tl.load(block_scales + step_ahead)
             if WIDEN:
                 part = tl.dot(w.to(tl.float32), tl.trans(x_q), input_precision="ieee")
             else:
                 part = tl.dot(w, tl.trans(x_q))
             if SCALE_BLOCK_N:
-                w_scale = tl.load(block_scales + k0 // BLOCK_K)
                 acc += part * x_scale[None, :] * w_scale[:, None]
             else:
                 acc += part * x_scale[None, :]
