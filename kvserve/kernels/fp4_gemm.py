@@ -141,7 +141,11 @@ def _fp4_gemm_kernel(
     rk = tl.arange(0, BLOCK_K)
     rb = tl.arange(0, BLOCK_K // PER_ELEMENT)
     rg = tl.arange(0, BLOCK_K // GROUP)
-    k_start = pid_k * k_per_split
+    # a multiple of BLOCK_K that the compiler sees: W's and the scales' tile rows then start
+    # 16- and 8-byte aligned, so Triton's pipeliner copies both ahead (cp.async) with W in
+    # 16-byte pieces; without it, at 128-column steps, the scales were a plain load in each step,
+    # waited for before its dequantization, and W came 8 bytes a copy (sm_90 TTGIR)
+    k_start = tl.multiple_of(pid_k * k_per_split, BLOCK_K)
     k_end = tl.minimum(k_start + k_per_split, K)
     # Rows past N or M wrap onto valid ones, so only K needs a load mask; the store masks them.
     rows_w = (rn % N).to(tl.int64)[:, None]

@@ -123,6 +123,10 @@ def _fp4_grouped_gemm_kernel(
     DOT_PRECISION: tl.constexpr,
     WORD_DEQUANT: tl.constexpr,
     USE_PDL: tl.constexpr,
+    # K % BLOCK_K == 0: no K mask, so Triton's pipeliner copies the codes in 16-byte pieces and
+    # the scales ahead too (cp.async); masked at 16-bit and byte grain, the scales were a plain
+    # load in each step, waited for before its dequantization (sm_90 TTGIR)
+    EVEN_K: tl.constexpr = False,
 ):
     PER_ELEMENT: tl.constexpr = 8 if WORD_DEQUANT else 2  # codes per element of w_ptr
     pdl_wait(USE_PDL)
@@ -146,9 +150,14 @@ def _fp4_grouped_gemm_kernel(
     dtype = a_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
-        s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
-        a = tl.load(a_ptrs, mask=row_ok[:, None] & (k0 + rk < K)[None, :], other=0.0)
+        if EVEN_K:
+            p = tl.load(w_ptrs)
+            s = tl.load(s_ptrs)
+            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+        else:
+            p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
+            s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & (k0 + rk < K)[None, :], other=0.0)
         w = dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
         acc = tl.dot(a, tl.trans(w), acc, input_precision=DOT_PRECISION)
         w_ptrs += BLOCK_K // PER_ELEMENT
@@ -191,7 +200,7 @@ def _fp4_grouped_gemm(
         SCALE_E8M0=block_scale.dtype == torch.uint8, HAS_ROW_SCALE=row_scale is not None,
         BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
-        WORD_DEQUANT=w.dtype == torch.int32,
+        WORD_DEQUANT=w.dtype == torch.int32, EVEN_K=k % config["BLOCK_K"] == 0,
         num_warps=config["num_warps"], num_stages=config["num_stages"], **launch_options(pdl),
     )  # fmt: skip
     return dest.out
