@@ -27,10 +27,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kvserve.kernels._triton import interpreting, jit, next_pow2, require_triton, sm_count, tl
+from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
 from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
-from kvserve.kernels.fp4_tile import code_words, dequant_tile
+from kvserve.kernels.fp4_tile import code_words, dequant_tile, next_scale_tile, scale_tile
 
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
 # as is: the reduction does not depend on how the tiles were computed.
@@ -100,14 +100,6 @@ class Fp4GemmConfig:
 Fp4Config = Fp4GemmConfig | GemvConfig | DequantGemmConfig
 
 
-@jit
-def _scale_tile(s_ptrs, k0, K, rg, GROUP: tl.constexpr, EVEN_K: tl.constexpr):
-    """The block scales of the K step at ``k0`` (zeros past K)."""
-    if EVEN_K:
-        return tl.load(s_ptrs)
-    return tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
-
-
 @_jit
 def _fp4_gemm_kernel(
     x_ptr,
@@ -165,26 +157,22 @@ def _fp4_gemm_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    # Fewer than 8 scale bytes a row a step (MXFP4 at 128-column steps) the pipeliner leaves the
-    # scales a plain load in each step (sm_90 TTGIR): then they are loaded a step ahead here.
-    SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8
+    SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8  # fp4_tile.next_scale_tile
     s_ahead = 0
     if SCALES_AHEAD:
-        s_ahead = _scale_tile(s_ptrs, k_start, K, rg, GROUP, EVEN_K)
+        s_ahead = scale_tile(s_ptrs, k_start, K, rg, GROUP, EVEN_K)
     for k0 in range(k_start, k_end, BLOCK_K):
-        if SCALES_AHEAD:
-            s = s_ahead
-            # the last step loads its own scales again (in bounds, never used)
-            ahead = tl.where(k0 + BLOCK_K < k_end, BLOCK_K, 0)
-            s_ahead = _scale_tile(s_ptrs + ahead // GROUP, k0 + ahead, K, rg, GROUP, EVEN_K)
-        else:
-            s = _scale_tile(s_ptrs, k0, K, rg, GROUP, EVEN_K)
+        # in this order (codes, scales, x) the copies are issued as the measured kernel's were
         if EVEN_K:
             p = tl.load(w_ptrs)
-            x = tl.load(x_ptrs)
         else:
             p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
-            x = tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
+        if SCALES_AHEAD:
+            s = s_ahead
+            s_ahead = next_scale_tile(s_ptrs, k0, k_end, K, rg, GROUP, BLOCK_K, EVEN_K)
+        else:
+            s = scale_tile(s_ptrs, k0, K, rg, GROUP, EVEN_K)
+        x = tl.load(x_ptrs) if EVEN_K else tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
         w = dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
         if W_AS_B:
             acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PRECISION)

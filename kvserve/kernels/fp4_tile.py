@@ -97,6 +97,29 @@ def dequant_tile(
     return w
 
 
+@jit
+def scale_tile(s_ptrs, k0, K, rg, GROUP: tl.constexpr, EVEN_K: tl.constexpr):
+    """The block scales of the K step at ``k0``: [rows, BLOCK_K / GROUP] (zeros past K)."""
+    if EVEN_K:
+        s = tl.load(s_ptrs)
+    else:
+        s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
+    return s
+
+
+@jit
+def next_scale_tile(
+    s_ptrs, k0, k_end, K, rg, GROUP: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr
+):  # fmt: skip
+    """The block scales of the K step after ``k0`` (``s_ptrs`` at k0's), for a loop that loads
+    them a step ahead; at the last step k0's own again (in bounds, never used). Triton's
+    pipeliner copies a step's scales ahead itself from 8 bytes a row (sm_90 TTGIR); fewer (MXFP4
+    at 128-column steps) it leaves a plain load that each step waits for before its
+    dequantization, so the kernels load them ahead where ``BLOCK_K // GROUP < 8``."""
+    ahead = tl.where(k0 + BLOCK_K < k_end, BLOCK_K, 0)
+    return scale_tile(s_ptrs + ahead // GROUP, k0 + ahead, K, rg, GROUP, EVEN_K)
+
+
 def code_words(packed: torch.Tensor) -> torch.Tensor:
     """The packed codes (uint8, K last and contiguous) as int32 words of eight codes where
     their rows allow it and the kernel runs compiled (the interpreter runs no inline PTX);

@@ -26,7 +26,7 @@ from kvserve.config import env_switch
 from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, tl
 from kvserve.kernels.fp4_dequantize import dequantize_fp4_dense
 from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
-from kvserve.kernels.fp4_tile import code_words, dequant_tile
+from kvserve.kernels.fp4_tile import code_words, dequant_tile, next_scale_tile, scale_tile
 from kvserve.kernels.fused_moe import (
     ExpertGemm,
     SlotOutput,
@@ -149,14 +149,24 @@ def _fp4_grouped_gemm_kernel(
     a_ptrs = a_ptr + a_rows.to(tl.int64)[:, None] * stride_a + rk[None, :]
     dtype = a_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8  # fp4_tile.next_scale_tile
+    s_ahead = 0
+    if SCALES_AHEAD:
+        s_ahead = scale_tile(s_ptrs, 0, K, rg, GROUP, EVEN_K)
     for k0 in range(0, K, BLOCK_K):
+        # in this order (codes, scales, x) the copies are issued as the measured kernel's were
         if EVEN_K:
             p = tl.load(w_ptrs)
-            s = tl.load(s_ptrs)
-            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
         else:
             p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
-            s = tl.load(s_ptrs, mask=(k0 // GROUP + rg < K // GROUP)[None, :], other=0)
+        if SCALES_AHEAD:
+            s = s_ahead
+            s_ahead = next_scale_tile(s_ptrs, k0, K, K, rg, GROUP, BLOCK_K, EVEN_K)
+        else:
+            s = scale_tile(s_ptrs, k0, K, rg, GROUP, EVEN_K)
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+        else:
             a = tl.load(a_ptrs, mask=row_ok[:, None] & (k0 + rk < K)[None, :], other=0.0)
         w = dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
         acc = tl.dot(a, tl.trans(w), acc, input_precision=DOT_PRECISION)
