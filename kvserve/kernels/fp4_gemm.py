@@ -30,7 +30,7 @@ import torch
 from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
 from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
-from kvserve.kernels.fp4_tile import code_words, dequant_tile, next_scale_tile, scale_tile
+from kvserve.kernels.fp4_tile import code_words, dequant_tile, first_scales, step_scales
 
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
 # as is: the reduction does not depend on how the tiles were computed.
@@ -158,20 +158,16 @@ def _fp4_gemm_kernel(
     else:
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8  # fp4_tile.next_scale_tile
-    s_ahead = 0
-    if SCALES_AHEAD:
-        s_ahead = scale_tile(s_ptrs, k_start, K, rg, GROUP, EVEN_K)
+    s_ahead = first_scales(s_ptrs, k_start, K, rg, GROUP, EVEN_K, SCALES_AHEAD)
     for k0 in range(k_start, k_end, BLOCK_K):
         # in this order (codes, scales, x) the copies are issued as the measured kernel's were
         if EVEN_K:
             p = tl.load(w_ptrs)
         else:
             p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
-        if SCALES_AHEAD:
-            s = s_ahead
-            s_ahead = next_scale_tile(s_ptrs, k0, k_end, K, rg, GROUP, BLOCK_K, EVEN_K)
-        else:
-            s = scale_tile(s_ptrs, k0, K, rg, GROUP, EVEN_K)
+        s, s_ahead = step_scales(
+            s_ahead, s_ptrs, k0, k_end, K, rg, GROUP, BLOCK_K, EVEN_K, SCALES_AHEAD
+        )
         x = tl.load(x_ptrs) if EVEN_K else tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
         w = dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
         if W_AS_B:

@@ -120,6 +120,31 @@ def next_scale_tile(
     return scale_tile(s_ptrs + ahead // GROUP, k0 + ahead, K, rg, GROUP, EVEN_K)
 
 
+@jit
+def first_scales(s_ptrs, k0, K, rg, GROUP: tl.constexpr, EVEN_K: tl.constexpr, AHEAD: tl.constexpr):
+    """Before a K loop from ``k0``: its first step's scales where the loop loads them a step
+    ahead (``AHEAD``, ``next_scale_tile``), else nothing (0)."""
+    s_ahead = 0
+    if AHEAD:
+        s_ahead = scale_tile(s_ptrs, k0, K, rg, GROUP, EVEN_K)
+    return s_ahead
+
+
+@jit
+def step_scales(
+    s_ahead, s_ptrs, k0, k_end, K, rg, GROUP: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, AHEAD: tl.constexpr,
+):  # fmt: skip
+    """The K step at ``k0``'s scales and, ``AHEAD``, the next step's (loaded now, used by the
+    next step: ``next_scale_tile``)."""
+    if AHEAD:
+        s = s_ahead
+        s_ahead = next_scale_tile(s_ptrs, k0, k_end, K, rg, GROUP, BLOCK_K, EVEN_K)
+    else:
+        s = scale_tile(s_ptrs, k0, K, rg, GROUP, EVEN_K)
+    return s, s_ahead
+
+
 def code_words(packed: torch.Tensor) -> torch.Tensor:
     """The packed codes (uint8, K last and contiguous) as int32 words of eight codes where
     their rows allow it and the kernel runs compiled (the interpreter runs no inline PTX);

@@ -26,7 +26,7 @@ from kvserve.config import env_switch
 from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, tl
 from kvserve.kernels.fp4_dequantize import dequantize_fp4_dense
 from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
-from kvserve.kernels.fp4_tile import code_words, dequant_tile, next_scale_tile, scale_tile
+from kvserve.kernels.fp4_tile import code_words, dequant_tile, first_scales, step_scales
 from kvserve.kernels.fused_moe import (
     ExpertGemm,
     SlotOutput,
@@ -150,20 +150,16 @@ def _fp4_grouped_gemm_kernel(
     dtype = a_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8  # fp4_tile.next_scale_tile
-    s_ahead = 0
-    if SCALES_AHEAD:
-        s_ahead = scale_tile(s_ptrs, 0, K, rg, GROUP, EVEN_K)
+    s_ahead = first_scales(s_ptrs, 0, K, rg, GROUP, EVEN_K, SCALES_AHEAD)
     for k0 in range(0, K, BLOCK_K):
         # in this order (codes, scales, x) the copies are issued as the measured kernel's were
         if EVEN_K:
             p = tl.load(w_ptrs)
         else:
             p = tl.load(w_ptrs, mask=(k0 // PER_ELEMENT + rb < K // PER_ELEMENT)[None, :], other=0)
-        if SCALES_AHEAD:
-            s = s_ahead
-            s_ahead = next_scale_tile(s_ptrs, k0, K, K, rg, GROUP, BLOCK_K, EVEN_K)
-        else:
-            s = scale_tile(s_ptrs, k0, K, rg, GROUP, EVEN_K)
+        s, s_ahead = step_scales(
+            s_ahead, s_ptrs, k0, K, K, rg, GROUP, BLOCK_K, EVEN_K, SCALES_AHEAD
+        )
         if EVEN_K:
             a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
         else:
