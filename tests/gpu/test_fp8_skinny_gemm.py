@@ -61,6 +61,20 @@ REF_TOL = 1e-2
 EXACT_TOL = 6e-2  # against x @ W in fp32: e4m3 activations, 3 mantissa bits
 
 
+# the FP8 method's schemes with a per-token, static or per-group x scale
+METHOD_SPECS = [
+    Fp8Spec("channel", "token"),
+    Fp8Spec("tensor", "static"),
+    Fp8Spec("block", "group", (128, 128)),
+]
+
+
+def method_layer(q: torch.Tensor, scale: torch.Tensor) -> SimpleNamespace:
+    """The attributes of a Linear that ``Fp8LinearMethod`` reads."""
+    return SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
+                           input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
+
+
 def inputs(
     m: int, n: int, k: int, per_row: bool, dtype: torch.dtype, block: tuple[int, int] | None = None
 ) -> tuple[torch.Tensor, ...]:
@@ -262,19 +276,14 @@ def test_split_k_replays_in_cuda_graph_with_programmatic_launch() -> None:
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="the method takes this path on CUDA only")
-@pytest.mark.parametrize(
-    "spec",
-    [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static"),
-     Fp8Spec("block", "group", (128, 128))],
-)  # fmt: skip
+@pytest.mark.parametrize("spec", METHOD_SPECS)
 @pytest.mark.parametrize("m", [2, 64, 65])
 def test_fp8_method_takes_the_kernel_for_decode_steps(spec: Fp8Spec, m: int) -> None:
     """Up to 64 rows the method's output is the kernel's, bit for bit; past them, cuBLAS's or
     the block GEMM's (per-token, static or per-group scales); all within the activation
     rounding of the exact product."""
     x, q, scale = inputs(m, 512, 1024, spec.weight == "channel", torch.bfloat16, spec.block)
-    layer = SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
-                            input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
+    layer = method_layer(q, scale)
     out = Fp8LinearMethod(spec)._matmul(layer, x)  # type: ignore[arg-type]
     if m <= 64:
         assert torch.equal(out, fp8_skinny_linear(x, q, scale, block=spec.block))
@@ -282,11 +291,7 @@ def test_fp8_method_takes_the_kernel_for_decode_steps(spec: Fp8Spec, m: int) -> 
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="the method takes this path on CUDA only")
-@pytest.mark.parametrize(
-    "spec",
-    [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static"),
-     Fp8Spec("block", "group", (128, 128))],
-)  # fmt: skip
+@pytest.mark.parametrize("spec", METHOD_SPECS)
 @pytest.mark.parametrize("m", [16, 40])
 def test_the_setting_gives_steps_past_32_rows_one_x_scale_a_row(spec: Fp8Spec, m: int) -> None:
     """``KVSERVE_FP8_SKINNY_ROW_SCALE=1``: a step of 33-64 rows of per-channel or per-tensor W
@@ -294,8 +299,7 @@ def test_the_setting_gives_steps_past_32_rows_one_x_scale_a_row(spec: Fp8Spec, m
     scheme, which gives the same bits; 16 rows (x quantized in the loop) and W's blocks keep
     a scale a K step."""
     x, q, scale = inputs(m, 512, 1024, spec.weight == "channel", torch.bfloat16, spec.block)
-    layer = SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
-                            input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
+    layer = method_layer(q, scale)
     method = Fp8LinearMethod(spec)
     rows = m > 32 and spec.block is None
     with cached_setting(SKINNY_ROW_SCALE_ENV, "1", skinny_row_scale_enabled):
@@ -312,11 +316,7 @@ def test_the_setting_gives_steps_past_32_rows_one_x_scale_a_row(spec: Fp8Spec, m
 
 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="the method takes this path on CUDA only")
-@pytest.mark.parametrize(
-    "spec",
-    [Fp8Spec("channel", "token"), Fp8Spec("tensor", "static"),
-     Fp8Spec("block", "group", (128, 128)), Fp8Spec("channel", "tensor")],
-)  # fmt: skip
+@pytest.mark.parametrize("spec", [*METHOD_SPECS, Fp8Spec("channel", "tensor")])
 @pytest.mark.parametrize("m", [1, 16, 40, 65, 300])
 def test_fp8_method_folds_the_silu_mul_into_its_activation_quantization(
     spec: Fp8Spec, m: int, monkeypatch: pytest.MonkeyPatch
@@ -327,8 +327,7 @@ def test_fp8_method_folds_the_silu_mul_into_its_activation_quantization(
     per-tensor scale past 64 rows, and the switch at 0 decline (None)."""
     _, q, scale = inputs(m, 512, 1024, spec.weight == "channel", torch.bfloat16, spec.block)
     gate_up = torch.randn(m, 2048, device=DEVICE).to(torch.bfloat16)
-    layer = SimpleNamespace(weight=q, weight_scale=scale, launch_pdl=False,
-                            input_scale=torch.full((1,), 0.02, device=DEVICE))  # fmt: skip
+    layer = method_layer(q, scale)
     method = Fp8LinearMethod(spec)
     # the tensor-core kernel (33-64 rows) quantizes per 128-column group whatever the scheme;
     # past it a dynamic per-tensor scale needs the SiLU-mul's whole output first
