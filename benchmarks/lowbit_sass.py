@@ -59,9 +59,12 @@ _MMA_INTS = [
     "M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_om", "k_per_split",
     "num_splits",
 ]  # fmt: skip
-# the integer arguments a launch at these shapes specializes as multiples of 16
+# the integer arguments a launch at these shapes specializes as multiples of 16 (the MoE
+# kernel's per-expert and per-row strides too, since 2026-12-05: the files before compiled its
+# codes and scales without them, in 8-byte and 1-byte pieces, which no launch does)
 _DIVISIBLE = {"N", "K", "words", "stride_xm", "stride_xs", "stride_wn", "stride_sn", "stride_om",
-              "words_per_split", "k_per_split"}  # fmt: skip
+              "words_per_split", "k_per_split", "stride_a", "stride_we", "stride_se",
+              "stride_rse", "stride_out"}  # fmt: skip
 
 
 def gemv_defaults() -> dict[str, tuple[GemvConfig, int]]:
@@ -127,15 +130,17 @@ _FP8_TC_INTS = [
 FP8_TC_ROWS = (1, 16, 64)
 
 
-def compile_fp8_skinny(cfg: Fp8SkinnyConfig) -> bytes:
+def compile_fp8_skinny(cfg: Fp8SkinnyConfig, x_row_scale: bool = False) -> bytes:
     """The cubin of ``_fp8_skinny_kernel`` (per-channel scales) at ``cfg``, x read as bf16 or,
-    with ``quantize_first``, as e4m3."""
+    with ``quantize_first``, as e4m3 (``x_row_scale``: with one scale a row, the MMAs
+    chained)."""
     from kvserve.kernels.fp8_skinny_gemm import _fp8_skinny_kernel
 
     constants = {
         "BLOCK_N": cfg.block_n, "BLOCK_M": cfg.block_m, "BLOCK_K": cfg.block_k, "EVEN_K": True,
         "DIRECT": cfg.split_k == 1, "SCALAR_ROW_SCALE": False, "SCALE_BLOCK_N": 0,
         "HAS_BIAS": False, "X_FP8": cfg.quantize_first, "WIDEN": False, "USE_PDL": True,
+        "X_ROW_SCALE": x_row_scale,
     }  # fmt: skip
     pointers = {**_FP8_TC_POINTERS, "x_ptr": "*fp8e4nv" if cfg.quantize_first else "*bf16"}
     options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
@@ -166,7 +171,7 @@ def compile_moe(group: int, words: bool) -> bytes:
         "TOP_K": 8, "A_PER_TOKEN": True, "SCALE_ROWS": False, "ONE_SLOT_PER_BLOCK": False,
         "GROUP": group, "SCALE_E8M0": group == MXFP4_GROUP,
         "HAS_ROW_SCALE": group == NVFP4_GROUP, **tiles, "DOT_PRECISION": "tf32",
-        "WORD_DEQUANT": words,
+        "WORD_DEQUANT": words, "EVEN_K": K % MOE_TILE["BLOCK_K"] == 0,
     }  # fmt: skip
     pointers = {**_MOE_POINTERS, "w_ptr": "*i32" if words else "*u8"}
     options = {"num_warps": MOE_TILE["num_warps"], "num_stages": MOE_TILE["num_stages"]}
@@ -246,7 +251,9 @@ def measure() -> list[dict[str, Any]]:
         weights = cfg.block_n * cfg.block_k // (cfg.num_warps * THREADS_PER_WARP)
         row = {"kernel": "FP8 tensor-core decode", "format": "fp8", "rows": m, "config": vars(cfg)}
         rows.append({**row, **describe(compile_fp8_skinny(cfg), weights)})
-        if cfg.quantize_first:  # and x quantized in the loop, as up to 32 rows
+        if cfg.quantize_first:  # and with one x scale a row; and x quantized in the loop
+            chained = {**row, "config": {**vars(cfg), "x_row_scale": True}}
+            rows.append({**chained, **describe(compile_fp8_skinny(cfg, True), weights)})
             cfg = replace(cfg, quantize_first=False)
             row = {**row, "config": vars(cfg)}
             rows.append({**row, **describe(compile_fp8_skinny(cfg), weights)})
@@ -262,6 +269,7 @@ def main() -> None:
         words = " word_dequant" if row["config"].get("word_dequant") else ""
         words += " w_as_b" if row["config"].get("w_as_b") else ""
         words += " quantize_first" if row["config"].get("quantize_first") else ""
+        words += " x_row_scale" if row["config"].get("x_row_scale") else ""
         print(f"{row['kernel']}{words} {row['format']} M={row['rows']}: "
               f"{row.get('REG')} registers, {row.get('STACK')} bytes of stack, "
               f"{row['loop_instructions']} loop instructions for "
