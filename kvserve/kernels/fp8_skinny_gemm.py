@@ -152,6 +152,44 @@ def _chained_steps(
     return acc
 
 
+@jit
+def _scaled_steps(
+    acc, w_ptrs, x_ptrs, xs_rows, block_scales, k_start, k_end, K, rk, EVEN_K: tl.constexpr,
+    X_FP8: tl.constexpr, WIDEN: tl.constexpr, SCALE_BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The K loop with a scale a step (x's per row, W's per block): each step's product times
+    its scales into ``acc``. The scales are loaded a step ahead (the last step's again at the
+    last step): Triton's pipeliner takes only the tiles that feed the MMA, and a scale load in
+    its own step waits in front of that step's scaling."""
+    x_scale_ahead = 0.0
+    w_scale_ahead = 0.0
+    if X_FP8:
+        x_scale_ahead = tl.load(xs_rows + k_start // BLOCK_K)
+    if SCALE_BLOCK_N:
+        w_scale_ahead = tl.load(block_scales + k_start // BLOCK_K)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        k_mask = (k0 + rk < K)[None, :]
+        w = tl.load(w_ptrs) if EVEN_K else tl.load(w_ptrs, mask=k_mask, other=0.0)
+        x_q, x_scale = _x_step(x_ptrs, x_scale_ahead, k_mask, EVEN_K, X_FP8, WIDEN)
+        w_scale = w_scale_ahead
+        step_ahead = tl.minimum(k0 + BLOCK_K, k_end - 1) // BLOCK_K
+        if X_FP8:
+            x_scale_ahead = tl.load(xs_rows + step_ahead)
+        if SCALE_BLOCK_N:
+            w_scale_ahead = tl.load(block_scales + step_ahead)
+        if WIDEN:
+            part = tl.dot(w.to(tl.float32), tl.trans(x_q), input_precision="ieee")
+        else:
+            part = tl.dot(w, tl.trans(x_q))
+        if SCALE_BLOCK_N:
+            acc += part * x_scale[None, :] * w_scale[:, None]
+        else:
+            acc += part * x_scale[None, :]
+        w_ptrs += BLOCK_K
+        x_ptrs += BLOCK_K
+    return acc
+
+
 @_jit
 def _fp8_skinny_kernel(
     x_ptr,  # [M, K]: bf16 / fp16, or e4m3 (X_FP8)
@@ -191,6 +229,7 @@ def _fp8_skinny_kernel(
         x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, k_per_split, BLOCK_N, BLOCK_M, BLOCK_K
     )
     xs_rows = xs_ptr + (rm % M) * stride_xs  # X_FP8: x's scales, one per row and K step
+    block_scales = rs_ptr  # SCALE_BLOCK_N: W's scales of this program's rows
     if SCALE_BLOCK_N:
         block_scales = rs_ptr + ((rn % N) // SCALE_BLOCK_N) * stride_rs
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
@@ -199,35 +238,10 @@ def _fp8_skinny_kernel(
         acc = _chained_steps(acc, w_ptrs, x_ptrs, k_start, k_end, K, rk, EVEN_K, WIDEN, BLOCK_K)
         acc = acc * tl.load(xs_rows)[None, :]
     else:
-        # Each step's scales are loaded a step ahead (the last step's again at the last step):
-        # Triton's pipeliner takes only the tiles that feed the MMA, and a scale load in its own
-        # step waits in front of that step's scaling.
-        x_scale_ahead = 0.0
-        w_scale_ahead = 0.0
-        if X_FP8:
-            x_scale_ahead = tl.load(xs_rows + k_start // BLOCK_K)
-        if SCALE_BLOCK_N:
-            w_scale_ahead = tl.load(block_scales + k_start // BLOCK_K)
-        for k0 in range(k_start, k_end, BLOCK_K):
-            k_mask = (k0 + rk < K)[None, :]
-            w = tl.load(w_ptrs) if EVEN_K else tl.load(w_ptrs, mask=k_mask, other=0.0)
-            x_q, x_scale = _x_step(x_ptrs, x_scale_ahead, k_mask, EVEN_K, X_FP8, WIDEN)
-            w_scale = w_scale_ahead
-            step_ahead = tl.minimum(k0 + BLOCK_K, k_end - 1) // BLOCK_K
-            if X_FP8:
-                x_scale_ahead = tl.load(xs_rows + step_ahead)
-            if SCALE_BLOCK_N:
-                w_scale_ahead = tl.load(block_scales + step_ahead)
-            if WIDEN:
-                part = tl.dot(w.to(tl.float32), tl.trans(x_q), input_precision="ieee")
-            else:
-                part = tl.dot(w, tl.trans(x_q))
-            if SCALE_BLOCK_N:
-                acc += part * x_scale[None, :] * w_scale[:, None]
-            else:
-                acc += part * x_scale[None, :]
-            w_ptrs += BLOCK_K
-            x_ptrs += BLOCK_K
+        acc = _scaled_steps(
+            acc, w_ptrs, x_ptrs, xs_rows, block_scales, k_start, k_end, K, rk, EVEN_K, X_FP8,
+            WIDEN, SCALE_BLOCK_N, BLOCK_K,
+        )  # fmt: skip
     pdl_release(USE_PDL)
     if SCALAR_ROW_SCALE:
         acc = acc * tl.load(rs_ptr)
