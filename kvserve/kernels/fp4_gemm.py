@@ -141,10 +141,8 @@ def _fp4_gemm_kernel(
     rk = tl.arange(0, BLOCK_K)
     rb = tl.arange(0, BLOCK_K // PER_ELEMENT)
     rg = tl.arange(0, BLOCK_K // GROUP)
-    # a multiple of BLOCK_K that the compiler sees: W's and the scales' tile rows then start
-    # 16- and 8-byte aligned, so Triton's pipeliner copies both ahead (cp.async) with W in
-    # 16-byte pieces; without it, at 128-column steps, the scales were a plain load in each step,
-    # waited for before its dequantization, and W came 8 bytes a copy (sm_90 TTGIR)
+    # seen as a multiple of BLOCK_K, the pipeliner copies codes (16 bytes a copy) and scales
+    # ahead; else (sm_90 TTGIR) the scales were a plain load each step and codes 8 bytes a copy
     k_start = tl.multiple_of(pid_k * k_per_split, BLOCK_K)
     k_end = tl.minimum(k_start + k_per_split, K)
     # Rows past N or M wrap onto valid ones, so only K needs a load mask; the store masks them.
@@ -160,7 +158,7 @@ def _fp4_gemm_kernel(
     SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8  # fp4_tile.next_scale_tile
     s_ahead = first_scales(s_ptrs, k_start, K, rg, GROUP, EVEN_K, SCALES_AHEAD)
     for k0 in range(k_start, k_end, BLOCK_K):
-        # in this order (codes, scales, x) the copies are issued as the measured kernel's were
+        # codes, scales, x: the copies issued in the measured kernel's order
         if EVEN_K:
             p = tl.load(w_ptrs)
         else:

@@ -123,9 +123,7 @@ def _fp4_grouped_gemm_kernel(
     DOT_PRECISION: tl.constexpr,
     WORD_DEQUANT: tl.constexpr,
     USE_PDL: tl.constexpr,
-    # K % BLOCK_K == 0: no K mask, so Triton's pipeliner copies the codes in 16-byte pieces and
-    # the scales ahead too (cp.async); masked at 16-bit and byte grain, the scales were a plain
-    # load in each step, waited for before its dequantization (sm_90 TTGIR)
+    # K % BLOCK_K == 0, no K mask: the pipeliner copies codes (16 bytes a copy) and scales ahead
     EVEN_K: tl.constexpr = False,
 ):
     PER_ELEMENT: tl.constexpr = 8 if WORD_DEQUANT else 2  # codes per element of w_ptr
@@ -152,7 +150,7 @@ def _fp4_grouped_gemm_kernel(
     SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8  # fp4_tile.next_scale_tile
     s_ahead = first_scales(s_ptrs, 0, K, rg, GROUP, EVEN_K, SCALES_AHEAD)
     for k0 in range(0, K, BLOCK_K):
-        # in this order (codes, scales, x) the copies are issued as the measured kernel's were
+        # codes, scales, x: the copies issued in the measured kernel's order
         if EVEN_K:
             p = tl.load(w_ptrs)
         else:
