@@ -294,13 +294,8 @@ class Fp8LinearMethod:
     def _block_cublas(self, layer: Linear, rows: int) -> bool:
         """Whether this layer's W8A8 step of ``rows`` tokens runs cuBLASLt's block-scaled GEMM
         (``block_cublas_min_rows``), which reads x's scales M-major."""
-        spec, least = self.spec, block_cublas_min_rows()
-        return (
-            spec.weight == "block"
-            and 0 < least <= rows
-            and _tensor_core_shapes(layer)
-            and blockwise_scaled_mm_fits(layer.weight, spec.block)
-        )
+        least = block_cublas_min_rows()
+        return self.spec.weight == "block" and 0 < least <= rows and _cublas_takes(layer, self.spec)
 
     def _matmul_w8a8(
         self, layer: Linear, xq: torch.Tensor, xs: torch.Tensor, dtype: torch.dtype
@@ -326,6 +321,16 @@ def _dequantized(layer: Linear, spec: Fp8Spec) -> torch.Tensor:
         cached = dequantize_fp8_weight(layer.weight, layer.weight_scale, spec.block)
         layer.__dict__["_fp8_dequantized"] = cached
     return cached
+
+
+def _cublas_takes(layer: Linear, spec: Fp8Spec) -> bool:
+    """Whether cuBLASLt's block-scaled GEMM takes this layer's weight, decided once per layer
+    (the weight's shape and device do not change; a step asks up to three times)."""
+    fits = layer.__dict__.get("_fp8_block_cublas_fits")
+    if fits is None:
+        fits = _tensor_core_shapes(layer) and blockwise_scaled_mm_fits(layer.weight, spec.block)
+        layer.__dict__["_fp8_block_cublas_fits"] = fits
+    return fits
 
 
 def _decode_blocks_fit(spec: Fp8Spec) -> bool:
