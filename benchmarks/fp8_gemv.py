@@ -42,6 +42,7 @@ from benchmarks.skinny_gemm import (
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight
 from kvserve.kernels.fp8_skinny_gemm import (
     MAX_ROWS,
+    Fp8SkinnyConfig,
     fp8_skinny_candidates,
     fp8_skinny_linear,
     fp8_skinny_reference,
@@ -134,8 +135,8 @@ def time_skinny(
     for cfg, rows in runs:
 
         def op(
-            x: torch.Tensor, layer: SimpleNamespace, c: Any = cfg, r: bool = rows
-        ) -> torch.Tensor:  # noqa: ANN401
+            x: torch.Tensor, layer: SimpleNamespace, c: Fp8SkinnyConfig = cfg, r: bool = rows
+        ) -> torch.Tensor:
             return fp8_skinny_linear(x, layer.weight, layer.weight_scale, config=c, block=block,
                                      x_row_scale=r)  # fmt: skip
 

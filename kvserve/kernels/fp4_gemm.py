@@ -155,7 +155,7 @@ def _fp4_gemm_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8  # fp4_tile.next_scale_tile
+    SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8  # fp4_tile.step_scales
     s_ahead = first_scales(s_ptrs, k_start, K, rg, GROUP, EVEN_K, SCALES_AHEAD)
     for k0 in range(k_start, k_end, BLOCK_K):
         # codes, scales, x: the copies issued in the measured kernel's order

@@ -108,22 +108,9 @@ def scale_tile(s_ptrs, k0, K, rg, GROUP: tl.constexpr, EVEN_K: tl.constexpr):
 
 
 @jit
-def next_scale_tile(
-    s_ptrs, k0, k_end, K, rg, GROUP: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr
-):  # fmt: skip
-    """The block scales of the K step after ``k0`` (``s_ptrs`` at k0's), for a loop that loads
-    them a step ahead; at the last step k0's own again (in bounds, never used). Triton's
-    pipeliner copies a step's scales ahead itself from 8 bytes a row (sm_90 TTGIR); fewer (MXFP4
-    at 128-column steps) it leaves a plain load that each step waits for before its
-    dequantization, so the kernels load them ahead where ``BLOCK_K // GROUP < 8``."""
-    ahead = tl.where(k0 + BLOCK_K < k_end, BLOCK_K, 0)
-    return scale_tile(s_ptrs + ahead // GROUP, k0 + ahead, K, rg, GROUP, EVEN_K)
-
-
-@jit
 def first_scales(s_ptrs, k0, K, rg, GROUP: tl.constexpr, EVEN_K: tl.constexpr, AHEAD: tl.constexpr):
     """Before a K loop from ``k0``: its first step's scales where the loop loads them a step
-    ahead (``AHEAD``, ``next_scale_tile``), else nothing (0)."""
+    ahead (``AHEAD``, ``step_scales``), else nothing (0)."""
     s_ahead = 0
     if AHEAD:
         s_ahead = scale_tile(s_ptrs, k0, K, rg, GROUP, EVEN_K)
@@ -135,11 +122,15 @@ def step_scales(
     s_ahead, s_ptrs, k0, k_end, K, rg, GROUP: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr, AHEAD: tl.constexpr,
 ):  # fmt: skip
-    """The K step at ``k0``'s scales and, ``AHEAD``, the next step's (loaded now, used by the
-    next step: ``next_scale_tile``)."""
+    """The K step at ``k0``'s scales (``s_ptrs`` at its own) and, ``AHEAD``, the next step's,
+    loaded now for the next step to use; at the last step its own again (in bounds, never
+    used). Triton's pipeliner copies a step's scales ahead itself from 8 bytes a row (sm_90
+    TTGIR); fewer (MXFP4 at 128-column steps) it leaves a plain load that each step waits for
+    before its dequantization, so the kernels load them ahead where ``BLOCK_K // GROUP < 8``."""
     if AHEAD:
         s = s_ahead
-        s_ahead = next_scale_tile(s_ptrs, k0, k_end, K, rg, GROUP, BLOCK_K, EVEN_K)
+        ahead = tl.where(k0 + BLOCK_K < k_end, BLOCK_K, 0)
+        s_ahead = scale_tile(s_ptrs + ahead // GROUP, k0 + ahead, K, rg, GROUP, EVEN_K)
     else:
         s = scale_tile(s_ptrs, k0, K, rg, GROUP, EVEN_K)
     return s, s_ahead

@@ -147,7 +147,7 @@ def _fp4_grouped_gemm_kernel(
     a_ptrs = a_ptr + a_rows.to(tl.int64)[:, None] * stride_a + rk[None, :]
     dtype = a_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8  # fp4_tile.next_scale_tile
+    SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8  # fp4_tile.step_scales
     s_ahead = first_scales(s_ptrs, 0, K, rg, GROUP, EVEN_K, SCALES_AHEAD)
     for k0 in range(0, K, BLOCK_K):
         # codes, scales, x: the copies issued in the measured kernel's order
