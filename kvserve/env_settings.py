@@ -161,8 +161,8 @@ SETTINGS: tuple[EnvSetting, ...] = (
     ),
     EnvSetting(
         name="KVSERVE_FP8_SKINNY_ROW_SCALE",
-        default="0",
-        meaning="1 quantizes x per token for per-channel FP8 steps of 33-64 tokens (chained MMAs)",
+        default="1",
+        meaning="0 quantizes x per 128-column group for per-channel FP8 steps of 33-64 tokens",
         reader="kvserve.quant.fp8_method:skinny_row_scale_enabled",
     ),
     EnvSetting(

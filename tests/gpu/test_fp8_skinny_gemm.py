@@ -293,16 +293,19 @@ def test_fp8_method_takes_the_kernel_for_decode_steps(spec: Fp8Spec, m: int) -> 
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="the method takes this path on CUDA only")
 @pytest.mark.parametrize("spec", METHOD_SPECS)
 @pytest.mark.parametrize("m", [16, 40])
-def test_the_setting_gives_steps_past_32_rows_one_x_scale_a_row(spec: Fp8Spec, m: int) -> None:
-    """``KVSERVE_FP8_SKINNY_ROW_SCALE=1``: a step of 33-64 rows of per-channel or per-tensor W
-    quantizes x per token (the kernel's ``x_row_scale``), and the norm is asked for the same
-    scheme, which gives the same bits; 16 rows (x quantized in the loop) and W's blocks keep
-    a scale a K step."""
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_the_setting_gives_steps_past_32_rows_one_x_scale_a_row(
+    spec: Fp8Spec, m: int, setting: str
+) -> None:
+    """``KVSERVE_FP8_SKINNY_ROW_SCALE=1`` (the default): a step of 33-64 rows of per-channel or
+    per-tensor W quantizes x per token (the kernel's ``x_row_scale``), and the norm is asked for
+    the same scheme, which gives the same bits; 16 rows (x quantized in the loop), W's blocks
+    and the setting at 0 keep a scale a K step."""
     x, q, scale = inputs(m, 512, 1024, spec.weight == "channel", torch.bfloat16, spec.block)
     layer = method_layer(q, scale)
     method = Fp8LinearMethod(spec)
-    rows = m > 32 and spec.block is None
-    with cached_setting(SKINNY_ROW_SCALE_ENV, "1", skinny_row_scale_enabled):
+    rows = setting == "1" and m > 32 and spec.block is None
+    with cached_setting(SKINNY_ROW_SCALE_ENV, setting, skinny_row_scale_enabled):
         out = method._matmul(layer, x)  # type: ignore[arg-type]
         scheme = method.fp8_input_scheme(layer, x)  # type: ignore[arg-type]
         if scheme is not None:
@@ -329,8 +332,8 @@ def test_fp8_method_folds_the_silu_mul_into_its_activation_quantization(
     gate_up = torch.randn(m, 2048, device=DEVICE).to(torch.bfloat16)
     layer = method_layer(q, scale)
     method = Fp8LinearMethod(spec)
-    # the tensor-core kernel (33-64 rows) quantizes per 128-column group whatever the scheme;
-    # past it a dynamic per-tensor scale needs the SiLU-mul's whole output first
+    # the tensor-core kernel (33-64 rows) quantizes per token or per 128-column group whatever
+    # the scheme; past it a dynamic per-tensor scale needs the SiLU-mul's whole output first
     folds = 32 < m <= 64 or (m > 64 and spec.activation != "tensor")
     for switch in ("0", "1"):
         monkeypatch.setenv(SILU_QUANT_ENV, switch)
