@@ -102,21 +102,13 @@ def _block_gemm_kernel(
     as_rows = as_ptr + rm * stride_asm
     bs_rows = bs_ptr + (rn // GROUP_N) * stride_bsn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    k_steps = tl.cdiv(K, BLOCK_K)
-    # Each step's scales are loaded a step ahead: Triton's pipeliner takes only the tiles that
-    # feed the MMA, and a scale load in its own step waits in front of that step's scaling.
-    a_s = tl.load(as_rows, mask=m_ok, other=0.0)
-    b_s = tl.load(bs_rows, mask=n_ok, other=0.0)
-    for kb in range(0, k_steps):
+    for kb in range(0, tl.cdiv(K, BLOCK_K)):
         k = kb * BLOCK_K + rk
         a = tl.load(a_rows + k[None, :], mask=m_ok[:, None] & (k < K)[None, :], other=0.0)
         b = tl.load(b_cols + k[:, None], mask=(k < K)[:, None] & n_ok[None, :], other=0.0)
-        more = kb + 1 < k_steps
-        a_s_next = tl.load(as_rows + (kb + 1) * stride_ask, mask=m_ok & more, other=0.0)
-        b_s_next = tl.load(bs_rows + kb + 1, mask=n_ok & more, other=0.0)
+        a_s = tl.load(as_rows + kb * stride_ask, mask=m_ok, other=0.0)
+        b_s = tl.load(bs_rows + kb, mask=n_ok, other=0.0)
         acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
-        a_s = a_s_next
-        b_s = b_s_next
     c = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :]
     tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 

@@ -144,25 +144,21 @@ def _fp8_grouped_gemm_kernel(
     as_rows = as_ptr + a_rows.to(tl.int64) * stride_as
     ws_cols = ws_ptr + expert.to(tl.int64) * stride_wse + (offs_n // GROUP_N) * stride_wsn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # BLOCKWISE: each step's scales loaded a step ahead (as fp8_gemm's block GEMM does)
-    a_s_ahead = tl.load(as_rows, mask=row_ok, other=0.0)
-    w_s_ahead = tl.load(ws_cols, mask=n_ok, other=0.0)
     for k0 in range(0, K, BLOCK_K):
         k_ok = offs_k < K - k0
         a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         w = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
         if BLOCKWISE:
-            a_s, w_s = a_s_ahead, w_s_ahead
-            step_ahead = tl.minimum(k0 + BLOCK_K, K - 1) // SCALE_K
-            a_s_ahead = tl.load(as_rows + step_ahead, mask=row_ok, other=0.0)
-            w_s_ahead = tl.load(ws_cols + step_ahead, mask=n_ok, other=0.0)
+            a_s = tl.load(as_rows + k0 // SCALE_K, mask=row_ok, other=0.0)
+            w_s = tl.load(ws_cols + k0 // SCALE_K, mask=n_ok, other=0.0)
             acc += tl.dot(a, w) * a_s[:, None] * w_s[None, :]
         else:
             acc = tl.dot(a, w, acc)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    if not BLOCKWISE:  # the scales of row and column, loaded before the loop
-        acc = acc * a_s_ahead[:, None] * w_s_ahead[None, :]
+    if not BLOCKWISE:
+        acc = acc * tl.load(as_rows, mask=row_ok, other=0.0)[:, None]
+        acc = acc * tl.load(ws_cols, mask=n_ok, other=0.0)[None, :]
     _store_slots(
         out_ptr, acc, slots, row_ok, offs_n, N, weights_ptr, stride_out, sums_ptr, counter_ptr,
         SCALE_ROWS, SUM_TOKENS, TOP_K, BLOCK_M, BLOCK_N,
