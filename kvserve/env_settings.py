@@ -167,8 +167,9 @@ SETTINGS: tuple[EnvSetting, ...] = (
     ),
     EnvSetting(
         name="KVSERVE_FP8_BLOCK_CUBLAS_ROWS",
-        default="0",
-        meaning="128x128 block-scaled FP8 GEMMs of at least this many tokens on cuBLASLt (sm_90)",
+        default="1",
+        meaning="128x128 block-scaled FP8 GEMMs of at least this many tokens on cuBLASLt (sm_90)"
+        "; 0 keeps the Triton block GEMM",
         reader="kvserve.quant.fp8_method:block_cublas_min_rows",
     ),
 )

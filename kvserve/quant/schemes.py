@@ -96,8 +96,8 @@ SCHEMES: dict[str, QuantScheme] = {
             ),
             GpuPath(
                 (9, 0),
-                "FP8 tensor cores (torch._scaled_mm; Triton block-scaled GEMM for 128x128 blocks,"
-                " cuBLASLt's with KVSERVE_FP8_BLOCK_CUBLAS_ROWS; steps of up to 64 tokens on a"
+                "FP8 tensor cores (torch._scaled_mm; cuBLASLt's block-scaled GEMM for 128x128"
+                " blocks, the Triton one where it does not fit; steps of up to 64 tokens on a"
                 " Triton wgmma kernel, one token on a CUDA-core GEMV)",
             ),
         ),

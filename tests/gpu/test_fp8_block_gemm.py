@@ -40,7 +40,10 @@ def test_every_tile_once_in_any_order(m: int, n: int, k: int) -> None:
     xq, xs = launch_quant_kernel(x, 128, None, False, False)
     grouped = fp8_block_gemm(xq, xs, w, ws, BLOCK, torch.float32)
     ref = fp8_gemm_reference(xq, xs, w, ws, torch.float32, BLOCK)
-    torch.testing.assert_close(grouped, ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
+    # Hopper's FP8 MMA keeps about 14 bits of its running sum (DeepSeek-V3, section 3.3.2), the
+    # interpreter all of fp32; a tile missed or computed twice is off by the whole product
+    tol = 2e-3 if DEVICE.type == "cuda" else 1e-4
+    torch.testing.assert_close(grouped, ref, rtol=tol, atol=tol * float(ref.abs().max()))
     for group_m in (1, 2):
         row_order = fp8_block_gemm(xq, xs, w, ws, BLOCK, torch.float32, group_m=group_m)
         assert torch.equal(row_order, grouped)

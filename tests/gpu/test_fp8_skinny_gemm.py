@@ -27,6 +27,7 @@ from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight  # noqa: E402
 from kvserve.kernels.fp8_quant import quantize_fp8  # noqa: E402
 from kvserve.kernels.fp8_skinny_gemm import (  # noqa: E402
+    QUANTIZE_FIRST_ABOVE,
     Fp8SkinnyConfig,
     fp8_skinny_config,
     fp8_skinny_linear,
@@ -42,6 +43,7 @@ from kvserve.quant.fp8_method import (  # noqa: E402
     Fp8LinearMethod,
     silu_quant_enabled,
     skinny_max_rows,
+    skinny_row_scale,
     skinny_row_scale_enabled,
     w8a16_max_rows,
 )
@@ -279,14 +281,17 @@ def test_split_k_replays_in_cuda_graph_with_programmatic_launch() -> None:
 @pytest.mark.parametrize("spec", METHOD_SPECS)
 @pytest.mark.parametrize("m", [2, 64, 65])
 def test_fp8_method_takes_the_kernel_for_decode_steps(spec: Fp8Spec, m: int) -> None:
-    """Up to 64 rows the method's output is the kernel's, bit for bit; past them, cuBLAS's or
-    the block GEMM's (per-token, static or per-group scales); all within the activation
-    rounding of the exact product."""
+    """Up to 64 rows the method's output is the kernel's, bit for bit (x per token past 32 rows
+    where the setting and W's layout have it); past them, cuBLAS's or the block GEMM's
+    (per-token, static or per-group scales); all within the activation rounding of the exact
+    product."""
     x, q, scale = inputs(m, 512, 1024, spec.weight == "channel", torch.bfloat16, spec.block)
     layer = method_layer(q, scale)
     out = Fp8LinearMethod(spec)._matmul(layer, x)  # type: ignore[arg-type]
     if m <= 64:
-        assert torch.equal(out, fp8_skinny_linear(x, q, scale, block=spec.block))
+        rows = m > QUANTIZE_FIRST_ABOVE and skinny_row_scale(spec)
+        want = fp8_skinny_linear(x, q, scale, block=spec.block, x_row_scale=rows)
+        assert torch.equal(out, want)
     assert rel(out, x.float() @ dequantize_fp8_weight(q, scale, spec.block).T) < EXACT_TOL
 
 
