@@ -421,7 +421,7 @@ def block_cublas_min_rows() -> int:
     cuBLASLt's block-scaled GEMM where it takes the shape (``blockwise_scaled_mm_fits``: sm_90,
     N whole blocks, K a multiple of 512), in place of the Triton block GEMM (``fp8_block_gemm``).
     1, the default, is every such step: on the H200 (s59) cuBLASLt ran Llama-3-8B's layers at
-    128 to 8192 rows in 36-57% of the Triton kernel's time, with the same error, and took the
+    128 to 8192 rows in 36-63% of the Triton kernel's time, with the same error, and took the
     engine's decode at batch 128 / 256 from 10,490 / 14,289 to 14,256 / 18,544 tok/s, an 8 x 1K
     prefill from 34,240 to 56,493. 0 keeps the Triton block GEMM."""
     return rows_from_env(BLOCK_CUBLAS_ROWS_ENV, 1, MOST_STEP_ROWS)
