@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import LLAMA_8B, git_commit, write_result
+from benchmarks.common import LLAMA_8B, git_commit, tree_env, write_result
 
 HEAD_TREE = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).resolve().parent / "code_ab_worker.py"
@@ -44,11 +44,7 @@ def run_side(tree: Path, worker_args: list[str], timeout_s: float) -> dict[str, 
     """One fresh process measuring the kvserve of ``tree``."""
     with tempfile.TemporaryDirectory(prefix="code_ab_") as tmp:
         out = Path(tmp) / "side.json"
-        # The tree first; other entries (e.g. carried wheels on the device) stay after it.
-        extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        extra = [p for p in extra if Path(p).resolve() != Path.cwd().resolve()]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), *extra]),
-               "HF_HUB_OFFLINE": "1"}  # fmt: skip
+        env = {**os.environ, **tree_env(tree)}
         cmd = [sys.executable, str(WORKER), *worker_args, "--json-out", str(out)]
         proc = subprocess.run(cmd, cwd=tree, env=env, timeout=timeout_s, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip

@@ -54,6 +54,32 @@ def git_commit() -> str:
         return "unknown"
 
 
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment of a process that measures the kvserve of another source tree (an
+    export or a worktree of an older commit, for an A/B on one machine): the tree first on
+    PYTHONPATH (other entries, such as carried wheels, after it; this checkout's root left out)
+    and the commit its results are stamped with: the tree's own HEAD where it is a git checkout
+    of its own, else ``tree:<its folder's name>``."""
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    extra = [p for p in extra if Path(p).resolve() != Path.cwd().resolve()]
+    return {"PYTHONPATH": os.pathsep.join([str(tree), *extra]), "HF_HUB_OFFLINE": "1",
+            "KVSERVE_COMMIT": _tree_commit(tree)}  # fmt: skip
+
+
+def _tree_commit(tree: Path) -> str:
+    if tree.resolve() == Path(__file__).resolve().parents[1]:
+        return git_commit()  # this checkout: KVSERVE_COMMIT where set, as for any run
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    top = git("rev-parse", "--show-toplevel")
+    if top and Path(top).resolve() == tree.resolve():
+        return git("rev-parse", "--short", "HEAD")
+    return f"tree:{tree.resolve().name}"
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "platform": platform.platform(),

@@ -8,11 +8,20 @@ The settings are read once, at load, so every run is its own process. The comman
 lands in ``--out-dir`` as ``<benchmark>_<tag>_<side><round>_<date>.json``, so no run replaces
 another's. The decode and offline rates found in each file (any ``{"batch": b, "tok_s": r}``
 row, and ``output_tok_s``) are gathered per side: every round's value, the median, and the
-median's ratio to the first side's. Writes env_ab_<tag>_<date>.json.
+median's ratio to the first side's; so are prefill rates (``{"prompt_len": n, "tok_s": r}``
+rows, as ``prefill_<n>``). Writes env_ab_<tag>_<date>.json.
+
+A side may also run another source tree's kvserve: ``name@TREE:...`` runs the command in TREE
+with TREE first on PYTHONPATH (its own benchmark code too), stamped with TREE's commit where it
+is a git checkout of its own (``git worktree add ab_base <commit>``), else ``tree:<name>``. That
+is the A/B of a code change: the old tree beside the new, alternating on one machine.
 
     python -m benchmarks.env_ab --side plain:KVSERVE_GATED_GEMV=0 --side gated: --rounds 2 \
         --tag s43_glm_gated --out-dir $OUT -- python -m benchmarks.moe_decode \
         --model benchmarks/configs/glm-4.5-air --formats nvfp4 --batches 1
+    git worktree add ab_base e06e46b
+    python -m benchmarks.env_ab --side base@ab_base: --side head: --rounds 2 --tag fp4_tiles \
+        --out-dir $OUT -- python -m benchmarks.lowbit_decode --formats nvfp4 --batches 64
 """
 
 from __future__ import annotations
@@ -23,18 +32,31 @@ import os
 import statistics
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import write_result
+from benchmarks.common import tree_env, write_result
 from kvserve.env_settings import SETTINGS
 
 
-def parse_side(text: str) -> tuple[str, dict[str, str]]:
-    """``name:VAR=value,VAR=value`` (nothing after the colon: the environment as it is)."""
-    name, _, assignments = text.partition(":")
+@dataclass(frozen=True)
+class Side:
+    name: str
+    env: dict[str, str]
+    tree: Path | None = None  # another source tree's kvserve; None: this checkout's
+
+
+def parse_side(text: str) -> Side:
+    """``name[@TREE]:VAR=value,VAR=value`` (nothing after the colon: the environment as it
+    is)."""
+    head, _, assignments = text.partition(":")
+    name, at, tree_text = head.partition("@")
     if not name or not name.isidentifier():
-        raise ValueError(f"--side {text!r}: expected name:VAR=value,... with a plain name")
+        raise ValueError(f"--side {text!r}: expected name[@TREE]:VAR=value,... with a plain name")
+    tree = Path(tree_text).resolve() if at else None
+    if tree is not None and not (tree / "kvserve" / "__init__.py").is_file():
+        raise ValueError(f"--side {text!r}: {tree_text!r} is not a kvserve source tree")
     env = {}
     for item in filter(None, assignments.split(",")):
         var, eq, value = item.partition("=")
@@ -43,7 +65,7 @@ def parse_side(text: str) -> tuple[str, dict[str, str]]:
         if var not in {s.name for s in SETTINGS}:
             raise ValueError(f"--side {text!r}: {var} is not a kvserve setting")
         env[var] = value
-    return name, env
+    return Side(name, env, tree)
 
 
 def run_order(sides: list[str], rounds: int) -> list[tuple[str, int]]:
@@ -65,6 +87,8 @@ def rates_of(
     if isinstance(record, dict):
         if "batch" in record and "tok_s" in record:
             found.setdefault(f"{prefix}decode_b{record['batch']}", float(record["tok_s"]))
+        if "prompt_len" in record and "tok_s" in record:
+            found.setdefault(f"{prefix}prefill_{record['prompt_len']}", float(record["tok_s"]))
         if "output_tok_s" in record:
             found.setdefault(f"{prefix}offline", float(record["output_tok_s"]))
         for key, value in record.items():
@@ -79,11 +103,12 @@ def rates_of(
     return found
 
 
-def run_side(command: list[str], env: dict[str, str], tag: str, out_dir: Path) -> dict:
+def run_side(command: list[str], side: Side, tag: str, out_dir: Path) -> dict:
     """One run; its result file's rates (empty, with the exit code, when it failed)."""
     before = set(out_dir.glob("*.json"))
-    args = [*command, "--out-dir", str(out_dir), "--tag", tag]
-    proc = subprocess.run(args, env={**os.environ, **env}, capture_output=True, text=True)
+    args = [*command, "--out-dir", str(out_dir.resolve()), "--tag", tag]
+    env = {**os.environ, **(tree_env(side.tree) if side.tree else {}), **side.env}
+    proc = subprocess.run(args, env=env, cwd=side.tree, capture_output=True, text=True)
     new = sorted(set(out_dir.glob("*.json")) - before)
     if proc.returncode or len(new) != 1:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
@@ -112,14 +137,14 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--side", action="append", required=True, help="name:VAR=value,...")
+    ap.add_argument("--side", action="append", required=True, help="name[@TREE]:VAR=value,...")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--tag", required=True)
     ap.add_argument("--out-dir", default="benchmarks/results")
     args = ap.parse_args(argv[:split])
     command = argv[split + 1 :]
     try:
-        sides = dict(parse_side(s) for s in args.side)
+        sides = {side.name: side for side in map(parse_side, args.side)}
     except ValueError as exc:
         ap.error(str(exc))
     if len(sides) < 2 or not command or args.rounds < 1:
@@ -132,7 +157,9 @@ def main(argv: list[str] | None = None) -> None:
         runs[side].append(run)
         print(f"{side} round {r}: {run.get('rates') or run}", flush=True)
         summary = summarize(runs)
-        record = {"command": command, "sides": sides, "runs": runs, "summary": summary}
+        record = {"command": command, "sides": {n: s.env for n, s in sides.items()},
+                  "trees": {n: str(s.tree) for n, s in sides.items() if s.tree},
+                  "runs": runs, "summary": summary}  # fmt: skip
         path = write_result(f"env_ab_{args.tag}", record, out_dir)
     for side, rates in summary.items():
         shown = ", ".join(f"{k} {v['median']:.1f} (x{v['ratio_to_first']:.3f})"

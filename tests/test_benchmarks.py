@@ -271,3 +271,35 @@ def test_env_ab_alternates_the_sides_in_fresh_processes(tmp_path: Path) -> None:
         env_ab.parse_side("x:PATH=/bin")
     with pytest.raises(ValueError, match="KVSERVE_GATED_GEMM is not a kvserve setting"):
         env_ab.parse_side("x:KVSERVE_GATED_GEMM=1")
+
+
+def test_env_ab_runs_a_side_on_another_source_tree(tmp_path: Path) -> None:
+    """A ``name@TREE`` side runs the command in TREE with TREE's kvserve first on the path and
+    its results stamped as that tree's; the other side runs this checkout's kvserve."""
+    from benchmarks import env_ab
+
+    old = tmp_path / "ab_old"
+    (old / "kvserve").mkdir(parents=True)
+    (old / "kvserve" / "__init__.py").write_text("OLD = True\n")
+    bench = tmp_path / "bench.py"
+    bench.write_text(
+        "import argparse, json, os, pathlib, kvserve\n"
+        "ap = argparse.ArgumentParser(); ap.add_argument('--out-dir'); ap.add_argument('--tag')\n"
+        "a = ap.parse_args()\n"
+        "rate = 100.0 if getattr(kvserve, 'OLD', False) else 120.0\n"
+        "record = {'cwd': os.getcwd(), 'commit': os.environ.get('KVSERVE_COMMIT'),\n"
+        "          'prefill': [{'prompt_len': 1024, 'tok_s': 2 * rate}]}\n"
+        "path = pathlib.Path(a.out_dir) / f'fake_{a.tag}.json'\n"
+        "path.write_text(json.dumps(record))\n"
+    )
+    out = tmp_path / "out"
+    sides = ["--side", f"old@{old}:", "--side", "new:", "--rounds", "1"]
+    env_ab.main([*sides, "--tag", "t", "--out-dir", str(out), "--", sys.executable, str(bench)])
+    (result,) = out.glob("env_ab_t_*.json")
+    record = json.loads(result.read_text())
+    assert record["summary"]["new"]["prefill_1024"]["ratio_to_first"] == 1.2
+    assert record["trees"] == {"old": str(old.resolve())}
+    old_run = json.loads((out / "fake_t_old1.json").read_text())
+    assert old_run["cwd"] == str(old.resolve()) and old_run["commit"] == "tree:ab_old"
+    with pytest.raises(ValueError, match="is not a kvserve source tree"):
+        env_ab.parse_side(f"x@{tmp_path}:")
