@@ -19,7 +19,8 @@ in, 1024 out) per format (minutes each). Formats:
              the weight-only GEMV)
   fp8-tensor ModelOpt FP8 layout: per-tensor weights, static activation scale
   fp8-block  quant_method fp8 with 128x128 weight blocks, per-token-group(128) activations
-             (Triton block-scaled GEMM), as Qwen3-FP8 / DeepSeek ship
+             (cuBLASLt's block-scaled GEMM past 64 tokens on sm_90, else the Triton one), as
+             Qwen3-FP8 / DeepSeek ship
   nvfp4, mxfp4  --quantization nvfp4 / mxfp4 (weight-only, where registered)
 
 A format alone runs with the engine's kernel choices (those of the environment the benchmark

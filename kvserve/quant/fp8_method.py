@@ -367,9 +367,9 @@ def _path(spec: Fp8Spec, x: torch.Tensor, dtype: torch.dtype | None = None) -> K
 def _quantizes_first(spec: Fp8Spec, path: KernelPath, rows: int, k: int) -> bool:
     """Whether a step of ``rows`` on ``path`` (``_path``'s; ``k`` columns to quantize) quantizes
     x by a kernel of its own before the GEMM: the tensor-core kernel past
-    ``QUANTIZE_FIRST_ABOVE`` rows (per 128-column group, whatever the scheme), cuBLAS and the
-    block GEMM with a scale that kernel computes per row or group or takes as given (a dynamic
-    per-tensor scale needs x's whole amax first)."""
+    ``QUANTIZE_FIRST_ABOVE`` rows (per token or per 128-column group: ``skinny_row_scale``),
+    cuBLAS and the block GEMMs with a scale that kernel computes per row or group or takes as
+    given (a dynamic per-tensor scale needs x's whole amax first)."""
     if path == "skinny":
         return rows > QUANTIZE_FIRST_ABOVE and k % SKINNY_X_GROUP == 0
     return path == "w8a8" and rows > 0 and spec.activation != "tensor"
