@@ -10,8 +10,11 @@ counters. On the H200 (Firecracker machines, where ncu works; leave the clocks a
         python -m benchmarks.ncu_word_gemv nvfp4 mxfp4 fp8
 
 ``fp8-half`` is FP8 with ``GemvConfig.half_sums``; ``fp8-block`` and ``fp8-block-half`` carry
-128 x 128 block scales; ``--shapes`` takes names of ``benchmarks/skinny_gemm.py``'s shapes (GLM-4.5
--Air's ``glm_qkv``, ``glm_o``, ...).
+128 x 128 block scales; ``fp8-skinny`` is the swap-AB tensor-core kernel
+(``kvserve/kernels/fp8_skinny_gemm.py``, ``-k regex:fp8_skinny``) at ``--rows`` with the engine's
+choices for per-channel weights (x quantized first past 32 rows, one x scale a row);
+``--shapes`` takes names of ``benchmarks/skinny_gemm.py``'s shapes (GLM-4.5-Air's ``glm_qkv``,
+``glm_o``, ...).
 """
 
 from __future__ import annotations
@@ -40,6 +43,18 @@ def run_fp8(fmt: str, x: object, n: int, k: int) -> None:
         fp8_gemv(x, weight, torch.ones(n, device="cuda"), config=cfg)
 
 
+def run_fp8_skinny(x: object, n: int, k: int) -> None:
+    """One launch of the swap-AB FP8 kernel as a per-channel layer's decode step takes it."""
+    import torch
+
+    from kvserve.kernels.fp8_skinny_gemm import QUANTIZE_FIRST_ABOVE, fp8_skinny_linear
+
+    weight = (torch.randn(n, k, device="cuda") * 0.02).to(torch.float8_e4m3fn)
+    rows = x.shape[0]  # type: ignore[attr-defined]
+    row_scale = rows > QUANTIZE_FIRST_ABOVE
+    fp8_skinny_linear(x, weight, torch.ones(n, device="cuda"), x_row_scale=row_scale)  # type: ignore[arg-type]
+
+
 def run(fmt: str, n: int, k: int, rows: int = 1) -> None:
     import torch
 
@@ -48,7 +63,9 @@ def run(fmt: str, n: int, k: int, rows: int = 1) -> None:
 
     x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
     for _ in range(WEIGHTS):
-        if fmt.startswith("fp8"):
+        if fmt == "fp8-skinny":
+            run_fp8_skinny(x, n, k)
+        elif fmt.startswith("fp8"):
             run_fp8(fmt, x, n, k)
         else:
             fp4_linear(x, *random_fp4(fmt, n, k))
@@ -58,7 +75,9 @@ def run(fmt: str, n: int, k: int, rows: int = 1) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("formats", nargs="*", default=["nvfp4", "mxfp4", "fp8"])
-    ap.add_argument("--rows", type=int, default=1, help="rows of x (FP8's GEMV takes 1-4)")
+    ap.add_argument(
+        "--rows", type=int, default=1, help="rows of x (FP8's GEMV takes 1-4, fp8-skinny 1-64)"
+    )
     ap.add_argument("--shapes", default=DEFAULT_SHAPES)
     args = ap.parse_args()
     from benchmarks.skinny_gemm import SHAPES
