@@ -23,7 +23,7 @@ install: $(STAMP)
 
 # The low-bit GEMM/GEMV, FP8 KV-cache and decode-attention kernels' GPU tests that Triton's
 # interpreter runs on a CPU: their indexing, masking and split-K logic, and the FP8 cache's value
-# order, against the torch references.
+# order, against the torch references; a worker a logical CPU, at most 8 (each holds torch).
 INTERPRETED_KERNEL_TESTS := tests/gpu/test_word_gemv.py tests/gpu/test_skinny_gemm.py \
 	tests/gpu/test_fp8_skinny_gemm.py tests/gpu/test_fused_moe.py \
 	tests/gpu/test_fused_moe_quant.py tests/gpu/test_fp4_gemm.py tests/gpu/test_fp8_kv_kernels.py \
@@ -49,13 +49,12 @@ INTERPRETED_SELECTION := (not test_fp4_gemm or (matches_reference and not gemv) 
 	and not ((test_decode_min_split_tokens or test_decode_forced_split_counts) \
 		and [64- and True]) \
 	and not (test_block_scales_match_the_dequantized_weight and -320-1408- and ([4- or [2-))
-# worker processes (pytest-xdist) for them: every core, at most 8 (each holds torch, ~0.4 GB)
-INTERPRETED_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n < 8 ? n : 8 )))
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q -ra
 	KVSERVE_TEST_DEVICE=cpu TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:cacheprovider \
-		-n $(INTERPRETED_WORKERS) --noconftest $(INTERPRETED_KERNEL_TESTS) -k "$(INTERPRETED_SELECTION)"
+		-n logical --maxprocesses 8 --noconftest $(INTERPRETED_KERNEL_TESTS) \
+		-k "$(INTERPRETED_SELECTION)"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kvserve tests benchmarks

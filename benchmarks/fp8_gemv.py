@@ -133,9 +133,9 @@ def time_skinny(
         candidates = [c for c in candidates if c.block_k == BLOCK[1] and BLOCK[0] % c.block_n == 0]
     runs = [(c, False) for c in candidates[: args.skinny_configs]]
     runs += [(c, True) for c, _ in runs if c.quantize_first and block is None]
-    # the first run is the default the engine takes (summarize reports it as "default")
-    engine_rows = candidates[0].quantize_first and block is None and skinny_row_scale_enabled()
-    if engine_rows and (candidates[0], True) in runs:
+    # the first run is the default the engine takes (summarize reports it as "default"); the
+    # row-scale runs exist only where x is quantized first and W has no blocks
+    if skinny_row_scale_enabled() and (candidates[0], True) in runs:
         runs.insert(0, runs.pop(runs.index((candidates[0], True))))
     results = []
     for cfg, rows in runs:

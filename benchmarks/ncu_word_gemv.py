@@ -47,11 +47,12 @@ def run_fp8_skinny(x: object, n: int, k: int) -> None:
     """One launch of the swap-AB FP8 kernel as a per-channel layer's decode step takes it."""
     import torch
 
-    from kvserve.kernels.fp8_skinny_gemm import QUANTIZE_FIRST_ABOVE, fp8_skinny_linear
+    from kvserve.kernels.fp8_skinny_gemm import fp8_skinny_linear
+    from kvserve.quant.fp8_config import Fp8Spec
+    from kvserve.quant.fp8_method import skinny_row_scale
 
     weight = (torch.randn(n, k, device="cuda") * 0.02).to(torch.float8_e4m3fn)
-    rows = x.shape[0]  # type: ignore[attr-defined]
-    row_scale = rows > QUANTIZE_FIRST_ABOVE
+    row_scale = skinny_row_scale(Fp8Spec("channel", "token"))  # as Fp8LinearMethod passes it
     fp8_skinny_linear(x, weight, torch.ones(n, device="cuda"), x_row_scale=row_scale)  # type: ignore[arg-type]
 
 
