@@ -34,6 +34,14 @@ def _forget() -> None:
     open_gguf.cache_clear()
 
 
+@pytest.fixture
+def tiny_path(tmp_path: Path) -> str:
+    """A small GGUF for the cache's own behaviour: gguf's reader parses it in milliseconds,
+    where the bundled model's 49K-token vocabulary takes it 6 s a parse."""
+    path, _ = make_tiny_gguf("Qwen3ForCausalLM", tmp_path, "Q8_0")
+    return str(path)
+
+
 def _entry(root: Path) -> Path:
     (entry,) = (root / "gguf-index").iterdir()
     return entry
@@ -97,34 +105,34 @@ def test_k_quant_views_equal_the_readers(cache: Path, tmp_path: Path, tensor_typ
 
 
 def test_a_second_open_does_not_parse_the_file(
-    cache: Path, bundled_path: str, monkeypatch: pytest.MonkeyPatch
+    cache: Path, tiny_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = open_model_source(bundled_path).config
+    config = open_model_source(tiny_path).config
     _forget()
 
     def no_parse(*args: object, **kwargs: object) -> None:
         raise AssertionError("GGUFReader called although the index is cached")
 
     monkeypatch.setattr(gguf, "GGUFReader", no_parse)
-    assert open_model_source(bundled_path).config == config
+    assert open_model_source(tiny_path).config == config
 
 
-def test_a_damaged_entry_is_parsed_again(cache: Path, bundled_path: str) -> None:
-    config = open_model_source(bundled_path).config
+def test_a_damaged_entry_is_parsed_again(cache: Path, tiny_path: str) -> None:
+    config = open_model_source(tiny_path).config
     _entry(cache).write_text("{not json")
     _forget()
-    assert open_model_source(bundled_path).config == config  # parsed again, entry rewritten
+    assert open_model_source(tiny_path).config == config  # parsed again, entry rewritten
     _forget()
-    assert isinstance(open_gguf_index(bundled_path), GGUFIndex)
+    assert isinstance(open_gguf_index(tiny_path), GGUFIndex)
 
 
 def test_empty_cache_dir_turns_the_index_off(
-    monkeypatch: pytest.MonkeyPatch, bundled_path: str
+    monkeypatch: pytest.MonkeyPatch, tiny_path: str
 ) -> None:
     monkeypatch.setenv("KVSERVE_CACHE_DIR", "")
     _forget()
     try:
-        assert isinstance(open_gguf_index(bundled_path), gguf.GGUFReader)
+        assert isinstance(open_gguf_index(tiny_path), gguf.GGUFReader)
     finally:
         _forget()
 
@@ -139,13 +147,11 @@ def test_long_arrays_keep_only_their_length(cache: Path, bundled_path: str) -> N
         tokens.contents()
 
 
-def test_an_entry_that_does_not_fit_the_file_is_parsed_again(
-    cache: Path, bundled_path: str
-) -> None:
-    config = open_model_source(bundled_path).config
+def test_an_entry_that_does_not_fit_the_file_is_parsed_again(cache: Path, tiny_path: str) -> None:
+    config = open_model_source(tiny_path).config
     entry = _entry(cache)
     payload = json.loads(entry.read_text())
     payload["tensors"][0][3] = 10**12  # an offset past the end of the file
     entry.write_text(json.dumps(payload))
     _forget()
-    assert open_model_source(bundled_path).config == config
+    assert open_model_source(tiny_path).config == config
