@@ -1,8 +1,8 @@
 """A pytest plugin for ``make test``'s run of the GPU kernel tests in Triton's interpreter:
 ``--cases-per-test N`` keeps at most N cases of each parametrized test, its first, its last
-and evenly spaced ones between. The interpreter runs a kernel's Python about a thousand times
-slower than the GPU, and the cases of one test walk the same indexing, masks and splits at other
-sizes; the GPU run (no plugin) keeps them all. Loaded with ``-p tests.interpreted_cases``."""
+and evenly spaced ones between. The interpreter runs a kernel's Python program by program on
+the CPU, and the cases of one test walk the same indexing, masks and splits at other sizes; the
+GPU run (no plugin) keeps them all. Loaded with ``-p tests.interpreted_cases``."""
 
 from __future__ import annotations
 
