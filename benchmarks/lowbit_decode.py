@@ -54,6 +54,7 @@ from benchmarks.common import (
     kv_bytes_per_token,
     kv_capacity_tokens,
     matmul_ceiling_tflops,
+    max_running_requests,
     release_memory,
     step_weight_bytes,
     weight_bytes,
@@ -152,6 +153,7 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
         "step_weight_bytes": step_weight_bytes(core),  # what bytes_per_step counts
         "kv_capacity_tokens": kv_tokens,
         "kv_bytes_per_token": kv_bytes_per_token(core),
+        "max_running_requests": max_running_requests(core),
         "decode": rows,
         "prefill": prefill,
     }
@@ -169,7 +171,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,64,256")
     ap.add_argument("--contexts", default="1024", help="comma list of context lengths")
     ap.add_argument("--prefill-lengths", default="", help="comma list of prompt lengths")
-    ap.add_argument("--max-running", type=int, default=256)
+    ap.add_argument("--max-running", type=int, default=None,
+                    help="the running cap (default: the engine's, from its KV pool)")  # fmt: skip
     ap.add_argument("--offline", action="store_true", help="also 1000 x (1024 in, 1024 out)")
     ap.add_argument("--offline-requests", type=int, default=1000)
     ap.add_argument("--out-dir", default=None)

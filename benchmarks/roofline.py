@@ -67,6 +67,9 @@ def run_decode(core: EngineCore, ceil: dict, batches: list[int], ctxs: list[int]
             if b * (ctx + hi) > kv_capacity_tokens(core):
                 rows.append({"batch": b, "context": ctx, "skipped": "KV does not fit"})
                 continue
+            if b > max_running_requests(core):
+                rows.append({"batch": b, "context": ctx, "skipped": "over the running cap"})
+                continue
             r = decode_rate(core, b, ctx, lo, hi)
             mean_ctx = ctx + (lo + hi) / 2
             bytes_step = wbytes + b * mean_ctx * kv_tok
@@ -291,7 +294,10 @@ def main() -> None:
     ap.add_argument("--contexts", default="1024,4096")
     ap.add_argument("--prefill-lengths", default="1024,4096,16384")
     ap.add_argument("--offline-requests", type=int, default=1000)
-    ap.add_argument("--max-running", type=int, default=256, help="most requests in one step")
+    ap.add_argument(
+        "--max-running", type=int, default=None,
+        help="most requests in a step (default: the engine's, from its KV pool)",
+    )  # fmt: skip
     ap.add_argument("--out-dir", default=None)
     ap.add_argument("--tag", default="h200")
     ap.add_argument("--hf-compile", action="store_true", help="let transformers compile")

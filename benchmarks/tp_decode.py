@@ -97,7 +97,8 @@ def main() -> None:
     ap.add_argument("--model", default=LLAMA_8B)
     ap.add_argument("--batches", default="1,64,256")
     ap.add_argument("--context", type=int, default=1024)
-    ap.add_argument("--max-running", type=int, default=256)
+    ap.add_argument("--max-running", type=int, default=None,
+                    help="the running cap (default: the engine's, from its KV pool)")  # fmt: skip
     ap.add_argument("--offline", type=int, default=0, help="offline requests (0: skip)")
     ap.add_argument("--big-model", action="store_true", help="also Llama-3-70B shape, TP2 b1")
     ap.add_argument("--quick", action="store_true", help="b1 and b64, no offline, no 70B")

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -15,6 +16,12 @@ from kvserve.errors import ConfigError
 from kvserve.kv_layout import check_kv_cache_dtype
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# The running cap when none is given: the pool's tokens / AUTO_TOKENS_PER_REQUEST (requests of
+# a 1K prompt and a 1K answer), never below the fixed 256 it replaced nor above vLLM's 1024 for
+# GPUs of 70 GB and more.
+AUTO_TOKENS_PER_REQUEST = 2048
+AUTO_MIN_RUNNING = 256
+AUTO_MAX_RUNNING = 1024
 # Set to 1 to serve a context longer than the model was trained for (SGLang's
 # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN): output quality past that length is not assured.
 ALLOW_LONGER_CONTEXT_ENV = "KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
@@ -160,7 +167,9 @@ class CacheConfig:
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    max_running_requests: int = 256
+    # None: from the KV pool once it is sized (``for_pool``): as many requests as it holds at
+    # AUTO_TOKENS_PER_REQUEST tokens each, within [AUTO_MIN_RUNNING, AUTO_MAX_RUNNING].
+    max_running_requests: int | None = None
     max_num_batched_tokens: int = 8192  # token budget of one step (prefill chunks + decodes)
     chunked_prefill_size: int = 8192  # most prompt tokens one request may prefill in a step
     # ... while other requests decode or wait: a decode's time per token is the step's time, and
@@ -175,10 +184,15 @@ class SchedulerConfig:
     # 126 ms per token but the prefill from 13.6 to 33.4 s: the prefill attention kernel does
     # not split the context, so a short chunk at long context leaves most SMs idle.
     chunk_attention_budget: int = 0
+    # Admission keeps room for the running requests' expected future output (SGLang's
+    # new_token_ratio rule, engine.core.future_tokens): 1 is the default, higher keeps more
+    # room (fewer preemptions, smaller batches), 0 admits on known tokens alone.
+    schedule_conservativeness: float = 1.0
 
     def __post_init__(self) -> None:
-        names = ("max_running_requests", "max_num_batched_tokens", "chunked_prefill_size",
-                 "prefill_chunk_while_decoding")  # fmt: skip
+        names = ("max_num_batched_tokens", "chunked_prefill_size", "prefill_chunk_while_decoding")
+        if self.max_running_requests is not None:
+            names = ("max_running_requests", *names)
         for name in names:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
@@ -186,9 +200,29 @@ class SchedulerConfig:
             raise ConfigError(
                 f"chunk_attention_budget must be >= 0, got {self.chunk_attention_budget}"
             )
-        if self.max_num_batched_tokens < self.max_running_requests:
+        if self.schedule_conservativeness < 0:
+            raise ConfigError(
+                f"schedule_conservativeness must be >= 0, got {self.schedule_conservativeness}"
+            )
+        cap = self.max_running_requests
+        if cap is not None and self.max_num_batched_tokens < cap:
             # Every running request must be able to decode one token in the same step.
-            object.__setattr__(self, "max_num_batched_tokens", self.max_running_requests)
+            object.__setattr__(self, "max_num_batched_tokens", cap)
+
+    @property
+    def running_ceiling(self) -> int:
+        """Most running requests this config can come to: the cap, or before the pool is sized
+        the most ``for_pool`` could pick (what buffers sized ahead of the pool must hold)."""
+        if self.max_running_requests is not None:
+            return self.max_running_requests
+        return min(AUTO_MAX_RUNNING, self.max_num_batched_tokens)
+
+    def for_pool(self, pool_tokens: int) -> SchedulerConfig:
+        """This config with the running cap set: from a pool of ``pool_tokens`` if unset."""
+        if self.max_running_requests is not None:
+            return self
+        by_pool = max(AUTO_MIN_RUNNING, pool_tokens // AUTO_TOKENS_PER_REQUEST)
+        return dataclasses.replace(self, max_running_requests=min(self.running_ceiling, by_pool))
 
     @property
     def longest_chunk(self) -> int:
@@ -198,7 +232,7 @@ class SchedulerConfig:
     @property
     def most_chunks(self) -> int:
         """Most requests with tokens in a step."""
-        return min(self.max_running_requests, self.max_num_batched_tokens)
+        return min(self.running_ceiling, self.max_num_batched_tokens)
 
 
 DISAGGREGATION_MODES = ("null", "prefill", "decode")

@@ -125,8 +125,15 @@ FLAGS: list[Flag] = [
     ),  # fmt: skip
     Flag(
         ("--max-running-requests", "--max-num-seqs"),
-        "most requests in a batch",
+        "most requests in a batch (default: the KV pool's tokens / 2048, from 256 to 1024)",
         type=int,
+        engine=True,
+    ),  # fmt: skip
+    Flag(
+        ("--schedule-conservativeness",),
+        "room admission keeps for running requests' future output: 1 (default) as SGLang, "
+        "higher for fewer preemptions, 0 for none kept",
+        type=float,
         engine=True,
     ),  # fmt: skip
     Flag(("--max-num-batched-tokens",), "token budget of one step", type=int, engine=True),

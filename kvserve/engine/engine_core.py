@@ -12,6 +12,7 @@ is driven in-process by the offline ``LLM`` or from its own process by the serve
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -62,6 +63,7 @@ class EngineCore:
         except BaseException:
             self.close()
             raise
+        self.config = config = dataclasses.replace(config, scheduler=self.runner.scheduler_config)
         kv_tokens = self.runner.num_pages * config.cache.page_size
         self.context_length = min(max_len, kv_tokens)
         self.kv = KVCacheManager(
@@ -76,7 +78,10 @@ class EngineCore:
         self._in_flight: LaunchedStep | None = None
         self.disagg = make_engine_hook(config, self)  # None unless --disaggregation-mode
         self.startup_s = time.perf_counter() - started  # weights, KV pool, warm-up, graphs
-        log.info("engine ready in %.1f s (KV pool: %d tokens)", self.startup_s, kv_tokens)
+        log.info(
+            "engine ready in %.1f s (KV pool: %d tokens, up to %d running requests)",
+            self.startup_s, kv_tokens, config.scheduler.max_running_requests,
+        )  # fmt: skip
         if settings := settings_in_effect():
             log.info("settings from the environment: %s", settings)
 

@@ -20,6 +20,7 @@ SETTINGS = {
     "max_total_tokens": 128,  # 8 pages: the second wave cannot all fit, so some are preempted
     "chunked_prefill_size": 16,
     "max_running_requests": 4,
+    "schedule_conservativeness": 0,  # admission on known tokens alone, so the wave preempts
 }
 PREFIX = [(7 * i + 3) % 997 + 20 for i in range(40)]
 

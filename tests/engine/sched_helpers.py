@@ -14,7 +14,7 @@ PAGE = 4
 
 
 def make_scheduler(
-    num_pages: int, prefix_cache: bool = True, **sched: int
+    num_pages: int, prefix_cache: bool = True, **sched: float
 ) -> tuple[Scheduler, KVCacheManager]:
     kv = KVCacheManager(num_pages, PAGE, prefix_cache)
     return Scheduler(SchedulerConfig(**sched), kv), kv

@@ -65,8 +65,14 @@ def _outputs(llm: LLM) -> list[list[int]]:
         # settings that touch different code paths share one engine (each costs a model load)
         {"disable_prefix_cache": True, "chunked_prefill_size": 16, "max_num_batched_tokens": 40},
         {"chunked_prefill_size": 7, "max_num_batched_tokens": 64, "overlap_schedule": True},
-        {"max_total_tokens": 192, "page_size": 16},  # forces preemption
-        {"overlap_schedule": True, "max_total_tokens": 160, "page_size": 16},  # preempts
+        # known-token admission, so a small pool preempts
+        {"max_total_tokens": 192, "page_size": 16, "schedule_conservativeness": 0},
+        {
+            "overlap_schedule": True,
+            "max_total_tokens": 160,
+            "page_size": 16,
+            "schedule_conservativeness": 0,
+        },  # fmt: skip
     ],
     ids=["no-prefix-cache-chunk-16", "chunk-7-overlap", "preemption", "overlap-preemption"],
 )

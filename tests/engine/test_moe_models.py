@@ -69,7 +69,8 @@ def test_greedy_matches_transformers(moe_dir, baseline) -> None:
     "settings",
     [
         {"chunked_prefill_size": 16, "max_num_batched_tokens": 40},
-        {"max_total_tokens": 96, "page_size": 16},  # forces preemption
+        # known-token admission, so a small pool preempts
+        {"max_total_tokens": 96, "page_size": 16, "schedule_conservativeness": 0},
     ],
     ids=["chunked", "preemption"],
 )

@@ -5,7 +5,10 @@ with its known tokens (``num_tokens``, plus a token still being sampled by a lau
 within the step's token budget and the per-request chunk size. That covers prefill, chunked
 prefill, prefix-cache hits and decode. Running requests are served first (oldest first); when
 pages run out the newest running request is preempted (its pages released, cached where full)
-and later recomputed. Waiting requests are admitted FCFS while budget, slots and pages allow.
+and later recomputed. Waiting requests are admitted FCFS while budget, slots and pages allow;
+pages allow when, beside what every running request still needs for its known tokens and its
+expected future output (``future_tokens``), they hold the new request's known and expected
+tokens. So preemption stays rare however many requests may run.
 
 Counters move when a step is planned, not when it returns: ``schedule`` advances
 ``num_computed_tokens`` and counts a pending token for each sampling chunk, and ``update``
@@ -20,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from kvserve.config import SchedulerConfig
+from kvserve.engine.core.future_tokens import FutureTokens
 from kvserve.engine.core.kv_cache_manager import KVCacheManager
 from kvserve.engine.core.request import FinishReason, Request, RequestStatus
 from kvserve.engine.core.scheduler_output import ScheduledChunk, SchedulerOutput
@@ -39,7 +43,10 @@ class SchedulerCounters:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+        """``config``'s running cap must be set (``SchedulerConfig.for_pool``)."""
         self.config = config
+        self.max_running = config.running_ceiling
+        self.future = FutureTokens.for_conservativeness(config.schedule_conservativeness)
         self.kv = kv
         self.page_size = kv.page_size
         self.waiting: deque[Request] = deque()
@@ -97,7 +104,11 @@ class Scheduler:
             victim = self.running.pop()
             self._preempt(victim)
             out.preempted.append(victim)
-        if not out.preempted:
+        if out.preempted:
+            self.future.after_preemption()
+        else:
+            if decoding:
+                self.future.after_decode_step()
             budget = self._admit(out, budget, decoding)
         out.chunks.sort(key=lambda c: c.num_new_tokens > 1)  # decodes first (stable)
         out.num_batched_tokens = self.config.max_num_batched_tokens - budget
@@ -142,7 +153,7 @@ class Scheduler:
 
     def _admit(self, out: SchedulerOutput, budget: int, decoding: bool) -> int:
         owed = -1  # pages the running requests still need for their known tokens; -1: not yet
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_running_requests:
+        while self.waiting and budget > 0 and len(self.running) < self.max_running:
             req = self.waiting[0]
             if req.num_pending or self._prefix_in_flight(req):
                 # A preempted request waits for its in-flight token; a request sharing a
@@ -156,7 +167,7 @@ class Scheduler:
             self.kv.acquire(cached_pages)
             new_pages = None
             owed = self._pages_owed() if owed < 0 else owed
-            still_needed = pages_for(req.num_tokens, self.page_size) - len(cached_pages)
+            still_needed = self._pages_expected(req) - len(cached_pages)
             if self.kv.num_available_pages - owed >= still_needed:
                 pages = pages_for(num_cached + n, self.page_size) - len(cached_pages)
                 new_pages = self.kv.allocate(pages)
@@ -179,13 +190,16 @@ class Scheduler:
         return budget
 
     def _pages_owed(self) -> int:
-        """Pages the running requests still need for their known tokens. A request starts its
-        prefill only when the pages left beside these can hold all of its known tokens: a
-        prefill that could not finish would later preempt a request deep in its own prefill
-        and compute it again (32 x 32K prompts in an H200's pool: about 100 preemptions and a
-        third more prefill work)."""
-        ps = self.page_size
-        return sum(max(0, pages_for(r.num_tokens, ps) - len(r.block_table)) for r in self.running)
+        """Pages the running requests still need for their known and expected tokens. A
+        request starts its prefill only when the pages left beside these can hold all of its
+        own: a prefill that could not finish would later preempt a request deep in its own
+        prefill and compute it again (32 x 32K prompts in an H200's pool: about 100
+        preemptions and a third more prefill work)."""
+        return sum(max(0, self._pages_expected(r) - len(r.block_table)) for r in self.running)
+
+    def _pages_expected(self, req: Request) -> int:
+        """Pages ``req`` is expected to hold at its end: known tokens plus expected output."""
+        return pages_for(req.num_tokens_with_pending + self.future.expected(req), self.page_size)
 
     def _prefix_in_flight(self, req: Request) -> bool:
         """True when a running request is still prefilling the same first page: admitting

@@ -32,7 +32,7 @@ def activation_peak_bytes(
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
-    rows = min(tokens, scheduler.max_running_requests)
+    rows = min(tokens, scheduler.running_ceiling)
     _profile_step(model, ForwardContext(_prefill_meta(tokens, context_length, pool), pool, backend),
                   tokens, context_length, rows)  # fmt: skip
     peak = torch.cuda.max_memory_allocated(device) - base

@@ -107,6 +107,9 @@ class ModelRunner:
             for layer, (k_scale, v_scale) in self.model.kv_cache_scales.by_layer.items():
                 self.kv.set_scales(layer, k_scale, v_scale)
         self.num_pages = geometry.num_pages
+        # The running cap, set from the pool if it was left to it (every rank sees the same
+        # pages, so the same cap).
+        self.scheduler_config = config.scheduler.for_pool(self.num_pages * self.page_size)
         log.info(
             "KV cache: %d pages x %d tokens = %d tokens (%.2f GB, %s, %d bytes/token)",
             self.num_pages,
@@ -121,7 +124,7 @@ class ModelRunner:
             # NCCL's communicator must have run once before a CUDA graph captures it.
             all_reduce(torch.zeros(1, device=device), tp)
             torch.cuda.synchronize(device)
-        max_bs = config.scheduler.max_running_requests
+        max_bs = self.scheduler_config.running_ceiling
         if config.cuda_graph_max_bs is not None:
             max_bs = min(config.cuda_graph_max_bs, max_bs)
         graphs_wanted = max_bs > 0 and not config.enforce_eager
@@ -129,7 +132,8 @@ class ModelRunner:
         if warm:
             self.graphs, self.start_report = warm_start(
                 StartPasses(
-                    self.model, self.kv, self.backend, prefill, context_length, config.scheduler,
+                    self.model, self.kv, self.backend, prefill, context_length,
+                    self.scheduler_config,
                     max_bs if graphs_wanted else 0, self.max_pages_per_seq,
                     model_config.hidden_size, dtype, device, compilers,
                 )

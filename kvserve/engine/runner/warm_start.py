@@ -61,7 +61,7 @@ class StartPasses:
             )  # fmt: skip
         warm_up_eager(
             self.model, self.kv, self.backend, self.device, self.context_length,
-            self.scheduler.max_running_requests,
+            self.scheduler.running_ceiling,
         )  # fmt: skip
         if self.prefill is not None and record:
             run_library_step(self.model, self.kv, self.backend, self.context_length,
