@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import code_ab_worker, common
+from benchmarks import admission_model, code_ab_worker, common
 from benchmarks.code_ab import TINY_LLAMA, ratios, summary
 from kvserve import LLM, SamplingParams
+from kvserve.config import SchedulerConfig
 
 SCRIPTS = sorted(p.stem for p in Path(common.__file__).parent.glob("*.py") if p.stem != "__init__")
 
@@ -303,3 +304,17 @@ def test_env_ab_runs_a_side_on_another_source_tree(tmp_path: Path) -> None:
     assert old_run["cwd"] == str(old.resolve()) and old_run["commit"] == "tree:ab_old"
     with pytest.raises(ValueError, match="is not a kvserve source tree"):
         env_ab.parse_side(f"x@{tmp_path}:")
+
+
+def test_the_admission_model_preempts_less_with_room_kept() -> None:
+    # 40 requests of 64 prompt tokens that each grow by 300 in a 4,096-token pool: admitted on
+    # known tokens alone they overrun it; with room kept for expected output far less so.
+    costs = admission_model.Costs(4096, 1e-3, 1e-8, 1e-5)
+    work = [([i + 1] * 64, 400, 300) for i in range(40)]
+    rows = [
+        admission_model.simulate(costs, SchedulerConfig(schedule_conservativeness=c), work)
+        for c in (0.0, 1.0)
+    ]
+    assert rows[0]["preemptions"] > 2 * rows[1]["preemptions"]
+    assert rows[0]["recomputed_share"] > rows[1]["recomputed_share"] >= 0
+    assert all(r["max_running"] == 256 and r["model_s"] > 0 for r in rows)
