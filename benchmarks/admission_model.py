@@ -84,7 +84,7 @@ def simulate(costs: Costs, config: SchedulerConfig, work: list[tuple[list[int], 
     while sched.has_unfinished():
         plan = sched.schedule()
         seconds += costs.step_s(plan)
-        computed += sum(c.num_new_tokens for c in plan.chunks if c.num_new_tokens > 1)
+        computed += sum(c.num_new_tokens for c in plan.chunks)
         rows = sum(1 for c in plan.chunks if c.num_new_tokens == 1)
         decode_rows, decode_steps = decode_rows + rows, decode_steps + (rows > 0)
         sched.update(plan, {
@@ -94,13 +94,14 @@ def simulate(costs: Costs, config: SchedulerConfig, work: list[tuple[list[int], 
         })  # fmt: skip
     outputs = sum(min(a, m) for _, m, a in work)
     prompts = sum(len(p) for p, _, _ in work)
+    once = prompts + outputs - len(work)  # each token computed once (the last one never is)
     return {
         "max_running": sched.max_running,
         "conservativeness": config.schedule_conservativeness,
         "model_s": seconds,
         "output_tok_s": outputs / seconds,
         "preemptions": sched.counters.preemptions,
-        "recomputed_share": computed / prompts - 1,
+        "recomputed_share": (computed - once) / prompts,  # of the prompt tokens
         "mean_decode_batch": decode_rows / max(decode_steps, 1),
     }
 
@@ -133,6 +134,8 @@ def main() -> None:
                   f"prompt recomputed, mean decode batch {row['mean_decode_batch']:.0f}",
                   flush=True)  # fmt: skip
     name = f"admission_model_{args.tag}_{args.kv}_{args.workload}"
+    if args.workload == "chat":
+        name += f"_{lo}-{hi}"
     payload = {"kv": args.kv, "workload": args.workload, "answers": [lo, hi], "rows": rows}
     print(f"wrote {write_result(name, payload)}")
 
