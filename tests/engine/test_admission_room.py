@@ -16,6 +16,7 @@ from kvserve.engine.core.future_tokens import DECAY_STEPS, FUTURE_CLIP, FutureTo
 from kvserve.engine.core.sampling_params import SamplingParams
 from kvserve.errors import ConfigError
 from kvserve.flags import add_flags, engine_settings
+from kvserve.layers.attention.cudnn_prefill import GraphDims
 
 
 def test_a_request_waits_for_room_for_the_running_ones_output() -> None:
@@ -88,6 +89,9 @@ def test_the_running_cap_follows_the_pool_when_unset() -> None:
     assert auto.for_pool(32_768).max_running_requests == AUTO_MIN_RUNNING
     assert auto.for_pool(10**8).max_running_requests == AUTO_MAX_RUNNING
     assert SchedulerConfig(max_running_requests=100).for_pool(10**8).max_running_requests == 100
+    # cuDNN prefill's batch buckets: up to the ceiling before the pool is sized, the cap after
+    assert GraphDims.for_engine(auto, 512).max_batch == AUTO_MAX_RUNNING
+    assert GraphDims.for_engine(auto.for_pool(865_136), 512).max_batch == 512
     # a small step budget bounds the cap: every running request decodes in one step
     small = SchedulerConfig(max_num_batched_tokens=300, chunked_prefill_size=300)
     assert small.running_ceiling == 300 and small.for_pool(10**8).max_running_requests == 300

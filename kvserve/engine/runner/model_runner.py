@@ -39,7 +39,7 @@ from kvserve.layers.attention import (
     create_attention_backend,
     create_prefill_library,
 )
-from kvserve.layers.attention.cudnn_prefill import GraphDims
+from kvserve.layers.attention.cudnn_prefill import CudnnPrefill, GraphDims
 from kvserve.layers.sampler import Sampler, SamplerOutput
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.registry import model_class
@@ -98,27 +98,7 @@ class ModelRunner:
             self.model.load_weights(weights)
         self.model.eval()
         self.sampler = Sampler()
-        pages = self._size_kv_cache(context_length, kv_dtype)
-        if pages < 1:  # before the warm-up and graph capture, which read page 0
-            raise ConfigError(_no_kv_memory(config, device))
-        geometry = PageGeometry.of(self.kv_model_config, pages, self.page_size)
-        self.kv = KVPool.allocate(geometry, kv_dtype, device)
-        if self.kv.is_fp8:
-            for layer, (k_scale, v_scale) in self.model.kv_cache_scales.by_layer.items():
-                self.kv.set_scales(layer, k_scale, v_scale)
-        self.num_pages = geometry.num_pages
-        # The running cap, set from the pool if it was left to it (every rank sees the same
-        # pages, so the same cap).
-        self.scheduler_config = config.scheduler.for_pool(self.num_pages * self.page_size)
-        log.info(
-            "KV cache: %d pages x %d tokens = %d tokens (%.2f GB, %s, %d bytes/token)",
-            self.num_pages,
-            self.page_size,
-            self.num_pages * self.page_size,
-            self.kv.nbytes / 1e9,
-            str(kv_dtype).removeprefix("torch."),
-            self.kv.bytes_per_token,
-        )
+        self._allocate_kv_pool(context_length, kv_dtype, prefill)
         self.graphs: DecodeGraphs | None = None
         if tp.is_parallel and device.type == "cuda":
             # NCCL's communicator must have run once before a CUDA graph captures it.
@@ -138,6 +118,33 @@ class ModelRunner:
                     model_config.hidden_size, dtype, device, compilers,
                 )
             )  # fmt: skip
+
+    def _allocate_kv_pool(
+        self, context_length: int, kv_dtype: torch.dtype, prefill: CudnnPrefill | None
+    ) -> None:
+        """The KV pool in the memory left, and the running cap set from it if it was left to
+        the pool (every rank sees the same pages, so the same cap)."""
+        pages = self._size_kv_cache(context_length, kv_dtype)
+        if pages < 1:  # before the warm-up and graph capture, which read page 0
+            raise ConfigError(_no_kv_memory(self.config, self.device))
+        geometry = PageGeometry.of(self.kv_model_config, pages, self.page_size)
+        self.kv = KVPool.allocate(geometry, kv_dtype, self.device)
+        if self.kv.is_fp8:
+            for layer, (k_scale, v_scale) in self.model.kv_cache_scales.by_layer.items():
+                self.kv.set_scales(layer, k_scale, v_scale)
+        self.num_pages = geometry.num_pages
+        self.scheduler_config = self.config.scheduler.for_pool(self.num_pages * self.page_size)
+        if prefill is not None:  # its batch buckets: up to the cap, now known
+            prefill.dims = GraphDims.for_engine(self.scheduler_config, self.max_pages_per_seq)
+        log.info(
+            "KV cache: %d pages x %d tokens = %d tokens (%.2f GB, %s, %d bytes/token)",
+            self.num_pages,
+            self.page_size,
+            self.num_pages * self.page_size,
+            self.kv.nbytes / 1e9,
+            str(kv_dtype).removeprefix("torch."),
+            self.kv.bytes_per_token,
+        )
 
     def release_graphs(self) -> None:
         """Free the captured decode graphs. NCCL will not tear down a communicator while a
