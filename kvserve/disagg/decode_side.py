@@ -134,7 +134,7 @@ class DecodeSide(EngineHook):
     def _admit(self, req: Request, blob: PrefilledKV) -> EngineCoreOutput | None:
         """Pages, import, join the batch; None when the batch or the pool has no room yet."""
         kv, pool = self.engine.kv, self.engine.runner.kv
-        if len(self.engine.scheduler.running) >= self.engine.config.scheduler.max_running_requests:
+        if not self.engine.scheduler.has_room_for(req):
             return None
         pages = kv.allocate(blob.header.shape[2])
         if pages is None:

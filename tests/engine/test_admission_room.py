@@ -114,3 +114,20 @@ def test_the_engine_runs_with_the_cap_it_derived(tiny_model_dir) -> None:
     assert engine.stats().num_running == 0
     outs = llm.generate([[5, 6, 7], [8, 9], [10]], SamplingParams(max_tokens=3, ignore_eos=True))
     assert [len(o.token_ids) for o in outs] == [3, 3, 3]
+
+
+def test_a_prefilled_request_joins_only_with_room_for_the_running_ones_output() -> None:
+    # The disaggregated decode side's check: 6 pages of 4 tokens, a running request of 8
+    # prompt tokens expected to add 6 (8 x 0.7) holds or is owed 4 pages.
+    sched, kv = make_scheduler(6, prefix_cache=False)
+    running = make_request("running", list(range(1, 9)), max_tokens=8)
+    arriving = make_request("arriving", list(range(20, 28)), max_tokens=8)
+    assert sched.has_room_for(arriving)  # an empty engine takes any request that fits
+    sched.add(running)
+    run_step(sched, kv)
+    assert not sched.has_room_for(arriving)
+    assert sched.has_room_for(make_request("short", [30, 31, 32], max_tokens=1))
+    full, _ = make_scheduler(64, max_running_requests=1)
+    full.add(make_request("one", [1, 2], max_tokens=4))
+    full.schedule()
+    assert not full.has_room_for(make_request("two", [3, 4], max_tokens=1))

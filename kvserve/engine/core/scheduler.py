@@ -72,6 +72,14 @@ class Scheduler:
         if reason is not None:
             self._finish(request, reason)
 
+    def has_room_for(self, request: Request) -> bool:
+        """Whether a request whose prompt KV comes from elsewhere may join now: a running slot,
+        and pages for its known and expected tokens beside what the running ones are owed."""
+        if len(self.running) >= self.max_running:
+            return False
+        owed = self._pages_owed()
+        return self.kv.num_available_pages - owed >= self._pages_expected(request)
+
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
