@@ -22,6 +22,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 AUTO_TOKENS_PER_REQUEST = 2048
 AUTO_MIN_RUNNING = 256
 AUTO_MAX_RUNNING = 1024
+AUTO_RUNNING_STEP = 16  # kvserve.engine.runner.cuda_graphs captures every 16th batch size
 # Set to 1 to serve a context longer than the model was trained for (SGLang's
 # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN): output quality past that length is not assured.
 ALLOW_LONGER_CONTEXT_ENV = "KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
@@ -221,7 +222,10 @@ class SchedulerConfig:
         """This config with the running cap set: from a pool of ``pool_tokens`` if unset."""
         if self.max_running_requests is not None:
             return self
-        by_pool = max(AUTO_MIN_RUNNING, pool_tokens // AUTO_TOKENS_PER_REQUEST)
+        # A multiple of the graph sizes' step: no odd-sized graph at the top, and the same cap
+        # (so the same start signature, start_manifest) while the pool moves by a few pages.
+        by_pool = pool_tokens // AUTO_TOKENS_PER_REQUEST // AUTO_RUNNING_STEP * AUTO_RUNNING_STEP
+        by_pool = max(AUTO_MIN_RUNNING, by_pool)
         return dataclasses.replace(self, max_running_requests=min(self.running_ceiling, by_pool))
 
     @property

@@ -84,14 +84,16 @@ def test_the_scheduler_decays_its_ratio_and_resets_it_when_it_preempts() -> None
 def test_the_running_cap_follows_the_pool_when_unset() -> None:
     auto = SchedulerConfig()
     assert auto.max_running_requests is None and auto.running_ceiling == AUTO_MAX_RUNNING
-    # An H200's FP8-weight pool (865,136 tokens of bf16 KV): 422 requests of 2,048 tokens.
-    assert auto.for_pool(865_136).max_running_requests == 422
+    # An H200's FP8-weight pool (865,136 tokens of bf16 KV): 422 requests of 2,048 tokens,
+    # down to a multiple of 16
+    assert auto.for_pool(865_136).max_running_requests == 416
+    assert auto.for_pool(865_136 - 12_000).max_running_requests == 416  # 12K tokens fewer
     assert auto.for_pool(32_768).max_running_requests == AUTO_MIN_RUNNING
     assert auto.for_pool(10**8).max_running_requests == AUTO_MAX_RUNNING
     assert SchedulerConfig(max_running_requests=100).for_pool(10**8).max_running_requests == 100
     # cuDNN prefill's batch buckets: up to the ceiling before the pool is sized, the cap after
     assert GraphDims.for_engine(auto, 512).max_batch == AUTO_MAX_RUNNING
-    assert GraphDims.for_engine(auto.for_pool(865_136), 512).max_batch == 512
+    assert GraphDims.for_engine(auto.for_pool(865_136), 512).max_batch == 512  # 416 -> 512
     # a small step budget bounds the cap: every running request decodes in one step
     small = SchedulerConfig(max_num_batched_tokens=300, chunked_prefill_size=300)
     assert small.running_ceiling == 300 and small.for_pool(10**8).max_running_requests == 300
