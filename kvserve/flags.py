@@ -125,7 +125,8 @@ FLAGS: list[Flag] = [
     ),  # fmt: skip
     Flag(
         ("--max-running-requests", "--max-num-seqs"),
-        "most requests in a batch (default: the KV pool's tokens / 2048, from 256 to 1024)",
+        "most requests in a batch (default: from the KV pool, its tokens / 2048 down to a "
+        "multiple of 16, 256 to 1024)",
         type=int,
         engine=True,
     ),  # fmt: skip

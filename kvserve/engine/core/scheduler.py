@@ -160,7 +160,7 @@ class Scheduler:
         return True
 
     def _admit(self, out: SchedulerOutput, budget: int, decoding: bool) -> int:
-        owed = -1  # pages the running requests still need for their known tokens; -1: not yet
+        owed = -1  # pages the running requests are owed (_pages_owed); -1: not yet counted
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             req = self.waiting[0]
             if req.num_pending or self._prefix_in_flight(req):
