@@ -46,3 +46,21 @@ def run_to_completion(sched: Scheduler, kv: KVCacheManager, max_steps: int = 100
         steps += 1
         assert steps < max_steps, "scheduler made no progress"
     return steps
+
+
+def run_one_after_the_other(
+    sched: Scheduler, kv: KVCacheManager, first: Request, second: Request
+) -> int:
+    """Adds both and runs them to the end, checking that ``second`` starts only once ``first``
+    is done and that nothing is preempted; returns the prompt rows computed."""
+    sched.add(first)
+    sched.add(second)
+    prompt_rows = 0
+    while sched.has_unfinished():
+        plan = run_step(sched, kv)
+        prompt_rows += sum(c.num_new_tokens for c in plan.chunks if c.num_new_tokens > 1)
+        assert not plan.preempted
+        if second.num_computed_tokens:
+            assert first.is_finished
+    assert sched.counters.preemptions == 0
+    return prompt_rows

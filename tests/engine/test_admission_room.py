@@ -7,7 +7,7 @@ import argparse
 import math
 
 import pytest
-from sched_helpers import make_request, make_scheduler, run_step
+from sched_helpers import make_request, make_scheduler, run_one_after_the_other, run_step
 
 from kvserve import LLM
 from kvserve.config import AUTO_MAX_RUNNING, AUTO_MIN_RUNNING, SchedulerConfig
@@ -26,16 +26,7 @@ def test_a_request_waits_for_room_for_the_running_ones_output() -> None:
     sched, kv = make_scheduler(6, prefix_cache=False)
     first = make_request("first", list(range(1, 9)), max_tokens=8)
     second = make_request("second", list(range(20, 28)), max_tokens=8)
-    sched.add(first)
-    sched.add(second)
-    prompt_rows = 0
-    while sched.has_unfinished():
-        plan = run_step(sched, kv)
-        prompt_rows += sum(c.num_new_tokens for c in plan.chunks if c.num_new_tokens > 1)
-        assert not plan.preempted
-        if second.num_computed_tokens:
-            assert first.is_finished
-    assert prompt_rows == 16 and sched.counters.preemptions == 0
+    assert run_one_after_the_other(sched, kv, first, second) == 16
     assert first.output_token_ids == second.output_token_ids == [9] * 8
 
 

@@ -1,6 +1,13 @@
 from __future__ import annotations
 
-from sched_helpers import PAGE, make_request, make_scheduler, run_step, run_to_completion
+from sched_helpers import (
+    PAGE,
+    make_request,
+    make_scheduler,
+    run_one_after_the_other,
+    run_step,
+    run_to_completion,
+)
 
 from kvserve.engine.core.request import FinishReason, RequestStatus
 
@@ -73,15 +80,7 @@ def test_a_prompt_that_cannot_finish_beside_running_prefills_waits() -> None:
                                max_num_batched_tokens=8)  # fmt: skip
     first = make_request("first", list(range(1, 25)), max_tokens=2)
     second = make_request("second", list(range(30, 54)), max_tokens=2)
-    sched.add(first)
-    sched.add(second)
-    prompt_rows = 0
-    while sched.has_unfinished():
-        plan = run_step(sched, kv)
-        prompt_rows += sum(c.num_new_tokens for c in plan.chunks if c.num_new_tokens > 1)
-        if second.num_computed_tokens:
-            assert first.is_finished
-    assert sched.counters.preemptions == 0 and prompt_rows == 48
+    assert run_one_after_the_other(sched, kv, first, second) == 48
     assert first.output_token_ids == second.output_token_ids == [9, 9]
 
 
