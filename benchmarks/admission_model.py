@@ -5,8 +5,9 @@ shape), to compare running caps and admission rules on the CPU before a GPU meas
 Step time = fixed part + KV tokens read by decode rows x a per-token cost + prompt tokens /
 the prefill rate. Fitted to lowbit_decode's batch 1 and 256 at 1K (349 and 19,512 tok/s: 2.87
 ms, and 40 us a row at a mean context of 1,152) and its FP8 prefill (71,229 tok/s); FP8 KV
-from batch 512 at 1K (33,401 tok/s). Prefill attention, sampling and host time are left out, so
-absolute times come out low; read the differences between rows, then measure the chosen ones.
+from batch 512 at 1K (33,401 tok/s). Prefill attention, sampling and host time are left out,
+and steps run one at a time (no overlap scheduling), so absolute times come out low; read the
+differences between rows, then measure the chosen ones.
 
 Workloads: ``offline`` (lowbit_decode's 1000 x 1024 random in, 1024 out, ignore_eos) and
 ``chat`` (prompts of 200-2,000 tokens, answers of ``--answers`` tokens (50-1,500) ending at EOS,
