@@ -45,6 +45,12 @@ class MemoryFit:
         return self.weights_per_rank + self.kv_needed <= self.budget
 
     @property
+    def pool_tokens(self) -> int:
+        """KV tokens the budget holds beside the weights (the engine's pool, less what its
+        activation profile then takes)."""
+        return max(0, self.budget - self.weights_per_rank) // self.kv_per_token
+
+    @property
     def max_concurrency(self) -> int:
         """Most requests of the full context length whose KV fits beside the weights."""
         free = self.budget - self.weights_per_rank

@@ -108,6 +108,18 @@ def test_memory_fit_fails_with_largest_concurrency(tmp_path: Path) -> None:
     assert not fit.fits and fit.max_concurrency == 3  # (123.5 - 70) GiB // 16 GiB
     assert "max concurrency 3" in row.observed
     assert "--max-running-requests 3" in row.fix
+    assert "running requests" not in row.observed  # the cap was given
+
+
+def test_memory_fit_names_the_running_cap_the_engine_would_pick(tmp_path: Path) -> None:
+    model = probe_model(_hf_dir(tmp_path, num_hidden_layers=32, num_key_value_heads=8,
+                                head_dim=128))  # fmt: skip
+    model.weight_bytes = 8 * GIB  # as if Llama-3-8B in FP8
+    row = {r.name: r for r in check_model(model, _h200s(1), PreflightOptions())}
+    observed = row["model: memory fit"].observed
+    pool = (int(143771 * 2**20 * 0.88) - 8 * GIB) // kv_bytes_per_token(32, 8, 128, 2, 1)
+    assert pool // 2048 // 16 * 16 == 448
+    assert f"KV pool about {pool} tokens, so up to 448 running requests" in observed
 
 
 def test_kv_heads_fewer_than_tp_are_replicated() -> None:

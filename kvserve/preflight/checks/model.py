@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kvserve.config import SchedulerConfig
 from kvserve.models.registry import SUPPORTED_ARCHITECTURES
 from kvserve.preflight.capacity import KV_DTYPE_BYTES, MemoryFit, kv_bytes_per_token
 from kvserve.preflight.checks.common import GIB, gib
@@ -116,6 +117,9 @@ def check_memory(model: ModelFacts, gpu: GpuFacts, opts: PreflightOptions, tp: i
         f"total {gib(weights + fit.kv_needed)} of {gib(fit.budget)}; "
         f"max concurrency {fit.max_concurrency}"
     )
+    if opts.max_running_requests is None:
+        cap = SchedulerConfig().for_pool(fit.pool_tokens).max_running_requests
+        observed += f"; KV pool about {fit.pool_tokens} tokens, so up to {cap} running requests"
     expected = f"<= {opts.mem_fraction_static} x {gib(gpu_bytes)} per rank"
     if fit.fits:
         return CheckResult(NAMES[5], Status.PASS, observed, expected)
