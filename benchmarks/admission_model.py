@@ -22,7 +22,7 @@ import argparse
 import random
 from dataclasses import dataclass
 
-from benchmarks.common import write_result
+from benchmarks.common import random_prompts, write_result
 from kvserve.config import SchedulerConfig
 from kvserve.engine.core.kv_cache_manager import KVCacheManager
 from kvserve.engine.core.request import Request
@@ -32,6 +32,7 @@ from kvserve.engine.core.scheduler_output import SchedulerOutput
 
 PAGE = 16
 CONTEXT = 8192
+VOCAB = 128_256  # Llama-3's
 EOS = 0
 
 
@@ -59,16 +60,15 @@ COSTS = {
 
 
 def offline_requests(n: int) -> list[tuple[list[int], int, int]]:
-    rng = random.Random(0)
-    return [([rng.randrange(1, 100_000) for _ in range(1024)], 1024, 1024) for _ in range(n)]
+    return [(prompt, 1024, 1024) for prompt in random_prompts(n, 1024, VOCAB, seed=0)]
 
 
 def chat_requests(n: int, answers: tuple[int, int]) -> list[tuple[list[int], int, int]]:
     """(prompt, max_tokens, tokens until EOS)."""
     rng = random.Random(1)
     out = []
-    for _ in range(n):
-        prompt = [rng.randrange(1, 100_000) for _ in range(rng.randint(200, 2000))]
+    for i in range(n):
+        (prompt,) = random_prompts(1, rng.randint(200, 2000), VOCAB, seed=i)
         out.append((prompt, CONTEXT - len(prompt), rng.randint(*answers)))
     return out
 

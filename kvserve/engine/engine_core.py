@@ -12,7 +12,6 @@ is driven in-process by the offline ``LLM`` or from its own process by the serve
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 import time
@@ -63,7 +62,7 @@ class EngineCore:
         except BaseException:
             self.close()
             raise
-        self.config = config = dataclasses.replace(config, scheduler=self.runner.scheduler_config)
+        self.config = config = self.runner.config  # its running cap set from the pool
         kv_tokens = self.runner.num_pages * config.cache.page_size
         self.context_length = min(max_len, kv_tokens)
         self.kv = KVCacheManager(

@@ -30,8 +30,6 @@ FUTURE_CLIP = 4096
 @dataclass
 class FutureTokens:
     init: float
-    floor: float
-    decay: float  # per decode step
     ratio: float
 
     @classmethod
@@ -39,8 +37,11 @@ class FutureTokens:
         """``conservativeness`` 0 counts no future tokens (admission on known tokens alone);
         1 is the default; above 1/INIT_RATIO every request keeps room for all of it."""
         init = min(1.0, INIT_RATIO * conservativeness)
-        floor = init * FLOOR_SHARE
-        return cls(init, floor, (init - floor) / DECAY_STEPS, init)
+        return cls(init, init)
+
+    @property
+    def floor(self) -> float:
+        return self.init * FLOOR_SHARE
 
     def expected(self, req: Request) -> int:
         """Tokens ``req`` is expected to add beyond its known ones (pending ones included)."""
@@ -48,7 +49,7 @@ class FutureTokens:
         return math.ceil(min(max(left, 0), FUTURE_CLIP) * self.ratio)
 
     def after_decode_step(self) -> None:
-        self.ratio = max(self.floor, self.ratio - self.decay)
+        self.ratio = max(self.floor, self.ratio - (self.init - self.floor) / DECAY_STEPS)
 
     def after_preemption(self) -> None:
         self.ratio = self.init

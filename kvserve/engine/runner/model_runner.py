@@ -39,7 +39,7 @@ from kvserve.layers.attention import (
     create_attention_backend,
     create_prefill_library,
 )
-from kvserve.layers.attention.cudnn_prefill import CudnnPrefill, GraphDims
+from kvserve.layers.attention.cudnn_prefill import GraphDims
 from kvserve.layers.sampler import Sampler, SamplerOutput
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.registry import model_class
@@ -98,13 +98,15 @@ class ModelRunner:
             self.model.load_weights(weights)
         self.model.eval()
         self.sampler = Sampler()
-        self._allocate_kv_pool(context_length, kv_dtype, prefill)
+        self._allocate_kv_pool(context_length, kv_dtype)
+        if prefill is not None:  # its batch buckets: up to the running cap, now known
+            prefill.dims = GraphDims.for_engine(self.config.scheduler, self.max_pages_per_seq)
         self.graphs: DecodeGraphs | None = None
         if tp.is_parallel and device.type == "cuda":
             # NCCL's communicator must have run once before a CUDA graph captures it.
             all_reduce(torch.zeros(1, device=device), tp)
             torch.cuda.synchronize(device)
-        max_bs = self.scheduler_config.running_ceiling
+        max_bs = self.config.scheduler.running_ceiling
         if config.cuda_graph_max_bs is not None:
             max_bs = min(config.cuda_graph_max_bs, max_bs)
         graphs_wanted = max_bs > 0 and not config.enforce_eager
@@ -113,17 +115,14 @@ class ModelRunner:
             self.graphs, self.start_report = warm_start(
                 StartPasses(
                     self.model, self.kv, self.backend, prefill, context_length,
-                    self.scheduler_config,
-                    max_bs if graphs_wanted else 0, self.max_pages_per_seq,
+                    self.config.scheduler, max_bs if graphs_wanted else 0, self.max_pages_per_seq,
                     model_config.hidden_size, dtype, device, compilers,
                 )
             )  # fmt: skip
 
-    def _allocate_kv_pool(
-        self, context_length: int, kv_dtype: torch.dtype, prefill: CudnnPrefill | None
-    ) -> None:
-        """The KV pool in the memory left, and the running cap set from it if it was left to
-        the pool (every rank sees the same pages, so the same cap)."""
+    def _allocate_kv_pool(self, context_length: int, kv_dtype: torch.dtype) -> None:
+        """The KV pool in the memory left; ``self.config`` then gets the running cap from it if
+        the cap was left to the pool (every rank sees the same pages, so the same cap)."""
         pages = self._size_kv_cache(context_length, kv_dtype)
         if pages < 1:  # before the warm-up and graph capture, which read page 0
             raise ConfigError(_no_kv_memory(self.config, self.device))
@@ -133,9 +132,8 @@ class ModelRunner:
             for layer, (k_scale, v_scale) in self.model.kv_cache_scales.by_layer.items():
                 self.kv.set_scales(layer, k_scale, v_scale)
         self.num_pages = geometry.num_pages
-        self.scheduler_config = self.config.scheduler.for_pool(self.num_pages * self.page_size)
-        if prefill is not None:  # its batch buckets: up to the cap, now known
-            prefill.dims = GraphDims.for_engine(self.scheduler_config, self.max_pages_per_seq)
+        scheduler = self.config.scheduler.for_pool(self.num_pages * self.page_size)
+        self.config = dataclasses.replace(self.config, scheduler=scheduler)
         log.info(
             "KV cache: %d pages x %d tokens = %d tokens (%.2f GB, %s, %d bytes/token)",
             self.num_pages,
