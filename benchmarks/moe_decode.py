@@ -143,7 +143,7 @@ def unblockable_dense(model: str, qc: dict[str, Any] | None) -> dict[str, Any] |
     return {**qc, "modules_to_not_convert": [f"model.layers.{i}.mlp" for i in dense]}
 
 
-def _known_format(name: str) -> bool:
+def known_format(name: str) -> bool:
     base, *suffixes = name.split("+")
     return base in FORMATS and all(s == "kv8" for s in suffixes)
 
@@ -192,7 +192,7 @@ def main() -> None:
     p.add_argument("--out-dir", default=None)
     args = p.parse_args()
     formats = args.formats.split(",")
-    if unknown := [f for f in formats if not _known_format(f)]:
+    if unknown := [f for f in formats if not known_format(f)]:
         raise SystemExit(f"unknown format(s) {unknown}; known: {', '.join(FORMATS)}, each +kv8")
     ceil = gpu_ceilings()
     result: dict[str, Any] = {"model": args.model, "ceilings": ceil, "formats": {}}
