@@ -122,21 +122,26 @@ def apply_kernel_settings(suffixes: list[str], w8a16_rows: int, skinny_rows: int
     skinny_max_rows.cache_clear()
 
 
-def known_format(name: str) -> bool:
-    base, *suffixes = name.split("+")
-    return base in FORMATS and all(s in SUFFIXES for s in suffixes)
+def known_format(name: str, suffixes: tuple[str, ...] = SUFFIXES) -> bool:
+    """``name`` is a format, each ``+suffix`` after it one of ``suffixes``."""
+    base, *named = name.split("+")
+    return base in FORMATS and all(s in suffixes for s in named)
+
+
+def format_settings(base: str, suffixes: list[str]) -> dict[str, Any]:
+    """The engine settings a format names: its online quantization, FP8 KV for ``+kv8``."""
+    flag, _ = FORMATS[base]
+    settings: dict[str, Any] = {} if flag is None else {"quantization": flag}
+    if "kv8" in suffixes:
+        settings["kv_cache_dtype"] = "fp8_e4m3"
+    return settings
 
 
 def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> dict[str, Any]:
     base, *suffixes = name.split("+")
-    flag, qc = FORMATS[base]
-    settings: dict[str, Any] = {"max_running_requests": args.max_running}
-    if flag is not None:
-        settings["quantization"] = flag
-    if "kv8" in suffixes:
-        settings["kv_cache_dtype"] = "fp8_e4m3"
+    settings = {"max_running_requests": args.max_running, **format_settings(base, suffixes)}
     apply_kernel_settings(suffixes, args.w8a16_rows, args.skinny_rows)
-    core = build_engine(model_dir(args.model, qc, tmp), **settings)
+    core = build_engine(model_dir(args.model, FORMATS[base][1], tmp), **settings)
     wbytes = weight_bytes(core)
     kv_tokens = kv_capacity_tokens(core)
     print(f"{name}: weights {wbytes / 1e9:.2f} GB, KV pool {kv_tokens} tokens", flush=True)

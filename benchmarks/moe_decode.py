@@ -46,11 +46,15 @@ from benchmarks.common import (
     step_weight_bytes,
     write_result,
 )
-from benchmarks.lowbit_decode import FORMATS, model_dir
+from benchmarks.lowbit_decode import FORMATS, format_settings, known_format, model_dir
 from benchmarks.roofline import run_offline, run_prefill
 from kvserve.engine.engine_core import EngineCore
 from kvserve.layers.moe import SparseMoE
 from kvserve.layers.moe_router import select_experts
+
+# Format suffixes: only the KV cache's dtype (lowbit_decode's FP8 kernel suffixes choose the
+# dense projections' kernels, not the experts')
+SUFFIXES = ("kv8",)
 
 
 def _moe_layers(core: EngineCore) -> list[SparseMoE]:
@@ -143,19 +147,11 @@ def unblockable_dense(model: str, qc: dict[str, Any] | None) -> dict[str, Any] |
     return {**qc, "modules_to_not_convert": [f"model.layers.{i}.mlp" for i in dense]}
 
 
-def known_format(name: str) -> bool:
-    base, *suffixes = name.split("+")
-    return base in FORMATS and all(s == "kv8" for s in suffixes)
-
-
 def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> dict[str, Any]:
     """One engine in format ``name``: weights, decode rows, the offline run if asked."""
     base, *suffixes = name.split("+")
-    flag, qc = FORMATS[base]
-    settings: dict[str, Any] = {"quantization": flag} if flag else {}
-    if "kv8" in suffixes:
-        settings["kv_cache_dtype"] = "fp8_e4m3"
-    core = build_engine(model_dir(args.model, unblockable_dense(args.model, qc), tmp), **settings)
+    qc = unblockable_dense(args.model, FORMATS[base][1])
+    core = build_engine(model_dir(args.model, qc, tmp), **format_settings(base, suffixes))
     split = weight_split(core)
     gb = {k: v / 1e9 for k, v in split.items()}
     print(f"{name}: experts {gb['expert_bytes_total']:.1f} GB, other "
@@ -192,7 +188,7 @@ def main() -> None:
     p.add_argument("--out-dir", default=None)
     args = p.parse_args()
     formats = args.formats.split(",")
-    if unknown := [f for f in formats if not known_format(f)]:
+    if unknown := [f for f in formats if not known_format(f, SUFFIXES)]:
         raise SystemExit(f"unknown format(s) {unknown}; known: {', '.join(FORMATS)}, each +kv8")
     ceil = gpu_ceilings()
     result: dict[str, Any] = {"model": args.model, "ceilings": ceil, "formats": {}}

@@ -236,10 +236,16 @@ def test_lowbit_decode_formats_keep_the_engines_kernels_unless_a_suffix_names_on
 def test_moe_decode_takes_a_kv8_suffix_and_nothing_else() -> None:
     """GLM-4.5-Air's FP8 weights leave room for batch 64 at 1K context in bf16 KV; ``+kv8``
     measures larger batches. The dense-FP8 kernel suffixes do not apply to expert stacks."""
-    from benchmarks.moe_decode import known_format
+    from benchmarks.lowbit_decode import format_settings, known_format
+    from benchmarks.moe_decode import SUFFIXES
 
-    assert known_format("fp8-block") and known_format("fp8-block+kv8")
-    assert not known_format("fp8-block+cublas") and not known_format("fp9+kv8")
+    assert known_format("fp8-block", SUFFIXES) and known_format("fp8-block+kv8", SUFFIXES)
+    assert not known_format("fp8-block+cublas", SUFFIXES) and not known_format("fp9+kv8", SUFFIXES)
+    assert format_settings("nvfp4", ["kv8"]) == {
+        "quantization": "nvfp4",
+        "kv_cache_dtype": "fp8_e4m3",
+    }
+    assert format_settings("fp8-block", []) == {}  # its checkpoint config says FP8
 
 
 def test_env_ab_alternates_the_sides_in_fresh_processes(tmp_path: Path) -> None:
