@@ -331,8 +331,7 @@ def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: di
         result["run32k"] = run_32k(core, ceil, args.requests, 32768, args.outputs)
         save()
     if "prefill" in parts:
-        # one timed step each: a 128K prefill takes seconds, and the device calls are capped
-        result["prefill"] = run_prefill(core, ceil, [32768, LONG_PROMPT], repeats=1)
+        result["prefill"] = run_prefill(core, ceil, [32768, LONG_PROMPT])
         save()
     if "short" in parts:
         result["short"] = run_short(core, ceil, [1, 64, 256])
