@@ -127,8 +127,9 @@ def run_32k(core: EngineCore, ceil: dict, n: int, ctx: int, out: int) -> dict:
     return res
 
 
-def run_prefill(core: EngineCore, ceil: dict, lengths: list[int]) -> list[dict]:
-    """Each prompt length twice, timing the second: the first pays one-time costs (cuDNN
+def run_whole_prompts(core: EngineCore, ceil: dict, lengths: list[int]) -> list[dict]:
+    """One whole prompt of each length through the engine (not roofline's ``run_prefill``, which
+    times one step of many prompts), twice, timing the second: the first pays one-time costs (cuDNN
     builds a graph for each new shape bucket a long prompt's chunks reach, 50-90 ms each)."""
     rows = []
     vocab = core.model_config.vocab_size
@@ -331,7 +332,7 @@ def run_engine(args: argparse.Namespace, parts: set[str], ceil: dict, result: di
         result["run32k"] = run_32k(core, ceil, args.requests, 32768, args.outputs)
         save()
     if "prefill" in parts:
-        result["prefill"] = run_prefill(core, ceil, [32768, LONG_PROMPT])
+        result["prefill"] = run_whole_prompts(core, ceil, [32768, LONG_PROMPT])
         save()
     if "short" in parts:
         result["short"] = run_short(core, ceil, [1, 64, 256])
