@@ -58,8 +58,8 @@ def test_eval_end_to_end(servers: tuple[str, str], tmp_path: Path) -> None:
     out = tmp_path / "run"
     n = PER_TYPE * NUM_TYPES
 
-    # 1. baseline vs the other engine settings (the baseline against itself is step 3's six
-    # types the proxy passes through: the same server asked again flags none of them)
+    # 1. baseline vs the other engine settings (the baseline against itself is step 3: on the six
+    # types the proxy passes through, the same server asked again must flag none)
     targets = ("--baseline", base_url, "--candidate", f"other={cand_url},api_key=cand-key")
     run = run_kvserve("eval", *targets, *ARGS, "--out", str(out), timeout=2400)
     assert run.returncode == 0, run.stderr
@@ -95,8 +95,6 @@ def test_eval_end_to_end(servers: tuple[str, str], tmp_path: Path) -> None:
     verdicts = _verdicts(result, "planted")
     assert verdicts.pop("overall") == "regressed"  # every other type is the baseline's own
     assert [t for t, v in verdicts.items() if v == "regressed"] == [PLANTED], run.stdout
-    passed_through = [r for r in result["types"] if r["type"] not in (PLANTED, "overall")]
-    assert {r["candidates"]["planted"]["agreement"] for r in passed_through} == {100.0}
     html = (out / "report.html").read_text()
     assert f"Worst examples: planted on {PLANTED}" in html and "data:image/png;base64," in html
 
