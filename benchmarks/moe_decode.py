@@ -42,6 +42,7 @@ from benchmarks.common import (
     kv_bytes_per_token,
     kv_capacity_tokens,
     matmul_ceiling_tflops,
+    max_running_requests,
     release_memory,
     step_weight_bytes,
     write_result,
@@ -114,8 +115,11 @@ def run_decode(core: EngineCore, ceil: dict, batches: list[int], ctx: int) -> li
     layers = len(_moe_layers(core))
     for b in batches:
         lo, hi = 64, 192
-        if b * (ctx + hi) > kv_capacity_tokens(core):
-            rows.append({"batch": b, "context": ctx, "skipped": "KV does not fit"})
+        need, pool = b * (ctx + hi), kv_capacity_tokens(core)
+        if need > pool:
+            why = f"KV does not fit: {need} tokens, the pool holds {pool}"
+            rows.append({"batch": b, "context": ctx, "skipped": why})
+            print(f"moe decode b={b}: skipped, {why}", flush=True)
             continue
         touched = experts_touched(core, b)
         r = decode_rate(core, b, ctx, lo, hi)
@@ -156,7 +160,9 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     gb = {k: v / 1e9 for k, v in split.items()}
     print(f"{name}: experts {gb['expert_bytes_total']:.1f} GB, other "
           f"{gb['non_expert_bytes']:.1f} GB, start {core.startup_s:.0f} s", flush=True)  # fmt: skip
-    out: dict[str, Any] = {"startup_s": getattr(core, "startup_s", None), "weights": split}
+    out: dict[str, Any] = {"startup_s": getattr(core, "startup_s", None), "weights": split,
+                           "kv_capacity_tokens": kv_capacity_tokens(core),
+                           "max_running_requests": max_running_requests(core)}  # fmt: skip
     lengths = [int(n) for n in args.prefill_lengths.split(",") if n]
     rate = matmul_ceiling_tflops(ceil, fp8_tensor_cores=base.startswith("fp8"))
     if lengths:
