@@ -259,6 +259,12 @@ def allow_longer_context() -> None:
     os.environ["KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"
 
 
+def sync_device() -> None:
+    """Waits for the GPU's queued work before a timer starts; nothing to wait for on a CPU."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def release_memory() -> None:
     """Give the GPU memory of dropped engines back (``del`` every reference first): the next
     engine sizes its KV pages from the memory free on the device."""

@@ -49,6 +49,7 @@ from benchmarks.common import (
     release_memory,
     reset_prefix_cache,
     step_weight_bytes,
+    sync_device,
     weight_bytes,
     write_result,
 )
@@ -78,7 +79,7 @@ def run_32k(core: EngineCore, ceil: dict, n: int, ctx: int, out: int) -> dict:
     waiting and every unfinished one has its first token (a pool that cannot hold all ``n``
     runs them in waves; the rate and its ceiling are those of the batch actually resident)."""
     prompts = random_prompts(n, ctx, core.model_config.vocab_size, seed=32)
-    torch.cuda.synchronize()
+    sync_device()
     t0 = time.perf_counter()
     for i, p in enumerate(prompts):
         core.add_request(f"long-{i}", p, greedy(out))
@@ -137,7 +138,7 @@ def run_whole_prompts(core: EngineCore, ceil: dict, lengths: list[int]) -> list[
         times = []
         for warm in (True, False):
             (prompt,) = random_prompts(1, length, vocab, seed=length + warm)
-            torch.cuda.synchronize()
+            sync_device()
             t = time.perf_counter()
             core.add_request(f"prefill-{length}-{warm}", prompt, greedy(1))
             drain(core)
@@ -209,7 +210,7 @@ def run_skewed(core: EngineCore, ceil: dict, n_short: int, out_lo: int, out_hi: 
     reqs = list(core.requests.values())
     while min(r.num_output_tokens for r in reqs) < out_lo:
         core.step()
-    torch.cuda.synchronize()
+    sync_device()
     t = time.perf_counter()
     while core.has_unfinished():
         core.step()
@@ -238,7 +239,7 @@ def run_cold(core: EngineCore, batches: list[int]) -> list[dict]:
         times, steps = [], []
         for rep in range(2):
             prompts = random_prompts(b, 1024, vocab, seed=100 * b + rep)
-            torch.cuda.synchronize()
+            sync_device()
             t = time.perf_counter()
             for i, p in enumerate(prompts):
                 core.add_request(f"cold-{b}-{rep}-{i}", p, greedy(16))

@@ -73,6 +73,24 @@ def test_engine_helpers_drive_a_dummy_engine(tiny_dir: str) -> None:
     core.check_integrity()
 
 
+def test_long_context_parts_drive_a_dummy_engine(tiny_dir: str) -> None:
+    """The 32 x 32K run and the whole-prompt prefill at toy sizes, on the CPU: each returns its
+    figures with floors counted from the same engine (a wrong call fails here, not on a GPU)."""
+    from benchmarks import long_context
+
+    core = common.build_engine(tiny_dir, device="cpu", dtype="float32", max_running_requests=8)
+    ceil = {"copy_GBps": 100.0, "bf16_matmul_TFLOPs": 1.0}
+    run = long_context.run_32k(core, ceil, 3, 40, 6)
+    assert run["requests"] == 3 and run["preemptions_total"] == 0 and not core.has_unfinished()
+    assert 0 < run["all_first_token_s"] <= run["wall_s"] and run["decode_steps"] > 0
+    assert run["floor_s"] == run["prefill_floor_s"] + run["decode_kv_floor_s"] > 0
+    rows = long_context.run_whole_prompts(core, ceil, [24, 48])
+    assert [r["prompt"] for r in rows] == [24, 48]
+    for row in rows:
+        assert row["s"] > 0 and row["floor_s"] == common.prefill_flops(core, row["prompt"]) / 1e12
+    core.check_integrity()
+
+
 def test_a_tied_head_reads_the_whole_embedding_each_step(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({**TINY_LLAMA, "tie_word_embeddings": True}))
     core = common.build_engine(str(tmp_path), device="cpu", dtype="float32")
