@@ -229,14 +229,15 @@ def captured_ms(fn: Callable[[], object], replays: int = 20, warmup: int = 5) ->
 def timed_after_warmup(fn: Callable[[], object], warmup: Callable[[], object]) -> float:
     """Seconds ``fn`` takes once ``warmup`` has run (both synchronised on a GPU)."""
     warmup()
-    _sync()
+    sync_device()
     t = time.perf_counter()
     fn()
-    _sync()
+    sync_device()
     return time.perf_counter() - t
 
 
-def _sync() -> None:
+def sync_device() -> None:
+    """Waits for the GPU's queued work before a timer starts; nothing to wait for on a CPU."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
 
@@ -257,12 +258,6 @@ def allow_longer_context() -> None:
     roofline's 16K prefill point on Llama-3-8B's 8K config): kvserve refuses that unless this
     override, named after SGLang's, is set. Dummy weights, so output quality does not matter."""
     os.environ["KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"
-
-
-def sync_device() -> None:
-    """Waits for the GPU's queued work before a timer starts; nothing to wait for on a CPU."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def release_memory() -> None:
@@ -306,7 +301,7 @@ def decode_rate(core: EngineCore, batch: int, ctx: int, out_lo: int, out_hi: int
     while core.has_unfinished():
         core.step()
         if t_lo is None and min(r.num_output_tokens for r in reqs) >= out_lo:
-            _sync()
+            sync_device()
             t_lo = time.perf_counter()
     t_hi = time.perf_counter()
     assert t_lo is not None
