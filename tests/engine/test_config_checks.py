@@ -131,15 +131,19 @@ def test_prefill_attention_backend_flag_and_choice(tiny_model_dir) -> None:
         LLM(model=path, device="cpu", max_total_tokens=256, prefill_attention_backend="cudnn")
 
 
-def test_cudnn_prefill_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cudnn_prefill_reasons(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Each reason ``auto`` falls back to the Triton kernel for, in one line. The GPU and the
     package do not exist here: an sm_90 device and a missing or broken package are stood in."""
+    import logging
     import sys
     import types
 
     import torch
 
-    from kvserve.layers.attention.cudnn_prefill import cudnn_prefill_unavailable
+    from kvserve.layers.attention.backend import create_prefill_library
+    from kvserve.layers.attention.cudnn_prefill import STANDALONE, cudnn_prefill_unavailable
 
     bf16, fp8 = torch.bfloat16, torch.float8_e4m3fn
     assert "CUDA" in cudnn_prefill_unavailable(torch.device("cpu"), bf16, bf16, 128)
@@ -151,6 +155,12 @@ def test_cudnn_prefill_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "head_dim 96" in cudnn_prefill_unavailable(gpu, bf16, bf16, 96)
     monkeypatch.setitem(sys.modules, "cudnn", None)  # import cudnn raises ImportError
     assert "not installed" in cudnn_prefill_unavailable(gpu, bf16, bf16, 128)
+    # the engine's auto choice falls back to the Triton kernel, and says so as a warning
+    with caplog.at_level(logging.INFO, logger="kvserve.layers.attention.backend"):
+        assert create_prefill_library("auto", "triton", gpu, bf16, bf16, 128, STANDALONE) is None
+        assert create_prefill_library("auto", "triton", gpu, bf16, fp8, 128, STANDALONE) is None
+    levels = [(r.levelname, "not installed" in r.getMessage()) for r in caplog.records]
+    assert levels == [("WARNING", True), ("INFO", False)]
 
     def no_library() -> int:
         raise OSError("libcudnn.so.9: cannot open shared object file")
