@@ -91,7 +91,7 @@ def machine() -> dict[str, Any]:
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
-    # without it an H200 runs long prefill on the Triton kernel, ~1.3x slower (as s64's runs did)
+    # without it a Hopper engine runs long prefill on the Triton kernel, about 1.3x slower
     info["cudnn_frontend"] = _installed_version("nvidia-cudnn-frontend")
     return info
 

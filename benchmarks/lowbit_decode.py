@@ -128,6 +128,15 @@ def known_format(name: str, suffixes: tuple[str, ...] = SUFFIXES) -> bool:
     return base in FORMATS and all(s in suffixes for s in named)
 
 
+def parse_formats(names: str, suffixes: tuple[str, ...] = SUFFIXES) -> list[str]:
+    """``--formats``' comma list, or a one-line exit naming the unknown ones and what is known."""
+    formats = names.split(",")
+    if unknown := [f for f in formats if not known_format(f, suffixes)]:
+        known = f"{', '.join(FORMATS)}, each +{' / +'.join(suffixes)}"
+        raise SystemExit(f"unknown format(s) {unknown}; known: {known}")
+    return formats
+
+
 def format_settings(base: str, suffixes: list[str]) -> dict[str, Any]:
     """The engine settings a format names: its online quantization, FP8 KV for ``+kv8``."""
     flag, _ = FORMATS[base]
@@ -191,10 +200,7 @@ def main() -> None:
     args.batches = [int(b) for b in args.batches.split(",") if b]
     args.prefill_lengths = [int(n) for n in args.prefill_lengths.split(",") if n]
     args.contexts = [int(c) for c in args.contexts.split(",")]
-    formats = args.formats.split(",")
-    unknown = [f for f in formats if not known_format(f)]
-    if unknown:
-        raise SystemExit(f"unknown format(s) {unknown}; known: {', '.join(FORMATS)}")
+    formats = parse_formats(args.formats)
     ceil = gpu_ceilings()
     result: dict[str, Any] = {"model": args.model, "weights": "dummy", "contexts": args.contexts,
                               "w8a16_rows": args.w8a16_rows, "skinny_rows": args.skinny_rows,

@@ -47,7 +47,7 @@ from benchmarks.common import (
     step_weight_bytes,
     write_result,
 )
-from benchmarks.lowbit_decode import FORMATS, format_settings, known_format, model_dir
+from benchmarks.lowbit_decode import FORMATS, format_settings, model_dir, parse_formats
 from benchmarks.roofline import run_offline, run_prefill
 from kvserve.engine.engine_core import EngineCore
 from kvserve.layers.moe import SparseMoE
@@ -193,9 +193,7 @@ def main() -> None:
     p.add_argument("--tag", default="h200")
     p.add_argument("--out-dir", default=None)
     args = p.parse_args()
-    formats = args.formats.split(",")
-    if unknown := [f for f in formats if not known_format(f, SUFFIXES)]:
-        raise SystemExit(f"unknown format(s) {unknown}; known: {', '.join(FORMATS)}, each +kv8")
+    formats = parse_formats(args.formats, SUFFIXES)
     ceil = gpu_ceilings()
     result: dict[str, Any] = {"model": args.model, "ceilings": ceil, "formats": {}}
     with tempfile.TemporaryDirectory() as tmp:

@@ -254,7 +254,7 @@ def test_lowbit_decode_formats_keep_the_engines_kernels_unless_a_suffix_names_on
 def test_moe_decode_takes_a_kv8_suffix_and_nothing_else() -> None:
     """GLM-4.5-Air's FP8 weights leave room for batch 64 at 1K context in bf16 KV; ``+kv8``
     measures larger batches. The dense-FP8 kernel suffixes do not apply to expert stacks."""
-    from benchmarks.lowbit_decode import format_settings, known_format
+    from benchmarks.lowbit_decode import format_settings, known_format, parse_formats
     from benchmarks.moe_decode import SUFFIXES
 
     assert known_format("fp8-block", SUFFIXES) and known_format("fp8-block+kv8", SUFFIXES)
@@ -264,6 +264,9 @@ def test_moe_decode_takes_a_kv8_suffix_and_nothing_else() -> None:
         "kv_cache_dtype": "fp8_e4m3",
     }
     assert format_settings("fp8-block", []) == {}  # its checkpoint config says FP8
+    assert parse_formats("fp8-block,nvfp4+kv8", SUFFIXES) == ["fp8-block", "nvfp4+kv8"]
+    with pytest.raises(SystemExit, match=r"\['fp8-block\+cublas'\]; known: .*, each \+kv8$"):
+        parse_formats("fp8-block+cublas", SUFFIXES)
 
 
 def test_env_ab_alternates_the_sides_in_fresh_processes(tmp_path: Path) -> None:
