@@ -155,7 +155,10 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     """One engine in format ``name``: weights, decode rows, the offline run if asked."""
     base, *suffixes = name.split("+")
     qc = unblockable_dense(args.model, FORMATS[base][1])
-    core = build_engine(model_dir(args.model, qc, tmp), **format_settings(base, suffixes))
+    settings = format_settings(base, suffixes)
+    if args.mem_fraction_static is not None:
+        settings["mem_fraction_static"] = args.mem_fraction_static
+    core = build_engine(model_dir(args.model, qc, tmp), **settings)
     split = weight_split(core)
     gb = {k: v / 1e9 for k, v in split.items()}
     print(f"{name}: experts {gb['expert_bytes_total']:.1f} GB, other "
@@ -190,12 +193,15 @@ def main() -> None:
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--prefill-lengths", default="", help="prompt lengths to time prefill at")
     p.add_argument("--offline", type=int, default=0, help="offline requests (0: skip)")
+    p.add_argument("--mem-fraction-static", type=float, default=None,
+                   help="share of GPU memory for weights + KV (default: the engine's)")  # fmt: skip
     p.add_argument("--tag", default="h200")
     p.add_argument("--out-dir", default=None)
     args = p.parse_args()
     formats = parse_formats(args.formats, SUFFIXES)
     ceil = gpu_ceilings()
-    result: dict[str, Any] = {"model": args.model, "ceilings": ceil, "formats": {}}
+    result: dict[str, Any] = {"model": args.model, "ceilings": ceil, "formats": {},
+                              "mem_fraction_static": args.mem_fraction_static}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for name in formats:
             try:
