@@ -88,9 +88,12 @@ def machine() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "triton": _installed_version("triton"),  # its compiler sets every Triton kernel's speed
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_memory_GiB"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+        info["cuda_runtime"] = torch.version.cuda
     # without it a Hopper engine runs long prefill on the Triton kernel, about 1.3x slower
     info["cudnn_frontend"] = _installed_version("nvidia-cudnn-frontend")
     return info

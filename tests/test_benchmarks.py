@@ -4,6 +4,7 @@ an engine (a tiny Llama with dummy weights on the CPU) the way the GPU benchmark
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import json
 import sys
 from pathlib import Path
@@ -39,6 +40,7 @@ def test_write_result_stamps_commit_from_env(tmp_path: Path, monkeypatch) -> Non
     assert path.parent == tmp_path and path.name.startswith("probe_")
     assert record["commit"] == "abc1234" and record["benchmark"] == "probe"
     assert record["figure"] == 1.5 and "torch" in record["machine"] and record["date"]
+    assert record["machine"]["triton"] == importlib.metadata.version("triton")  # make test has it
     assert common.write_result("probe", {"figure": 2.0}, tmp_path) == path  # the run saves again
     monkeypatch.setattr(common, "_RUN_PATHS", {})  # another run, the same day
     again = common.write_result("probe", {"figure": 2.5}, tmp_path)
