@@ -164,6 +164,7 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     print(f"{name}: experts {gb['expert_bytes_total']:.1f} GB, other "
           f"{gb['non_expert_bytes']:.1f} GB, start {core.startup_s:.0f} s", flush=True)  # fmt: skip
     out: dict[str, Any] = {"startup_s": getattr(core, "startup_s", None), "weights": split,
+                           "mem_fraction_static": core.config.cache.mem_fraction_static,
                            "kv_capacity_tokens": kv_capacity_tokens(core),
                            "max_running_requests": max_running_requests(core)}  # fmt: skip
     lengths = [int(n) for n in args.prefill_lengths.split(",") if n]
@@ -200,8 +201,7 @@ def main() -> None:
     args = p.parse_args()
     formats = parse_formats(args.formats, SUFFIXES)
     ceil = gpu_ceilings()
-    result: dict[str, Any] = {"model": args.model, "ceilings": ceil, "formats": {},
-                              "mem_fraction_static": args.mem_fraction_static}  # fmt: skip
+    result: dict[str, Any] = {"model": args.model, "ceilings": ceil, "formats": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for name in formats:
             try:
