@@ -119,6 +119,8 @@ def _cpu_name() -> str:
 # kvserve's switches as the command line set them (KVSERVE_FP8_MOE_GEMV=1, ...), before a
 # benchmark sets its own per part: which side of an A/B a result file is
 _SETTINGS_AT_START = settings_set()
+# What each engine this run built chose (build_engine), written with every result
+_ENGINES_BUILT: list[dict[str, Any]] = []
 
 
 def stamp(name: str) -> dict[str, Any]:
@@ -128,6 +130,7 @@ def stamp(name: str) -> dict[str, Any]:
         "commit": git_commit(),
         "machine": machine(),
         "kvserve_env_at_start": dict(sorted(_SETTINGS_AT_START.items())),  # the key hidden
+        "engines_built": list(_ENGINES_BUILT),
     }
 
 
@@ -263,7 +266,22 @@ def build_engine(model: str = LLAMA_8B, **settings: Any) -> EngineCore:
     from kvserve.engine.engine_core import EngineCore
 
     base = {"load_format": "dummy", "device": "cuda", "dtype": "bfloat16"}
-    return EngineCore(build_engine_config(model, **{**base, **settings}))
+    core = EngineCore(build_engine_config(model, **{**base, **settings}))
+    choices = engine_choices(core)
+    _ENGINES_BUILT.append(choices)
+    print(f"engine: {choices}", flush=True)
+    return core
+
+
+def engine_choices(core: EngineCore) -> dict[str, Any]:
+    """The kernels an engine chose where the node decides (a missing package, the device)."""
+    backend = core.runner.backend
+    library = getattr(backend, "prefill_library", None)
+    return {
+        "attention_backend": backend.name,
+        "prefill_attention": backend.name if library is None else "cudnn",
+        "pdl": core.runner.kernels.pdl,
+    }
 
 
 def allow_longer_context() -> None:

@@ -81,6 +81,9 @@ def test_long_context_parts_drive_a_dummy_engine(tiny_dir: str) -> None:
     from benchmarks import long_context
 
     core = common.build_engine(tiny_dir, device="cpu", dtype="float32", max_running_requests=8)
+    chosen = {"attention_backend": "torch", "prefill_attention": "torch", "pdl": False}
+    assert common.engine_choices(core) == chosen  # a CPU engine: the torch reference
+    assert common.stamp("probe")["engines_built"][-1] == chosen  # every result records it
     ceil = {"copy_GBps": 100.0, "bf16_matmul_TFLOPs": 1.0}
     run = long_context.run_32k(core, ceil, 3, 40, 6)
     assert run["requests"] == 3 and run["preemptions_total"] == 0 and not core.has_unfinished()
