@@ -155,10 +155,8 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     """One engine in format ``name``: weights, decode rows, the offline run if asked."""
     base, *suffixes = name.split("+")
     qc = unblockable_dense(args.model, FORMATS[base][1])
-    settings = format_settings(base, suffixes)
-    if args.mem_fraction_static is not None:
-        settings["mem_fraction_static"] = args.mem_fraction_static
-    core = build_engine(model_dir(args.model, qc, tmp), **settings)
+    settings = {**format_settings(base, suffixes), "mem_fraction_static": args.mem_fraction_static}
+    core = build_engine(model_dir(args.model, qc, tmp), **settings)  # None: the engine's default
     split = weight_split(core)
     gb = {k: v / 1e9 for k, v in split.items()}
     print(f"{name}: experts {gb['expert_bytes_total']:.1f} GB, other "
