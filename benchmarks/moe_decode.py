@@ -155,7 +155,8 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     """One engine in format ``name``: weights, decode rows, the offline run if asked."""
     base, *suffixes = name.split("+")
     qc = unblockable_dense(args.model, FORMATS[base][1])
-    settings = {**format_settings(base, suffixes), "mem_fraction_static": args.mem_fraction_static}
+    settings = {**format_settings(base, suffixes), "mem_fraction_static": args.mem_fraction_static,
+                "max_running_requests": args.max_running}  # fmt: skip
     core = build_engine(model_dir(args.model, qc, tmp), **settings)  # None: the engine's default
     split = weight_split(core)
     gb = {k: v / 1e9 for k, v in split.items()}
@@ -194,6 +195,8 @@ def main() -> None:
     p.add_argument("--offline", type=int, default=0, help="offline requests (0: skip)")
     p.add_argument("--mem-fraction-static", type=float, default=None,
                    help="share of GPU memory for weights + KV (default: the engine's)")  # fmt: skip
+    p.add_argument("--max-running", type=int, default=None,
+                   help="running cap (default: the engine's, from the KV pool)")  # fmt: skip
     p.add_argument("--tag", default="h200")
     p.add_argument("--out-dir", default=None)
     args = p.parse_args()
