@@ -57,10 +57,13 @@ COSTS = {
     "bf16": Costs(865_136, 2.87e-3, (13.12e-3 - 2.87e-3) / 256 / 1152, 1 / 71_229),
     "fp8": Costs(1_730_272, 2.87e-3, (15.33e-3 - 2.87e-3) / 512 / 1152, 1 / 71_229),
     # GLM-4.5-Air FP8 blocks + FP8 KV at --mem-fraction-static 0.95 (s65): every expert is read
-    # from batch 64 on, so the fixed part is large; fitted to batch 128 / 256 at 1K (36.4 / 47.2
-    # ms a step; batch 64's 31.5 ms comes out 31.0) and its prefill (18,813 tok/s). A row's cost
-    # is part expert compute, not only KV reads: longer contexts come out a little dear.
-    "glm_fp8kv": Costs(339_584, 25.6e-3, (47.18e-3 - 36.43e-3) / 128 / 1152, 1 / 18_813),
+    # from batch 64 on, so the fixed part is large; the line through batch 128 / 256 at 1K
+    # (36.4 / 47.2 ms a step; batch 64's 31.5 ms comes out 31.0) and its prefill (18,813 tok/s).
+    # A row's cost is part expert compute, not only KV reads: longer contexts come out a little
+    # dear.
+    "glm_fp8kv": Costs(
+        339_584, 2 * 36.43e-3 - 47.18e-3, (47.18e-3 - 36.43e-3) / 128 / 1152, 1 / 18_813
+    ),
 }
 
 

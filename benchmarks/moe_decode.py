@@ -162,7 +162,7 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     gb = {k: v / 1e9 for k, v in split.items()}
     print(f"{name}: experts {gb['expert_bytes_total']:.1f} GB, other "
           f"{gb['non_expert_bytes']:.1f} GB, start {core.startup_s:.0f} s", flush=True)  # fmt: skip
-    out: dict[str, Any] = {"startup_s": getattr(core, "startup_s", None), "weights": split,
+    out: dict[str, Any] = {"startup_s": core.startup_s, "weights": split,
                            "mem_fraction_static": core.config.cache.mem_fraction_static,
                            "kv_capacity_tokens": kv_capacity_tokens(core),
                            "max_running_requests": max_running_requests(core)}  # fmt: skip
