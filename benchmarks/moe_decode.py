@@ -18,9 +18,11 @@ router, LM head; the embedding table only for the rows looked up), the experts t
 touches, and the KV cache. Experts touched per layer are counted from the routers' choices
 for a batch of random hidden states of that size, so the ceiling follows the routing the
 weights produce. Offline 1000 x (1024 in, 1024 out) is reported with roofline.py's floor
-counted with the active parameters (non-expert weights + top-k experts per token) and the
-experts a full decode step touches. ``--prefill-lengths`` adds roofline.py's prefill part
-(its FLOPs from the same active parameters, causal attention included).
+counted with the active parameters (non-expert weights + top-k experts per token) over its
+fewest decode steps (waves of the running cap, and no step holding more context than the KV
+pool), each reading the experts its mean row count touches. ``--prefill-lengths`` adds
+roofline.py's prefill part (its FLOPs from the same active parameters, causal attention
+included).
 """
 
 from __future__ import annotations
@@ -100,10 +102,10 @@ def offline_floor(
     core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int, matmul_tflops: float
 ) -> dict:
     """roofline.py's floor, its FLOPs from the MoE's active parameters (``common.matmul_params``:
-    the non-expert weights and a token's top-k experts) and a decode step of
-    ``max_running_requests`` rows reading the experts that many tokens touch."""
+    the non-expert weights and a token's top-k experts) and its fewest decode steps, each
+    reading the experts their mean row count touches."""
     split, layers = weight_split(core), _moe_layers(core)
-    rows = core.config.scheduler.max_running_requests
+    rows = -(-num * out_len // roofline.decode_steps_floor(core, num, in_len, out_len))
     touched = experts_touched(core, rows) * len(layers) * split["bytes_per_expert"]
     return roofline.offline_floor(
         core, ceil, num, in_len, out_len, split["non_expert_bytes"] + touched, matmul_tflops
@@ -173,12 +175,8 @@ def run_format(name: str, args: argparse.Namespace, ceil: dict, tmp: Path) -> di
     batches = [int(b) for b in args.batches.split(",") if b]
     out["decode"] = run_decode(core, ceil, batches, args.context)
     if args.offline:
-        off = run_offline(core, ceil, args.offline, 1024, 1024)
-        off.update(offline_floor(core, ceil, args.offline, 1024, 1024, rate))
-        off["share_of_floor"] = off["floor_s"] / off["wall_s"]
-        print(f"moe offline: {off['output_tok_s']:.0f} output tok/s, floor {off['floor_s']:.1f} s "
-              f"({100 * off['share_of_floor']:.0f}%)", flush=True)  # fmt: skip
-        out["offline"] = off
+        floor = offline_floor(core, ceil, args.offline, 1024, 1024, rate)
+        out["offline"] = run_offline(core, ceil, args.offline, 1024, 1024, floor=floor)
     del core
     release_memory()
     return out

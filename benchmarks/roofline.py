@@ -169,21 +169,31 @@ def _prefill_step_s(core: EngineCore, n: int, length: int, vocab: int, seed: int
     return dt
 
 
+def decode_steps_floor(core: EngineCore, num: int, in_len: int, out_len: int) -> int:
+    """The fewest decode steps ``num`` requests of ``in_len`` + ``out_len`` tokens can take on
+    this engine: a wave of at most ``max_running_requests`` rows per ``out_len`` steps, and no
+    step holding more context than the KV pool (a step's rows together hold at most the pool's
+    tokens, so the steps are at least the requests' context-token-steps over the pool)."""
+    waves = -(-num // max_running_requests(core))
+    context_token_steps = num * (out_len * in_len + out_len * (out_len - 1) // 2)
+    return max(out_len * waves, -(-context_token_steps // kv_capacity_tokens(core)))
+
+
 def offline_floor(
     core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int,
     step_bytes: float | None = None, matmul_tflops: float | None = None,
 ) -> dict:  # fmt: skip
     """A lower bound on the offline run's time from this run's ceilings: every prompt token's
     matmul FLOPs at the matmul ceiling (``matmul_tflops``, bf16's by default), then the decode
-    steps at whichever is slower, their matmul FLOPs at that ceiling or their bytes at copy
-    bandwidth (one weight read per step: ``step_bytes``, by default every weight a step
-    reads; and every output token's read of its whole context's KV). Attention FLOPs and
-    everything else count zero, so the bound is low."""
+    steps (``decode_steps_floor``) at whichever is slower, their matmul FLOPs at that ceiling or
+    their bytes at copy bandwidth (one weight read per step: ``step_bytes``, by default every
+    weight a step reads; and every output token's read of its whole context's KV). Attention
+    FLOPs and everything else count zero, so the bound is low."""
     params = matmul_params(core)
     step_bytes = step_weight_bytes(core) if step_bytes is None else step_bytes
     flop_s = (matmul_tflops or ceil["bf16_matmul_TFLOPs"]) * 1e12
     copy_bps = ceil["copy_GBps"] * 1e9
-    steps = out_len * -(-num // max_running_requests(core))
+    steps = decode_steps_floor(core, num, in_len, out_len)
     context_tokens = num * (out_len * in_len + out_len * (out_len - 1) / 2)
     parts = {
         "prefill_matmul": num * prefill_matmul_flops(core, in_len) / flop_s,
@@ -193,13 +203,15 @@ def offline_floor(
     }
     decode = max(parts["decode_matmul"], parts["decode_weight_read"] + parts["decode_kv_read"])
     return {"floor_s": parts["prefill_matmul"] + decode, "floor_parts_s": parts,
-            "floor_matmul_TFLOPs": flop_s / 1e12}  # fmt: skip
+            "floor_decode_steps": steps, "floor_matmul_TFLOPs": flop_s / 1e12}  # fmt: skip
 
 
 def run_offline(
     core: EngineCore, ceil: dict, num: int, in_len: int, out_len: int,
-    matmul_tflops: float | None = None,
+    matmul_tflops: float | None = None, floor: dict | None = None,
 ) -> dict:  # fmt: skip
+    """``num`` random prompts at once, to the end; the share of ``floor`` (``offline_floor``'s
+    result; by default the dense one, every weight read each step)."""
     prompts = random_prompts(num, in_len, core.model_config.vocab_size, seed=1)
     torch.cuda.synchronize()
     t = time.perf_counter()
@@ -214,10 +226,16 @@ def run_offline(
             next_report += 15
     wall = time.perf_counter() - t
     assert produced == num * out_len
-    res = {"requests": num, "input_len": in_len, "output_len": out_len, "wall_s": wall,
-           "output_tok_s": produced / wall, "total_tok_s": (produced + num * in_len) / wall,
-           "preemptions": preemptions(core),
-           **offline_floor(core, ceil, num, in_len, out_len, None, matmul_tflops)}  # fmt: skip
+    res = {
+        "requests": num,
+        "input_len": in_len,
+        "output_len": out_len,
+        "wall_s": wall,
+        "output_tok_s": produced / wall,
+        "total_tok_s": (produced + num * in_len) / wall,
+        "preemptions": preemptions(core),
+        **(floor or offline_floor(core, ceil, num, in_len, out_len, None, matmul_tflops)),
+    }
     res["share_of_floor"] = res["floor_s"] / wall
     print(f"offline: {res['output_tok_s']:.0f} output tok/s in {wall:.1f} s, floor "
           f"{res['floor_s']:.1f} s ({100 * res['share_of_floor']:.0f}%)", flush=True)  # fmt: skip

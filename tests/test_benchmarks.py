@@ -96,6 +96,24 @@ def test_long_context_parts_drive_a_dummy_engine(tiny_dir: str) -> None:
     core.check_integrity()
 
 
+def test_the_offline_floor_counts_the_decode_steps_the_kv_pool_allows(tiny_dir: str) -> None:
+    """A running cap larger than the pool can hold at full length must not shorten the floor:
+    its decode steps are at least the requests' context-token-steps over the pool's tokens."""
+    from benchmarks import roofline
+
+    core = common.build_engine(tiny_dir, device="cpu", dtype="float32", max_running_requests=8)
+    pool = common.kv_capacity_tokens(core)
+    assert roofline.decode_steps_floor(core, 16, 4, 8) == 2 * 8  # two waves of 8, pool ample
+    in_len = pool // 4  # four prompts fill the pool: the cap of 8 cannot run at once
+    steps = roofline.decode_steps_floor(core, 16, in_len, 8)
+    assert steps == -(-16 * (8 * in_len + 28) // pool) > 2 * 8
+    ceil = {"copy_GBps": 100.0, "bf16_matmul_TFLOPs": 1.0}
+    floor = roofline.offline_floor(core, ceil, 16, in_len, 8)
+    assert floor["floor_decode_steps"] == steps
+    per_step = common.step_weight_bytes(core) / 100e9
+    assert floor["floor_parts_s"]["decode_weight_read"] == pytest.approx(steps * per_step)
+
+
 def test_a_tied_head_reads_the_whole_embedding_each_step(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({**TINY_LLAMA, "tie_word_embeddings": True}))
     core = common.build_engine(str(tmp_path), device="cpu", dtype="float32")
