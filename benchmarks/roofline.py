@@ -169,14 +169,20 @@ def _prefill_step_s(core: EngineCore, n: int, length: int, vocab: int, seed: int
     return dt
 
 
+def context_token_steps(num: int, in_len: int, out_len: int) -> int:
+    """The KV tokens ``num`` requests' decode steps read (or hold) in all: each request's
+    context, ``in_len`` + the tokens so far, summed over its ``out_len`` steps."""
+    return num * (out_len * in_len + out_len * (out_len - 1) // 2)
+
+
 def decode_steps_floor(core: EngineCore, num: int, in_len: int, out_len: int) -> int:
     """The fewest decode steps ``num`` requests of ``in_len`` + ``out_len`` tokens can take on
     this engine: a wave of at most ``max_running_requests`` rows per ``out_len`` steps, and no
     step holding more context than the KV pool (a step's rows together hold at most the pool's
     tokens, so the steps are at least the requests' context-token-steps over the pool)."""
     waves = -(-num // max_running_requests(core))
-    context_token_steps = num * (out_len * in_len + out_len * (out_len - 1) // 2)
-    return max(out_len * waves, -(-context_token_steps // kv_capacity_tokens(core)))
+    held = context_token_steps(num, in_len, out_len)
+    return max(out_len * waves, -(-held // kv_capacity_tokens(core)))
 
 
 def offline_floor(
@@ -194,7 +200,7 @@ def offline_floor(
     flop_s = (matmul_tflops or ceil["bf16_matmul_TFLOPs"]) * 1e12
     copy_bps = ceil["copy_GBps"] * 1e9
     steps = decode_steps_floor(core, num, in_len, out_len)
-    context_tokens = num * (out_len * in_len + out_len * (out_len - 1) / 2)
+    context_tokens = context_token_steps(num, in_len, out_len)
     parts = {
         "prefill_matmul": num * prefill_matmul_flops(core, in_len) / flop_s,
         "decode_matmul": num * out_len * 2 * params / flop_s,
