@@ -276,10 +276,9 @@ def build_engine(model: str = LLAMA_8B, **settings: Any) -> EngineCore:
 def engine_choices(core: EngineCore) -> dict[str, Any]:
     """The kernels an engine chose where the node decides (a missing package, the device)."""
     backend = core.runner.backend
-    library = getattr(backend, "prefill_library", None)
     return {
         "attention_backend": backend.name,
-        "prefill_attention": backend.name if library is None else "cudnn",
+        "prefill_attention": backend.prefill_attention,
         "pdl": core.runner.kernels.pdl,
     }
 

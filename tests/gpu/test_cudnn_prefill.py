@@ -135,6 +135,7 @@ def test_engine_with_cudnn_prefill_is_as_close_to_float32_as_triton(tmp_path) ->
         core = EngineCore(build_engine_config(path, dtype=dtype, prefill_attention_backend=prefill,
                                               **settings))  # fmt: skip
         assert (core.runner.backend.prefill_library is not None) == (name == "cudnn")
+        assert core.runner.backend.prefill_attention == ("cudnn" if name == "cudnn" else "triton")
         runs[name] = _first_token_logprobs(core, prompts)
         if name == "cudnn":
             assert core.runner.backend.prefill_library._graphs  # the prompts went through it

@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 class AttentionBackend(Protocol):
     name: str
+    prefill_attention: str  # what runs large prefill steps: the backend's own name, or "cudnn"
     fuses_rotary_store: bool  # takes k/v stored by the model's fused rotary kernel (``attend``)
 
     def forward(

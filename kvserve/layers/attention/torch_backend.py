@@ -51,6 +51,7 @@ def gather_sequence_kv(
 
 class TorchAttentionBackend:
     name = "torch"
+    prefill_attention = "torch"
     fuses_rotary_store = False
 
     def forward(

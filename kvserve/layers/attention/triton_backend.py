@@ -33,6 +33,10 @@ class TritonAttentionBackend:
         self.pdl = pdl  # programmatic dependent launch of the kernels (sm_90+)
         self.prefill_library = prefill  # takes the prefill steps it finds large enough
 
+    @property
+    def prefill_attention(self) -> str:
+        return self.name if self.prefill_library is None else "cudnn"
+
     def forward(
         self,
         q: torch.Tensor,  # [T, Hq, D]
