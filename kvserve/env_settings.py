@@ -74,6 +74,12 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.layers.moe:shared_expert_fusion",
     ),
     EnvSetting(
+        name="KVSERVE_NORM_ROUTER",
+        default="1",
+        meaning="0 runs a MoE decode step's post-attention norm apart from its router kernel",
+        reader="kvserve.layers.moe_router:norm_router_enabled",
+    ),
+    EnvSetting(
         name="KVSERVE_GATED_GEMV",
         default="1",
         meaning="0 runs the SiLU-mul after a gate/up GEMV in its own kernel",

@@ -37,32 +37,41 @@ def fused_add_rms_norm_reference(
 def normed_row(
     x_ptr,
     residual_ptr,
+    sum_ptr,
     weight_ptr,
+    row,
     hidden,
     eps,
     stride_x,
     stride_r,
+    stride_s,
+    store_sum,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
-    USE_PDL: tl.constexpr,
 ):
-    """``(row, y)``: this program's row (after the dependent-launch wait) and its
-    ``weight * norm(x (+ residual))`` in fp32, [BLOCK] (zero past ``hidden``), before its
-    rounding to the output dtype; with a residual, the sum is stored back into it."""
-    pdl_wait(USE_PDL)
-    pdl_release(USE_PDL)
-    row = tl.program_id(0).to(tl.int64)
+    """Row ``row``'s ``weight * norm(x (+ residual))`` in fp32, [BLOCK] (zero past ``hidden``),
+    before its rounding to the output dtype; with a residual, the sum x + residual is stored in
+    ``sum_ptr``'s row (the residual's own for the in-place norm) where ``store_sum``. The caller
+    has waited for the kernel before."""
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(residual_ptr + row * stride_r + cols, mask=mask, other=0.0)
         x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)  # rounded like torch's x + r
-        tl.store(residual_ptr + row * stride_r + cols, x, mask=mask)
+        tl.store(sum_ptr + row * stride_s + cols, x, mask=mask & store_sum)
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, 0) / hidden + eps)
     normed = (xf * rstd).to(x.dtype).to(tl.float32)
-    return row, normed * tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    return normed * tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+
+
+@jit
+def norm_program_row(USE_PDL: tl.constexpr):
+    """A one-row-a-program norm kernel's row, once the kernel before has finished."""
+    pdl_wait(USE_PDL)
+    pdl_release(USE_PDL)
+    return tl.program_id(0).to(tl.int64)
 
 
 @jit
@@ -80,9 +89,10 @@ def _rms_norm_kernel(
     BLOCK: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    row, y = normed_row(
-        x_ptr, residual_ptr, weight_ptr, hidden, eps, stride_x, stride_r, HAS_RESIDUAL, BLOCK,
-        USE_PDL,
+    row = norm_program_row(USE_PDL)
+    y = normed_row(
+        x_ptr, residual_ptr, residual_ptr, weight_ptr, row, hidden, eps, stride_x, stride_r,
+        stride_r, True, HAS_RESIDUAL, BLOCK,
     )  # fmt: skip
     cols = tl.arange(0, BLOCK)
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=cols < hidden)

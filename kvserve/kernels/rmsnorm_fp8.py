@@ -25,6 +25,7 @@ from kvserve.kernels._triton import (
 from kvserve.kernels.fp8_quant import FP8, empty_scales, quantize_fp8_reference
 from kvserve.kernels.rmsnorm import (
     fused_add_rms_norm_reference,
+    norm_program_row,
     normed_row,
     rms_norm_reference,
     row_warps,
@@ -73,9 +74,10 @@ def _rms_norm_fp8_kernel(
     NORM_DTYPE: tl.constexpr,  # what the plain norm would store
     USE_PDL: tl.constexpr,
 ):
-    row, y = normed_row(
-        x_ptr, residual_ptr, weight_ptr, hidden, eps, stride_x, stride_r, HAS_RESIDUAL, BLOCK,
-        USE_PDL,
+    row = norm_program_row(USE_PDL)
+    y = normed_row(
+        x_ptr, residual_ptr, residual_ptr, weight_ptr, row, hidden, eps, stride_x, stride_r,
+        stride_r, True, HAS_RESIDUAL, BLOCK,
     )  # fmt: skip
     y = y.to(NORM_DTYPE).to(tl.float32)
     if STATIC:

@@ -28,7 +28,8 @@ from kvserve.distributed.collectives import all_reduce
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.distributed.sharding import column_shard, row_shard
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
-from kvserve.layers.moe_router import route
+from kvserve.layers.moe_router import normed_route, route, routes_with_norm
+from kvserve.layers.norm import RMSNorm
 from kvserve.quant.moe_method import EXPERT_SHARDS, ExpertMethod, load_rows, projection_rows
 from kvserve.quant.moe_unquantized import UnquantizedExpertMethod
 
@@ -148,6 +149,22 @@ class SparseMoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = self.gate.e_score_correction_bias
         weights, ids = route(x, self.gate.weight, self.cfg, bias, self.kernels, self.shared_expert)
+        return self._experts(x, weights, ids)
+
+    def forward_after_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(self(norm(x + residual)), x + residual)`` with the norm in the router's kernel
+        (``moe_router.normed_route``), or None where that path does not take the step."""
+        if not routes_with_norm(x, self.kernels):
+            return None
+        normed, residual, weights, ids = normed_route(
+            x, residual, norm.weight, norm.eps, self.gate.weight, self.cfg,
+            self.gate.e_score_correction_bias, self.kernels, self.shared_expert,
+        )  # fmt: skip
+        return self._experts(normed, weights, ids), residual
+
+    def _experts(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         if self.tp.is_parallel:  # the shared expert's row-parallel down reduces on its own
             out = all_reduce(self.method.apply(self, x, weights, ids, self.kernels.triton), self.tp)
             return out if self.shared_experts is None else out + self.shared_experts(x)

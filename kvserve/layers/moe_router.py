@@ -18,7 +18,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from kvserve.config import MoEConfig
+from kvserve.config import MoEConfig, env_switch
 from kvserve.kernels.moe_routing import (
     Routing,
     grouped_sigmoid_topk,
@@ -26,8 +26,18 @@ from kvserve.kernels.moe_routing import (
     softmax_topk,
     softmax_topk_reference,
 )
+from kvserve.kernels.normed_router import normed_router_topk
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.router_logits import FUSED_TOPK_MAX_TOKENS, router_logits, router_topk
+
+NORM_ROUTER_ENV = "KVSERVE_NORM_ROUTER"
+
+
+@functools.cache
+def norm_router_enabled() -> bool:
+    """``KVSERVE_NORM_ROUTER``: 1 (the default) has a decode step's post-attention norm run in
+    the router's kernel (``kernels.normed_router``); 0 launches them apart (for A/B runs)."""
+    return env_switch(NORM_ROUTER_ENV, default=True)
 
 
 def select_experts(
@@ -70,6 +80,31 @@ def route(
     else:
         logits = F.linear(x.float(), router_weight)
     return select_experts(logits, cfg, correction_bias, kernels, shared)
+
+
+def routes_with_norm(x: torch.Tensor, kernels: KernelOptions) -> bool:
+    """Whether ``normed_route`` takes this step: the Triton path, 1 to
+    ``FUSED_TOPK_MAX_TOKENS`` tokens."""
+    return kernels.triton and 0 < x.shape[0] <= FUSED_TOPK_MAX_TOKENS and norm_router_enabled()
+
+
+def normed_route(
+    x: torch.Tensor,  # [T, H]
+    residual: torch.Tensor,  # [T, H]
+    norm_weight: torch.Tensor,
+    eps: float,
+    router_weight: torch.Tensor,  # [E, H] float32
+    cfg: MoEConfig,
+    correction_bias: torch.Tensor | None,
+    kernels: KernelOptions,
+    shared: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(norm(x + residual), x + residual, weights, ids)`` of a step ``routes_with_norm``
+    takes, in one launch: what ``fused_add_rms_norm`` then ``route`` give."""
+    how = routing(cfg, shared)
+    return normed_router_topk(
+        x, residual, norm_weight, eps, router_weight, how, correction_bias, pdl=kernels.pdl
+    )
 
 
 @functools.cache

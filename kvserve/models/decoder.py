@@ -279,6 +279,10 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         normed, residual = _norm(self.input_layernorm, hidden, residual, self.self_attn.qkv_proj)
         hidden = self.self_attn(positions, normed, ctx)
+        if isinstance(self.mlp, SparseMoE):
+            fused = self.mlp.forward_after_norm(hidden, residual, self.post_attention_layernorm)
+            if fused is not None:
+                return fused
         mlp_input = self.mlp.gate_up_proj if isinstance(self.mlp, MLP) else None
         normed, residual = _norm(self.post_attention_layernorm, hidden, residual, mlp_input)
         return self.mlp(normed), residual

@@ -104,10 +104,11 @@ def test_gpu_triton_float32_matches_cpu(arch, tmp_path) -> None:
 @pytest.mark.parametrize("arch", sorted(MOE_FIELDS))
 def test_moe_fused_kernels_give_the_unfused_paths_tokens(arch, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """The q/k norm + (partial) rotary + KV store kernel and the router kernels (logits, and
-    logits + top-k in one launch at decode) against the path they replaced (norm, rotary and
-    store kernels; the router through cuBLAS, then the top-k): the same greedy tokens on the
-    GPU. Against the CPU's, these float32 MoE models parted after 6 (Qwen3) and 12 (GLM) tokens
-    on both paths alike at c2e3a32, when the grouped GEMM still rounded its inputs to TF32."""
+    the post-attention norm + logits + top-k in one launch at decode) against the path they
+    replaced (norm, rotary and store kernels; the norm, then the router through cuBLAS, then
+    the top-k): the same greedy tokens on the GPU. Against the CPU's, these float32 MoE models
+    parted after 6 (Qwen3) and 12 (GLM) tokens on both paths alike at c2e3a32, when the grouped
+    GEMM still rounded its inputs to TF32."""
     path = _tiny_checkpoint(arch, tmp_path)
     settings = {"device": "cuda", "dtype": "float32", "max_total_tokens": 8192}  # two engines
     fused = _greedy(EngineCore(build_engine_config(path, **settings)))

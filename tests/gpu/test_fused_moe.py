@@ -33,6 +33,8 @@ from kvserve.kernels.moe_routing import (  # noqa: E402
     softmax_topk,
     softmax_topk_reference,
 )
+from kvserve.kernels.normed_router import normed_router_topk  # noqa: E402
+from kvserve.kernels.rmsnorm import fused_add_rms_norm  # noqa: E402
 from kvserve.kernels.router_logits import (  # noqa: E402
     LO_SHIFT,
     MIN_MMA_TOKENS,
@@ -325,3 +327,42 @@ def test_router_topk_matches_logits_then_topk(tokens, experts, hidden, routing, 
         weights, ids = router_topk(x, weight, routing, bias)
         assert ids.tolist() == want[1].tolist()
         torch.testing.assert_close(weights, want[0], atol=1e-6, rtol=1e-5)
+
+
+# (tokens, experts, hidden, routing): Qwen3-30B-A3B's and GLM-4.5-Air's decode steps (the
+# shared expert stacked), four tokens, and sizes that fill no block
+NORMED_ROUTER_CASES = [
+    (1, 128, 2048, Routing(128, 8, True)),
+    (1, 128, 4096, Routing(128, 8, True, True, 1, 1, 1.0, True)),
+    (4, 60, 1000, Routing(60, 4, False)),
+    (3, 160, 320, Routing(160, 8, False, True, 8, 4, 2.5)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
+@pytest.mark.parametrize(("tokens", "experts", "hidden", "routing"), NORMED_ROUTER_CASES)
+def test_the_norm_in_the_router_gives_the_norm_then_the_router(
+    tokens: int, experts: int, hidden: int, routing: Routing, dtype: torch.dtype
+) -> None:
+    """One launch gives the plain norm's bits (normed rows and the residual sum, the residual
+    left as it was) and the experts the router kernel picks from those normed rows, on a first
+    and a second launch (its arrival counter resets itself)."""
+    gen = torch.Generator().manual_seed(tokens * experts + hidden)
+    x = torch.randn(tokens, hidden, generator=gen).to(DEVICE, dtype)
+    residual = (torch.randn(tokens, hidden, generator=gen) * 4).to(DEVICE, dtype)
+    norm_weight = (1 + torch.randn(hidden, generator=gen) / 8).to(DEVICE, dtype)
+    weight = (torch.randn(experts, hidden, generator=gen) / hidden**0.5).to(DEVICE)
+    bias = (
+        (torch.randn(experts, generator=gen) * 0.1).to(DEVICE) if routing.grouped_sigmoid else None
+    )
+    kept = residual.clone()
+    want_normed, want_sum = fused_add_rms_norm(x, residual.clone(), norm_weight, 1e-6)
+    want_weights, want_ids = router_topk(want_normed, weight, routing, bias)
+    for _ in range(2):
+        normed, summed, weights, ids = normed_router_topk(
+            x, residual, norm_weight, 1e-6, weight, routing, bias
+        )
+        assert torch.equal(normed, want_normed) and torch.equal(summed, want_sum)
+        assert torch.equal(residual, kept)
+        assert ids.tolist() == want_ids.tolist()
+        torch.testing.assert_close(weights, want_weights, atol=1e-6, rtol=1e-5)

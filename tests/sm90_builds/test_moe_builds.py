@@ -22,11 +22,22 @@ from kvserve.kernels.fused_moe import fused_moe  # noqa: E402
 from kvserve.kernels.fused_moe_fp4 import fused_moe_fp4  # noqa: E402
 from kvserve.kernels.fused_moe_fp8 import fused_moe_fp8  # noqa: E402
 from kvserve.kernels.moe_routing import Routing, grouped_sigmoid_topk, softmax_topk  # noqa: E402
+from kvserve.kernels.normed_router import normed_router_topk  # noqa: E402
 from kvserve.kernels.router_logits import router_logits, router_topk  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 # experts (the shared one stacked last), hidden, expert width, top-k (the shared slot included)
 MODELS = {"qwen3-moe": (128, 2048, 768, 8, False), "glm-air": (129, 4096, 1408, 9, True)}
+
+
+def _routing(model: str) -> tuple[Routing, torch.Tensor | None]:
+    """GLM's sigmoid scores over 8 groups, the best 4, with a correction bias and the shared
+    slot; Qwen3's softmax top 8."""
+    experts, _, _, top_k, shared = MODELS[model]
+    routed = experts - shared
+    if shared:
+        return Routing(routed, top_k - 1, True, True, 8, 4, 2.5, shared=True), torch.zeros(routed)
+    return Routing(routed, top_k, True), None
 
 
 def _route(model: str, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,14 +105,9 @@ def test_the_router_builds_for_sm90_without_spills(
     """Up to 4 tokens the logits and top-k in one launch; to 16 on CUDA cores, then the top-k
     kernel; long prefills on the split MMA."""
     experts, hidden, _, top_k, shared = MODELS[model]
-    routed = experts - shared
     x = torch.zeros(tokens, hidden, dtype=torch.bfloat16)
-    weight = torch.zeros(routed, hidden)
-    if shared:  # GLM: sigmoid scores, 8 groups, the best 4, a correction bias
-        routing = Routing(routed, top_k - 1, True, True, 8, 4, 2.5, shared=True)
-        bias = torch.zeros(routed)
-    else:
-        routing, bias = Routing(routed, top_k, True), None
+    weight = torch.zeros(experts - shared, hidden)
+    routing, bias = _routing(model)
     if tokens <= 4:
         router_topk(x, weight, routing, bias, pdl=True)
     elif shared:
@@ -109,4 +115,17 @@ def test_the_router_builds_for_sm90_without_spills(
         grouped_sigmoid_topk(logits, top_k - 1, 8, 4, True, 2.5, bias, True, pdl=True)
     else:
         softmax_topk(router_logits(x, weight, pdl=True), top_k, True, pdl=True)
+    assert stack_bytes(compile_only) == [0] * len(compile_only)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_the_norm_in_the_router_builds_for_sm90_without_spills(
+    compile_only: list, model: str, tokens: int
+) -> None:
+    experts, hidden, _, _, shared = MODELS[model]
+    x = torch.zeros(tokens, hidden, dtype=torch.bfloat16)
+    routing, bias = _routing(model)
+    weight = torch.zeros(experts - shared, hidden)
+    normed_router_topk(x, x, x[0], 1e-6, weight, routing, bias, pdl=True)
     assert stack_bytes(compile_only) == [0] * len(compile_only)
