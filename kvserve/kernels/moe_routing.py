@@ -62,26 +62,31 @@ def softmax_topk_reference(
 
 
 @jit
-def _top_lanes(
-    values, lanes, NUM_LANES: tl.constexpr, TOP_K: tl.constexpr, BLOCK_K: tl.constexpr
-):  # fmt: skip
-    """The lanes ([BLOCK_K] int32, the first TOP_K meaningful) of the TOP_K largest of
-    ``values`` (2-D float32; ``lanes`` their distinct numbers below NUM_LANES), best first and
-    the lowest lane among equal values. Each pick is one int64 maximum over keys holding the
-    value's bits, made order-preserving as a signed integer, in the high half and the reversed
-    lane in the low half (it took a value maximum, an index minimum and, for the grouped
-    scoring, a weight sum: two or three cross-warp reductions)."""
+def _top_keys(values, lanes, NUM_LANES: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The BLOCK_K largest of ``values`` (2-D float32; ``lanes`` their distinct numbers below
+    NUM_LANES) as int64 keys, best first and the lowest lane among equal values: each key the
+    value's bits (made order-preserving as a signed integer) in the high half and the reversed
+    lane in the low half, picked by Triton's bitonic top-k. (Before s67, one key maximum a
+    pick; sm_90 SASS of the top-k kernels at 128 experts, top 8: softmax 34 barriers and 171
+    shuffles, grouped sigmoid 28 and 157; with the bitonic top-k 18 / 103 and 12 / 89.)"""
     bits = values.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # negative floats: magnitude flipped
     keys = (ordered.to(tl.int64) << 32) | (NUM_LANES - 1 - lanes).to(tl.int64)
-    ks = tl.arange(0, BLOCK_K)
-    picked = tl.zeros([BLOCK_K], dtype=tl.int32)
-    for i in tl.static_range(TOP_K):
-        best = tl.max(tl.max(keys, axis=1), axis=0)
-        lane = (NUM_LANES - 1 - (best & 0xFFFFFFFF)).to(tl.int32)
-        picked = tl.where(ks == i, lane, picked)
-        keys = tl.where(lanes == lane, -9223372036854775808, keys)
-    return picked
+    count: tl.constexpr = keys.shape[0] * keys.shape[1]
+    return tl.topk(tl.reshape(keys, (count,)), BLOCK_K)
+
+
+@jit
+def _key_lanes(keys, NUM_LANES: tl.constexpr):
+    """The lanes of ``_top_keys``' keys (int32)."""
+    return (NUM_LANES - 1 - (keys & 0xFFFFFFFF)).to(tl.int32)
+
+
+@jit
+def _key_values(keys):
+    """The float32 values of ``_top_keys``' keys (their high halves, order-preserving bits)."""
+    ordered = (keys >> 32).to(tl.int32)
+    return tl.where(ordered >= 0, ordered, ordered ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
 
 
 @jit
@@ -89,15 +94,26 @@ def _store_top(
     weights_row, ids_row, values, lanes, picked, ids, scale, num_experts,
     RENORMALIZE: tl.constexpr, TOP_K: tl.constexpr, BLOCK_K: tl.constexpr, SHARED: tl.constexpr,
 ):  # fmt: skip
-    """Stores the picked lanes' ``values`` (2-D, as ``_top_lanes``'), times ``scale`` and, with
-    RENORMALIZE, over their sum, and their expert ``ids``: one vector store each; with SHARED
-    the shared expert (id ``num_experts``, weight 1.0) after them."""
+    """Stores the picked lanes' ``values`` (2-D, as ``_top_keys``'), times ``scale`` and, with
+    RENORMALIZE, over their sum, and their expert ``ids`` (``_store_weights_ids``)."""
     hit = lanes[None, :, :] == picked[:, None, None]
     weights = tl.sum(tl.sum(tl.where(hit, values[None, :, :], 0.0), axis=2), axis=1)
     real = tl.arange(0, BLOCK_K) < TOP_K
     if RENORMALIZE:
         scale = scale / (tl.sum(tl.where(real, weights, 0.0), axis=0) + 1e-20)
-    tl.store(weights_row + tl.arange(0, BLOCK_K), weights * scale, mask=real)
+    _store_weights_ids(weights_row, ids_row, weights * scale, ids, num_experts, TOP_K, BLOCK_K,
+                       SHARED)  # fmt: skip
+
+
+@jit
+def _store_weights_ids(
+    weights_row, ids_row, weights, ids, num_experts, TOP_K: tl.constexpr, BLOCK_K: tl.constexpr,
+    SHARED: tl.constexpr,
+):  # fmt: skip
+    """The first TOP_K of ``weights`` and ``ids`` ([BLOCK_K]): one vector store each; with
+    SHARED the shared expert (id ``num_experts``, weight 1.0) after them."""
+    real = tl.arange(0, BLOCK_K) < TOP_K
+    tl.store(weights_row + tl.arange(0, BLOCK_K), weights, mask=real)
     tl.store(ids_row + tl.arange(0, BLOCK_K), ids, mask=real)
     if SHARED:
         tl.store(weights_row + TOP_K, 1.0)
@@ -112,15 +128,21 @@ def softmax_topk_row(
 ):  # fmt: skip
     """One token's softmax top-k: its logits at ``logits_row`` (read from L2: the fused router
     kernel's other programs wrote them), its k weights and ids to the two rows."""
-    cols = tl.arange(0, BLOCK_E)[None, :]  # [1, BLOCK_E]: the 2-D lanes of _top_lanes
+    cols = tl.arange(0, BLOCK_E)[None, :]  # [1, BLOCK_E]: the 2-D lanes of _top_keys
     valid = cols < num_experts
     x = tl.load(logits_row + cols, mask=valid, other=-float("inf"), cache_modifier=".cg")
     x = x.to(tl.float32)
-    p = tl.exp(x - tl.max(x, axis=1)[:, None])
-    p = p / tl.sum(p, axis=1)[:, None]
-    picked = _top_lanes(tl.where(valid, p, -1.0), cols, BLOCK_E, TOP_K, BLOCK_K)
-    _store_top(weights_row, ids_row, p, cols, picked, picked, 1.0, num_experts, RENORMALIZE,
-               TOP_K, BLOCK_K, SHARED)  # fmt: skip
+    # softmax keeps the logits' order: the top logits, best first, are the top probabilities
+    top = _top_keys(x, cols, BLOCK_E, BLOCK_K)
+    top_x = _key_values(top)
+    real = tl.arange(0, BLOCK_K) < TOP_K
+    best = tl.max(top_x, axis=0)
+    e = tl.where(real, tl.exp(top_x - best), 0.0)
+    # RENORMALIZE: the k probabilities over their sum, in which the softmax's sum cancels
+    total = tl.sum(e, axis=0) if RENORMALIZE else tl.sum(tl.sum(tl.exp(x - best), axis=1), axis=0)
+    weights = e / total
+    _store_weights_ids(weights_row, ids_row, weights, _key_lanes(top, BLOCK_E), num_experts,
+                       TOP_K, BLOCK_K, SHARED)  # fmt: skip
 
 
 @jit
@@ -228,7 +250,7 @@ def grouped_sigmoid_topk_row(
             kept = tl.where(group == at, 1, kept)
             group_score = tl.where(group == at, -float("inf"), group_score)
         choice = tl.where(kept[:, None] > 0, choice, -float("inf"))
-    picked = _top_lanes(choice, lane, BLOCK_G * BLOCK_P, TOP_K, BLOCK_K)
+    picked = _key_lanes(_top_keys(choice, lane, BLOCK_G * BLOCK_P, BLOCK_K), BLOCK_G * BLOCK_P)
     ids = (picked // BLOCK_P) * PER_GROUP + picked % BLOCK_P
     _store_top(weights_row, ids_row, scores, lane, picked, ids, scaling, GROUPS * PER_GROUP,
                RENORMALIZE, TOP_K, BLOCK_K, SHARED)  # fmt: skip
