@@ -75,11 +75,6 @@ BALANCED_ENV = "KVSERVE_DECODE_BALANCED"
 _MERGE_MIN_BLOCK = 32  # merge kernels compiled: splits <= 32 share one, and one for 33-64
 # Page tables longer than this split as the longest does (by_length stops at _MAX_SPLITS)
 SPLIT_COUNT_TABLE_TOKENS = _MIN_SPLIT_TOKENS * _MAX_SPLITS
-# Up to this batch the bf16 kernel loads a split's first tile before its dependent-launch wait
-# (FIRST_IN_REGISTERS): at batch 1 and 1K context each split is one tile, so the wait is followed
-# by q's load alone (and the newest token's), not by the page load and then the tile's. Its
-# registers (the tile held across the wait) stay off the larger batches' occupancy.
-FIRST_TILE_BATCH = 4
 
 
 @functools.cache
@@ -168,9 +163,6 @@ def _decode_split_kernel(
     FUSED_MERGE: tl.constexpr,  # the split that arrives last merges (no merge kernel)
     BLOCK_S: tl.constexpr,  # FUSED_MERGE: splits merged at once, >= num_splits
     EARLY_LOADS: tl.constexpr,  # lengths, pages and the first tile's L2 fill before the wait
-    # with EARLY_LOADS: the first tile's keys and values loaded before the wait (the newest
-    # token's again after it), for the few programs of a small batch (FIRST_TILE_BATCH)
-    FIRST_IN_REGISTERS: tl.constexpr,
     LINE: tl.constexpr,  # cache elements in a 128-byte line (at most HEAD_DIM)
     BALANCED: tl.constexpr,  # splits by the batch's tokens (attention_partials.balanced_item)
     BLOCK_B: tl.constexpr,  # BALANCED: >= B
@@ -192,14 +184,7 @@ def _decode_split_kernel(
     if split > 0 and start >= end:
         return  # past the sequence's end: the merge reads only the splits before this one
     table = block_tables_ptr + b.to(tl.int64) * stride_bt
-    first = start
-    if FIRST_IN_REGISTERS:
-        k0, v0, mask0 = _first_tile_early(
-            k_cache_ptr, v_cache_ptr, table, start, end, seq_len, kv_head, stride_cache_page,
-            stride_cache_tok, stride_cache_head, PAGE_SIZE, BLOCK_N, HEAD_DIM, USE_PDL,
-        )  # fmt: skip
-        first = start + BLOCK_N
-    elif EARLY_LOADS:
+    if EARLY_LOADS:
         _first_tile_to_l2(
             k_cache_ptr, v_cache_ptr, table, start, end, kv_head, stride_cache_page,
             stride_cache_tok, stride_cache_head, PAGE_SIZE, BLOCK_N, HEAD_DIM, LINE,
@@ -209,22 +194,29 @@ def _decode_split_kernel(
     q, heads, row_mask = load_group_rows(
         q_ptr, b, kv_head, stride_qb, stride_qh, GROUP, BLOCK_H, HEAD_DIM
     )
+    dims = tl.arange(0, HEAD_DIM)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
-    if FIRST_IN_REGISTERS and start < end:  # (a padding row's split 0 has no token)
-        m_i, l_i, acc = _attend_tile(q, k0, v0, mask0, m_i, l_i, acc, scale_log2, DOT_PRECISION)
-    for n0 in range(first, end, BLOCK_N):
+    for n0 in range(start, end, BLOCK_N):
         toks = n0 + tl.arange(0, BLOCK_N)
         tok_mask = toks < end
-        kv_ptrs = _tile_kv_offsets(
-            table, toks, tok_mask, kv_head, stride_cache_page, stride_cache_tok,
-            stride_cache_head, PAGE_SIZE, HEAD_DIM,
-        )  # fmt: skip
+        page = tl.load(table + toks // PAGE_SIZE, mask=tok_mask, other=0).to(tl.int64)
+        kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok
+        kv_off = kv_off + kv_head * stride_cache_head
+        kv_ptrs = kv_off[:, None] + dims[None, :]  # [BLOCK_N, D]
         k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
         v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
-        m_i, l_i, acc = _attend_tile(q, k, v, tok_mask, m_i, l_i, acc, scale_log2, DOT_PRECISION)
+
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_H, N], unscaled
+        s = tl.where(tok_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)  # finite: every tile has a token
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s * scale_log2 - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
 
     pdl_release(USE_PDL)  # the epilogue's stores are all that is left
     o, lse = normalize_rows(acc, m_i, l_i)  # seq_len 0 (a padding row): split 0 writes zeros
@@ -233,55 +225,6 @@ def _decode_split_kernel(
         heads, row_mask, seq_len, split, split_len, row0, head_stride, split_stride, alone,
         stride_ob, stride_oh, GROUP, HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
     )  # fmt: skip
-
-
-@jit
-def _tile_kv_offsets(
-    table, toks, tok_mask, kv_head, stride_cache_page, stride_cache_tok, stride_cache_head,
-    PAGE_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
-):  # fmt: skip
-    """[BLOCK_N, D] element offsets of tokens ``toks``' keys (or values) of ``kv_head``."""
-    page = tl.load(table + toks // PAGE_SIZE, mask=tok_mask, other=0).to(tl.int64)
-    kv_off = page * stride_cache_page + (toks % PAGE_SIZE) * stride_cache_tok
-    kv_off = kv_off + kv_head * stride_cache_head
-    return kv_off[:, None] + tl.arange(0, HEAD_DIM)[None, :]
-
-
-@jit
-def _attend_tile(q, k, v, tok_mask, m_i, l_i, acc, scale_log2, DOT_PRECISION: tl.constexpr):
-    """One tile of keys and values into the online softmax: (m_i, l_i, acc) after it."""
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_H, N], unscaled
-    s = tl.where(tok_mask[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1) * scale_log2)  # finite: every tile has a token
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s * scale_log2 - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-    return m_new, l_i, acc
-
-
-@jit
-def _first_tile_early(
-    k_cache_ptr, v_cache_ptr, table, start, end, seq_len, kv_head, stride_cache_page,
-    stride_cache_tok, stride_cache_head, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, USE_PDL: tl.constexpr,
-):  # fmt: skip
-    """A split's first tile of keys and values (and its token mask), loaded before the
-    dependent-launch wait: the kernel before stores only the newest token's (the sequence's last,
-    ``_first_tile_to_l2``), which is loaded again after the wait. The wait happens here."""
-    toks = start + tl.arange(0, BLOCK_N)
-    tok_mask = toks < end
-    kv_ptrs = _tile_kv_offsets(
-        table, toks, tok_mask, kv_head, stride_cache_page, stride_cache_tok, stride_cache_head,
-        PAGE_SIZE, HEAD_DIM,
-    )  # fmt: skip
-    k = tl.load(k_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
-    v = tl.load(v_cache_ptr + kv_ptrs, mask=tok_mask[:, None], other=0.0)
-    pdl_wait(USE_PDL)
-    newest = (toks == seq_len - 1)[:, None]
-    k = tl.load(k_cache_ptr + kv_ptrs, mask=newest, other=k)
-    v = tl.load(v_cache_ptr + kv_ptrs, mask=newest, other=v)
-    return k, v, tok_mask
 
 
 @jit
@@ -452,26 +395,19 @@ def launch_variant(
     kernels, so a warm-up that runs every variant leaves no compile to a request."""
     plan = _split_plan(cfg, batch, num_kv_heads, table_tokens, sms)
     args = {k: v for k, v in _plan_args(plan, batch).items() if k != "budget"}
-    small = batch <= FIRST_TILE_BATCH  # the bf16 kernel's FIRST_IN_REGISTERS (with PDL)
-    return plan.splits == 1, plan.fused_merge, small, tuple(sorted(args.items()))
+    return plan.splits == 1, plan.fused_merge, tuple(sorted(args.items()))
 
 
 def _split_kernel(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    kv_scales: KVScales | None,
-    cfg: DecodeConfig,
-    first_in_registers: bool,
+    q: torch.Tensor, kv_cache: torch.Tensor, kv_scales: KVScales | None, cfg: DecodeConfig
 ) -> tuple[Any, dict[str, Any]]:
     """The split kernel for the cache's dtype, with its own arguments: the bf16 kernel's dot
-    precision and whether its first tile is loaded before the wait, or the FP8 kernel's scales
-    and q's terms."""
+    precision, or the FP8 kernel's scales and q's terms."""
     if is_fp8_kv(kv_cache):
         k_scale, v_scale = scale_args(kv_cache, kv_scales)
         own = {"k_scale_ptr": k_scale, "v_scale_ptr": v_scale, "Q_TERMS": cfg.fp8_q_terms}
         return _fp8_decode_split_kernel, own
-    own = {"DOT_PRECISION": _dot_precision(q.dtype), "FIRST_IN_REGISTERS": first_in_registers}
-    return _decode_split_kernel, own
+    return _decode_split_kernel, {"DOT_PRECISION": _dot_precision(q.dtype)}
 
 
 def paged_decode_attention(
@@ -507,8 +443,7 @@ def paged_decode_attention(
     plan_args = _plan_args(plan, batch)
     early = early_loads(pdl)
     k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
-    first_in_registers = early and batch <= FIRST_TILE_BATCH
-    kernel, own_args = _split_kernel(q, kv_cache, kv_scales, cfg, first_in_registers)
+    kernel, own_args = _split_kernel(q, kv_cache, kv_scales, cfg)
     kernel[(batch, num_kv_heads, splits)](
         q_ptr=q,
         k_cache_ptr=k_cache,
