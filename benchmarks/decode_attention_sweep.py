@@ -35,6 +35,9 @@ SMALL_CONFIGS = {
     "s16_fused": DecodeConfig(num_splits=16, fused_merge=True),
     "s8_fused": DecodeConfig(num_splits=8, fused_merge=True),
     "s4_fused": DecodeConfig(num_splits=4, fused_merge=True),
+    # one tile a split (batch 1 up to 4K): no software pipeline, the tile loaded to registers
+    "stages1": DecodeConfig(num_stages=1),
+    "stages2": DecodeConfig(num_stages=2),
     "n128_min256_fused": DecodeConfig(
         block_n=128, num_stages=2, min_split_tokens=256, fused_merge=True,
         fused_merge_max_splits=64,
