@@ -68,7 +68,8 @@ def _top_keys(values, lanes, NUM_LANES: tl.constexpr, BLOCK_K: tl.constexpr):
     value's bits (made order-preserving as a signed integer) in the high half and the reversed
     lane in the low half, picked by Triton's bitonic top-k. (Before s67, one key maximum a
     pick; sm_90 SASS of the top-k kernels at 128 experts, top 8: softmax 34 barriers and 171
-    shuffles, grouped sigmoid 28 and 157; with the bitonic top-k 18 / 103 and 12 / 89.)"""
+    shuffles, grouped sigmoid 28 and 157; with the bitonic top-k 18 / 103 and 12 / 89, and
+    softmax 5 / 50 once its weights came from the keys.)"""
     bits = values.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # negative floats: magnitude flipped
     keys = (ordered.to(tl.int64) << 32) | (NUM_LANES - 1 - lanes).to(tl.int64)
