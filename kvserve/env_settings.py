@@ -74,12 +74,6 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.layers.moe:shared_expert_fusion",
     ),
     EnvSetting(
-        name="KVSERVE_DECODE_ONE_STAGE",
-        default="0",
-        meaning="1 runs bf16-cache decode attention unpipelined at batches up to 4",
-        reader="kvserve.kernels.decode_attention:one_stage_small_batches",
-    ),
-    EnvSetting(
         name="KVSERVE_NORM_ROUTER",
         default="1",
         meaning="0 runs a MoE decode step's post-attention norm apart from its router kernel",

@@ -111,9 +111,9 @@ def test_a_full_batch_is_cut_by_its_tokens_only_where_its_tables_outgrow_a_split
     merge. One split from tables of one 64-token split: nothing to balance, the output direct."""
     cfg = DecodeConfig()
     full = launch_variant(cfg, 128, 8, 8192 * 16, 132)
-    assert full[:2] == (False, True) and ("MEAN_FLOOR", True) in full[3]
+    assert full[:2] == (False, True) and ("MEAN_FLOOR", True) in full[2]
     short = launch_variant(cfg, 128, 8, 64, 132)
-    assert short[0] and ("BALANCED", False) in short[3] and ("BLOCK_B", 32) in short[3]
+    assert short[0] and ("BALANCED", False) in short[2] and ("BLOCK_B", 32) in short[2]
     assert launch_variant(cfg, 3, 8, 64, 132) == launch_variant(cfg, 300, 8, 64, 132)
 
 

@@ -72,11 +72,6 @@ _MIN_SPLIT_TOKENS = 64
 _MAX_SPLITS = 64
 _PROGRAMS_PER_SM = 4
 BALANCED_ENV = "KVSERVE_DECODE_BALANCED"
-ONE_STAGE_ENV = "KVSERVE_DECODE_ONE_STAGE"
-# Up to this batch a bf16 cache's split kernel may run without a software pipeline
-# (ONE_STAGE_ENV): at batch 1 a 1K-4K context gives each split one tile, which the pipeline's
-# asynchronous copies and their waits only delay
-ONE_STAGE_BATCH = 4
 _MERGE_MIN_BLOCK = 32  # merge kernels compiled: splits <= 32 share one, and one for 33-64
 # Page tables longer than this split as the longest does (by_length stops at _MAX_SPLITS)
 SPLIT_COUNT_TABLE_TOKENS = _MIN_SPLIT_TOKENS * _MAX_SPLITS
@@ -87,13 +82,6 @@ def balanced_splits_enabled() -> bool:
     """``KVSERVE_DECODE_BALANCED``: 1 (the default) cuts a batch's splits by its tokens
     (``DecodeConfig.balanced``); 0 splits every sequence alike, from shapes (for A/B runs)."""
     return env_switch(BALANCED_ENV, default=True)
-
-
-@functools.cache
-def one_stage_small_batches() -> bool:
-    """``KVSERVE_DECODE_ONE_STAGE``: 1 runs a bf16 cache's decode split kernel with one stage (no
-    software pipeline) at batches up to ONE_STAGE_BATCH; 0 (the default) with the config's."""
-    return env_switch(ONE_STAGE_ENV, default=False)
 
 
 @dataclass(frozen=True)
@@ -395,14 +383,8 @@ def _plan_args(plan: SplitPlan, batch: int) -> dict[str, int | bool]:
     }
 
 
-def default_decode_config(kv_cache: torch.Tensor, batch: int = 0) -> DecodeConfig:
-    """The FP8 cache's config, or the bf16 one (one stage at small batches where
-    ``one_stage_small_batches``)."""
-    if is_fp8_kv(kv_cache):
-        return FP8_DECODE_CONFIG
-    if 0 < batch <= ONE_STAGE_BATCH and one_stage_small_batches():
-        return DecodeConfig(num_stages=1)
-    return DecodeConfig()
+def default_decode_config(kv_cache: torch.Tensor) -> DecodeConfig:
+    return FP8_DECODE_CONFIG if is_fp8_kv(kv_cache) else DecodeConfig()
 
 
 def launch_variant(
@@ -413,10 +395,7 @@ def launch_variant(
     kernels, so a warm-up that runs every variant leaves no compile to a request."""
     plan = _split_plan(cfg, batch, num_kv_heads, table_tokens, sms)
     args = {k: v for k, v in _plan_args(plan, batch).items() if k != "budget"}
-    stages = cfg.num_stages
-    if 0 < batch <= ONE_STAGE_BATCH and one_stage_small_batches() and cfg == DecodeConfig():
-        stages = 1  # default_decode_config's small batches (the bf16 cache's config)
-    return plan.splits == 1, plan.fused_merge, stages, tuple(sorted(args.items()))
+    return plan.splits == 1, plan.fused_merge, tuple(sorted(args.items()))
 
 
 def _split_kernel(
@@ -444,8 +423,8 @@ def paged_decode_attention(
     pdl: bool = False,
 ) -> torch.Tensor:
     require_triton()
+    cfg = config or default_decode_config(kv_cache)
     batch, num_heads, head_dim = q.shape
-    cfg = config or default_decode_config(kv_cache, batch)
     page_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
     assert kv_cache.shape[4] == head_dim and num_heads % num_kv_heads == 0
     assert head_dim == next_pow2(head_dim), "head_dim must be a power of two"
