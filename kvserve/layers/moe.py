@@ -28,7 +28,7 @@ from kvserve.distributed.collectives import all_reduce
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.distributed.sharding import column_shard, row_shard
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
-from kvserve.layers.moe_router import normed_route, route, routes_with_norm
+from kvserve.layers.moe_router import normed_route, route
 from kvserve.layers.norm import RMSNorm
 from kvserve.quant.moe_method import EXPERT_SHARDS, ExpertMethod, load_rows, projection_rows
 from kvserve.quant.moe_unquantized import UnquantizedExpertMethod
@@ -156,12 +156,13 @@ class SparseMoE(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(self(norm(x + residual)), x + residual)`` with the norm in the router's kernel
         (``moe_router.normed_route``), or None where that path does not take the step."""
-        if not routes_with_norm(x, self.kernels):
-            return None
-        normed, residual, weights, ids = normed_route(
+        routed = normed_route(
             x, residual, norm.weight, norm.eps, self.gate.weight, self.cfg,
             self.gate.e_score_correction_bias, self.kernels, self.shared_expert,
         )  # fmt: skip
+        if routed is None:
+            return None
+        normed, residual, weights, ids = routed
         return self._experts(normed, weights, ids), residual
 
     def _experts(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

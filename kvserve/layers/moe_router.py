@@ -72,7 +72,7 @@ def route(
     """Router logits, then ``select_experts``: (weights [T, k] float32, ids [T, k] int32; k + 1
     columns with ``shared``). On the Triton path decode steps of up to
     ``FUSED_TOPK_MAX_TOKENS`` tokens take one kernel for both (``router_topk``)."""
-    if kernels.triton and 0 < x.shape[0] <= FUSED_TOPK_MAX_TOKENS:
+    if _routed_in_one_launch(x, kernels):
         how = routing(cfg, shared)
         return router_topk(x, router_weight, how, correction_bias, pdl=kernels.pdl)
     if kernels.triton:
@@ -82,10 +82,10 @@ def route(
     return select_experts(logits, cfg, correction_bias, kernels, shared)
 
 
-def routes_with_norm(x: torch.Tensor, kernels: KernelOptions) -> bool:
-    """Whether ``normed_route`` takes this step: the Triton path, 1 to
-    ``FUSED_TOPK_MAX_TOKENS`` tokens."""
-    return kernels.triton and 0 < x.shape[0] <= FUSED_TOPK_MAX_TOKENS and norm_router_enabled()
+def _routed_in_one_launch(x: torch.Tensor, kernels: KernelOptions) -> bool:
+    """A decode step on the Triton path (1 to ``FUSED_TOPK_MAX_TOKENS`` tokens, read at call
+    time): its logits and top-k come from one kernel."""
+    return kernels.triton and 0 < x.shape[0] <= FUSED_TOPK_MAX_TOKENS
 
 
 def normed_route(
@@ -98,9 +98,12 @@ def normed_route(
     correction_bias: torch.Tensor | None,
     kernels: KernelOptions,
     shared: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(norm(x + residual), x + residual, weights, ids)`` of a step ``routes_with_norm``
-    takes, in one launch: what ``fused_add_rms_norm`` then ``route`` give."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """``(norm(x + residual), x + residual, weights, ids)`` in one launch, what
+    ``fused_add_rms_norm`` then ``route`` give, for a step ``route`` takes in one kernel; None
+    for the others, and with ``KVSERVE_NORM_ROUTER=0``."""
+    if not (_routed_in_one_launch(x, kernels) and norm_router_enabled()):
+        return None
     how = routing(cfg, shared)
     return normed_router_topk(
         x, residual, norm_weight, eps, router_weight, how, correction_bias, pdl=kernels.pdl
