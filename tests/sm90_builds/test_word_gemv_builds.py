@@ -110,3 +110,34 @@ def test_the_experts_gemv_builds_for_sm90_without_spills(
         moe_gemv(x, weight, (scales, None), {}, 8, route, token_sum, pdl=True,
                  fp8_block_rows=128, gated=gate_up)  # fmt: skip
     assert stack_bytes(compile_only) == [0] * len(compile_only)
+
+
+@pytest.mark.parametrize("kind", ["fp8-channel", "nvfp4"])
+@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
+def test_the_gemv_asks_l2_for_its_slice_before_the_wait_when_set(
+    compile_only: list, monkeypatch: pytest.MonkeyPatch, kind: str, gated: bool
+) -> None:
+    """``KVSERVE_GEMV_L2_KIB`` puts one bulk L2 request a row (two with FP4's scales) ahead of
+    the dependent-launch wait, and ``KVSERVE_GEMV_EARLY_RELEASE`` the launch of the next kernel;
+    unset, neither is there."""
+    from kvserve.kernels.word_gemv import gemv_early_release, gemv_l2_kib
+
+    x = torch.zeros(1, K, dtype=torch.bfloat16)
+    for on in (False, True):
+        monkeypatch.setenv("KVSERVE_GEMV_L2_KIB", "64" if on else "0")
+        monkeypatch.setenv("KVSERVE_GEMV_EARLY_RELEASE", "1" if on else "0")
+        gemv_l2_kib.cache_clear()
+        gemv_early_release.cache_clear()
+        _dense(kind, x, gated, split_k=1)
+        ptx = compile_only[-1].asm["ptx"]
+        body = ptx[ptx.index(".entry") :]
+        asks = body.count("cp.async.bulk.prefetch.L2.global")
+        assert asks == ((2 if kind == "nvfp4" else 1) if on else 0)
+        wait = body.index("griddepcontrol.wait")
+        released_first = body.index("griddepcontrol.launch_dependents") < wait
+        assert released_first == on
+        if on:
+            assert body.index("cp.async.bulk.prefetch") < wait
+    assert stack_bytes(compile_only) == [0] * len(compile_only)
+    gemv_l2_kib.cache_clear()
+    gemv_early_release.cache_clear()
