@@ -181,8 +181,9 @@ def _word_gemv_kernel(
     # W is a gate/up stack [2I, K] (N = 2I): a program's first BLOCK_N / 2 rows are gate rows,
     # the rest the up rows of the same outputs; out [M, I] = silu(gate) * up (``_gated_rows``)
     GATED: tl.constexpr = False,
-    # with USE_PDL: words of each of the program's W rows (and their FP4 scales) asked of L2
-    # before the wait, by ``L2_LANES`` lanes of one bulk request a row (``_slice_to_l2``); 0 none
+    # words of each of the program's W rows (and their FP4 scales) asked of L2 by ``L2_LANES``
+    # lanes, one bulk request a row (``_slice_to_l2``): dense with USE_PDL before the wait, MOE
+    # once its slot's expert is known; 0 none
     L2_WORDS: tl.constexpr = 0,
     L2_LANES: tl.constexpr = 128,
     EARLY_RELEASE: tl.constexpr = False,  # with USE_PDL: let the next kernel launch before the wait
@@ -199,6 +200,9 @@ def _word_gemv_kernel(
             x_ptr, w_ptr, s_ptr, rs_ptr, out_ptr, slot_expert_ptr, pid_s, stride_xm, stride_we,
             stride_se, stride_rse, stride_om, USE_PDL, A_PER_TOKEN, TOP_K, SUM_TOKENS,
         )  # fmt: skip
+        if L2_WORDS:  # the slot's expert is known only now, past the wait
+            _slice_to_l2(w_ptr, s_ptr, pid_n, 0, words, N, stride_wn, stride_sn, L2_WORDS,
+                         BLOCK_N, FP4, WORDS_PER_GROUP, GATED, L2_LANES)  # fmt: skip
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rw = tl.arange(0, BLOCK_W)
     w_start = pid_k * words_per_split
@@ -541,7 +545,7 @@ def launch_word_gemv(
     if packed and (x.data_ptr() % 16 or x.stride(0) * x.element_size() % 16):
         x = x.clone(memory_format=torch.contiguous_format)  # x is read 16 bytes at a time
     w_words = weight_bytes.view(torch.int32)
-    ahead = _ahead_of_the_wait(cfg, pdl and moe is None, w_words, scales if fp4 else None)
+    ahead = _ahead_of_the_wait(cfg, pdl, moe is not None, w_words, scales if fp4 else None)
     _word_gemv_kernel[(n_tiles, splits, slots)](
         x, w_words, scales,
         row_scale if row_scale is not None else out, bias if bias is not None else out,
@@ -568,25 +572,32 @@ def launch_word_gemv(
 
 
 def _ahead_of_the_wait(
-    cfg: GemvConfig, dependent: bool, w_words: torch.Tensor, fp4_scales: torch.Tensor | None
+    cfg: GemvConfig,
+    pdl: bool,
+    moe: bool,
+    w_words: torch.Tensor,
+    fp4_scales: torch.Tensor | None,
 ) -> dict[str, int | bool]:
-    """The kernel's work before a dense launch's dependent-launch wait beyond its first step's
-    loads (``KVSERVE_GEMV_L2_KIB``, ``KVSERVE_GEMV_EARLY_RELEASE``)."""
-    if not dependent or interpreting():
+    """What a launch asks of L2 at its start (``KVSERVE_GEMV_L2_KIB``: a dense launch before
+    its dependent-launch wait, an experts' launch once it knows its slot's expert), and
+    whether a dense one releases the next kernel before its wait
+    (``KVSERVE_GEMV_EARLY_RELEASE``)."""
+    if interpreting() or not (pdl or moe):
         return {}
-    kib = gemv_l2_kib()
     aligned = all(t is None or t.data_ptr() % 16 == 0 for t in (w_words, fp4_scales))
-    words = kib * 1024 // (4 * cfg.block_n) if aligned else 0
+    words = gemv_l2_kib() * 1024 // (4 * cfg.block_n) if aligned else 0
     lanes = max(cfg.block_n, 32 * cfg.num_warps)
-    return {"L2_WORDS": words, "L2_LANES": lanes, "EARLY_RELEASE": gemv_early_release()}
+    early = pdl and not moe and gemv_early_release()
+    return {"L2_WORDS": words, "L2_LANES": lanes, "EARLY_RELEASE": early}
 
 
 @functools.cache
 def gemv_l2_kib() -> int:
-    """``KVSERVE_GEMV_L2_KIB``: KiB of its W slice (with FP4's block scales) a dense GEMV
-    program launched dependently asks of L2 before its wait, after its first step's loads (the
-    weights never change while serving), so the reads of a slice's later steps overlap the
-    kernel before; 0 (the default) asks for none."""
+    """``KVSERVE_GEMV_L2_KIB``: KiB of its W slice (with FP4's block scales) a GEMV program
+    asks of L2 at its start, one bulk request a row: a dense one launched dependently before
+    its wait, after its first step's loads (the weights never change while serving), so the
+    reads of its later steps overlap the kernel before; an experts' one once past the wait that
+    names its expert, so its whole slice is in flight at once; 0 (the default) none."""
     return env_count(L2_KIB_ENV, 0, 4096, "KiB")
 
 

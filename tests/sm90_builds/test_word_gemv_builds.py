@@ -87,6 +87,12 @@ def test_the_experts_gemv_builds_for_sm90_without_spills(
 ) -> None:
     """A decode step's experts: the gate/up GEMM (x row per token, gated) and the down GEMM of
     one slot per row, router-weighted, each token's rows summed in the epilogue."""
+    _experts(kind, gemm)
+    assert stack_bytes(compile_only) == [0] * len(compile_only)
+
+
+def _experts(kind: str, gemm: str) -> None:
+    """One launch of ``kind``'s experts GEMV as a decode step runs ``gemm``."""
     experts, tokens, top_k = 8, 2, 4
     inter, hidden = 256, 512
     gate_up = gemm == "gate-up"
@@ -109,7 +115,6 @@ def test_the_experts_gemv_builds_for_sm90_without_spills(
         scales = torch.ones(experts, n // 128, k // 128)
         moe_gemv(x, weight, (scales, None), {}, 8, route, token_sum, pdl=True,
                  fp8_block_rows=128, gated=gate_up)  # fmt: skip
-    assert stack_bytes(compile_only) == [0] * len(compile_only)
 
 
 @pytest.mark.parametrize("kind", ["fp8-channel", "nvfp4"])
@@ -141,3 +146,25 @@ def test_the_gemv_asks_l2_for_its_slice_before_the_wait_when_set(
     assert stack_bytes(compile_only) == [0] * len(compile_only)
     gemv_l2_kib.cache_clear()
     gemv_early_release.cache_clear()
+
+
+@pytest.mark.parametrize("kind", ["bf16", "nvfp4"])
+def test_the_experts_gemv_asks_l2_for_its_slice_past_the_wait_when_set(
+    compile_only: list, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """An experts' launch knows its slot's expert only past the wait: its bulk L2 requests
+    come after it, and it releases the next kernel where it did."""
+    from kvserve.kernels.word_gemv import gemv_l2_kib
+
+    monkeypatch.setenv("KVSERVE_GEMV_L2_KIB", "64")
+    gemv_l2_kib.cache_clear()
+    _experts(kind, "down-summed")
+    gemv_l2_kib.cache_clear()
+    ptx = compile_only[-1].asm["ptx"]
+    body = ptx[ptx.index(".entry") :]
+    asks = body.count("cp.async.bulk.prefetch.L2.global")
+    assert asks == (2 if kind == "nvfp4" else 1)
+    wait = body.index("griddepcontrol.wait")
+    assert wait < body.index("griddepcontrol.launch_dependents")
+    assert wait < body.index("cp.async.bulk.prefetch")
+    assert stack_bytes(compile_only) == [0] * len(compile_only)
