@@ -92,6 +92,12 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels.word_gemv:gemv_l2_kib",
     ),
     EnvSetting(
+        name="KVSERVE_GEMV_L2_ROLL",
+        default="0",
+        meaning="1 has each K step of a GEMV keep KVSERVE_GEMV_L2_KIB of its rows asked of L2",
+        reader="kvserve.kernels.word_gemv:gemv_l2_roll",
+    ),
+    EnvSetting(
         name="KVSERVE_GEMV_EARLY_RELEASE",
         default="0",
         meaning="1 lets the kernel after a dense GEMV launch before the GEMV's own wait",

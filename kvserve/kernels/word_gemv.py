@@ -95,6 +95,7 @@ from kvserve.kernels.word_decode import (
 GEMV_ROWS = 4  # the most rows the GEMV takes
 GATED_GEMV_ENV = "KVSERVE_GATED_GEMV"
 L2_KIB_ENV = "KVSERVE_GEMV_L2_KIB"
+L2_ROLL_ENV = "KVSERVE_GEMV_L2_ROLL"
 EARLY_RELEASE_ENV = "KVSERVE_GEMV_EARLY_RELEASE"
 FP8_PER_WORD = 4
 FP4_PER_WORD = 8
@@ -186,6 +187,7 @@ def _word_gemv_kernel(
     # once its slot's expert is known; 0 none
     L2_WORDS: tl.constexpr = 0,
     L2_LANES: tl.constexpr = 128,
+    L2_ROLL: tl.constexpr = False,  # and each K step asks for the step L2_WORDS ahead
     EARLY_RELEASE: tl.constexpr = False,  # with USE_PDL: let the next kernel launch before the wait
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
@@ -200,13 +202,13 @@ def _word_gemv_kernel(
             x_ptr, w_ptr, s_ptr, rs_ptr, out_ptr, slot_expert_ptr, pid_s, stride_xm, stride_we,
             stride_se, stride_rse, stride_om, USE_PDL, A_PER_TOKEN, TOP_K, SUM_TOKENS,
         )  # fmt: skip
-        if L2_WORDS:  # the slot's expert is known only now, past the wait
-            _slice_to_l2(w_ptr, s_ptr, pid_n, 0, words, N, stride_wn, stride_sn, L2_WORDS,
-                         BLOCK_N, FP4, WORDS_PER_GROUP, GATED, L2_LANES)  # fmt: skip
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rw = tl.arange(0, BLOCK_W)
     w_start = pid_k * words_per_split
     w_end = tl.minimum(w_start + words_per_split, words)
+    if MOE and L2_WORDS:  # the slot's expert is known only now, past the wait
+        _rows_to_l2(w_ptr, s_ptr, pid_n, w_start, w_start + L2_WORDS, w_end, N, stride_wn,
+                    stride_sn, BLOCK_N, FP4, WORDS_PER_GROUP, GATED, L2_LANES)  # fmt: skip
     rows = (rn % N).to(tl.int64)[:, None]
     if GATED:
         rows = _gated_rows(pid_n, N // 2, BLOCK_N)
@@ -234,8 +236,8 @@ def _word_gemv_kernel(
         # Weights and scales never change, so a dependent launch issues their first step's
         # loads while the kernel before still runs; x (and the split-K workspace) only after.
         if USE_PDL and L2_WORDS:
-            _slice_to_l2(w_ptr, s_ptr, pid_n, w_start, w_end, N, stride_wn, stride_sn, L2_WORDS,
-                         BLOCK_N, FP4, WORDS_PER_GROUP, GATED, L2_LANES)  # fmt: skip
+            _rows_to_l2(w_ptr, s_ptr, pid_n, w_start, w_start + L2_WORDS, w_end, N, stride_wn,
+                        stride_sn, BLOCK_N, FP4, WORDS_PER_GROUP, GATED, L2_LANES)  # fmt: skip
         if EARLY_RELEASE:
             pdl_release(USE_PDL)
         pdl_wait(USE_PDL)
@@ -245,6 +247,10 @@ def _word_gemv_kernel(
         x_ptr, stride_xm, M, w_start, w_end, PACKED and not FP4, ROWS, X_CHUNK
     )
     for w0 in range(w_start, w_end, BLOCK_W):
+        if L2_ROLL:  # keep L2_WORDS of each row asked for ahead of the step
+            ahead = w0 + L2_WORDS
+            _rows_to_l2(w_ptr, s_ptr, pid_n, ahead, ahead + BLOCK_W, w_end, N, stride_wn,
+                        stride_sn, BLOCK_N, FP4, WORDS_PER_GROUP, GATED, L2_LANES)  # fmt: skip
         in_k_next = w0 + BLOCK_W + rw < w_end
         q_next = tl.load(w_ptrs + BLOCK_W, mask=in_k_next[None, :], other=0)
         scale = 1.0
@@ -373,14 +379,14 @@ def _row_tile(acc0, acc1, acc2, acc3, xf0, xf1, xf2, xf3, ROWS: tl.constexpr):
 
 
 @jit
-def _slice_to_l2(
-    w_ptr, s_ptr, pid_n, w_start, w_end, N, stride_wn, stride_sn, L2_WORDS: tl.constexpr,
-    BLOCK_N: tl.constexpr, FP4: tl.constexpr, WORDS_PER_GROUP: tl.constexpr,
-    GATED: tl.constexpr, L2_LANES: tl.constexpr,
+def _rows_to_l2(
+    w_ptr, s_ptr, pid_n, w_from, w_to, w_end, N, stride_wn, stride_sn, BLOCK_N: tl.constexpr,
+    FP4: tl.constexpr, WORDS_PER_GROUP: tl.constexpr, GATED: tl.constexpr,
+    L2_LANES: tl.constexpr,
 ):  # fmt: skip
-    """Ask L2 for the first ``L2_WORDS`` words of each of the program's rows in its K range,
-    and for FP4 their block scales: one bulk request a row, lane i asking for row i
-    (``L2_LANES`` >= the threads and >= BLOCK_N, so no two threads ask for one row)."""
+    """Ask L2 for words [w_from, min(w_to, w_end)) of each of the program's W rows, and for FP4
+    their block scales: one bulk request a row, lane i asking for row i (``L2_LANES`` >= the
+    threads and >= BLOCK_N, so no two threads ask for one row)."""
     i = tl.arange(0, L2_LANES)
     if GATED:  # the rows of ``_gated_rows``, unwrapped
         out_row = pid_n * (BLOCK_N // 2) + i % (BLOCK_N // 2)
@@ -390,11 +396,11 @@ def _slice_to_l2(
         row = pid_n * BLOCK_N + i
         ask = (i < BLOCK_N) & (row < N)
     row = row.to(tl.int64)
-    words = tl.minimum(w_end - w_start, L2_WORDS)
+    words = tl.maximum(tl.minimum(w_to, w_end) - w_from, 0)
     w_bytes = w_ptr.to(tl.pointer_type(tl.int8))
-    prefetch_range_l2(w_bytes + (row * stride_wn + w_start) * 4, words * 4 + 0 * i, ask)
+    prefetch_range_l2(w_bytes + (row * stride_wn + w_from) * 4, words * 4 + 0 * i, ask)
     if FP4:  # a scale byte per group
-        first = row * stride_sn + w_start // WORDS_PER_GROUP
+        first = row * stride_sn + w_from // WORDS_PER_GROUP
         prefetch_range_l2(s_ptr + first, words // WORDS_PER_GROUP + 0 * i, ask)
 
 
@@ -588,7 +594,8 @@ def _ahead_of_the_wait(
     words = gemv_l2_kib() * 1024 // (4 * cfg.block_n) if aligned else 0
     lanes = max(cfg.block_n, 32 * cfg.num_warps)
     early = pdl and not moe and gemv_early_release()
-    return {"L2_WORDS": words, "L2_LANES": lanes, "EARLY_RELEASE": early}
+    roll = words > 0 and gemv_l2_roll()
+    return {"L2_WORDS": words, "L2_LANES": lanes, "L2_ROLL": roll, "EARLY_RELEASE": early}
 
 
 @functools.cache
@@ -599,6 +606,14 @@ def gemv_l2_kib() -> int:
     reads of its later steps overlap the kernel before; an experts' one once past the wait that
     names its expert, so its whole slice is in flight at once; 0 (the default) none."""
     return env_count(L2_KIB_ENV, 0, 4096, "KiB")
+
+
+@functools.cache
+def gemv_l2_roll() -> bool:
+    """``KVSERVE_GEMV_L2_ROLL``: 1 has each K step of a GEMV program that asked L2 for the
+    first ``KVSERVE_GEMV_L2_KIB`` of its slice ask for one step more, so that much of each row
+    stays asked for ahead of its loads; 0 (the default) asks only at the start."""
+    return env_switch(L2_ROLL_ENV, default=False)
 
 
 @functools.cache

@@ -123,29 +123,33 @@ def test_the_gemv_asks_l2_for_its_slice_before_the_wait_when_set(
     compile_only: list, monkeypatch: pytest.MonkeyPatch, kind: str, gated: bool
 ) -> None:
     """``KVSERVE_GEMV_L2_KIB`` puts one bulk L2 request a row (two with FP4's scales) ahead of
-    the dependent-launch wait, and ``KVSERVE_GEMV_EARLY_RELEASE`` the launch of the next kernel;
-    unset, neither is there."""
-    from kvserve.kernels.word_gemv import gemv_early_release, gemv_l2_kib
-
+    the dependent-launch wait, ``KVSERVE_GEMV_L2_ROLL`` as many in the K loop, and
+    ``KVSERVE_GEMV_EARLY_RELEASE`` the launch of the next kernel; unset, none is there."""
+    settings = ("KVSERVE_GEMV_L2_KIB", "KVSERVE_GEMV_L2_ROLL", "KVSERVE_GEMV_EARLY_RELEASE")
     x = torch.zeros(1, K, dtype=torch.bfloat16)
     for on in (False, True):
-        monkeypatch.setenv("KVSERVE_GEMV_L2_KIB", "64" if on else "0")
-        monkeypatch.setenv("KVSERVE_GEMV_EARLY_RELEASE", "1" if on else "0")
-        gemv_l2_kib.cache_clear()
-        gemv_early_release.cache_clear()
+        for name in settings:
+            monkeypatch.setenv(name, ("64" if "KIB" in name else "1") if on else "0")
+        _clear_setting_caches()
         _dense(kind, x, gated, split_k=1)
         ptx = compile_only[-1].asm["ptx"]
         body = ptx[ptx.index(".entry") :]
         asks = body.count("cp.async.bulk.prefetch.L2.global")
-        assert asks == ((2 if kind == "nvfp4" else 1) if on else 0)
+        assert asks == ((4 if kind == "nvfp4" else 2) if on else 0)
         wait = body.index("griddepcontrol.wait")
         released_first = body.index("griddepcontrol.launch_dependents") < wait
         assert released_first == on
         if on:
             assert body.index("cp.async.bulk.prefetch") < wait
     assert stack_bytes(compile_only) == [0] * len(compile_only)
-    gemv_l2_kib.cache_clear()
-    gemv_early_release.cache_clear()
+    _clear_setting_caches()
+
+
+def _clear_setting_caches() -> None:
+    from kvserve.kernels.word_gemv import gemv_early_release, gemv_l2_kib, gemv_l2_roll
+
+    for reader in (gemv_l2_kib, gemv_l2_roll, gemv_early_release):
+        reader.cache_clear()
 
 
 @pytest.mark.parametrize("kind", ["bf16", "nvfp4"])
@@ -154,12 +158,10 @@ def test_the_experts_gemv_asks_l2_for_its_slice_past_the_wait_when_set(
 ) -> None:
     """An experts' launch knows its slot's expert only past the wait: its bulk L2 requests
     come after it, and it releases the next kernel where it did."""
-    from kvserve.kernels.word_gemv import gemv_l2_kib
-
     monkeypatch.setenv("KVSERVE_GEMV_L2_KIB", "64")
-    gemv_l2_kib.cache_clear()
+    _clear_setting_caches()
     _experts(kind, "down-summed")
-    gemv_l2_kib.cache_clear()
+    _clear_setting_caches()
     ptx = compile_only[-1].asm["ptx"]
     body = ptx[ptx.index(".entry") :]
     asks = body.count("cp.async.bulk.prefetch.L2.global")
