@@ -159,6 +159,7 @@ def test_the_experts_gemv_asks_l2_for_its_slice_past_the_wait_when_set(
     """An experts' launch knows its slot's expert only past the wait: its bulk L2 requests
     come after it, and it releases the next kernel where it did."""
     monkeypatch.setenv("KVSERVE_GEMV_L2_KIB", "64")
+    monkeypatch.setenv("KVSERVE_GEMV_L2_ROLL", "0")
     _clear_setting_caches()
     _experts(kind, "down-summed")
     _clear_setting_caches()
