@@ -44,15 +44,6 @@ def env_switch(name: str, default: bool) -> bool:
     return value == "1"
 
 
-def env_count(name: str, default: int, limit: int, unit: str) -> int:
-    """A whole number from 0 to ``limit`` (of ``unit``) set by environment variable ``name``
-    (``default`` when it is unset); any other value is refused with one line."""
-    value = os.environ.get(name, str(default))
-    if not value.isdigit() or int(value) > limit:
-        raise ConfigError(f"{name}={value!r}: expected a count of {unit} from 0 to {limit}")
-    return int(value)
-
-
 @dataclass(frozen=True)
 class MoEConfig:
     """Mixture-of-experts feed-forward: which layers are sparse and how tokens are routed."""

@@ -86,24 +86,6 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels.word_gemv:gated_gemv_enabled",
     ),
     EnvSetting(
-        name="KVSERVE_GEMV_L2_KIB",
-        default="0",
-        meaning="KiB of its weights a GEMV program asks of L2 before its dependent-launch wait",
-        reader="kvserve.kernels.word_gemv:gemv_l2_kib",
-    ),
-    EnvSetting(
-        name="KVSERVE_GEMV_L2_ROLL",
-        default="0",
-        meaning="1 has each K step of a GEMV keep KVSERVE_GEMV_L2_KIB of its rows asked of L2",
-        reader="kvserve.kernels.word_gemv:gemv_l2_roll",
-    ),
-    EnvSetting(
-        name="KVSERVE_GEMV_EARLY_RELEASE",
-        default="0",
-        meaning="1 lets the kernel after a dense GEMV launch before the GEMV's own wait",
-        reader="kvserve.kernels.word_gemv:gemv_early_release",
-    ),
-    EnvSetting(
         name="KVSERVE_FP4_MOE_GEMV",
         default="1",
         meaning="0 runs FP4 experts' decode steps on the grouped MMA kernel",

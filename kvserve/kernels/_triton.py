@@ -131,29 +131,6 @@ def pdl_release(USE_PDL: tl.constexpr):
 
 
 @jit
-def prefetch_range_l2(start_ptrs, nbytes, mask):
-    """Ask L2 for ``nbytes`` bytes from each of ``start_ptrs`` where ``mask`` holds, with one
-    bulk request each (``cp.async.bulk.prefetch.L2``, sm_90+; no registers held, coherent as
-    ``prefetch_l2``). The range is taken at 16 bytes, as the instruction asks: both ends are
-    rounded down to a multiple of 16, so ``start_ptrs`` must lie at least as far past a 16-byte
-    boundary as their allocation does. GPU only."""
-    tl.inline_asm_elementwise(
-        asm="""{ .reg .pred p, q; .reg .b64 lo, hi; .reg .b32 n;
-        and.b64 lo, $1, 0xFFFFFFFFFFFFFFF0;
-        cvt.u64.u32 hi, $2; add.s64 hi, $1, hi; and.b64 hi, hi, 0xFFFFFFFFFFFFFFF0;
-        sub.s64 hi, hi, lo; cvt.u32.u64 n, hi;
-        setp.ne.b32 p, $3, 0; setp.ne.b32 q, n, 0; and.pred p, p, q;
-        @p cp.async.bulk.prefetch.L2.global [lo], n;
-        mov.u32 $0, 0; }""",
-        constraints="=r,l,r,r",
-        args=[start_ptrs, nbytes.to(tl.int32), mask.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
-@jit
 def prefetch_l2(ptrs, mask):
     """Ask L2 for the 128-byte lines at ``ptrs`` where ``mask`` holds (``prefetch.global.L2``:
     no registers, and L2 stays coherent with other SMs' stores, unlike L1). GPU only."""

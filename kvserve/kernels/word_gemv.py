@@ -58,7 +58,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kvserve.config import env_count, env_switch
+from kvserve.config import env_switch
 from kvserve.kernels._triton import (
     interpreting,
     jit,
@@ -66,7 +66,6 @@ from kvserve.kernels._triton import (
     next_pow2,
     pdl_release,
     pdl_wait,
-    prefetch_range_l2,
     require_triton,
     sm_count,
     tl,
@@ -94,9 +93,6 @@ from kvserve.kernels.word_decode import (
 
 GEMV_ROWS = 4  # the most rows the GEMV takes
 GATED_GEMV_ENV = "KVSERVE_GATED_GEMV"
-L2_KIB_ENV = "KVSERVE_GEMV_L2_KIB"
-L2_ROLL_ENV = "KVSERVE_GEMV_L2_ROLL"
-EARLY_RELEASE_ENV = "KVSERVE_GEMV_EARLY_RELEASE"
 FP8_PER_WORD = 4
 FP4_PER_WORD = 8
 
@@ -182,13 +178,6 @@ def _word_gemv_kernel(
     # W is a gate/up stack [2I, K] (N = 2I): a program's first BLOCK_N / 2 rows are gate rows,
     # the rest the up rows of the same outputs; out [M, I] = silu(gate) * up (``_gated_rows``)
     GATED: tl.constexpr = False,
-    # words of each of the program's W rows (and their FP4 scales) asked of L2 by ``L2_LANES``
-    # lanes, one bulk request a row (``_slice_to_l2``): dense with USE_PDL before the wait, MOE
-    # once its slot's expert is known; 0 none
-    L2_WORDS: tl.constexpr = 0,
-    L2_LANES: tl.constexpr = 128,
-    L2_ROLL: tl.constexpr = False,  # and each K step asks for the step L2_WORDS ahead
-    EARLY_RELEASE: tl.constexpr = False,  # with USE_PDL: let the next kernel launch before the wait
 ):
     WORDS_PER_GROUP: tl.constexpr = GROUP // 8
     # FP8 PACKED: one partial sum per word pair
@@ -206,9 +195,6 @@ def _word_gemv_kernel(
     rw = tl.arange(0, BLOCK_W)
     w_start = pid_k * words_per_split
     w_end = tl.minimum(w_start + words_per_split, words)
-    if MOE and L2_WORDS:  # the slot's expert is known only now, past the wait
-        _rows_to_l2(w_ptr, s_ptr, pid_n, w_start, w_start + L2_WORDS, w_end, N, stride_wn,
-                    stride_sn, BLOCK_N, FP4, WORDS_PER_GROUP, GATED, L2_LANES)  # fmt: skip
     rows = (rn % N).to(tl.int64)[:, None]
     if GATED:
         rows = _gated_rows(pid_n, N // 2, BLOCK_N)
@@ -235,22 +221,12 @@ def _word_gemv_kernel(
     if not MOE:
         # Weights and scales never change, so a dependent launch issues their first step's
         # loads while the kernel before still runs; x (and the split-K workspace) only after.
-        if USE_PDL and L2_WORDS:
-            _rows_to_l2(w_ptr, s_ptr, pid_n, w_start, w_start + L2_WORDS, w_end, N, stride_wn,
-                        stride_sn, BLOCK_N, FP4, WORDS_PER_GROUP, GATED, L2_LANES)  # fmt: skip
-        if EARLY_RELEASE:
-            pdl_release(USE_PDL)
         pdl_wait(USE_PDL)
-        if not EARLY_RELEASE:
-            pdl_release(USE_PDL)
+        pdl_release(USE_PDL)
     xf0, xf1, xf2, xf3 = _x_factors(
         x_ptr, stride_xm, M, w_start, w_end, PACKED and not FP4, ROWS, X_CHUNK
     )
     for w0 in range(w_start, w_end, BLOCK_W):
-        if L2_ROLL:  # keep L2_WORDS of each row asked for ahead of the step
-            ahead = w0 + L2_WORDS
-            _rows_to_l2(w_ptr, s_ptr, pid_n, ahead, ahead + BLOCK_W, w_end, N, stride_wn,
-                        stride_sn, BLOCK_N, FP4, WORDS_PER_GROUP, GATED, L2_LANES)  # fmt: skip
         in_k_next = w0 + BLOCK_W + rw < w_end
         q_next = tl.load(w_ptrs + BLOCK_W, mask=in_k_next[None, :], other=0)
         scale = 1.0
@@ -376,32 +352,6 @@ def _row_tile(acc0, acc1, acc2, acc3, xf0, xf1, xf2, xf3, ROWS: tl.constexpr):
         tile += tl.where(cols == 2, (tl.sum(acc2, axis=1) / xf2)[:, None], 0.0)
         tile += tl.where(cols == 3, (tl.sum(acc3, axis=1) / xf3)[:, None], 0.0)
     return tile
-
-
-@jit
-def _rows_to_l2(
-    w_ptr, s_ptr, pid_n, w_from, w_to, w_end, N, stride_wn, stride_sn, BLOCK_N: tl.constexpr,
-    FP4: tl.constexpr, WORDS_PER_GROUP: tl.constexpr, GATED: tl.constexpr,
-    L2_LANES: tl.constexpr,
-):  # fmt: skip
-    """Ask L2 for words [w_from, min(w_to, w_end)) of each of the program's W rows, and for FP4
-    their block scales: one bulk request a row, lane i asking for row i (``L2_LANES`` >= the
-    threads and >= BLOCK_N, so no two threads ask for one row)."""
-    i = tl.arange(0, L2_LANES)
-    if GATED:  # the rows of ``_gated_rows``, unwrapped
-        out_row = pid_n * (BLOCK_N // 2) + i % (BLOCK_N // 2)
-        row = out_row + (i >= BLOCK_N // 2) * (N // 2)
-        ask = (i < BLOCK_N) & (out_row < N // 2)
-    else:
-        row = pid_n * BLOCK_N + i
-        ask = (i < BLOCK_N) & (row < N)
-    row = row.to(tl.int64)
-    words = tl.maximum(tl.minimum(w_to, w_end) - w_from, 0)
-    w_bytes = w_ptr.to(tl.pointer_type(tl.int8))
-    prefetch_range_l2(w_bytes + (row * stride_wn + w_from) * 4, words * 4 + 0 * i, ask)
-    if FP4:  # a scale byte per group
-        first = row * stride_sn + w_from // WORDS_PER_GROUP
-        prefetch_range_l2(s_ptr + first, words // WORDS_PER_GROUP + 0 * i, ask)
 
 
 @jit
@@ -551,7 +501,6 @@ def launch_word_gemv(
     if packed and (x.data_ptr() % 16 or x.stride(0) * x.element_size() % 16):
         x = x.clone(memory_format=torch.contiguous_format)  # x is read 16 bytes at a time
     w_words = weight_bytes.view(torch.int32)
-    ahead = _ahead_of_the_wait(cfg, pdl, moe is not None, w_words, scales if fp4 else None)
     _word_gemv_kernel[(n_tiles, splits, slots)](
         x, w_words, scales,
         row_scale if row_scale is not None else out, bias if bias is not None else out,
@@ -571,57 +520,10 @@ def launch_word_gemv(
         TOP_K=1 if moe is None else moe.top_k,
         SUM_TOKENS=moe.token_sum.sum_mode if summing else 0,
         FP8_BLOCK=fp8_block_rows, X_CHUNK=x_chunk if packed and not fp4 else 0, W16=half_weights,
-        GATED=gated, **ahead,
+        GATED=gated,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **launch_options(pdl), **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}),
     )  # fmt: skip
-
-
-def _ahead_of_the_wait(
-    cfg: GemvConfig,
-    pdl: bool,
-    moe: bool,
-    w_words: torch.Tensor,
-    fp4_scales: torch.Tensor | None,
-) -> dict[str, int | bool]:
-    """What a launch asks of L2 at its start (``KVSERVE_GEMV_L2_KIB``: a dense launch before
-    its dependent-launch wait, an experts' launch once it knows its slot's expert), and
-    whether a dense one releases the next kernel before its wait
-    (``KVSERVE_GEMV_EARLY_RELEASE``)."""
-    if interpreting() or not (pdl or moe):
-        return {}
-    aligned = all(t is None or t.data_ptr() % 16 == 0 for t in (w_words, fp4_scales))
-    words = gemv_l2_kib() * 1024 // (4 * cfg.block_n) if aligned else 0
-    lanes = max(cfg.block_n, 32 * cfg.num_warps)
-    early = pdl and not moe and gemv_early_release()
-    roll = words > 0 and gemv_l2_roll()
-    return {"L2_WORDS": words, "L2_LANES": lanes, "L2_ROLL": roll, "EARLY_RELEASE": early}
-
-
-@functools.cache
-def gemv_l2_kib() -> int:
-    """``KVSERVE_GEMV_L2_KIB``: KiB of its W slice (with FP4's block scales) a GEMV program
-    asks of L2 at its start, one bulk request a row: a dense one launched dependently before
-    its wait, after its first step's loads (the weights never change while serving), so the
-    reads of its later steps overlap the kernel before; an experts' one once past the wait that
-    names its expert, so its whole slice is in flight at once; 0 (the default) none."""
-    return env_count(L2_KIB_ENV, 0, 4096, "KiB")
-
-
-@functools.cache
-def gemv_l2_roll() -> bool:
-    """``KVSERVE_GEMV_L2_ROLL``: 1 has each K step of a GEMV program that asked L2 for the
-    first ``KVSERVE_GEMV_L2_KIB`` of its slice ask for one step more, so that much of each row
-    stays asked for ahead of its loads; 0 (the default) asks only at the start."""
-    return env_switch(L2_ROLL_ENV, default=False)
-
-
-@functools.cache
-def gemv_early_release() -> bool:
-    """``KVSERVE_GEMV_EARLY_RELEASE``: 1 has a dense GEMV launched dependently let the kernel
-    after it launch before its own wait, not after, so that one's weights can load while two
-    kernels are still ahead of it; 0 (the default) after."""
-    return env_switch(EARLY_RELEASE_ENV, default=False)
 
 
 def _split_workspace(

@@ -9,12 +9,12 @@ each shard's tensors separately, named as the checkpoint names them (``weight``,
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from kvserve.config import env_count
-from kvserve.errors import ModelLoadError
+from kvserve.errors import ConfigError, ModelLoadError
 
 if TYPE_CHECKING:
     from kvserve.layers.linear import Linear
@@ -90,7 +90,10 @@ def unknown_param(layer: Linear, name: str, method: str) -> ModelLoadError:
 def rows_from_env(name: str, default: int, limit: int) -> int:
     """A step-size threshold set by environment variable ``name`` (0..``limit`` tokens); a bad
     value is refused with one line."""
-    return env_count(name, default, limit, "rows")
+    value = os.environ.get(name, str(default))
+    if not value.isdigit() or int(value) > limit:
+        raise ConfigError(f"{name}={value!r}: expected a row count from 0 to {limit}")
+    return int(value)
 
 
 class SixteenBitInput:

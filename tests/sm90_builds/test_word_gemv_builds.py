@@ -87,12 +87,6 @@ def test_the_experts_gemv_builds_for_sm90_without_spills(
 ) -> None:
     """A decode step's experts: the gate/up GEMM (x row per token, gated) and the down GEMM of
     one slot per row, router-weighted, each token's rows summed in the epilogue."""
-    _experts(kind, gemm)
-    assert stack_bytes(compile_only) == [0] * len(compile_only)
-
-
-def _experts(kind: str, gemm: str) -> None:
-    """One launch of ``kind``'s experts GEMV as a decode step runs ``gemm``."""
     experts, tokens, top_k = 8, 2, 4
     inter, hidden = 256, 512
     gate_up = gemm == "gate-up"
@@ -115,59 +109,4 @@ def _experts(kind: str, gemm: str) -> None:
         scales = torch.ones(experts, n // 128, k // 128)
         moe_gemv(x, weight, (scales, None), {}, 8, route, token_sum, pdl=True,
                  fp8_block_rows=128, gated=gate_up)  # fmt: skip
-
-
-@pytest.mark.parametrize("kind", ["fp8-channel", "nvfp4"])
-@pytest.mark.parametrize("gated", [False, True], ids=["plain", "gated"])
-def test_the_gemv_asks_l2_for_its_slice_before_the_wait_when_set(
-    compile_only: list, monkeypatch: pytest.MonkeyPatch, kind: str, gated: bool
-) -> None:
-    """``KVSERVE_GEMV_L2_KIB`` puts one bulk L2 request a row (two with FP4's scales) ahead of
-    the dependent-launch wait, ``KVSERVE_GEMV_L2_ROLL`` as many in the K loop, and
-    ``KVSERVE_GEMV_EARLY_RELEASE`` the launch of the next kernel; unset, none is there."""
-    settings = ("KVSERVE_GEMV_L2_KIB", "KVSERVE_GEMV_L2_ROLL", "KVSERVE_GEMV_EARLY_RELEASE")
-    x = torch.zeros(1, K, dtype=torch.bfloat16)
-    for on in (False, True):
-        for name in settings:
-            monkeypatch.setenv(name, ("64" if "KIB" in name else "1") if on else "0")
-        _clear_setting_caches()
-        _dense(kind, x, gated, split_k=1)
-        ptx = compile_only[-1].asm["ptx"]
-        body = ptx[ptx.index(".entry") :]
-        asks = body.count("cp.async.bulk.prefetch.L2.global")
-        assert asks == ((4 if kind == "nvfp4" else 2) if on else 0)
-        wait = body.index("griddepcontrol.wait")
-        released_first = body.index("griddepcontrol.launch_dependents") < wait
-        assert released_first == on
-        if on:
-            assert body.index("cp.async.bulk.prefetch") < wait
-    assert stack_bytes(compile_only) == [0] * len(compile_only)
-    _clear_setting_caches()
-
-
-def _clear_setting_caches() -> None:
-    from kvserve.kernels.word_gemv import gemv_early_release, gemv_l2_kib, gemv_l2_roll
-
-    for reader in (gemv_l2_kib, gemv_l2_roll, gemv_early_release):
-        reader.cache_clear()
-
-
-@pytest.mark.parametrize("kind", ["bf16", "nvfp4"])
-def test_the_experts_gemv_asks_l2_for_its_slice_past_the_wait_when_set(
-    compile_only: list, monkeypatch: pytest.MonkeyPatch, kind: str
-) -> None:
-    """An experts' launch knows its slot's expert only past the wait: its bulk L2 requests
-    come after it, and it releases the next kernel where it did."""
-    monkeypatch.setenv("KVSERVE_GEMV_L2_KIB", "64")
-    monkeypatch.setenv("KVSERVE_GEMV_L2_ROLL", "0")
-    _clear_setting_caches()
-    _experts(kind, "down-summed")
-    _clear_setting_caches()
-    ptx = compile_only[-1].asm["ptx"]
-    body = ptx[ptx.index(".entry") :]
-    asks = body.count("cp.async.bulk.prefetch.L2.global")
-    assert asks == (2 if kind == "nvfp4" else 1)
-    wait = body.index("griddepcontrol.wait")
-    assert wait < body.index("griddepcontrol.launch_dependents")
-    assert wait < body.index("cp.async.bulk.prefetch")
     assert stack_bytes(compile_only) == [0] * len(compile_only)
