@@ -6,9 +6,11 @@
 For each batch size: ``batch`` requests of ``--context`` random tokens are prefilled, then
 ``--steps`` decode steps run under the profiler exactly as the engine runs them (CUDA graphs
 unless ``--enforce-eager``). Reports per step: wall time, summed kernel time, the idle gap
-between them, kernel time grouped by kernel name, and a timeline of 60 kernels from a third of
-the way into the window. ``--disable-pdl`` launches the kernels without programmatic dependent
-launch, so that each one's time is its own. Writes decode_profile_<tag>_<date>.json.
+between them, kernel time grouped by kernel name, each name's exposed time (``exposed_times``:
+what the step waits on it, its wait for the kernel before left out), and a timeline of 60
+kernels from a third of the way into the window. ``--disable-pdl`` launches the kernels
+without programmatic dependent launch, so that each one's time is its own. Writes
+decode_profile_<tag>_<date>.json.
 
 ``--prefill-lengths`` profiles prefill instead: as many prompts of each length as one step's
 token budget takes (roofline.py's prefill part), after one untimed run of the same.
@@ -40,6 +42,12 @@ from benchmarks.moe_decode import unblockable_dense
 from kvserve.engine.engine_core import EngineCore
 
 
+def kernel_spans(prof: torch.profiler.profile) -> list[tuple[str, float, float]]:
+    """(name, start, end) of every kernel in the profiled window, in us."""
+    return [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA]  # fmt: skip
+
+
 def kernel_times(prof: torch.profiler.profile) -> tuple[dict[str, float], int]:
     """Summed device time (us) per kernel name over the profiled window, and the number of
     kernels launched."""
@@ -50,6 +58,24 @@ def kernel_times(prof: torch.profiler.profile) -> tuple[dict[str, float], int]:
             totals[evt.name] += evt.device_time
             launches += 1
     return totals, launches
+
+
+def exposed_times(spans: list[tuple[str, float, float]]) -> tuple[dict[str, float], float]:
+    """Each kernel name's exposed time, and the time no kernel ran, from (name, start, end)
+    spans (any unit): a kernel's exposed time is how far its end lies past the latest end of
+    the kernels that started before it, the time the stream advanced because of it. With
+    programmatic dependent launch a kernel's own duration includes its wait for the one
+    before; its exposed time does not, so it splits a step into weight streams and the
+    dependency chains between them. Exposed times and gaps sum to the window's span."""
+    exposed: dict[str, float] = defaultdict(float)
+    gaps, frontier = 0.0, None
+    for name, start, end in sorted(spans, key=lambda span: span[1]):
+        if frontier is None:
+            frontier = start
+        gaps += max(0.0, start - frontier)
+        exposed[name] += max(0.0, end - max(start, frontier))
+        frontier = max(frontier, end)
+    return dict(exposed), gaps
 
 
 def timeline(prof: torch.profiler.profile, first: int, count: int) -> list[list]:
@@ -93,15 +119,22 @@ def summarize(
     unit already)."""
     totals, launches = kernel_times(prof)
     per_unit = {k: v / count / 1e3 for k, v in totals.items()}  # ms
+    exposed, gaps = exposed_times(kernel_spans(prof))
+    exposed_top = {k: v / count / 1e3 for k, v in sorted(exposed.items(), key=lambda kv: -kv[1])}
     busy = sum(per_unit.values())
     top = dict(sorted(per_unit.items(), key=lambda kv: -kv[1])[:20])
     print(f"{what}: wall {wall_ms:.3f} ms/{unit}, kernels {busy:.3f} ms, "
           f"idle {wall_ms - busy:.3f} ms, {launches / count:.0f} kernels", flush=True)  # fmt: skip
     for name, ms in top.items():
         print(f"    {ms:8.4f} ms  {100 * ms / busy:5.1f}%  {name[:110]}", flush=True)
+    print(f"  exposed (no kernel {gaps / count / 1e3:.4f} ms/{unit}):", flush=True)
+    for name, ms in list(exposed_top.items())[:10]:
+        print(f"    {ms:8.4f} ms  {100 * ms / wall_ms:5.1f}% of wall  {name[:100]}", flush=True)
     return {f"wall_ms_per_{unit}": wall_ms, f"kernel_ms_per_{unit}": busy,
             f"idle_ms_per_{unit}": wall_ms - busy, f"kernels_per_{unit}": launches / count,
-            f"top_kernels_ms_per_{unit}": top}  # fmt: skip
+            f"top_kernels_ms_per_{unit}": top,
+            f"exposed_ms_per_{unit}": dict(list(exposed_top.items())[:20]),
+            f"no_kernel_ms_per_{unit}": gaps / count / 1e3}  # fmt: skip
 
 
 def profile_prefill(core: EngineCore, length: int) -> dict[str, Any]:

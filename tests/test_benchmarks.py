@@ -377,3 +377,25 @@ def test_the_admission_model_preempts_less_with_room_kept() -> None:
     assert rows[0]["preemptions"] > 2 * rows[1]["preemptions"]
     assert rows[0]["recomputed_share"] > rows[1]["recomputed_share"] >= 0
     assert all(r["max_running"] == 256 and r["model_s"] > 0 for r in rows)
+
+
+def test_exposed_times_split_a_profiled_step_into_streams_and_chains() -> None:
+    """A kernel's exposed time is how far its end lies past every earlier kernel's; with the
+    gaps, they sum to the window. On s67's profile of a Qwen3-30B-A3B batch-1 step (an H100,
+    PDL on), the router ran about 8 us a layer but held the step for about 6: it launched
+    early and waited on o_proj."""
+    from benchmarks.decode_profile import exposed_times
+
+    assert exposed_times([("a", 0, 10), ("b", 2, 12), ("a", 4, 6), ("c", 15, 20)]) == (
+        {"a": 10.0, "b": 2.0, "c": 5.0},
+        3.0,
+    )
+    name = "decode_profile_s67_q3_b1_fused_h100_2026-12-06.json"
+    row = json.loads((common.RESULTS_DIR / name).read_text())["rows"][0]
+    spans = [(kernel, start, start + took) for kernel, start, took in row["timeline_us"]]
+    exposed, gaps = exposed_times(spans)
+    window = max(end for *_, end in spans) - min(start for _, start, _ in spans)
+    assert sum(exposed.values()) + gaps == pytest.approx(window)
+    routers = [end - start for kernel, start, end in spans if kernel == "_normed_router_kernel"]
+    assert sum(routers) / len(routers) > 7.5
+    assert 5.5 < exposed["_normed_router_kernel"] / len(routers) < 6.5
