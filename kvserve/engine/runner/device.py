@@ -37,3 +37,36 @@ def to_device(
     if device.type != "cuda":
         return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
+
+
+_PACK_ALIGN = 16  # bytes: each packed array starts where Triton's pointer specialization wants
+
+
+def to_device_packed(
+    arrays: list[tuple[np.ndarray | list[int] | list[float], torch.dtype]],
+    device: torch.device,
+    staged: bool | None = None,
+) -> list[torch.Tensor]:
+    """``to_device`` of several host arrays (values, dtype) in one copy: on CUDA (``staged``)
+    they are laid end to end in one pinned buffer, each at a 16-byte offset, copied once, and
+    handed back as views of the device buffer (a step's inputs otherwise take a copy each, and
+    every copy queued between two graph replays holds the GPU for its own latency)."""
+    hosts = [torch.as_tensor(np.asarray(v), dtype=dtype) for v, dtype in arrays]
+    if not (device.type == "cuda" if staged is None else staged):
+        return [t.to(device) for t in hosts]
+    offsets, size = [], 0
+    for t in hosts:
+        offsets.append(size)
+        size += -(-t.nbytes // _PACK_ALIGN) * _PACK_ALIGN
+    pinned = device.type == "cuda"
+    staging = torch.empty(max(size, _PACK_ALIGN), dtype=torch.uint8, pin_memory=pinned)
+    for t, at in zip(hosts, offsets):
+        if t.numel():
+            staging[at : at + t.nbytes].copy_(t.contiguous().view(-1).view(torch.uint8))
+    packed = staging.to(device, non_blocking=True)
+    return [
+        packed[at : at + t.nbytes].view(t.dtype).view(t.shape)
+        if t.numel()
+        else torch.empty(t.shape, dtype=t.dtype, device=device)
+        for t, at in zip(hosts, offsets)
+    ]

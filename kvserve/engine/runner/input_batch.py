@@ -11,7 +11,7 @@ import torch
 
 from kvserve.engine.core.request import Request
 from kvserve.engine.core.scheduler_output import ScheduledChunk, SchedulerOutput
-from kvserve.engine.runner.device import to_device
+from kvserve.engine.runner.device import to_device_packed
 from kvserve.kv_layout import pages_for
 from kvserve.layers.attention import AttentionMetadata
 
@@ -99,21 +99,33 @@ def build_host_inputs(plan: SchedulerOutput, page_size: int) -> tuple[HostInputs
 def device_inputs(
     host: HostInputs, device: torch.device, pending_requests: list[Request] | None = None
 ) -> ModelInputs:
+    token_ids, positions, sample_rows, row_starts, seq_lens, tables, slots = to_device_packed(
+        [
+            (host.token_ids, torch.int64),
+            (host.positions, torch.int64),
+            (host.sample_rows, torch.int64),
+            (host.row_starts, torch.int32),
+            (host.seq_lens, torch.int32),
+            (host.tables, torch.int32),
+            (host.slots, torch.int64),
+        ],
+        device,
+    )
     meta = AttentionMetadata(
-        query_start_loc=to_device(host.row_starts, torch.int32, device),
-        seq_lens=to_device(host.seq_lens, torch.int32, device),
-        block_tables=to_device(host.tables, torch.int32, device),
-        slot_mapping=to_device(host.slots, torch.int64, device),
+        query_start_loc=row_starts,
+        seq_lens=seq_lens,
+        block_tables=tables,
+        slot_mapping=slots,
         max_query_len=max(host.query_lens_cpu),
         max_seq_len=max(host.seq_lens_cpu),
         query_lens_cpu=host.query_lens_cpu,
         seq_lens_cpu=host.seq_lens_cpu,
     )
     return ModelInputs(
-        token_ids=to_device(host.token_ids, torch.int64, device),
-        positions=to_device(host.positions, torch.int64, device),
+        token_ids=token_ids,
+        positions=positions,
         meta=meta,
-        sample_rows=to_device(host.sample_rows, torch.int64, device),
+        sample_rows=sample_rows,
         sampled_chunks=host.sampled_chunks,
         pending_rows=host.pending_rows,
         pending_requests=pending_requests or [],
@@ -145,7 +157,6 @@ def _known_token_ids(
 def fill_pending_rows(inputs: ModelInputs, src_rows: list[int], sampled: torch.Tensor) -> None:
     """Copy ``sampled[src_rows]`` (the step in flight's sampled ids) into this step's pending
     rows, on the device."""
-    device = inputs.token_ids.device
-    src = to_device(src_rows, torch.int64, device)
-    dst = to_device(inputs.pending_rows, torch.int64, device)
+    pairs = [(src_rows, torch.int64), (inputs.pending_rows, torch.int64)]
+    src, dst = to_device_packed(pairs, inputs.token_ids.device)
     inputs.token_ids.index_copy_(0, dst, sampled.index_select(0, src))
