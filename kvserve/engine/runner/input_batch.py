@@ -27,6 +27,15 @@ class ModelInputs:
     # token_ids holds 0 there until the runner fills them in on the device.
     pending_rows: list[int]
     pending_requests: list[Request]
+    # every row samples, in order (a decode-only step): the sampled rows are the first S rows
+    samples_every_row: bool = False
+
+    def sampled(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The rows of ``hidden`` that sample, without a gather where they are its first rows
+        (hidden may run past them: a CUDA graph's padded batch)."""
+        if self.samples_every_row:
+            return hidden[: len(self.sampled_chunks)]
+        return hidden[self.sample_rows]
 
 
 @dataclass
@@ -129,6 +138,7 @@ def device_inputs(
         sampled_chunks=host.sampled_chunks,
         pending_rows=host.pending_rows,
         pending_requests=pending_requests or [],
+        samples_every_row=host.sample_rows == list(range(len(host.token_ids))),
     )
 
 

@@ -197,7 +197,7 @@ class ModelRunner:
             hidden = self.model(inputs.token_ids, inputs.positions, ctx)
         if not inputs.sampled_chunks:
             return None
-        logits = self.model.compute_logits(hidden[inputs.sample_rows])
+        logits = self.model.compute_logits(inputs.sampled(hidden))
         batch = build_sampling_batch(rows, logits.shape[1], self.device)  # type: ignore[arg-type]
         return self.sampler(logits, batch)
 
