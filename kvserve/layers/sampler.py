@@ -96,37 +96,6 @@ def _mask_top_k_top_p(
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)
 
 
-# A few long rows (a decode step's logits over the vocabulary) are taken in two passes: a row's
-# maximum per piece, many pieces at once, then the best piece. One pass over a 128K vocabulary
-# row ran as one 28 us reduction kernel an H100 step (decode_profile_s68_llama_fp8_b1_h100).
-SPLIT_ARGMAX_MAX_ROWS = 8
-SPLIT_ARGMAX_PIECES = 256
-
-
-def row_argmax(logits: torch.Tensor, split: bool | None = None) -> torch.Tensor:
-    """``logits.argmax(dim=-1)`` of [B, V], the first index of a row's maximum (NaN counts as
-    the maximum, as argmax has it): in two passes for a few long rows on the GPU (``split``
-    unset), where V splits into at least 64 pieces of at least 256."""
-    rows, vocab = logits.shape
-    pieces = _pieces(vocab)
-    if split is None:
-        split = logits.device.type == "cuda" and rows <= SPLIT_ARGMAX_MAX_ROWS
-    if not split or pieces < 64:
-        return logits.argmax(dim=-1)
-    width = vocab // pieces
-    best, where = logits.view(rows, pieces, width).max(dim=-1)  # first maximum in each piece
-    piece = best.argmax(dim=-1, keepdim=True)  # the first piece holding the row's maximum
-    return (where.gather(1, piece) + piece * width).squeeze(1)
-
-
-def _pieces(vocab: int) -> int:
-    """The most pieces, at most SPLIT_ARGMAX_PIECES, that split ``vocab`` evenly into pieces
-    of at least 256; 1 if none does."""
-    return next(
-        (p for p in range(SPLIT_ARGMAX_PIECES, 1, -1) if vocab % p == 0 and vocab // p >= 256), 1
-    )
-
-
 class Sampler:
     def __call__(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
         """``logits``: float32 [B, V] straight from the LM head."""
@@ -136,7 +105,7 @@ class Sampler:
             logprobs = raw.log_softmax(dim=-1)
         if batch.penalties is not None:
             logits = apply_penalties(logits, batch.penalties)
-        greedy_ids = row_argmax(logits)
+        greedy_ids = logits.argmax(dim=-1)
         if batch.all_greedy or batch.temperature is None:
             token_ids = greedy_ids
         else:
