@@ -24,49 +24,48 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return _DTYPES[auto_dtype(device.type) if name == "auto" else name]
 
 
-def to_device(
-    values: np.ndarray | list[int] | list[float] | torch.Tensor,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> torch.Tensor:
-    """Host values -> a device tensor without blocking the host. On CUDA the values go through
-    pinned memory: a copy from pageable memory would first wait for all work queued on the
-    stream, which defeats overlap scheduling. torch's caching host allocator keeps each pinned
-    block until its copy has run, so a block is never overwritten while a copy reads it."""
-    t = torch.as_tensor(np.asarray(values) if isinstance(values, list) else values, dtype=dtype)
-    if device.type != "cuda":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
-
-
+HostValues = np.ndarray | list[int] | list[float] | torch.Tensor
 _PACK_ALIGN = 16  # bytes: each packed array starts where Triton's pointer specialization wants
 
 
+def to_device(values: HostValues, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Host values -> a device tensor without blocking the host (``to_device_packed``)."""
+    return to_device_packed([(values, dtype)], device)[0]
+
+
 def to_device_packed(
-    arrays: list[tuple[np.ndarray | list[int] | list[float], torch.dtype]],
+    arrays: list[tuple[HostValues, torch.dtype]],
     device: torch.device,
     staged: bool | None = None,
 ) -> list[torch.Tensor]:
-    """``to_device`` of several host arrays (values, dtype) in one copy: on CUDA (``staged``)
-    they are laid end to end in one pinned buffer, each at a 16-byte offset, copied once, and
-    handed back as views of the device buffer (a step's inputs otherwise take a copy each, and
-    every copy queued between two graph replays holds the GPU for its own latency)."""
-    hosts = [torch.as_tensor(np.asarray(v), dtype=dtype) for v, dtype in arrays]
+    """Host arrays (values, dtype) -> device tensors in one copy, without blocking the host.
+
+    On CUDA (``staged``) they are laid end to end in one pinned buffer, each at a 16-byte
+    offset, copied once, and handed back as views of the device buffer: a step's inputs would
+    otherwise take a copy each, and every copy queued between two graph replays holds the GPU
+    for its own latency. Pinned, because a copy from pageable memory would first wait for all
+    work queued on the stream, which defeats overlap scheduling; torch's caching host
+    allocator keeps the buffer until its copy has run, so it is never overwritten while a copy
+    reads it."""
+    hosts = [
+        torch.as_tensor(np.asarray(v) if isinstance(v, list) else v, dtype=dtype)
+        for v, dtype in arrays
+    ]
     if not (device.type == "cuda" if staged is None else staged):
         return [t.to(device) for t in hosts]
     offsets, size = [], 0
     for t in hosts:
         offsets.append(size)
         size += -(-t.nbytes // _PACK_ALIGN) * _PACK_ALIGN
-    pinned = device.type == "cuda"
-    staging = torch.empty(max(size, _PACK_ALIGN), dtype=torch.uint8, pin_memory=pinned)
-    for t, at in zip(hosts, offsets):
-        if t.numel():
-            staging[at : at + t.nbytes].copy_(t.contiguous().view(-1).view(torch.uint8))
-    packed = staging.to(device, non_blocking=True)
-    return [
-        packed[at : at + t.nbytes].view(t.dtype).view(t.shape)
-        if t.numel()
-        else torch.empty(t.shape, dtype=t.dtype, device=device)
-        for t, at in zip(hosts, offsets)
-    ]
+    # at least one block, so a list of empty arrays never asks for a zero-byte pinned buffer
+    staging = torch.empty(
+        max(size, _PACK_ALIGN), dtype=torch.uint8, pin_memory=device.type == "cuda"
+    )
+
+    def views(buffer: torch.Tensor) -> list[torch.Tensor]:
+        return [buffer[at : at + t.nbytes].view(t.dtype).view(t.shape)
+                for t, at in zip(hosts, offsets)]  # fmt: skip
+
+    for view, t in zip(views(staging), hosts):
+        view.copy_(t)
+    return views(staging.to(device, non_blocking=True))

@@ -27,8 +27,12 @@ class ModelInputs:
     # token_ids holds 0 there until the runner fills them in on the device.
     pending_rows: list[int]
     pending_requests: list[Request]
-    # every row samples, in order (a decode-only step): the sampled rows are the first S rows
-    samples_every_row: bool = False
+
+    @property
+    def samples_every_row(self) -> bool:
+        """Every row samples (a decode-only step): sampled rows are increasing, so as many as
+        there are rows means all of them, in order."""
+        return len(self.sampled_chunks) == self.token_ids.shape[0]
 
     def sampled(self, hidden: torch.Tensor) -> torch.Tensor:
         """The rows of ``hidden`` that sample, without a gather where they are its first rows
@@ -138,7 +142,6 @@ def device_inputs(
         sampled_chunks=host.sampled_chunks,
         pending_rows=host.pending_rows,
         pending_requests=pending_requests or [],
-        samples_every_row=host.sample_rows == list(range(len(host.token_ids))),
     )
 
 
