@@ -172,6 +172,13 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.quant.fp8_method:skinny_row_scale_enabled",
     ),
     EnvSetting(
+        name="KVSERVE_FP8_SKINNY_TMA",
+        default="0",
+        meaning="1 has the FP8 tensor-core decode kernel fetch its tiles by tensor map at 33-64 "
+        "tokens (per-channel or per-tensor weights)",
+        reader="kvserve.kernels.fp8_skinny_gemm:skinny_tma_enabled",
+    ),
+    EnvSetting(
         name="KVSERVE_FP8_BLOCK_CUBLAS_ROWS",
         default="1",
         meaning="128x128 block-scaled FP8 GEMMs of at least this many tokens on cuBLASLt (sm_90)"

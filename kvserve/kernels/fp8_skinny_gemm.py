@@ -22,10 +22,12 @@ instructions a weight on the CUDA cores) the loop spends no instructions on W's 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
+from kvserve.config import env_switch
 from kvserve.kernels._triton import (
     constexpr,
     interpreting,
@@ -47,6 +49,7 @@ from kvserve.kernels.fp8_quant import (
     quantize_fp8,
     quantize_fp8_reference,
 )
+from kvserve.kernels.fp8_skinny_tma import launch_fp8_skinny_tma, tma_takes
 from kvserve.kernels.skinny_gemm import SplitLaunch, _finish_tile, _jit, tile_index, tile_start
 
 MAX_ROWS = 64  # the wgmma's N side: x rows a program
@@ -73,6 +76,16 @@ E4M3_MAX = constexpr(FP8_MAX)
 X_GROUP = 128
 
 
+TMA_ENV = "KVSERVE_FP8_SKINNY_TMA"
+
+
+@functools.cache
+def skinny_tma_enabled() -> bool:
+    """``KVSERVE_FP8_SKINNY_TMA``: 1 fetches the tiles of the chained loop (x quantized
+    first, a scale a row) by tensor map (``fp8_skinny_tma``); 0 by pointer loads."""
+    return env_switch(TMA_ENV, default=False)
+
+
 @dataclass(frozen=True)
 class Fp8SkinnyConfig:
     block_n: int = 128  # rows of W per program: the MMA's M side
@@ -84,6 +97,9 @@ class Fp8SkinnyConfig:
     # x quantized by one kernel before the launch (fp8_quant.quantize_fp8, groups of block_k)
     # instead of in the loop by every program of a column of tiles
     quantize_first: bool = False
+    # the chained loop (x quantized first with a scale a row, W without blocks) fetches its
+    # tiles by tensor map (``fp8_skinny_tma``); other launches ignore it
+    tma: bool = False
 
     def __post_init__(self) -> None:
         blocks = (self.block_n, self.block_k, self.block_m)
@@ -300,6 +316,11 @@ def fp8_skinny_linear(
         x = silu_and_mul(x)
     x_fp8 = x_scales is not None
     row_scale = x_fp8 and block is None and x_scales.shape[1] == 1
+    if row_scale and cfg.tma and tma_takes(x, weight, cfg.block_k):
+        launch_fp8_skinny_tma(
+            x, x_scales, weight, scale, bias, out, cfg, split, interpreting(), pdl
+        )
+        return out
     x_scales = x_scales if x_fp8 else out  # a placeholder unless x_fp8
     _fp8_skinny_kernel[split.grid](
         x, x_scales, weight, scale, bias if bias is not None else out, out, split.workspace,
@@ -375,6 +396,7 @@ def fp8_skinny_config(
     programs_per_sm: int = 0,
     num_stages: int = 0,
     quantize_first: bool = False,
+    tma: bool | None = None,
 ) -> Fp8SkinnyConfig:
     """128 rows of W by 128 of K per program, all of x's rows (``block_m`` 0) or tiles of
     ``block_m``; K split until about ``programs_per_sm`` programs an SM (0: two, one past 32 rows),
@@ -383,7 +405,8 @@ def fp8_skinny_config(
     at 64 rows 3 stages against 4 took 25.3 / 20.6 / 62.6 / 39.5 to 20.1 / 15.9 / 49.4 / 30.5 us
     (fp8_gemv_h200_skinny_2026-12-02.json); then with x quantized first, one program an SM
     against two 18.3 / 14.9 / 37.8 / 31.4 against 19.1 / 18.0 / 37.8 / 33.8 us (cuBLAS 16.6 /
-    16.0 / 40.0 / 40.0; fp8_gemv_h200_skinny_qfirst_2026-12-02.json)."""
+    16.0 / 40.0 / 40.0; fp8_gemv_h200_skinny_qfirst_2026-12-02.json). ``tma`` (None: the
+    ``KVSERVE_FP8_SKINNY_TMA`` setting): with x quantized first, tiles by tensor map."""
     block_m = block_m or min(MAX_ROWS, max(16, next_pow2(m)))
     quantize_first = quantize_first or m > QUANTIZE_FIRST_ABOVE
     programs_per_sm = programs_per_sm or (1 if m > QUANTIZE_FIRST_ABOVE else _PROGRAMS_PER_SM)
@@ -399,7 +422,10 @@ def fp8_skinny_config(
             break
         split = s
     warps = 8 if block_n >= 256 else 4  # a warpgroup per 128 W rows
-    return Fp8SkinnyConfig(block_n, block_k, block_m, split, warps, num_stages, quantize_first)
+    tma = skinny_tma_enabled() if tma is None else tma
+    return Fp8SkinnyConfig(
+        block_n, block_k, block_m, split, warps, num_stages, quantize_first, quantize_first and tma
+    )
 
 
 # (W rows, K a step, programs an SM, stages (0: as many as fit), x rows a tile (0: all), x
@@ -413,12 +439,17 @@ _CANDIDATE_TILES = (
     (64, 128, 1, 0, 0, True), (64, 128, 2, 0, 0, True), (128, 256, 1, 0, 0, True),
     (256, 128, 1, 0, 0, True), (256, 128, 2, 0, 0, True),
 )  # fmt: skip
+# (W rows, programs an SM, stages) of tensor-map loads, past QUANTIZE_FIRST_ABOVE rows
+_TMA_TILES = (
+    (128, 1, 4), (128, 1, 6), (128, 1, 8), (128, 2, 4), (64, 1, 8), (64, 2, 4), (64, 2, 6),
+    (256, 1, 4),
+)  # fmt: skip
 
 
 def fp8_skinny_candidates(m: int, n: int, k: int, *, num_sms: int = 132) -> list[Fp8SkinnyConfig]:
     """The default, then tiles of 64 / 128 / 256 W rows and 128 / 256 K at 1-4 programs an SM
     and 3-6 stages, x in tiles of 16 or 32 (W read once from memory, then from L2), and past 16
-    rows x quantized before the launch."""
+    rows x quantized before the launch; past 32 rows, tensor-map tiles (``_TMA_TILES``)."""
     configs = [fp8_skinny_config(m, n, k, num_sms=num_sms)]
     for block_n, block_k, per_sm, stages, block_m, quantize_first in _CANDIDATE_TILES:
         if (block_m and block_m >= m) or (quantize_first and m <= 16):
@@ -426,6 +457,11 @@ def fp8_skinny_candidates(m: int, n: int, k: int, *, num_sms: int = 132) -> list
         cfg = fp8_skinny_config(m, n, k, num_sms=num_sms, block_n=block_n, block_k=block_k,
                                 programs_per_sm=per_sm, num_stages=stages, block_m=block_m,
                                 quantize_first=quantize_first)  # fmt: skip
+        if cfg not in configs:
+            configs.append(cfg)
+    for block_n, per_sm, stages in _TMA_TILES if m > QUANTIZE_FIRST_ABOVE else ():
+        cfg = fp8_skinny_config(m, n, k, num_sms=num_sms, block_n=block_n, programs_per_sm=per_sm,
+                                num_stages=stages, quantize_first=True, tma=True)  # fmt: skip
         if cfg not in configs:
             configs.append(cfg)
     return configs

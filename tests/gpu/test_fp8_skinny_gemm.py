@@ -166,6 +166,40 @@ def test_one_x_scale_a_row_chains_the_k_loop(m: int, per_row: bool, split_k: int
     assert torch.equal(given, out)
 
 
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("per_row", [True, False])
+@pytest.mark.parametrize(("m", "n"), [(40, 256), (64, 200), (33, 384)])
+def test_tensor_map_tiles_give_the_pointer_loops_bits(
+    m: int, n: int, per_row: bool, split_k: int
+) -> None:
+    """``Fp8SkinnyConfig.tma``: the chained loop with its W and x tiles fetched by tensor map
+    (rows past M and N zero-filled by the copy) gives the pointer-load loop's output bit for
+    bit, from 16-bit x and from an x the caller quantized with a scale a row."""
+    k = 512
+    x, q, scale = inputs(m, n, k, per_row, X_DTYPES[-1])
+    pointers = Fp8SkinnyConfig(128, 128, 64, split_k, 4, 3, True)
+    tma = Fp8SkinnyConfig(128, 128, 64, split_k, 4, 3, True, tma=True)
+    want = fp8_skinny_linear(x, q, scale, config=pointers, x_row_scale=True)
+    out = fp8_skinny_linear(x, q, scale, config=tma, x_row_scale=True)
+    assert torch.equal(out, want)
+    assert rel(out, fp8_skinny_reference(x, q, scale, group=k)) < REF_TOL
+    xq, xs = quantize_fp8(x, None)
+    given = fp8_skinny_linear(xq, q, scale, config=tma, x_scales=xs, out_dtype=x.dtype)
+    assert torch.equal(given, want)
+
+
+def test_tensor_maps_are_left_to_the_loops_they_fit() -> None:
+    """A K that is not a whole number of K steps, or x's 128-column group scales, keep the
+    pointer loads under a ``tma`` config: the same output as without it."""
+    tma = Fp8SkinnyConfig(128, 128, 64, 1, 4, 3, True, tma=True)
+    pointers = Fp8SkinnyConfig(128, 128, 64, 1, 4, 3, True)
+    for k, row_scale in ((300, True), (512, False)):
+        x, q, scale = inputs(40, 256, k, True, X_DTYPES[-1])
+        out = fp8_skinny_linear(x, q, scale, config=tma, x_row_scale=row_scale)
+        want = fp8_skinny_linear(x, q, scale, config=pointers, x_row_scale=row_scale)
+        assert torch.equal(out, want)
+
+
 def test_block_scaled_w_keeps_a_scale_a_k_step() -> None:
     """W's 128 x 128 blocks need each step scaled: ``x_row_scale`` leaves such a step as it
     is, and an x with one scale a row is refused."""
@@ -270,6 +304,23 @@ def test_split_k_replays_in_cuda_graph_with_programmatic_launch() -> None:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = fp8_skinny_linear(x, q, scale, config=cfg, pdl=True)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, expected)
+    assert int(skinny_gemm._COUNTERS[x.device].abs().sum()) == 0
+
+
+@NEEDS_CUDA_GRAPHS
+def test_tensor_map_launches_replay_in_cuda_graph_with_programmatic_launch() -> None:
+    """The tensor maps are captured with the launch: replays of a split-K launch at 64 rows
+    give the eager output, and leave the arrival counters at zero."""
+    x, q, scale = inputs(64, 4096, 4096, True, torch.bfloat16)
+    cfg = Fp8SkinnyConfig(128, 128, 64, 4, 4, 6, True, tma=True)
+    expected = fp8_skinny_linear(x, q, scale, config=cfg, x_row_scale=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8_skinny_linear(x, q, scale, config=cfg, pdl=True, x_row_scale=True)
     for _ in range(3):
         graph.replay()
         torch.cuda.synchronize()
