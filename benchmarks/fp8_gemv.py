@@ -132,7 +132,9 @@ def time_skinny(
     if block:  # tiles inside one scale block
         candidates = [c for c in candidates if c.block_k == BLOCK[1] and BLOCK[0] % c.block_n == 0]
     if args.tma_only:
-        candidates = candidates[:1] + [c for c in candidates[1:] if c.tma]
+        # each tensor-map tiling beside the same tiling by pointer loads
+        tma = [c for c in candidates[1:] if c.tma]
+        candidates = candidates[:1] + tma + [replace(c, tma=False) for c in tma]
     runs = [(c, False) for c in candidates[: args.skinny_configs]]
     runs += [(c, True) for c, _ in runs if c.quantize_first and block is None]
     # the first run is the default the engine takes (summarize reports it as "default"); the

@@ -298,7 +298,12 @@ def fp8_skinny_linear(
     n = weight.shape[0]
     if m > MOST_ROWS or weight.dtype != FP8 or weight.stride(1) != 1:
         raise ValueError(f"fp8_skinny_linear takes <= {MOST_ROWS} rows and a row-major e4m3 W")
-    cfg = config or fp8_skinny_config(m, n, k, num_sms=sm_count(x.device))
+    # the K loop chains its MMAs (and may take tensor maps): one x scale a row, W without blocks
+    chained = block is None and (
+        x_row_scale if x_scales is None else tuple(x_scales.shape[1:]) == (1,)
+    )
+    sms = sm_count(x.device)
+    cfg = config or fp8_skinny_config(m, n, k, num_sms=sms, tma=None if chained else False)
     if block is not None and (block[1] != cfg.block_k or block[0] % cfg.block_n):
         raise ValueError(f"fp8_skinny_linear: scale blocks {block} do not fit the tile {cfg}")
     _check_quantized_x(x, x_scales, gated, cfg.block_k, rows_ok=block is None)
@@ -390,7 +395,7 @@ def fp8_skinny_config(
     k: int,
     *,
     num_sms: int = 132,
-    block_n: int = 128,
+    block_n: int = 0,
     block_k: int = X_GROUP,
     block_m: int = 0,
     programs_per_sm: int = 0,
@@ -398,17 +403,24 @@ def fp8_skinny_config(
     quantize_first: bool = False,
     tma: bool | None = None,
 ) -> Fp8SkinnyConfig:
-    """128 rows of W by 128 of K per program, all of x's rows (``block_m`` 0) or tiles of
-    ``block_m``; K split until about ``programs_per_sm`` programs an SM (0: two, one past 32 rows),
-    keeping at least two K steps per split; as many stages (at most 4) as leave room for two
-    programs an SM (``num_stages`` 0). On the H200 (Llama-3-8B's qkv / o / gate_up / down):
-    at 64 rows 3 stages against 4 took 25.3 / 20.6 / 62.6 / 39.5 to 20.1 / 15.9 / 49.4 / 30.5 us
-    (fp8_gemv_h200_skinny_2026-12-02.json); then with x quantized first, one program an SM
-    against two 18.3 / 14.9 / 37.8 / 31.4 against 19.1 / 18.0 / 37.8 / 33.8 us (cuBLAS 16.6 /
-    16.0 / 40.0 / 40.0; fp8_gemv_h200_skinny_qfirst_2026-12-02.json). ``tma`` (None: the
-    ``KVSERVE_FP8_SKINNY_TMA`` setting): with x quantized first, tiles by tensor map."""
-    block_m = block_m or min(MAX_ROWS, max(16, next_pow2(m)))
+    """``block_n`` rows of W (0: 128, or 64 with tensor maps) by 128 of K per program, all of
+    x's rows (``block_m`` 0) or tiles of ``block_m``; K split until about ``programs_per_sm``
+    programs an SM (0: two, one past 32 rows), keeping at least two K steps per split; as many
+    stages (at most 4) as leave room for two programs an SM (``num_stages`` 0). On the H200
+    (Llama-3-8B's qkv / o / gate_up / down): at 64 rows 3 stages against 4 took 25.3 / 20.6 /
+    62.6 / 39.5 to 20.1 / 15.9 / 49.4 / 30.5 us (fp8_gemv_h200_skinny_2026-12-02.json); then
+    with x quantized first, one program an SM against two 18.3 / 14.9 / 37.8 / 31.4 against
+    19.1 / 18.0 / 37.8 / 33.8 us (cuBLAS 16.6 / 16.0 / 40.0 / 40.0;
+    fp8_gemv_h200_skinny_qfirst_2026-12-02.json).
+
+    ``tma`` (None: the ``KVSERVE_FP8_SKINNY_TMA`` setting), with x quantized first: tiles by
+    tensor map, and by default ``_tma_tiling``'s tiles."""
     quantize_first = quantize_first or m > QUANTIZE_FIRST_ABOVE
+    tma = quantize_first and (skinny_tma_enabled() if tma is None else tma)
+    block_m = block_m or min(MAX_ROWS, max(16, next_pow2(m)))
+    if tma and not block_n:
+        block_n, programs_per_sm, num_stages = _tma_tiling(m, n, block_m, num_sms)
+    block_n = block_n or 128
     programs_per_sm = programs_per_sm or (1 if m > QUANTIZE_FIRST_ABOVE else _PROGRAMS_PER_SM)
     x_bytes = 1 if quantize_first else 2
     stage_bytes = (block_n + x_bytes * block_m) * block_k
@@ -422,10 +434,20 @@ def fp8_skinny_config(
             break
         split = s
     warps = 8 if block_n >= 256 else 4  # a warpgroup per 128 W rows
-    tma = skinny_tma_enabled() if tma is None else tma
-    return Fp8SkinnyConfig(
-        block_n, block_k, block_m, split, warps, num_stages, quantize_first, quantize_first and tma
-    )
+    return Fp8SkinnyConfig(block_n, block_k, block_m, split, warps, num_stages, quantize_first, tma)
+
+
+def _tma_tiling(m: int, n: int, block_m: int, num_sms: int) -> tuple[int, int, int]:
+    """(W rows, programs an SM, stages) of a tensor-map launch: 64 rows of W; where those row
+    tiles fit one an SM, K split to one program an SM with 8 stages (128 KB) in flight, else
+    two programs an SM of 6 stages. On an H100 (Llama-3-8B's projections at 64 rows, x
+    quantized first with a scale a row, the quantization kernel timed with each;
+    fp8_gemv_s69_tma_h100), against the pointer-load default: qkv 17.6 -> 15.7 us (K unsplit),
+    o 15.8 -> 14.5, down 32.9 -> 30.7 (K in two), gate_up 49.0 -> 48.8 (two programs an SM;
+    8 stages there, one an SM: 54.4)."""
+    block_n = 64
+    one_a_sm = -(-m // block_m) * -(-n // block_n) <= num_sms
+    return (block_n, 1, 8) if one_a_sm else (block_n, 2, 6)
 
 
 # (W rows, K a step, programs an SM, stages (0: as many as fit), x rows a tile (0: all), x

@@ -11,6 +11,7 @@ kernel does there).
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,15 +24,18 @@ from kernel_test_device import DEVICE, INTERPRETED, NEEDS_CUDA_GRAPHS, ON_GPU_ON
 
 from kvserve.errors import ConfigError  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
+from kvserve.kernels._triton import sm_count  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight  # noqa: E402
 from kvserve.kernels.fp8_quant import quantize_fp8  # noqa: E402
 from kvserve.kernels.fp8_skinny_gemm import (  # noqa: E402
     QUANTIZE_FIRST_ABOVE,
+    TMA_ENV,
     Fp8SkinnyConfig,
     fp8_skinny_config,
     fp8_skinny_linear,
     fp8_skinny_reference,
+    skinny_tma_enabled,
 )
 from kvserve.quant.fp8_activation import Fp8Activation  # noqa: E402
 from kvserve.quant.fp8_config import Fp8Spec  # noqa: E402
@@ -198,6 +202,28 @@ def test_tensor_maps_are_left_to_the_loops_they_fit() -> None:
         out = fp8_skinny_linear(x, q, scale, config=tma, x_row_scale=row_scale)
         want = fp8_skinny_linear(x, q, scale, config=pointers, x_row_scale=row_scale)
         assert torch.equal(out, want)
+
+
+def test_the_tensor_map_setting_retiles_only_the_chained_loop() -> None:
+    """``KVSERVE_FP8_SKINNY_TMA=1``: a chained step past 32 rows takes 64-row W tiles by tensor
+    map (K unsplit with 8 stages where the tiles fit one an SM, else two an SM of 6 stages),
+    with the pointer loop's bits at that tiling; block-scaled W, x in 128-column groups and
+    in-loop quantization keep the pointer-load default."""
+    pointer_default = fp8_skinny_config(64, 6144, 4096, num_sms=132, tma=False)
+    with cached_setting(TMA_ENV, "1", skinny_tma_enabled):
+        qkv = fp8_skinny_config(64, 6144, 4096, num_sms=132)
+        gate_up = fp8_skinny_config(64, 28672, 4096, num_sms=132)
+        assert (qkv.block_n, qkv.split_k, qkv.num_stages, qkv.tma) == (64, 1, 8, True)
+        assert (gate_up.split_k, gate_up.num_stages, gate_up.tma) == (1, 6, True)
+        assert fp8_skinny_config(64, 6144, 4096, num_sms=132, tma=False) == pointer_default
+        assert not fp8_skinny_config(16, 6144, 4096, num_sms=132).tma
+        x, q, scale = inputs(40, 192, 512, True, X_DTYPES[-1])
+        tiling = fp8_skinny_config(40, 192, 512, num_sms=sm_count(DEVICE))
+        out = fp8_skinny_linear(x, q, scale, x_row_scale=True)
+        grouped = fp8_skinny_linear(x, q, scale)
+    want = fp8_skinny_linear(x, q, scale, x_row_scale=True, config=replace(tiling, tma=False))
+    assert tiling.tma and torch.equal(out, want)
+    assert torch.equal(grouped, fp8_skinny_linear(x, q, scale))
 
 
 def test_block_scaled_w_keeps_a_scale_a_k_step() -> None:
