@@ -179,6 +179,13 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels.fp8_skinny_gemm:skinny_tma_enabled",
     ),
     EnvSetting(
+        name="KVSERVE_FP8_SKINNY_PREFETCH",
+        default="0",
+        meaning="K steps of W (0, 1, 2, 4 or 8) the tensor-map FP8 decode kernel asks of L2 "
+        "before it waits for the kernel before",
+        reader="kvserve.kernels.fp8_skinny_gemm:skinny_prefetch_steps",
+    ),
+    EnvSetting(
         name="KVSERVE_FP8_BLOCK_CUBLAS_ROWS",
         default="1",
         meaning="128x128 block-scaled FP8 GEMMs of at least this many tokens on cuBLASLt (sm_90)"

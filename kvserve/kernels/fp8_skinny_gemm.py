@@ -23,11 +23,13 @@ instructions a weight on the CUDA cores) the loop spends no instructions on W's 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
 
 from kvserve.config import env_switch
+from kvserve.errors import ConfigError
 from kvserve.kernels._triton import (
     constexpr,
     interpreting,
@@ -79,6 +81,19 @@ X_GROUP = 128
 TMA_ENV = "KVSERVE_FP8_SKINNY_TMA"
 
 
+PREFETCH_ENV = "KVSERVE_FP8_SKINNY_PREFETCH"
+
+
+@functools.cache
+def skinny_prefetch_steps() -> int:
+    """``KVSERVE_FP8_SKINNY_PREFETCH``: K steps of W (0, 1, 2, 4 or 8) a tensor-map program asks
+    of L2 before it waits for the kernel before."""
+    value = os.environ.get(PREFETCH_ENV, "0")
+    if value not in ("0", "1", "2", "4", "8"):
+        raise ConfigError(f"{PREFETCH_ENV}={value!r}: expected 0, 1, 2, 4 or 8")
+    return int(value)
+
+
 @functools.cache
 def skinny_tma_enabled() -> bool:
     """``KVSERVE_FP8_SKINNY_TMA``: 1 fetches the tiles of the chained loop (x quantized
@@ -100,6 +115,8 @@ class Fp8SkinnyConfig:
     # the chained loop (x quantized first with a scale a row, W without blocks) fetches its
     # tiles by tensor map (``fp8_skinny_tma``); other launches ignore it
     tma: bool = False
+    # tma: K steps of W a program asks of L2 before its dependent-launch wait (1, 2, 4 or 8)
+    prefetch_steps: int = 0
 
     def __post_init__(self) -> None:
         blocks = (self.block_n, self.block_k, self.block_m)
@@ -434,7 +451,10 @@ def fp8_skinny_config(
             break
         split = s
     warps = 8 if block_n >= 256 else 4  # a warpgroup per 128 W rows
-    return Fp8SkinnyConfig(block_n, block_k, block_m, split, warps, num_stages, quantize_first, tma)
+    prefetch = min(skinny_prefetch_steps(), num_stages) if tma else 0
+    return Fp8SkinnyConfig(
+        block_n, block_k, block_m, split, warps, num_stages, quantize_first, tma, prefetch
+    )
 
 
 def _tma_tiling(m: int, n: int, block_m: int, num_sms: int) -> tuple[int, int, int]:

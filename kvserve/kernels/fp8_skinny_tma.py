@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, tl
+from kvserve.kernels._triton import jit, launch_options, pdl_release, pdl_wait, prefetch_l2, tl
 from kvserve.kernels.skinny_gemm import SplitLaunch, _finish_tile, _jit, tile_index
 
 if TYPE_CHECKING:
@@ -44,10 +44,22 @@ def _tma_steps(acc, w_desc, x_desc, n0, m0, k_start, k_end, BLOCK_K: tl.constexp
     return acc
 
 
+@jit
+def _prefetch_w(w_ptr, stride_wn, n0, k_start, k_end, N, BLOCK_N: tl.constexpr,
+                SPAN: tl.constexpr):  # fmt: skip
+    """Asks L2 for the first SPAN columns (bytes) of this program's W rows, one request a
+    128-byte line, so that the first tensor-map copies after the wait find them there."""
+    rows = n0 + tl.arange(0, BLOCK_N)
+    cols = k_start + tl.arange(0, SPAN // 128) * 128
+    ptrs = w_ptr + rows.to(tl.int64)[:, None] * stride_wn + cols[None, :]
+    prefetch_l2(ptrs, (rows < N)[:, None] & (cols < k_end)[None, :])
+
+
 @_jit
 def _fp8_skinny_tma_kernel(
     w_desc,  # tensor map of float8e4nv W [N, K], tiles [BLOCK_N, BLOCK_K]
     x_desc,  # tensor map of float8e4nv x [M, K], tiles [BLOCK_M, BLOCK_K]
+    w_ptr,  # W itself, for PREFETCH_STEPS
     xs_ptr,  # fp32 [M, 1]: x's scale a row
     rs_ptr,  # fp32 [N] or [1] (SCALAR_ROW_SCALE): W's scales
     bias_ptr,
@@ -57,6 +69,7 @@ def _fp8_skinny_tma_kernel(
     M,
     N,
     K,
+    stride_wn,
     stride_xs,
     stride_om,
     k_per_split,  # a multiple of BLOCK_K
@@ -69,6 +82,9 @@ def _fp8_skinny_tma_kernel(
     HAS_BIAS: tl.constexpr,
     WIDEN: tl.constexpr,  # interpreted: the dot in fp32 on e4m3 values
     USE_PDL: tl.constexpr,
+    # K steps of W asked of L2 before the wait for the kernel before (W never changes while
+    # serving; x does): a dependent launch's programs start while that kernel runs
+    PREFETCH_STEPS: tl.constexpr = 0,
 ):
     n0 = tl.program_id(1) * BLOCK_N
     m0 = tl.program_id(0) * BLOCK_M
@@ -77,6 +93,8 @@ def _fp8_skinny_tma_kernel(
     k_start = tl.program_id(2) * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    if PREFETCH_STEPS:
+        _prefetch_w(w_ptr, stride_wn, n0, k_start, k_end, N, BLOCK_N, PREFETCH_STEPS * BLOCK_K)
     pdl_wait(USE_PDL)
     acc = _tma_steps(acc, w_desc, x_desc, n0, m0, k_start, k_end, BLOCK_K, WIDEN)
     pdl_release(USE_PDL)
@@ -120,10 +138,11 @@ def launch_fp8_skinny_tma(
     w_desc = TensorDescriptor.from_tensor(weight, [cfg.block_n, cfg.block_k])
     x_desc = TensorDescriptor.from_tensor(x, [cfg.block_m, cfg.block_k])
     _fp8_skinny_tma_kernel[split.grid](
-        w_desc, x_desc, x_scales, scale, bias if bias is not None else out, out,
-        split.workspace, split.counters, m, n, k, x_scales.stride(0), out.stride(0),
-        split.k_per_split, split.splits, BLOCK_N=cfg.block_n, BLOCK_M=cfg.block_m,
-        BLOCK_K=cfg.block_k, DIRECT=split.direct, SCALAR_ROW_SCALE=scale.numel() == 1,
-        HAS_BIAS=bias is not None, WIDEN=widen, num_warps=cfg.num_warps,
+        w_desc, x_desc, weight, x_scales, scale, bias if bias is not None else out, out,
+        split.workspace, split.counters, m, n, k, weight.stride(0), x_scales.stride(0),
+        out.stride(0), split.k_per_split, split.splits, BLOCK_N=cfg.block_n,
+        BLOCK_M=cfg.block_m, BLOCK_K=cfg.block_k, DIRECT=split.direct,
+        SCALAR_ROW_SCALE=scale.numel() == 1, HAS_BIAS=bias is not None, WIDEN=widen,
+        PREFETCH_STEPS=0 if widen else cfg.prefetch_steps, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages, **launch_options(pdl),
     )  # fmt: skip

@@ -170,19 +170,21 @@ def test_one_x_scale_a_row_chains_the_k_loop(m: int, per_row: bool, split_k: int
     assert torch.equal(given, out)
 
 
+@pytest.mark.parametrize("prefetch", [0, 2])
 @pytest.mark.parametrize("split_k", [1, 3])
 @pytest.mark.parametrize("per_row", [True, False])
 @pytest.mark.parametrize(("m", "n"), [(40, 256), (64, 200), (33, 384)])
 def test_tensor_map_tiles_give_the_pointer_loops_bits(
-    m: int, n: int, per_row: bool, split_k: int
+    m: int, n: int, per_row: bool, split_k: int, prefetch: int
 ) -> None:
     """``Fp8SkinnyConfig.tma``: the chained loop with its W and x tiles fetched by tensor map
     (rows past M and N zero-filled by the copy) gives the pointer-load loop's output bit for
-    bit, from 16-bit x and from an x the caller quantized with a scale a row."""
+    bit, from 16-bit x and from an x the caller quantized with a scale a row; with W's first
+    K steps asked of L2 before the wait too (``prefetch_steps``; not interpreted)."""
     k = 512
     x, q, scale = inputs(m, n, k, per_row, X_DTYPES[-1])
     pointers = Fp8SkinnyConfig(128, 128, 64, split_k, 4, 3, True)
-    tma = Fp8SkinnyConfig(128, 128, 64, split_k, 4, 3, True, tma=True)
+    tma = Fp8SkinnyConfig(128, 128, 64, split_k, 4, 3, True, tma=True, prefetch_steps=prefetch)
     want = fp8_skinny_linear(x, q, scale, config=pointers, x_row_scale=True)
     out = fp8_skinny_linear(x, q, scale, config=tma, x_row_scale=True)
     assert torch.equal(out, want)
