@@ -44,6 +44,7 @@ from kvserve.kernels.fp8_skinny_gemm import (
     MAX_ROWS,
     Fp8SkinnyConfig,
     fp8_skinny_candidates,
+    fp8_skinny_config,
     fp8_skinny_linear,
     fp8_skinny_reference,
 )
@@ -131,16 +132,13 @@ def time_skinny(
     candidates = fp8_skinny_candidates(xs[0].shape[0], n, k, num_sms=sms)
     if block:  # tiles inside one scale block
         candidates = [c for c in candidates if c.block_k == BLOCK[1] and BLOCK[0] % c.block_n == 0]
-    if args.tma_only:
-        # each tensor-map tiling beside the same tiling by pointer loads
-        tma = [c for c in candidates[1:] if c.tma]
-        candidates = candidates[:1] + tma + [replace(c, tma=False) for c in tma]
     runs = [(c, False) for c in candidates[: args.skinny_configs]]
     runs += [(c, True) for c, _ in runs if c.quantize_first and block is None]
-    # the first run is the default the engine takes (summarize reports it as "default"); the
-    # row-scale runs exist only where x is quantized first and W has no blocks
+    # the first run is the default the engine takes (summarize reports it as "default"): past
+    # 32 rows of x, W without blocks, one x scale a row with its own tiling (``chained``)
     if skinny_row_scale_enabled() and (candidates[0], True) in runs:
-        runs.insert(0, runs.pop(runs.index((candidates[0], True))))
+        chained = fp8_skinny_config(xs[0].shape[0], n, k, num_sms=sms, chained=True)
+        runs = [(chained, True)] + [r for r in runs if r != (chained, True)]
     results = []
     for cfg, rows in runs:
 
@@ -202,11 +200,6 @@ def main() -> None:
     ap.add_argument("--gemv-configs", type=int, default=12, help="GEMV configs per row (<= 4)")
     ap.add_argument("--skinny-configs", type=int, default=10, help="tensor-core kernel configs")
     ap.add_argument("--block", action="store_true", help="128 x 128 block weight scales")
-    ap.add_argument(
-        "--tma-only",
-        action="store_true",
-        help="the tensor-core kernel's default and its tensor-map candidates only",
-    )
     args = ap.parse_args()
     # the W8A8 column is cuBLAS: neither the GEMV nor the tensor-core kernel
     os.environ[W8A16_ROWS_ENV] = os.environ[SKINNY_ROWS_ENV] = "0"

@@ -172,17 +172,10 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.quant.fp8_method:skinny_row_scale_enabled",
     ),
     EnvSetting(
-        name="KVSERVE_FP8_SKINNY_TMA",
-        default="0",
-        meaning="1 has the FP8 tensor-core decode kernel fetch its tiles by tensor map at 33-64 "
-        "tokens (per-channel or per-tensor weights)",
-        reader="kvserve.kernels.fp8_skinny_gemm:skinny_tma_enabled",
-    ),
-    EnvSetting(
         name="KVSERVE_FP8_SKINNY_PREFETCH",
         default="0",
-        meaning="K steps of W (0, 1, 2, 4 or 8) the tensor-map FP8 decode kernel asks of L2 "
-        "before it waits for the kernel before",
+        meaning="K steps of W (0, 1, 2, 4 or 8) the FP8 tensor-core decode kernel asks of L2 "
+        "before it waits for the kernel before (33-64 tokens, per-channel or per-tensor weights)",
         reader="kvserve.kernels.fp8_skinny_gemm:skinny_prefetch_steps",
     ),
     EnvSetting(

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import torch
 
-from kvserve.config import env_switch
 from kvserve.errors import ConfigError
 from kvserve.kernels._triton import (
     constexpr,
@@ -38,6 +37,7 @@ from kvserve.kernels._triton import (
     next_pow2,
     pdl_release,
     pdl_wait,
+    prefetch_l2,
     require_triton,
     sm_count,
     tl,
@@ -51,7 +51,6 @@ from kvserve.kernels.fp8_quant import (
     quantize_fp8,
     quantize_fp8_reference,
 )
-from kvserve.kernels.fp8_skinny_tma import launch_fp8_skinny_tma, tma_takes
 from kvserve.kernels.skinny_gemm import SplitLaunch, _finish_tile, _jit, tile_index, tile_start
 
 MAX_ROWS = 64  # the wgmma's N side: x rows a program
@@ -78,27 +77,17 @@ E4M3_MAX = constexpr(FP8_MAX)
 X_GROUP = 128
 
 
-TMA_ENV = "KVSERVE_FP8_SKINNY_TMA"
-
-
 PREFETCH_ENV = "KVSERVE_FP8_SKINNY_PREFETCH"
 
 
 @functools.cache
 def skinny_prefetch_steps() -> int:
-    """``KVSERVE_FP8_SKINNY_PREFETCH``: K steps of W (0, 1, 2, 4 or 8) a tensor-map program asks
-    of L2 before it waits for the kernel before."""
+    """``KVSERVE_FP8_SKINNY_PREFETCH``: K steps of W (0, 1, 2, 4 or 8) a program of the chained
+    loop asks of L2 before it waits for the kernel before (``Fp8SkinnyConfig.prefetch_steps``)."""
     value = os.environ.get(PREFETCH_ENV, "0")
     if value not in ("0", "1", "2", "4", "8"):
         raise ConfigError(f"{PREFETCH_ENV}={value!r}: expected 0, 1, 2, 4 or 8")
     return int(value)
-
-
-@functools.cache
-def skinny_tma_enabled() -> bool:
-    """``KVSERVE_FP8_SKINNY_TMA``: 1 fetches the tiles of the chained loop (x quantized
-    first, a scale a row) by tensor map (``fp8_skinny_tma``); 0 by pointer loads."""
-    return env_switch(TMA_ENV, default=False)
 
 
 @dataclass(frozen=True)
@@ -112,10 +101,9 @@ class Fp8SkinnyConfig:
     # x quantized by one kernel before the launch (fp8_quant.quantize_fp8, groups of block_k)
     # instead of in the loop by every program of a column of tiles
     quantize_first: bool = False
-    # the chained loop (x quantized first with a scale a row, W without blocks) fetches its
-    # tiles by tensor map (``fp8_skinny_tma``); other launches ignore it
-    tma: bool = False
-    # tma: K steps of W a program asks of L2 before its dependent-launch wait (1, 2, 4 or 8)
+    # K steps of W (1, 2, 4 or 8) a program of the chained loop (X_ROW_SCALE) asks of L2
+    # before its dependent-launch wait: W never changes while serving, x does, and a dependent
+    # launch's programs start while the kernel before still runs
     prefetch_steps: int = 0
 
     def __post_init__(self) -> None:
@@ -183,6 +171,15 @@ def _chained_steps(
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
     return acc
+
+
+@jit
+def _prefetch_w(w_ptr, stride_wn, rn, k_start, k_end, N, SPAN: tl.constexpr):
+    """Asks L2 for the first SPAN columns (bytes) of this program's W rows ``rn``, one request a
+    128-byte line, so that the first loads after the wait find them there. GPU only."""
+    cols = k_start + tl.arange(0, SPAN // 128) * 128
+    ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + cols[None, :]
+    prefetch_l2(ptrs, (rn < N)[:, None] & (cols < k_end)[None, :])
 
 
 @jit
@@ -257,6 +254,7 @@ def _fp8_skinny_kernel(
     # X_FP8 with one scale a row for all of K (xs [M, 1]; W without blocks): the MMAs chain into
     # one accumulator, scaled once after the loop
     X_ROW_SCALE: tl.constexpr = False,
+    PREFETCH_STEPS: tl.constexpr = 0,  # Fp8SkinnyConfig.prefetch_steps
 ):
     rn, rm, rk, k_start, k_end, w_ptrs, x_ptrs = tile_start(
         x_ptr, w_ptr, M, N, K, stride_xm, stride_wn, k_per_split, BLOCK_N, BLOCK_M, BLOCK_K
@@ -266,6 +264,8 @@ def _fp8_skinny_kernel(
     if SCALE_BLOCK_N:
         block_scales = rs_ptr + ((rn % N) // SCALE_BLOCK_N) * stride_rs
     acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    if PREFETCH_STEPS:
+        _prefetch_w(w_ptr, stride_wn, rn, k_start, k_end, N, PREFETCH_STEPS * BLOCK_K)
     pdl_wait(USE_PDL)
     if X_ROW_SCALE:
         acc = _chained_steps(acc, w_ptrs, x_ptrs, k_start, k_end, K, rk, EVEN_K, WIDEN, BLOCK_K)
@@ -320,7 +320,7 @@ def fp8_skinny_linear(
         x_row_scale if x_scales is None else tuple(x_scales.shape[1:]) == (1,)
     )
     sms = sm_count(x.device)
-    cfg = config or fp8_skinny_config(m, n, k, num_sms=sms, tma=None if chained else False)
+    cfg = config or fp8_skinny_config(m, n, k, num_sms=sms, chained=chained)
     if block is not None and (block[1] != cfg.block_k or block[0] % cfg.block_n):
         raise ValueError(f"fp8_skinny_linear: scale blocks {block} do not fit the tile {cfg}")
     _check_quantized_x(x, x_scales, gated, cfg.block_k, rows_ok=block is None)
@@ -338,11 +338,6 @@ def fp8_skinny_linear(
         x = silu_and_mul(x)
     x_fp8 = x_scales is not None
     row_scale = x_fp8 and block is None and x_scales.shape[1] == 1
-    if row_scale and cfg.tma and tma_takes(x, weight, cfg.block_k):
-        launch_fp8_skinny_tma(
-            x, x_scales, weight, scale, bias, out, cfg, split, interpreting(), pdl
-        )
-        return out
     x_scales = x_scales if x_fp8 else out  # a placeholder unless x_fp8
     _fp8_skinny_kernel[split.grid](
         x, x_scales, weight, scale, bias if bias is not None else out, out, split.workspace,
@@ -353,6 +348,7 @@ def fp8_skinny_linear(
         SCALAR_ROW_SCALE=block is None and scale.numel() == 1,
         SCALE_BLOCK_N=block[0] if block is not None else 0,
         HAS_BIAS=bias is not None, X_FP8=x_fp8, WIDEN=interpreting(), X_ROW_SCALE=row_scale,
+        PREFETCH_STEPS=cfg.prefetch_steps if row_scale and not interpreting() else 0,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch_options(pdl),
     )  # fmt: skip
     return out
@@ -418,9 +414,9 @@ def fp8_skinny_config(
     programs_per_sm: int = 0,
     num_stages: int = 0,
     quantize_first: bool = False,
-    tma: bool | None = None,
+    chained: bool = False,
 ) -> Fp8SkinnyConfig:
-    """``block_n`` rows of W (0: 128, or 64 with tensor maps) by 128 of K per program, all of
+    """``block_n`` rows of W (0: 128, or ``_chained_tiling``'s) by 128 of K per program, all of
     x's rows (``block_m`` 0) or tiles of ``block_m``; K split until about ``programs_per_sm``
     programs an SM (0: two, one past 32 rows), keeping at least two K steps per split; as many
     stages (at most 4) as leave room for two programs an SM (``num_stages`` 0). On the H200
@@ -430,13 +426,14 @@ def fp8_skinny_config(
     19.1 / 18.0 / 37.8 / 33.8 us (cuBLAS 16.6 / 16.0 / 40.0 / 40.0;
     fp8_gemv_h200_skinny_qfirst_2026-12-02.json).
 
-    ``tma`` (None: the ``KVSERVE_FP8_SKINNY_TMA`` setting), with x quantized first: tiles by
-    tensor map, and by default ``_tma_tiling``'s tiles."""
+    ``chained``: the launch chains its MMAs (x quantized first with a scale a row, W without
+    blocks): past 32 rows, ``_chained_tiling``'s tiles and ``KVSERVE_FP8_SKINNY_PREFETCH``'s
+    L2 requests."""
     quantize_first = quantize_first or m > QUANTIZE_FIRST_ABOVE
-    tma = quantize_first and (skinny_tma_enabled() if tma is None else tma)
+    chained = chained and m > QUANTIZE_FIRST_ABOVE
     block_m = block_m or min(MAX_ROWS, max(16, next_pow2(m)))
-    if tma and not block_n:
-        block_n, programs_per_sm, num_stages = _tma_tiling(m, n, block_m, num_sms)
+    if chained and not (block_n or programs_per_sm or num_stages):
+        block_n, programs_per_sm, num_stages = _chained_tiling(m, n, block_m, num_sms)
     block_n = block_n or 128
     programs_per_sm = programs_per_sm or (1 if m > QUANTIZE_FIRST_ABOVE else _PROGRAMS_PER_SM)
     x_bytes = 1 if quantize_first else 2
@@ -451,23 +448,25 @@ def fp8_skinny_config(
             break
         split = s
     warps = 8 if block_n >= 256 else 4  # a warpgroup per 128 W rows
-    prefetch = min(skinny_prefetch_steps(), num_stages) if tma else 0
+    prefetch = min(skinny_prefetch_steps(), num_stages) if chained else 0
     return Fp8SkinnyConfig(
-        block_n, block_k, block_m, split, warps, num_stages, quantize_first, tma, prefetch
+        block_n, block_k, block_m, split, warps, num_stages, quantize_first, prefetch
     )
 
 
-def _tma_tiling(m: int, n: int, block_m: int, num_sms: int) -> tuple[int, int, int]:
-    """(W rows, programs an SM, stages) of a tensor-map launch: 64 rows of W; where those row
-    tiles fit one an SM, K split to one program an SM with 8 stages (128 KB) in flight, else
-    two programs an SM of 6 stages. On an H100 (Llama-3-8B's projections at 64 rows, x
+def _chained_tiling(m: int, n: int, block_m: int, num_sms: int) -> tuple[int, int, int]:
+    """(W rows, programs an SM, stages) of a chained launch past 32 rows (0s: the default's):
+    where tiles of 64 rows of W fit one an SM, those, with K split to one program an SM and 8
+    stages (128 KB) in flight. Fewer K splits spare the split-K tail (a partial tile of fp32 a
+    split, summed by the last to arrive). On an H100 (Llama-3-8B's projections at 64 rows, x
     quantized first with a scale a row, the quantization kernel timed with each;
-    fp8_gemv_s69_tma_h100), against the pointer-load default: qkv 17.6 -> 15.7 us (K unsplit),
-    o 15.8 -> 14.5, down 32.9 -> 30.7 (K in two), gate_up 49.0 -> 48.8 (two programs an SM;
-    8 stages there, one an SM: 54.4)."""
-    block_n = 64
-    one_a_sm = -(-m // block_m) * -(-n // block_n) <= num_sms
-    return (block_n, 1, 8) if one_a_sm else (block_n, 2, 6)
+    fp8_gemv_s69_tma_tiling_h100), against the default (128 rows, K split to one program an SM,
+    4 stages): qkv 18.0 -> 15.1 us (K unsplit), o 15.6 -> 13.8 and down 32.9 -> 30.2 (K in
+    two). Past one an SM (gate_up, 448 tiles) the default stays: 48.0 us against 49.3 for 64
+    rows at two an SM with 6 stages, 51.4 at one an SM with 8."""
+    if -(-m // block_m) * -(-n // 64) <= num_sms:
+        return 64, 1, 8
+    return 0, 0, 0
 
 
 # (W rows, K a step, programs an SM, stages (0: as many as fit), x rows a tile (0: all), x
@@ -479,19 +478,14 @@ _CANDIDATE_TILES = (
     (128, 128, 2, 4, 32, False), (128, 128, 2, 4, 16, False), (128, 128, 4, 4, 16, False),
     (128, 128, 2, 0, 0, True), (128, 128, 4, 0, 0, True), (128, 128, 2, 0, 32, True),
     (64, 128, 1, 0, 0, True), (64, 128, 2, 0, 0, True), (128, 256, 1, 0, 0, True),
-    (256, 128, 1, 0, 0, True), (256, 128, 2, 0, 0, True),
-)  # fmt: skip
-# (W rows, programs an SM, stages) of tensor-map loads, past QUANTIZE_FIRST_ABOVE rows
-_TMA_TILES = (
-    (128, 1, 4), (128, 1, 6), (128, 1, 8), (128, 2, 4), (64, 1, 8), (64, 2, 4), (64, 2, 6),
-    (256, 1, 4),
+    (256, 128, 1, 0, 0, True), (256, 128, 2, 0, 0, True), (64, 128, 1, 8, 0, True),
 )  # fmt: skip
 
 
 def fp8_skinny_candidates(m: int, n: int, k: int, *, num_sms: int = 132) -> list[Fp8SkinnyConfig]:
     """The default, then tiles of 64 / 128 / 256 W rows and 128 / 256 K at 1-4 programs an SM
     and 3-6 stages, x in tiles of 16 or 32 (W read once from memory, then from L2), and past 16
-    rows x quantized before the launch; past 32 rows, tensor-map tiles (``_TMA_TILES``)."""
+    rows x quantized before the launch."""
     configs = [fp8_skinny_config(m, n, k, num_sms=num_sms)]
     for block_n, block_k, per_sm, stages, block_m, quantize_first in _CANDIDATE_TILES:
         if (block_m and block_m >= m) or (quantize_first and m <= 16):
@@ -499,11 +493,6 @@ def fp8_skinny_candidates(m: int, n: int, k: int, *, num_sms: int = 132) -> list
         cfg = fp8_skinny_config(m, n, k, num_sms=num_sms, block_n=block_n, block_k=block_k,
                                 programs_per_sm=per_sm, num_stages=stages, block_m=block_m,
                                 quantize_first=quantize_first)  # fmt: skip
-        if cfg not in configs:
-            configs.append(cfg)
-    for block_n, per_sm, stages in _TMA_TILES if m > QUANTIZE_FIRST_ABOVE else ():
-        cfg = fp8_skinny_config(m, n, k, num_sms=num_sms, block_n=block_n, programs_per_sm=per_sm,
-                                num_stages=stages, quantize_first=True, tma=True)  # fmt: skip
         if cfg not in configs:
             configs.append(cfg)
     return configs

@@ -29,13 +29,13 @@ from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.fp8_gemm import dequantize_fp8_weight  # noqa: E402
 from kvserve.kernels.fp8_quant import quantize_fp8  # noqa: E402
 from kvserve.kernels.fp8_skinny_gemm import (  # noqa: E402
+    PREFETCH_ENV,
     QUANTIZE_FIRST_ABOVE,
-    TMA_ENV,
     Fp8SkinnyConfig,
     fp8_skinny_config,
     fp8_skinny_linear,
     fp8_skinny_reference,
-    skinny_tma_enabled,
+    skinny_prefetch_steps,
 )
 from kvserve.quant.fp8_activation import Fp8Activation  # noqa: E402
 from kvserve.quant.fp8_config import Fp8Spec  # noqa: E402
@@ -170,62 +170,51 @@ def test_one_x_scale_a_row_chains_the_k_loop(m: int, per_row: bool, split_k: int
     assert torch.equal(given, out)
 
 
-@pytest.mark.parametrize("prefetch", [0, 2])
-@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("prefetch", [0, 4])
 @pytest.mark.parametrize("per_row", [True, False])
 @pytest.mark.parametrize(("m", "n"), [(40, 256), (64, 200), (33, 384)])
-def test_tensor_map_tiles_give_the_pointer_loops_bits(
-    m: int, n: int, per_row: bool, split_k: int, prefetch: int
+def test_the_chained_loop_takes_its_own_tiling_past_32_rows(
+    m: int, n: int, per_row: bool, prefetch: int
 ) -> None:
-    """``Fp8SkinnyConfig.tma``: the chained loop with its W and x tiles fetched by tensor map
-    (rows past M and N zero-filled by the copy) gives the pointer-load loop's output bit for
-    bit, from 16-bit x and from an x the caller quantized with a scale a row; with W's first
-    K steps asked of L2 before the wait too (``prefetch_steps``; not interpreted)."""
+    """x quantized first with a scale a row, W without blocks (``chained``): 64-row W tiles with
+    K split to one program an SM and 8 stages, where such tiles fit one an SM, whether x comes
+    16-bit or quantized by the caller; W's first K steps asked of L2 before the wait
+    (``KVSERVE_FP8_SKINNY_PREFETCH``; not interpreted) change no bit."""
     k = 512
     x, q, scale = inputs(m, n, k, per_row, X_DTYPES[-1])
-    pointers = Fp8SkinnyConfig(128, 128, 64, split_k, 4, 3, True)
-    tma = Fp8SkinnyConfig(128, 128, 64, split_k, 4, 3, True, tma=True, prefetch_steps=prefetch)
-    want = fp8_skinny_linear(x, q, scale, config=pointers, x_row_scale=True)
-    out = fp8_skinny_linear(x, q, scale, config=tma, x_row_scale=True)
-    assert torch.equal(out, want)
+    sms = sm_count(DEVICE)
+    tiling = fp8_skinny_config(m, n, k, num_sms=sms, chained=True)
+    assert (tiling.block_n, tiling.num_stages) == (64, 8)
+    out = fp8_skinny_linear(x, q, scale, x_row_scale=True)
+    assert torch.equal(out, fp8_skinny_linear(x, q, scale, x_row_scale=True, config=tiling))
     assert rel(out, fp8_skinny_reference(x, q, scale, group=k)) < REF_TOL
     xq, xs = quantize_fp8(x, None)
-    given = fp8_skinny_linear(xq, q, scale, config=tma, x_scales=xs, out_dtype=x.dtype)
-    assert torch.equal(given, want)
+    with cached_setting(PREFETCH_ENV, str(prefetch), skinny_prefetch_steps):
+        given = fp8_skinny_linear(xq, q, scale, x_scales=xs, out_dtype=x.dtype)
+        assert fp8_skinny_config(m, n, k, num_sms=sms, chained=True).prefetch_steps == prefetch
+    assert torch.equal(given, out)
 
 
-def test_tensor_maps_are_left_to_the_loops_they_fit() -> None:
-    """A K that is not a whole number of K steps, or x's 128-column group scales, keep the
-    pointer loads under a ``tma`` config: the same output as without it."""
-    tma = Fp8SkinnyConfig(128, 128, 64, 1, 4, 3, True, tma=True)
-    pointers = Fp8SkinnyConfig(128, 128, 64, 1, 4, 3, True)
-    for k, row_scale in ((300, True), (512, False)):
-        x, q, scale = inputs(40, 256, k, True, X_DTYPES[-1])
-        out = fp8_skinny_linear(x, q, scale, config=tma, x_row_scale=row_scale)
-        want = fp8_skinny_linear(x, q, scale, config=pointers, x_row_scale=row_scale)
-        assert torch.equal(out, want)
-
-
-def test_the_tensor_map_setting_retiles_only_the_chained_loop() -> None:
-    """``KVSERVE_FP8_SKINNY_TMA=1``: a chained step past 32 rows takes 64-row W tiles by tensor
-    map (K unsplit with 8 stages where the tiles fit one an SM, else two an SM of 6 stages),
-    with the pointer loop's bits at that tiling; block-scaled W, x in 128-column groups and
-    in-loop quantization keep the pointer-load default."""
-    pointer_default = fp8_skinny_config(64, 6144, 4096, num_sms=132, tma=False)
-    with cached_setting(TMA_ENV, "1", skinny_tma_enabled):
-        qkv = fp8_skinny_config(64, 6144, 4096, num_sms=132)
-        gate_up = fp8_skinny_config(64, 28672, 4096, num_sms=132)
-        assert (qkv.block_n, qkv.split_k, qkv.num_stages, qkv.tma) == (64, 1, 8, True)
-        assert (gate_up.split_k, gate_up.num_stages, gate_up.tma) == (1, 6, True)
-        assert fp8_skinny_config(64, 6144, 4096, num_sms=132, tma=False) == pointer_default
-        assert not fp8_skinny_config(16, 6144, 4096, num_sms=132).tma
-        x, q, scale = inputs(40, 192, 512, True, X_DTYPES[-1])
-        tiling = fp8_skinny_config(40, 192, 512, num_sms=sm_count(DEVICE))
-        out = fp8_skinny_linear(x, q, scale, x_row_scale=True)
-        grouped = fp8_skinny_linear(x, q, scale)
-    want = fp8_skinny_linear(x, q, scale, x_row_scale=True, config=replace(tiling, tma=False))
-    assert tiling.tma and torch.equal(out, want)
-    assert torch.equal(grouped, fp8_skinny_linear(x, q, scale))
+def test_only_the_chained_loop_is_retiled() -> None:
+    """Past one program an SM of 64-row tiles (gate_up), block-scaled W, x in 128-column groups
+    and in-loop quantization (up to 32 rows) keep the default tiling, and no L2 requests."""
+    default = fp8_skinny_config(64, 6144, 4096, num_sms=132)
+    assert (default.block_n, default.split_k, default.num_stages) == (128, 2, 4)
+    chained = fp8_skinny_config(64, 6144, 4096, num_sms=132, chained=True)
+    assert (chained.block_n, chained.split_k, chained.num_stages) == (64, 1, 8)
+    gate_up = fp8_skinny_config(64, 28672, 4096, num_sms=132, chained=True)
+    assert gate_up == fp8_skinny_config(64, 28672, 4096, num_sms=132)
+    assert fp8_skinny_config(32, 6144, 4096, num_sms=132, chained=True) == fp8_skinny_config(
+        32, 6144, 4096, num_sms=132
+    )
+    with cached_setting(PREFETCH_ENV, "4", skinny_prefetch_steps):
+        assert fp8_skinny_config(64, 6144, 4096, num_sms=132).prefetch_steps == 0
+        assert fp8_skinny_config(64, 6144, 4096, num_sms=132, chained=True).prefetch_steps == 4
+    for block, row_scale in (((128, 128), False), (None, False)):
+        x, q, scale = inputs(40, 256, 512, True, X_DTYPES[-1], block)
+        out = fp8_skinny_linear(x, q, scale, block=block, x_row_scale=row_scale)
+        want = fp8_skinny_config(40, 256, 512, num_sms=sm_count(DEVICE))
+        assert torch.equal(out, fp8_skinny_linear(x, q, scale, block=block, config=want))
 
 
 def test_block_scaled_w_keeps_a_scale_a_k_step() -> None:
@@ -340,11 +329,13 @@ def test_split_k_replays_in_cuda_graph_with_programmatic_launch() -> None:
 
 
 @NEEDS_CUDA_GRAPHS
-def test_tensor_map_launches_replay_in_cuda_graph_with_programmatic_launch() -> None:
-    """The tensor maps are captured with the launch: replays of a split-K launch at 64 rows
-    give the eager output, and leave the arrival counters at zero."""
+def test_the_chained_tiling_replays_in_cuda_graph_with_l2_requests() -> None:
+    """The chained loop's default at 64 rows (K in two) with W's first steps asked of L2
+    before the dependent-launch wait: replays give the eager output and leave the arrival
+    counters at zero."""
     x, q, scale = inputs(64, 4096, 4096, True, torch.bfloat16)
-    cfg = Fp8SkinnyConfig(128, 128, 64, 4, 4, 6, True, tma=True)
+    cfg = replace(fp8_skinny_config(64, 4096, 4096, num_sms=132, chained=True), prefetch_steps=4)
+    assert cfg.split_k == 2
     expected = fp8_skinny_linear(x, q, scale, config=cfg, x_row_scale=True)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

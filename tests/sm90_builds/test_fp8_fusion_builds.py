@@ -3,6 +3,8 @@ quantization) and the FP8 tensor-core GEMM they feed, built for sm_90 through th
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -74,26 +76,22 @@ def test_the_fp8_tensor_core_kernel_compiles_for_sm90_without_spills(
     assert stack_bytes(compile_only) == [0] * len(compile_only)
 
 
-@pytest.mark.parametrize(
-    ("block_n", "stages", "split_k", "prefetch"), [(128, 4, 1, 0), (64, 8, 2, 4), (64, 6, 1, 1)]
-)
-def test_the_tensor_map_fp8_kernel_compiles_for_sm90_to_bulk_tensor_copies(
-    compile_only: list, block_n: int, stages: int, split_k: int, prefetch: int
+@pytest.mark.parametrize(("rows", "n", "prefetch"), [(64, 4096, 0), (64, 6144, 4), (40, 4096, 8)])
+def test_the_chained_fp8_kernel_compiles_for_sm90_with_l2_requests_before_its_wait(
+    compile_only: list, rows: int, n: int, prefetch: int
 ) -> None:
-    """``Fp8SkinnyConfig.tma`` at 64 rows with a scale a row: the K loop's tiles come by
-    ``cp.async.bulk.tensor`` (none by per-thread ``cp.async``), with no spills; W's L2
-    requests (``prefetch_steps``) come before the dependent-launch wait."""
+    """The chained loop's own tiling (64 W rows, 8 stages) past 32 rows, with W's first K steps
+    asked of L2 (``prefetch_steps``) before the dependent-launch wait, without spills."""
     from kvserve.kernels.fp8_quant import FP8
-    from kvserve.kernels.fp8_skinny_gemm import Fp8SkinnyConfig, fp8_skinny_linear
+    from kvserve.kernels.fp8_skinny_gemm import fp8_skinny_config, fp8_skinny_linear
 
-    n, k = 1024, 4096
-    cfg = Fp8SkinnyConfig(block_n, 128, 64, split_k, 4, stages, True, True, prefetch)
-    x, x_scales = torch.zeros(64, k, dtype=FP8), torch.ones(64, 1)
+    k = 4096
+    cfg = replace(fp8_skinny_config(rows, n, k, chained=True), prefetch_steps=prefetch)
+    assert (cfg.block_n, cfg.num_stages) == (64, 8)
+    x, x_scales = torch.zeros(rows, k, dtype=FP8), torch.ones(rows, 1)
     fp8_skinny_linear(x, torch.zeros(n, k, dtype=FP8), torch.ones(n), config=cfg, pdl=True,
                       x_scales=x_scales, out_dtype=torch.bfloat16)  # fmt: skip
     assert stack_bytes(compile_only) == [0]
     ptx = compile_only[-1].asm["ptx"]
-    assert "cp.async.bulk.tensor" in ptx and "cp.async.ca" not in ptx and "cp.async.cg" not in ptx
-    wait = ptx.index("griddepcontrol.wait")
     assert ("prefetch.global.L2" in ptx) == bool(prefetch)
-    assert not prefetch or ptx.rindex("prefetch.global.L2") < wait
+    assert not prefetch or ptx.rindex("prefetch.global.L2") < ptx.index("griddepcontrol.wait")
