@@ -173,7 +173,7 @@ SETTINGS: tuple[EnvSetting, ...] = (
     ),
     EnvSetting(
         name="KVSERVE_FP8_SKINNY_PREFETCH",
-        default="0",
+        default="4",
         meaning="K steps of W (0, 1, 2, 4 or 8) the FP8 tensor-core decode kernel asks of L2 "
         "before it waits for the kernel before (33-64 tokens, per-channel or per-tensor weights)",
         reader="kvserve.kernels.fp8_skinny_gemm:skinny_prefetch_steps",

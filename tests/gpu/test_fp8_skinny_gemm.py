@@ -196,14 +196,15 @@ def test_the_chained_loop_takes_its_own_tiling_past_32_rows(
 
 
 def test_only_the_chained_loop_is_retiled() -> None:
-    """Past one program an SM of 64-row tiles (gate_up), block-scaled W, x in 128-column groups
-    and in-loop quantization (up to 32 rows) keep the default tiling, and no L2 requests."""
+    """Past one program an SM of 64-row tiles (gate_up) a chained launch keeps the default
+    tiling (with its L2 requests, four K steps by default); block-scaled W, x in 128-column
+    groups and in-loop quantization (up to 32 rows) keep the default tiling and make none."""
     default = fp8_skinny_config(64, 6144, 4096, num_sms=132)
     assert (default.block_n, default.split_k, default.num_stages) == (128, 2, 4)
     chained = fp8_skinny_config(64, 6144, 4096, num_sms=132, chained=True)
     assert (chained.block_n, chained.split_k, chained.num_stages) == (64, 1, 8)
     gate_up = fp8_skinny_config(64, 28672, 4096, num_sms=132, chained=True)
-    assert gate_up == fp8_skinny_config(64, 28672, 4096, num_sms=132)
+    assert gate_up == replace(fp8_skinny_config(64, 28672, 4096, num_sms=132), prefetch_steps=4)
     assert fp8_skinny_config(32, 6144, 4096, num_sms=132, chained=True) == fp8_skinny_config(
         32, 6144, 4096, num_sms=132
     )
