@@ -297,6 +297,16 @@ def test_an_x_quantized_by_the_caller_is_the_quantize_first_path(m: int, split_k
     assert out.dtype == dtype and torch.equal(out, fp8_skinny_linear(x, q, scale, config=cfg))
 
 
+def test_bad_prefetch_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="prefetch_steps"):
+        Fp8SkinnyConfig(64, 128, 64, 1, 4, 8, True, prefetch_steps=3)
+    with (
+        cached_setting(PREFETCH_ENV, "3", skinny_prefetch_steps),
+        pytest.raises(ConfigError, match=PREFETCH_ENV),
+    ):
+        skinny_prefetch_steps()
+
+
 def test_bad_operands_are_refused() -> None:
     x, q, scale = inputs(2, 64, 128, True, torch.float16)
     with pytest.raises(ValueError, match="fp8_skinny_linear"):
