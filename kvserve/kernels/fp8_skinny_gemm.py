@@ -321,10 +321,7 @@ def fp8_skinny_linear(
     n = weight.shape[0]
     if m > MOST_ROWS or weight.dtype != FP8 or weight.stride(1) != 1:
         raise ValueError(f"fp8_skinny_linear takes <= {MOST_ROWS} rows and a row-major e4m3 W")
-    # the K loop chains its MMAs (one x scale a row, W without blocks): its own default tiling
-    chained = block is None and (
-        x_row_scale if x_scales is None else tuple(x_scales.shape[1:]) == (1,)
-    )
+    chained = chains_mmas(block, x_row_scale, x_scales, k)
     cfg = config or fp8_skinny_config(m, n, k, num_sms=sm_count(x.device), chained=chained)
     if block is not None and (block[1] != cfg.block_k or block[0] % cfg.block_n):
         raise ValueError(f"fp8_skinny_linear: scale blocks {block} do not fit the tile {cfg}")
@@ -357,6 +354,20 @@ def fp8_skinny_linear(
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch_options(pdl),
     )  # fmt: skip
     return out
+
+
+def chains_mmas(
+    block: tuple[int, int] | None, x_row_scale: bool, x_scales: torch.Tensor | None, k: int
+) -> bool:
+    """Whether a launch's K loop chains its MMAs, so that its default config is
+    ``fp8_skinny_config(chained=True)``'s: W without blocks, and x given in e4m3 with one
+    scale a row, or to be quantized so (``x_row_scale``) where K is a whole number of the
+    default's K steps (else x stays 16-bit)."""
+    if block is not None:
+        return False
+    if x_scales is None:
+        return x_row_scale and k % X_GROUP == 0
+    return tuple(x_scales.shape[1:]) == (1,)
 
 
 def _check_quantized_x(

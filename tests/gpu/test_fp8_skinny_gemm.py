@@ -32,6 +32,7 @@ from kvserve.kernels.fp8_skinny_gemm import (  # noqa: E402
     PREFETCH_ENV,
     QUANTIZE_FIRST_ABOVE,
     Fp8SkinnyConfig,
+    chains_mmas,
     fp8_skinny_config,
     fp8_skinny_linear,
     fp8_skinny_reference,
@@ -198,7 +199,8 @@ def test_the_chained_loop_takes_its_own_tiling_past_32_rows(
 def test_only_the_chained_loop_is_retiled() -> None:
     """Past one program an SM of 64-row tiles (gate_up) a chained launch keeps the default
     tiling (with its L2 requests, four K steps by default); block-scaled W, x in 128-column
-    groups and in-loop quantization (up to 32 rows) keep the default tiling and make none."""
+    groups, in-loop quantization (up to 32 rows) and a K that leaves x 16-bit keep the default
+    tiling and make none."""
     default = fp8_skinny_config(64, 6144, 4096, num_sms=132)
     assert (default.block_n, default.split_k, default.num_stages) == (128, 2, 4)
     chained = fp8_skinny_config(64, 6144, 4096, num_sms=132, chained=True)
@@ -211,10 +213,14 @@ def test_only_the_chained_loop_is_retiled() -> None:
     with cached_setting(PREFETCH_ENV, "4", skinny_prefetch_steps):
         assert fp8_skinny_config(64, 6144, 4096, num_sms=132).prefetch_steps == 0
         assert fp8_skinny_config(64, 6144, 4096, num_sms=132, chained=True).prefetch_steps == 4
-    for block, row_scale in (((128, 128), False), (None, False)):
-        x, q, scale = inputs(40, 256, 512, True, X_DTYPES[-1], block)
+    assert chains_mmas(None, True, None, 512) and chains_mmas(None, False, torch.ones(2, 1), 300)
+    assert not chains_mmas(None, True, None, 300)  # x stays 16-bit: K is not whole K steps
+    assert not chains_mmas((128, 128), True, None, 512) and not chains_mmas(None, False, None, 512)
+    # K = 300 is not a whole number of quantization groups: x stays 16-bit, nothing chains
+    for block, row_scale, k in (((128, 128), False, 512), (None, False, 512), (None, True, 300)):
+        x, q, scale = inputs(40, 256, k, True, X_DTYPES[-1], block)
         out = fp8_skinny_linear(x, q, scale, block=block, x_row_scale=row_scale)
-        want = fp8_skinny_config(40, 256, 512, num_sms=sm_count(DEVICE))
+        want = fp8_skinny_config(40, 256, k, num_sms=sm_count(DEVICE))
         assert torch.equal(out, fp8_skinny_linear(x, q, scale, block=block, config=want))
 
 
