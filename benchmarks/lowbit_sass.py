@@ -112,11 +112,9 @@ def compile_mma(cfg: Fp4GemmConfig, group: int) -> bytes:
         "BLOCK_N": cfg.block_n, "BLOCK_M": cfg.block_m, "BLOCK_K": cfg.block_k, "GROUP": group,
         "SCALE_E8M0": group == MXFP4_GROUP, "HAS_ROW_SCALE": group == NVFP4_GROUP,
         "HAS_BIAS": False, "EVEN_K": True, "DIRECT": cfg.split_k == 1, "DOT_PRECISION": "tf32",
-        "WORD_DEQUANT": cfg.word_dequant and not cfg.scaled_dot, "W_AS_B": cfg.w_as_b,
-        "SCALED_DOT": cfg.scaled_dot, "X_FORMAT": "bf16",
+        "WORD_DEQUANT": cfg.word_dequant, "W_AS_B": cfg.w_as_b,
     }  # fmt: skip
-    words = cfg.word_dequant and not cfg.scaled_dot
-    pointers = {**_MMA_POINTERS, "w_ptr": "*i32" if words else "*u8"}
+    pointers = {**_MMA_POINTERS, "w_ptr": "*i32" if cfg.word_dequant else "*u8"}
     options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     return _compile(_fp4_gemm_kernel, pointers, _MMA_INTS, constants, options)
 

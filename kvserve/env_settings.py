@@ -179,14 +179,6 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels.fp8_skinny_gemm:skinny_prefetch_steps",
     ),
     EnvSetting(
-        name="KVSERVE_FP4_SCALED_DOT",
-        default="0",
-        meaning="1 has MXFP4 steps of 2-128 tokens on the FP4 MMA kernel decode W inside "
-        "Triton's tl.dot_scaled (its e2m1 upcast, read from shared memory in the MMA's operand "
-        "layout) instead of the kernel's own register decode",
-        reader="kvserve.kernels.fp4_gemm:scaled_dot_default",
-    ),
-    EnvSetting(
         name="KVSERVE_FP8_BLOCK_CUBLAS_ROWS",
         default="1",
         meaning="128x128 block-scaled FP8 GEMMs of at least this many tokens on cuBLASLt (sm_90)"

@@ -11,7 +11,6 @@ import torch
 
 from kvserve.config import ModelConfig
 from kvserve.engine.runner.warmup import STEPS, decode_steps, step_shapes
-from kvserve.errors import ConfigError
 from kvserve.kernels import fused_moe_fp4
 from kvserve.kernels.decode_attention import (
     FP8_DECODE_CONFIG,
@@ -265,32 +264,6 @@ def test_fp4_mma_reads_w_as_the_b_operand_up_to_32_rows(m: int, w_as_b: bool) ->
     assert isinstance(cfg, Fp4GemmConfig) and cfg.w_as_b == w_as_b
     with pytest.raises(ValueError, match="at most 32 rows"):
         Fp4GemmConfig(64, 128, 64, w_as_b=True)
-
-
-@pytest.mark.parametrize("setting", ["0", "1"])
-def test_mxfp4_mma_steps_decode_in_scaled_dot_when_switched_on(
-    monkeypatch: pytest.MonkeyPatch, setting: str
-) -> None:
-    from kvserve.kernels import fp4_gemm
-
-    monkeypatch.setenv(fp4_gemm.SCALED_DOT_ENV, setting)
-    fp4_gemm.scaled_dot_default.cache_clear()
-    try:
-        for m in (2, 16, 64, 128):
-            mx = default_config(m, 6144, 4096, num_sms=132, group=MXFP4_GROUP)
-            nv = default_config(m, 6144, 4096, num_sms=132, group=NVFP4_GROUP)
-            assert mx.scaled_dot is (setting == "1") and not nv.scaled_dot
-            assert not (mx.scaled_dot and mx.w_as_b)
-            candidates = fp4_gemm.candidate_configs(m, 6144, 4096, num_sms=132,
-                                                    group=MXFP4_GROUP)  # fmt: skip
-            scaled = [c for c in candidates if getattr(c, "scaled_dot", False)]
-            assert scaled and not any(c.w_as_b for c in scaled)
-        monkeypatch.setenv(fp4_gemm.SCALED_DOT_ENV, "yes")
-        fp4_gemm.scaled_dot_default.cache_clear()
-        with pytest.raises(ConfigError, match="expected 0 or 1"):
-            fp4_gemm.scaled_dot_default()
-    finally:
-        fp4_gemm.scaled_dot_default.cache_clear()
 
 
 def test_fp4_candidates_at_64_rows_try_each_stage_count_at_one_wave_of_its_programs() -> None:

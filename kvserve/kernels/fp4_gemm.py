@@ -23,21 +23,13 @@ captured in CUDA graphs.
 
 from __future__ import annotations
 
-import functools
-import os
 from dataclasses import dataclass, replace
 
 import torch
 
-from kvserve.errors import ConfigError
 from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
-from kvserve.kernels.fp4_reference import (
-    MXFP4_GROUP,
-    NVFP4_GROUP,
-    fp4_linear_reference,
-    group_size_of,
-)
+from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
 from kvserve.kernels.fp4_tile import code_words, dequant_tile, first_scales, step_scales
 
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
@@ -68,18 +60,6 @@ _SMEM_MAX = 220 * 1024
 # (fp4_gemm_h200_{stages,dequant}_2026-12-02.json).
 DEQUANT_GEMM_MIN_ROWS = MAX_BLOCK_M + 1
 
-SCALED_DOT_ENV = "KVSERVE_FP4_SCALED_DOT"
-
-
-@functools.cache
-def scaled_dot_default() -> bool:
-    """``KVSERVE_FP4_SCALED_DOT``: whether MXFP4 steps on the MMA kernel decode W in
-    ``tl.dot_scaled`` by default (``Fp4GemmConfig.scaled_dot``)."""
-    value = os.environ.get(SCALED_DOT_ENV, "0")
-    if value not in ("0", "1"):
-        raise ConfigError(f"{SCALED_DOT_ENV}={value!r}: expected 0 or 1")
-    return value == "1"
-
 
 @dataclass(frozen=True)
 class Fp4GemmConfig:
@@ -105,14 +85,6 @@ class Fp4GemmConfig:
     # mma.sync dots on one decoded tile took batch-64 decode from 6,988 to 6,635 tok/s
     # (lowbit_decode_wasb64_{head,h64}_2026-12-02.json).
     w_as_b: bool = False
-    # MXFP4 only (E8M0 scales in groups of 32), 16-bit x: W decoded by Triton's own e2m1
-    # upcast inside ``tl.dot_scaled``, which reads each thread's code bytes from shared memory
-    # straight into the MMA operand's register layout and chains a K step's MMAs. The register
-    # decode above round-trips every decoded tile through shared memory behind barriers (its
-    # joins leave it in another layout; sm_90 SASS at 64 rows: 4 STS / LDSM / BAR rounds and a
-    # wait after each of the 8 MMAs a step), so its loop runs at a third of its issue rate.
-    # fp32 x and Triton's interpreter (which has no dot_scaled) take the register decode.
-    scaled_dot: bool = False
 
     def __post_init__(self) -> None:
         blocks = (self.block_n, self.block_k, self.block_m)
@@ -122,8 +94,6 @@ class Fp4GemmConfig:
             raise ValueError(f"split_k must be >= 1: {self}")
         if self.w_as_b and self.block_m > 32:
             raise ValueError(f"w_as_b takes at most 32 rows of x: {self}")
-        if self.scaled_dot and (self.w_as_b or self.block_k < 64):
-            raise ValueError(f"scaled_dot takes W as the MMA's A operand, block_k >= 64: {self}")
 
 
 # What fp4_linear runs: the MMA kernel, the CUDA-core GEMV, or dequantize-then-cuBLAS
@@ -161,8 +131,6 @@ def _fp4_gemm_kernel(
     DOT_PRECISION: tl.constexpr,
     WORD_DEQUANT: tl.constexpr,  # Fp4GemmConfig.word_dequant
     W_AS_B: tl.constexpr,  # Fp4GemmConfig.w_as_b: acc is [BLOCK_M, BLOCK_N] until the end
-    SCALED_DOT: tl.constexpr,  # Fp4GemmConfig.scaled_dot (E8M0 scales, bytes of codes)
-    X_FORMAT: tl.constexpr,  # x's dot_scaled format: "bf16" or "fp16"
 ):
     PER_ELEMENT: tl.constexpr = 8 if WORD_DEQUANT else 2  # codes per element of w_ptr
     pid_m = tl.program_id(0)
@@ -199,14 +167,11 @@ def _fp4_gemm_kernel(
             s_ahead, s_ptrs, k0, k_end, K, rg, GROUP, BLOCK_K, EVEN_K, SCALES_AHEAD
         )
         x = tl.load(x_ptrs) if EVEN_K else tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
-        if SCALED_DOT:  # fast_math: no NaN from scale byte 0xFF, which no checkpoint holds
-            acc = tl.dot_scaled(p, s, "e2m1", tl.trans(x), None, X_FORMAT, acc, fast_math=True)
+        w = dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
+        if W_AS_B:
+            acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PRECISION)
         else:
-            w = dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
-            if W_AS_B:
-                acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PRECISION)
-            else:
-                acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
         w_ptrs += BLOCK_K // PER_ELEMENT
         s_ptrs += BLOCK_K // GROUP
         x_ptrs += BLOCK_K
@@ -256,8 +221,6 @@ def fp4_linear(
     cuBLAS (``fp4_dequantize.py``). ``gated`` (the GEMV only): W is a gate/up stack and the
     result silu(gate) * up, [..., N / 2] (``word_gemv.launch_word_gemv``)."""
     group = _check(x, packed, block_scale, row_scale)
-    if isinstance(config, Fp4GemmConfig) and config.scaled_dot and group != MXFP4_GROUP:
-        raise ValueError(f"scaled_dot decodes MXFP4 (E8M0 scales in groups of 32) only: {config}")
     on_reference = x.device.type == "cpu" and not interpreting()
     if gated and (bias is not None or on_reference):
         raise ValueError("fp4_linear: only the GPU's GEMV applies the SiLU-mul, without a bias")
@@ -305,8 +268,7 @@ def _launch(
     splits = -(-k_tiles // tiles_per_split)  # no split may start past K
     k_per_split = tiles_per_split * cfg.block_k
     direct = splits == 1
-    scaled_dot = uses_scaled_dot(cfg, x.dtype)
-    w = code_words(packed) if cfg.word_dequant and not scaled_dot else packed
+    w = code_words(packed) if cfg.word_dequant else packed
     words = w.dtype == torch.int32
     ws = counters = out  # placeholders, unused when direct
     if not direct:
@@ -343,17 +305,9 @@ def _launch(
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         WORD_DEQUANT=words,
         W_AS_B=cfg.w_as_b,
-        SCALED_DOT=scaled_dot,
-        X_FORMAT="fp16" if x.dtype == torch.float16 else "bf16",
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
-
-
-def uses_scaled_dot(cfg: Fp4GemmConfig, x_dtype: torch.dtype) -> bool:
-    """Whether a launch at ``cfg`` decodes W in ``tl.dot_scaled`` (``Fp4GemmConfig.scaled_dot``):
-    with x in 16 bits, compiled."""
-    return cfg.scaled_dot and x_dtype in (torch.bfloat16, torch.float16) and not interpreting()
 
 
 def block_m_for(m: int) -> int:
@@ -393,10 +347,7 @@ def default_config(
         return fp4_gemv_config(n, k // FP4_PER_WORD, m, num_sms, group)
     if m >= DEQUANT_GEMM_MIN_ROWS:
         return DequantGemmConfig()
-    cfg = mma_config(m, n, k, num_sms=num_sms)
-    if group == MXFP4_GROUP and scaled_dot_default():
-        cfg = replace(cfg, scaled_dot=True, w_as_b=False)
-    return cfg
+    return mma_config(m, n, k, num_sms=num_sms)
 
 
 def mma_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig:
@@ -500,13 +451,13 @@ def candidate_configs(
     configs: list[Fp4Config] = [default]
     mma = mma_config(m, n, k, num_sms=num_sms)
     if m > GEMV_MAX_ROWS:
-        configs += [c for c in (mma, *_variants(mma, group)) if c not in configs]
+        configs += [c for c in (mma, *_variants(mma)) if c != default]
     if mma.block_m == 64 and mma.block_n == 64:
         configs += _with_other_stages(mma, m, n, k, num_sms)
     if m > MAX_BLOCK_M:
         configs += _wide_m_configs(m, n, k, num_sms)
     for options in per_tile:
-        options[1:1] = _variants(options[0], group)
+        options[1:1] = _variants(options[0])
     if m <= GEMV_ROWS:
         gemvs = gemv_candidates(n, k // FP4_PER_WORD, rows=m, num_sms=num_sms, scale_group=group)
         configs += [c for c in gemvs if c not in configs]
@@ -517,12 +468,11 @@ def candidate_configs(
     return configs
 
 
-def _variants(cfg: Fp4GemmConfig, group: int) -> list[Fp4GemmConfig]:
-    """``cfg`` decoded in ``tl.dot_scaled`` (MXFP4), with W as the other MMA operand (up to 32
-    rows of x), then with the byte dequant."""
-    scaled = [replace(cfg, scaled_dot=True, w_as_b=False)] if group == MXFP4_GROUP else []
+def _variants(cfg: Fp4GemmConfig) -> list[Fp4GemmConfig]:
+    """``cfg`` with W as the other MMA operand (up to 32 rows of x), then with the byte
+    dequant."""
     flipped = [replace(cfg, w_as_b=not cfg.w_as_b)] if cfg.block_m <= 32 else []
-    return [c for c in (*scaled, *flipped, replace(cfg, word_dequant=False)) if c != cfg]
+    return [*flipped, replace(cfg, word_dequant=False)]
 
 
 def _wide_m_configs(m: int, n: int, k: int, num_sms: int) -> list[Fp4GemmConfig]:

@@ -138,32 +138,6 @@ def test_both_dequants_match_reference(
     check(fp4_linear(x, *weight, config=cfg), x, weight)
 
 
-@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16, torch.float32])
-@pytest.mark.parametrize("split_k", [1, 3])
-@pytest.mark.parametrize(("n", "k"), SMALL_SHAPES)
-@pytest.mark.parametrize("m", [2, 16, 33, 64, 100])
-@pytest.mark.parametrize("block_k", [64, 128])
-def test_scaled_dot_matches_reference(
-    block_k: int, m: int, n: int, k: int, split_k: int, dtype: torch.dtype
-) -> None:
-    """``Fp4GemmConfig.scaled_dot``: MXFP4's W decoded in ``tl.dot_scaled`` with 16-bit x, K
-    tails masked to code 0 and scale byte 0; fp32 x (and the interpreter) take the register
-    decode."""
-    weight = fp4_weight("mxfp4", n, k)
-    x = activations(m, k, dtype)
-    cfg = Fp4GemmConfig(64, block_k, block_m_for(m), split_k, 4, 3, scaled_dot=True)
-    check(fp4_linear(x, *weight, config=cfg), x, weight)
-
-
-def test_scaled_dot_refuses_nvfp4_and_w_as_b() -> None:
-    weight = fp4_weight("nvfp4", 64, 128)
-    cfg = Fp4GemmConfig(64, 64, 16, scaled_dot=True)
-    with pytest.raises(ValueError, match="MXFP4"):
-        fp4_linear(activations(2, 128, torch.float32), *weight, config=cfg)
-    with pytest.raises(ValueError, match="A operand"):
-        Fp4GemmConfig(64, 64, 16, w_as_b=True, scaled_dot=True)
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("split_k", [1, 3])
 @pytest.mark.parametrize(("n", "k"), SMALL_SHAPES)
@@ -283,8 +257,6 @@ def test_replays_in_cuda_graph(fmt: str) -> None:
     cfg = Fp4GemmConfig(64, 128, 16, 4, 4, 4)
     check_graph_replay(x, weight, cfg)
     check_graph_replay(x[:2], weight, GemvConfig(128, 32, 4))
-    if fmt == "mxfp4":
-        check_graph_replay(x, weight, Fp4GemmConfig(64, 128, 16, 4, 4, 4, scaled_dot=True))
     # decode steps past 128 rows dequantize in the graph; the dense weight is graph memory
     check_graph_replay(activations(200, 4096, torch.bfloat16), weight, DequantGemmConfig())
 
