@@ -194,7 +194,7 @@ def test_gemv_reads_16_bit_x_of_any_alignment_and_size(fmt: str, dtype, m: int) 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("n", "k"), [*SMALL_SHAPES, *LLAMA_SHAPES])
-@pytest.mark.parametrize("m", [1, 16, 64, 256, 1024])
+@pytest.mark.parametrize("m", [1, 16, 32, 64, 256, 1024])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_default_config(fmt: str, m: int, n: int, k: int, dtype) -> None:
     weight = fp4_weight(fmt, n, k)
