@@ -351,10 +351,8 @@ def default_config(
 
 
 def mma_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig:
-    """64 rows of W by 128 of K per program (256 for up to 32 rows: the weight tile is
-    half-byte data; at 32 rows, Llama-3-8B MXFP4 on an H100, the four projections' best tiles
-    were 256 deep, 116.5 us against 164.5 at 128, fp4_gemm_s70_mxfp4_h100_2026-12-06.json), K
-    split until there are PROGRAMS_PER_SM programs for each SM
+    """64 rows of W by 128 of K per program (256 for up to 16 rows: the weight tile is
+    half-byte data), K split until there are PROGRAMS_PER_SM programs for each SM
     (..._AT_128_ROWS at 128 rows of x); 8 warps only for unsplit 128-row tiles (of x, prefill;
     or of W, below).
     At 64 rows of x, 128 rows of W, unsplit, where those tiles alone fill the SMs: every program
@@ -365,7 +363,7 @@ def mma_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig:
     NVFP4 / MXFP4: 93.3 / 90.1 -> 81.7 / 78.9 us; fp4_gemm_h200_wasb64_2026-12-02.json).
     Up to 32 rows of x, W is the MMA's B operand (``Fp4GemmConfig.w_as_b``)."""
     block_m = block_m_for(m)
-    block_k = 256 if block_m <= 32 else 128
+    block_k = 256 if block_m == 16 else 128
     block_n = 128 if block_m == 64 and -(-n // 128) >= num_sms else 64
     tiles = -(-m // block_m) * -(-n // block_n)
     k_tiles = -(-k // block_k)
