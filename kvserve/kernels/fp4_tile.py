@@ -37,13 +37,13 @@ def _dequant_bytes(
     hi = ((p >> 2) & 0x1C) | (p & 0x80)
     codes = tl.interleave(lo, hi)  # element 2j from the low nibble
     w = codes.to(tl.float8e4nv, bitcast=True).to(DTYPE)
-    scale = _scale_times_64(s, SCALE_E8M0)
+    scale = scale_times_64(s, SCALE_E8M0)
     w = tl.reshape(w, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * scale.to(DTYPE)[:, :, None]
     return tl.reshape(w, (BLOCK_N, BLOCK_K))
 
 
 @jit
-def _scale_times_64(s, SCALE_E8M0: tl.constexpr):
+def scale_times_64(s, SCALE_E8M0: tl.constexpr):
     """Block scale bytes -> fp32 times 2**6 (the unit of the e4m3-decoded codes). Not
     ``word_decode._block_scale`` times 64: E8M0 takes the 6 as an integer add to its exponent,
     where the multiply cost MXFP4's loop 8-22 more sm_90 instructions (benchmarks/lowbit_sass)."""
@@ -70,7 +70,7 @@ def _dequant_words(
     even = tl.join(tl.join(c0, c4), tl.join(c2, c6))
     odd = tl.join(tl.join(c1, c5), tl.join(c3, c7))
     w = tl.reshape(tl.join(even, odd), (BLOCK_N, BLOCK_K // GROUP, GROUP))
-    scale = _scale_times_64(s, SCALE_E8M0)
+    scale = scale_times_64(s, SCALE_E8M0)
     if SCALE_E8M0:  # powers of two beyond f16's range
         return tl.reshape((w.to(tl.float32) * scale[:, :, None]).to(DTYPE), (BLOCK_N, BLOCK_K))
     # code * 2**-6 times an e4m3 scale * 2**6 has six significant bits and lies in 2**-10 .. 2688:

@@ -1,0 +1,63 @@
+"""A tile of FP4 weight codes decoded as its two K halves by parity: the even codes (K index
+2j of the step) and the odd ones (2j + 1), each [BLOCK_N, BLOCK_K / 2] and exact (without the
+row scale), for ``Fp4GemmConfig.even_odd``: the FP4 GEMM then takes two dots, each half against
+the matching half of x (``split_x``), instead of interleaving the halves into one tile.
+
+Why: in the sm_90 code of the one-tile kernel at 64 rows, the word decode's joins leave the tile
+in a layout the MMA cannot read from registers, so each K step stores it to shared memory and
+reads it back with ``ldmatrix`` behind 9-11 barriers, and each of the step's 8 HGMMAs waits for
+the one before. Decoded by parity, each half is one elementwise chain from a byte (or, in words,
+four joins of one position each), and each dot issues its HGMMAs back to back (2 barriers and
+two waits a step where the one-tile loop had 9 and 8).
+
+Scales: code k's group is k // GROUP, so even code 2j (and odd code 2j + 1) has group
+j // (GROUP / 2): each half takes the step's scales repeated GROUP / 2 times.
+"""
+
+from __future__ import annotations
+
+from kvserve.kernels._triton import jit, tl
+from kvserve.kernels.fp4_tile import scale_times_64
+from kvserve.kernels.word_decode import fp4_word_to_halves
+
+
+@jit
+def _scaled_half(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
+                 SCALE_E8M0: tl.constexpr, DTYPE: tl.constexpr):  # fmt: skip
+    """One half [BLOCK_N, BLOCK_K / 2] of codes in units of 2**-6 (f16 or any float) times its
+    block scales s (raw bytes [BLOCK_N, BLOCK_K / GROUP]), in DTYPE."""
+    scale = scale_times_64(s, SCALE_E8M0)
+    w = tl.reshape(w, (BLOCK_N, BLOCK_K // GROUP, GROUP // 2))
+    if SCALE_E8M0:  # powers of two beyond f16's range
+        w = (w.to(tl.float32) * scale[:, :, None]).to(DTYPE)
+    else:  # exact in f16: see fp4_tile._dequant_words
+        w = (w.to(tl.float16) * scale.to(tl.float16)[:, :, None]).to(DTYPE)
+    return tl.reshape(w, (BLOCK_N, BLOCK_K // 2))
+
+
+@jit
+def dequant_halves(
+    p, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
+    SCALE_E8M0: tl.constexpr, DTYPE: tl.constexpr, WORD_DEQUANT: tl.constexpr,
+):  # fmt: skip
+    """(even, odd) halves of the tile: from int32 words p [BLOCK_N, BLOCK_K / 8] (code 8w + i at
+    nibble i) or bytes p [BLOCK_N, BLOCK_K / 2] (code 2b low nibble, 2b + 1 high)."""
+    if WORD_DEQUANT:
+        c0, c1, c2, c3, c4, c5, c6, c7 = fp4_word_to_halves(p)
+        # word w's codes 0, 2, 4, 6 are even codes 4w .. 4w + 3: [w, a, b] = code 4a + 2b
+        even = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c4, c6)), (BLOCK_N, BLOCK_K // 2))
+        odd = tl.reshape(tl.join(tl.join(c1, c3), tl.join(c5, c7)), (BLOCK_N, BLOCK_K // 2))
+    else:  # the e4m3 byte of each nibble (fp4_tile._dequant_bytes), worth the code * 2**-6
+        lo = ((p & 0x07) << 2) | ((p & 0x08) << 4)
+        hi = ((p >> 2) & 0x1C) | (p & 0x80)
+        even = lo.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        odd = hi.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    even = _scaled_half(even, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
+    odd = _scaled_half(odd, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
+    return even, odd
+
+
+@jit
+def split_x(x, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """x [BLOCK_M, BLOCK_K] -> (its even columns, its odd columns), each [BLOCK_M, BLOCK_K / 2]."""
+    return tl.split(tl.reshape(x, (BLOCK_M, BLOCK_K // 2, 2)))
