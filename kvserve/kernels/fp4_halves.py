@@ -17,8 +17,7 @@ j // (GROUP / 2): each half takes the step's scales repeated GROUP / 2 times.
 from __future__ import annotations
 
 from kvserve.kernels._triton import jit, tl
-from kvserve.kernels.fp4_tile import scale_times_64
-from kvserve.kernels.word_decode import fp4_word_to_halves
+from kvserve.kernels.fp4_tile import scale_times_64, word_parities
 
 
 @jit
@@ -42,11 +41,10 @@ def dequant_halves(
 ):  # fmt: skip
     """(even, odd) halves of the tile: from int32 words p [BLOCK_N, BLOCK_K / 8] (code 8w + i at
     nibble i) or bytes p [BLOCK_N, BLOCK_K / 2] (code 2b low nibble, 2b + 1 high)."""
-    if WORD_DEQUANT:
-        c0, c1, c2, c3, c4, c5, c6, c7 = fp4_word_to_halves(p)
-        # word w's codes 0, 2, 4, 6 are even codes 4w .. 4w + 3: [w, a, b] = code 4a + 2b
-        even = tl.reshape(tl.join(tl.join(c0, c2), tl.join(c4, c6)), (BLOCK_N, BLOCK_K // 2))
-        odd = tl.reshape(tl.join(tl.join(c1, c3), tl.join(c5, c7)), (BLOCK_N, BLOCK_K // 2))
+    if WORD_DEQUANT:  # the whole-tile decode's order (fp4_tile._dequant_words), by parity
+        even, odd = word_parities(p)
+        even = tl.reshape(even, (BLOCK_N, BLOCK_K // 2))
+        odd = tl.reshape(odd, (BLOCK_N, BLOCK_K // 2))
     else:  # the e4m3 byte of each nibble (fp4_tile._dequant_bytes), worth the code * 2**-6
         lo = ((p & 0x07) << 2) | ((p & 0x08) << 4)
         hi = ((p >> 2) & 0x1C) | (p & 0x80)

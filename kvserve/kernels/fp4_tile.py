@@ -54,6 +54,15 @@ def scale_times_64(s, SCALE_E8M0: tl.constexpr):
 
 
 @jit
+def word_parities(q):
+    """The codes of int32 words q [..., W] decoded to f16 (``fp4_word_to_halves``), as (even,
+    odd) [..., W, 2, 2]: word w's codes 4a + 2b (even) and 4a + 2b + 1 (odd) at [w, a, b], so
+    each flattens to K order within its parity."""
+    c0, c1, c2, c3, c4, c5, c6, c7 = fp4_word_to_halves(q)
+    return tl.join(tl.join(c0, c4), tl.join(c2, c6)), tl.join(tl.join(c1, c5), tl.join(c3, c7))
+
+
+@jit
 def _dequant_words(
     q,
     s,
@@ -66,9 +75,7 @@ def _dequant_words(
     """``_dequant_bytes`` from int32 words q [BLOCK_N, BLOCK_K / 8] (eight codes each, lowest
     nibble first): the codes decode eight at a time to f16, and the joins put them back in K
     order (code 4a + 2b + c at [a, b, c] of each word's 2 x 2 x 2)."""
-    c0, c1, c2, c3, c4, c5, c6, c7 = fp4_word_to_halves(q)
-    even = tl.join(tl.join(c0, c4), tl.join(c2, c6))
-    odd = tl.join(tl.join(c1, c5), tl.join(c3, c7))
+    even, odd = word_parities(q)
     w = tl.reshape(tl.join(even, odd), (BLOCK_N, BLOCK_K // GROUP, GROUP))
     scale = scale_times_64(s, SCALE_E8M0)
     if SCALE_E8M0:  # powers of two beyond f16's range
