@@ -87,8 +87,8 @@ class Fp4GemmConfig:
     # (lowbit_decode_wasb64_{head,h64}_2026-12-02.json).
     w_as_b: bool = False
     # The tile decoded as its even and odd K halves, two dots of BLOCK_K / 2 each
-    # (``fp4_halves.py``): no shared-memory round trip of the decoded tile and a step's MMAs
-    # chained in each dot, in the sm_90 code at 64 rows. Not yet timed on a GPU, so off.
+    # (``fp4_halves.py``): in the sm_90 code at 64 rows, 2-4 barriers a step instead of 9-11
+    # and each dot's MMAs chained. Not yet timed on a GPU, so off.
     even_odd: bool = False
 
     def __post_init__(self) -> None:

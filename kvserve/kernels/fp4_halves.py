@@ -5,10 +5,11 @@ the matching half of x (``split_x``), instead of interleaving the halves into on
 
 Why: in the sm_90 code of the one-tile kernel at 64 rows, the word decode's joins leave the tile
 in a layout the MMA cannot read from registers, so each K step stores it to shared memory and
-reads it back with ``ldmatrix`` behind 9-11 barriers, and each of the step's 8 HGMMAs waits for
-the one before. Decoded by parity, each half is one elementwise chain from a byte (or, in words,
-four joins of one position each), and each dot issues its HGMMAs back to back (2 barriers and
-two waits a step where the one-tile loop had 9 and 8).
+reads it back with ``ldmatrix`` in four rounds behind 9-11 barriers, and each of the step's 8
+HGMMAs waits for the one before. Decoded by parity, each half is one elementwise chain from a
+byte (or, in words, two joins of four code positions), and each dot issues its HGMMAs back to
+back: 2-4 barriers and two waits a step (the words' halves still pass through shared memory
+once; benchmarks/lowbit_sass).
 
 Scales: code k's group is k // GROUP, so even code 2j (and odd code 2j + 1) has group
 j // (GROUP / 2): each half takes the step's scales repeated GROUP / 2 times.
