@@ -144,7 +144,7 @@ def test_both_dequants_match_reference(
 @pytest.mark.parametrize("m", [2, 16, 33, 64, 100])
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("words", [True, False], ids=["words", "bytes"])
-def test_even_odd_halves_match_reference(
+def test_parity_decode_matches_reference(
     words: bool, fmt: str, m: int, n: int, k: int, split_k: int, dtype: torch.dtype
 ) -> None:
     """``Fp4GemmConfig.even_odd``: the tile decoded as its even and odd K halves, two dots;
@@ -155,7 +155,7 @@ def test_even_odd_halves_match_reference(
     check(fp4_linear(x, *weight, config=cfg), x, weight)
 
 
-def test_even_odd_takes_w_as_the_a_operand() -> None:
+def test_parity_decode_with_w_as_b_is_refused() -> None:
     with pytest.raises(ValueError, match="A operand"):
         Fp4GemmConfig(64, 64, 16, w_as_b=True, even_odd=True)
 
