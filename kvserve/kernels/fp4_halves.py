@@ -18,21 +18,7 @@ j // (GROUP / 2): each half takes the step's scales repeated GROUP / 2 times.
 from __future__ import annotations
 
 from kvserve.kernels._triton import jit, tl
-from kvserve.kernels.fp4_tile import scale_times_64, word_parities
-
-
-@jit
-def _scaled_half(w, s, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
-                 SCALE_E8M0: tl.constexpr, DTYPE: tl.constexpr):  # fmt: skip
-    """One half [BLOCK_N, BLOCK_K / 2] of codes in units of 2**-6 (f16 or any float) times its
-    block scales s (raw bytes [BLOCK_N, BLOCK_K / GROUP]), in DTYPE."""
-    scale = scale_times_64(s, SCALE_E8M0)
-    w = tl.reshape(w, (BLOCK_N, BLOCK_K // GROUP, GROUP // 2))
-    if SCALE_E8M0:  # powers of two beyond f16's range
-        w = (w.to(tl.float32) * scale[:, :, None]).to(DTYPE)
-    else:  # exact in f16: see fp4_tile._dequant_words
-        w = (w.to(tl.float16) * scale.to(tl.float16)[:, :, None]).to(DTYPE)
-    return tl.reshape(w, (BLOCK_N, BLOCK_K // 2))
+from kvserve.kernels.fp4_tile import nibble_e4m3_bytes, times_block_scales, word_parities
 
 
 @jit
@@ -44,15 +30,13 @@ def dequant_halves(
     nibble i) or bytes p [BLOCK_N, BLOCK_K / 2] (code 2b low nibble, 2b + 1 high)."""
     if WORD_DEQUANT:  # the whole-tile decode's order (fp4_tile._dequant_words), by parity
         even, odd = word_parities(p)
-        even = tl.reshape(even, (BLOCK_N, BLOCK_K // 2))
-        odd = tl.reshape(odd, (BLOCK_N, BLOCK_K // 2))
-    else:  # the e4m3 byte of each nibble (fp4_tile._dequant_bytes), worth the code * 2**-6
-        lo = ((p & 0x07) << 2) | ((p & 0x08) << 4)
-        hi = ((p >> 2) & 0x1C) | (p & 0x80)
+    else:
+        lo, hi = nibble_e4m3_bytes(p)
         even = lo.to(tl.float8e4nv, bitcast=True).to(tl.float32)
         odd = hi.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    even = _scaled_half(even, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
-    odd = _scaled_half(odd, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
+    # code 2j and 2j + 1 are in group 2j // GROUP: each scale covers GROUP / 2 of a half
+    even = times_block_scales(even, s, BLOCK_N, BLOCK_K // 2, GROUP // 2, SCALE_E8M0, DTYPE)
+    odd = times_block_scales(odd, s, BLOCK_N, BLOCK_K // 2, GROUP // 2, SCALE_E8M0, DTYPE)
     return even, odd
 
 

@@ -21,6 +21,13 @@ from kvserve.kernels.word_decode import fp4_word_to_halves
 
 
 @jit
+def nibble_e4m3_bytes(p):
+    """Packed code bytes p -> (the e4m3 byte of each low nibble, of each high nibble), worth the
+    code * 2**-6."""
+    return ((p & 0x07) << 2) | ((p & 0x08) << 4), ((p >> 2) & 0x1C) | (p & 0x80)
+
+
+@jit
 def _dequant_bytes(
     p,
     s,
@@ -33,17 +40,16 @@ def _dequant_bytes(
     """Packed codes p uint8 [BLOCK_N, BLOCK_K/2] and the raw bytes s uint8
     [BLOCK_N, BLOCK_K/GROUP] of the block scales -> the weight tile [BLOCK_N, BLOCK_K] in DTYPE,
     exact (without the row scale)."""
-    lo = ((p & 0x07) << 2) | ((p & 0x08) << 4)
-    hi = ((p >> 2) & 0x1C) | (p & 0x80)
+    lo, hi = nibble_e4m3_bytes(p)
     codes = tl.interleave(lo, hi)  # element 2j from the low nibble
     w = codes.to(tl.float8e4nv, bitcast=True).to(DTYPE)
-    scale = scale_times_64(s, SCALE_E8M0)
+    scale = _scale_times_64(s, SCALE_E8M0)
     w = tl.reshape(w, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * scale.to(DTYPE)[:, :, None]
     return tl.reshape(w, (BLOCK_N, BLOCK_K))
 
 
 @jit
-def scale_times_64(s, SCALE_E8M0: tl.constexpr):
+def _scale_times_64(s, SCALE_E8M0: tl.constexpr):
     """Block scale bytes -> fp32 times 2**6 (the unit of the e4m3-decoded codes). Not
     ``word_decode._block_scale`` times 64: E8M0 takes the 6 as an integer add to its exponent,
     where the multiply cost MXFP4's loop 8-22 more sm_90 instructions (benchmarks/lowbit_sass)."""
@@ -76,13 +82,25 @@ def _dequant_words(
     nibble first): the codes decode eight at a time to f16, and the joins put them back in K
     order (code 4a + 2b + c at [a, b, c] of each word's 2 x 2 x 2)."""
     even, odd = word_parities(q)
-    w = tl.reshape(tl.join(even, odd), (BLOCK_N, BLOCK_K // GROUP, GROUP))
-    scale = scale_times_64(s, SCALE_E8M0)
+    return times_block_scales(tl.join(even, odd), s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
+
+
+@jit
+def times_block_scales(
+    w, s, BLOCK_N: tl.constexpr, COLUMNS: tl.constexpr, SPAN: tl.constexpr,
+    SCALE_E8M0: tl.constexpr, DTYPE: tl.constexpr,
+):  # fmt: skip
+    """Codes w (any shape of BLOCK_N x COLUMNS values, in units of 2**-6, f16 or wider) times
+    the block scale bytes s [BLOCK_N, COLUMNS / SPAN], each covering SPAN consecutive columns
+    -> [BLOCK_N, COLUMNS] in DTYPE, exact."""
+    w = tl.reshape(w, (BLOCK_N, COLUMNS // SPAN, SPAN))
+    scale = _scale_times_64(s, SCALE_E8M0)
     if SCALE_E8M0:  # powers of two beyond f16's range
-        return tl.reshape((w.to(tl.float32) * scale[:, :, None]).to(DTYPE), (BLOCK_N, BLOCK_K))
+        return tl.reshape((w.to(tl.float32) * scale[:, :, None]).to(DTYPE), (BLOCK_N, COLUMNS))
     # code * 2**-6 times an e4m3 scale * 2**6 has six significant bits and lies in 2**-10 .. 2688:
     # exact in f16
-    return tl.reshape((w * scale.to(tl.float16)[:, :, None]).to(DTYPE), (BLOCK_N, BLOCK_K))
+    w = w.to(tl.float16) * scale.to(tl.float16)[:, :, None]
+    return tl.reshape(w.to(DTYPE), (BLOCK_N, COLUMNS))
 
 
 @jit
