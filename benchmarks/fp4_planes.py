@@ -135,8 +135,10 @@ def planes_linear(
 def random_weight(n: int, k: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Random codes and block scales (e4m3 bytes near 1 for NVFP4, E8M0 near 2**0 for MXFP4)."""
     packed = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
-    low, high = (48, 60) if group == NVFP4_GROUP else (118, 124)
-    return packed, torch.randint(low, high, (n, k // group), dtype=torch.uint8, device="cuda")
+    if group == NVFP4_GROUP:
+        scales = torch.randint(48, 60, (n, k // group), dtype=torch.uint8, device="cuda")
+        return packed, scales.view(torch.float8_e4m3fn)
+    return packed, torch.randint(118, 124, (n, k // group), dtype=torch.uint8, device="cuda")
 
 
 def measure_shape(fmt: str, rows: int, name: str, replays: int) -> dict[str, Any]:
