@@ -7,7 +7,7 @@ Reference: ``fp4_linear_reference`` in ``fp4_reference.py``.
 Layout of a program: it owns BLOCK_N rows of W and BLOCK_M rows of x, and computes the
 transposed tile ``W_tile @ x_tile.T`` [BLOCK_N, BLOCK_M] ("swap AB", as in ``skinny_gemm.py``)
 on wgmma, W from registers and x from shared memory, so the weight rows sit on the MMA's M side
-and the decode tokens on its N side. Up to 32 rows of x (``Fp4GemmConfig.w_as_b``) it
+and the decode tokens on its N side. Up to 16 rows of x (``Fp4GemmConfig.w_as_b``) it
 computes ``x_tile @ W_tile.T`` on mma.sync instead, x's rows on its M side. Grid
 ``(M tiles, N tiles, splits)``; K is split when the tiles alone would leave SMs idle, with the
 same deterministic last-arrival reduction as the skinny GEMM.
@@ -77,7 +77,7 @@ class Fp4GemmConfig:
     # 66 / 105 / 218 us at 16 / 64 / 256 rows (fp4_gemm_h200_words_2026-12-01.json).
     word_dequant: bool = True
     # The decoded W tile as the MMA's B operand (x @ W.T) rather than its A (W @ x.T), on
-    # mma.sync with x's rows on its M side; up to 32 rows of x, where it is the default. On the
+    # mma.sync with x's rows on its M side; up to 32 rows of x, the default up to 16. On the
     # H200 Llama-3-8B's NVFP4 qkv / o / gate_up / down went from 20.4 / 12.7 / 66.1 / 33.4 to
     # 16.9 / 12.0 / 47.9 / 29.7 us at 16 rows and from 21.9 / 15.2 / 70.9 / 41.3 to
     # 20.8 / 13.9 / 63.8 / 38.1 at 32 (MXFP4 alike; fp4_gemm_h200_wasb{,2}_2026-12-01.json). At
@@ -378,7 +378,11 @@ def mma_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig:
     in two, 102.5 / 101.3; fp4_gemm_h200_splits_2026-12-01.json); narrower shapes need the K
     split more. Those tiles take 8 warps, half the registers a thread (Llama-3-8B gate_up,
     NVFP4 / MXFP4: 93.3 / 90.1 -> 81.7 / 78.9 us; fp4_gemm_h200_wasb64_2026-12-02.json).
-    Up to 32 rows of x, W is the MMA's B operand (``Fp4GemmConfig.w_as_b``)."""
+    Up to 16 rows of x, W is the MMA's B operand (``Fp4GemmConfig.w_as_b``); at 32 it is the A
+    operand again: on one H100 at 32 rows, W as B against W as A on Llama-3-8B's qkv / o / gate_up
+    / down took MXFP4 24.2 / 15.0 / 84.7 / 40.7 against 19.0 / 13.2 / 54.5 / 35.7 us (NVFP4
+    18.8 / 12.2 / 56.8 / 29.3 against 17.9 / 12.2 / 56.4 / 28.9), and MXFP4 decode at batch 32
+    went from 4,030 to 4,826 tok/s (fp4_gemm_s71_h100_*, env_ab_s71_fp4_wa32_*)."""
     block_m = block_m_for(m)
     block_k = 256 if block_m == 16 else 128
     block_n = 128 if block_m == 64 and -(-n // 128) >= num_sms else 64
@@ -393,7 +397,7 @@ def mma_config(m: int, n: int, k: int, *, num_sms: int = 132) -> Fp4GemmConfig:
         stages, per_sm = (4, PROGRAMS_PER_SM) if block_m < 64 else (3, PROGRAMS_PER_SM_AT_128_ROWS)
         splits = _split_for(tiles, k_tiles, per_sm * num_sms, 0)
     warps = 8 if (block_m >= 128 or block_n == 128) and splits == 1 else 4
-    return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages, w_as_b=block_m <= 32)
+    return Fp4GemmConfig(block_n, block_k, block_m, splits, warps, stages, w_as_b=block_m <= 16)
 
 
 def _wave_split(tiles: int, k_tiles: int, holds: int, num_sms: int) -> int:
@@ -452,7 +456,7 @@ def candidate_configs(
     tiles (above 128 rows); then every tile shape with its best-filling split in the same
     variants, before any tile's second choice (so a short list still spans tiles)."""
     block_m = block_m_for(m)
-    w_as_b = block_m <= 32
+    w_as_b = block_m <= 16  # as default_config; _variants flips it up to 32 rows
     per_tile = []
     for block_n, block_k, warps in SWEEP_TILES:
         stages = stages_that_fit(block_n, block_k, block_m, 3 if block_m >= 128 else 4)
