@@ -3,9 +3,8 @@ default configs for sm_90, without a GPU: the word GEMV (``kvserve/kernels/word_
 and FP8 at one row), the FP4 MMA kernel (``kvserve/kernels/fp4_gemm.py``; 16 and 64 rows) and
 the FP4 MoE grouped kernel (``kvserve/kernels/fused_moe_fp4.py``; its decode tile), the FP4
 kernels with W read as bytes and as words, the MMA kernel at 16 rows with W as either MMA
-operand, W as A decoded whole or by parity (``Fp4GemmConfig.even_odd``), and the FP8
-tensor-core decode kernel (``kvserve/kernels/fp8_skinny_gemm.py``; 1, 16 and 64 rows, x
-quantized in the loop or, past 32 rows, before the launch).
+operand, and the FP8 tensor-core decode kernel (``kvserve/kernels/fp8_skinny_gemm.py``; 1, 16 and
+64 rows, x quantized in the loop or, past 32 rows, before the launch).
 
 At one row of x the GEMV is bound by instruction issue and latency, not by DRAM (Nsight Compute
 on the H200: 27-48% of DRAM peak, a scheduler issuing about every second cycle;
@@ -113,7 +112,7 @@ def compile_mma(cfg: Fp4GemmConfig, group: int) -> bytes:
         "BLOCK_N": cfg.block_n, "BLOCK_M": cfg.block_m, "BLOCK_K": cfg.block_k, "GROUP": group,
         "SCALE_E8M0": group == MXFP4_GROUP, "HAS_ROW_SCALE": group == NVFP4_GROUP,
         "HAS_BIAS": False, "EVEN_K": True, "DIRECT": cfg.split_k == 1, "DOT_PRECISION": "tf32",
-        "WORD_DEQUANT": cfg.word_dequant, "W_AS_B": cfg.w_as_b, "EVEN_ODD": cfg.even_odd,
+        "WORD_DEQUANT": cfg.word_dequant, "W_AS_B": cfg.w_as_b,
     }  # fmt: skip
     pointers = {**_MMA_POINTERS, "w_ptr": "*i32" if cfg.word_dequant else "*u8"}
     options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
@@ -243,10 +242,6 @@ def measure() -> list[dict[str, Any]]:
             weights = cfg.block_n * cfg.block_k // (cfg.num_warps * THREADS_PER_WARP)
             row = {"kernel": "FP4 MMA", "format": fmt, "rows": m, "config": vars(cfg)}
             rows.append({**row, **describe(compile_mma(cfg, group), weights)})
-            if not cfg.w_as_b:  # and decoded by parity (Fp4GemmConfig.even_odd)
-                halves = replace(cfg, even_odd=True)
-                row = {**row, "config": vars(halves)}
-                rows.append({**row, **describe(compile_mma(halves, group), weights)})
         for words in (False, True):
             config = {**MOE_TILE, "word_dequant": words}
             row = {"kernel": "FP4 MoE grouped", "format": fmt, "rows": 16, "config": config}

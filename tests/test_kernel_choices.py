@@ -6,8 +6,6 @@ Triton or a GPU (the kernels themselves are tested in tests/gpu)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 
@@ -266,15 +264,6 @@ def test_fp4_mma_reads_w_as_the_b_operand_up_to_16_rows(m: int, w_as_b: bool) ->
     assert isinstance(cfg, Fp4GemmConfig) and cfg.w_as_b == w_as_b
     with pytest.raises(ValueError, match="at most 32 rows"):
         Fp4GemmConfig(64, 128, 64, w_as_b=True)
-
-
-@pytest.mark.parametrize("m", [2, 16, 32, 64, 128])
-def test_fp4_candidates_try_the_parity_decode_without_making_it_the_default(m: int) -> None:
-    default, *others = candidate_configs(m, 6144, 4096, num_sms=132)
-    assert not default.even_odd
-    halves = [c for c in others if isinstance(c, Fp4GemmConfig) and c.even_odd]
-    assert halves and not any(c.w_as_b for c in halves)
-    assert replace(default, even_odd=True, w_as_b=False) in halves
 
 
 def test_fp4_candidates_at_64_rows_try_each_stage_count_at_one_wave_of_its_programs() -> None:

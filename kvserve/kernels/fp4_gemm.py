@@ -29,7 +29,6 @@ import torch
 
 from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
-from kvserve.kernels.fp4_halves import dequant_halves, split_x
 from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
 from kvserve.kernels.fp4_tile import code_words, dequant_tile, first_scales, step_scales
 
@@ -80,16 +79,13 @@ class Fp4GemmConfig:
     # mma.sync with x's rows on its M side; up to 32 rows of x, the default up to 16. On the
     # H200 Llama-3-8B's NVFP4 qkv / o / gate_up / down went from 20.4 / 12.7 / 66.1 / 33.4 to
     # 16.9 / 12.0 / 47.9 / 29.7 us at 16 rows and from 21.9 / 15.2 / 70.9 / 41.3 to
-    # 20.8 / 13.9 / 63.8 / 38.1 at 32 (MXFP4 alike; fp4_gemm_h200_wasb{,2}_2026-12-01.json). At
+    # 20.8 / 13.9 / 63.8 / 38.1 at 32 (MXFP4 alike; fp4_gemm_h200_wasb{,2}_2026-12-01.json; at
+    # 32 rows no longer the default since s71: see mma_config). At
     # 64 rows both ways to do it lost: one dot is wgmma reading W from shared memory, whose
     # decode no longer overlaps the asynchronous MMA (gate_up 92.5 -> 116.2 us), and two 32-row
     # mma.sync dots on one decoded tile took batch-64 decode from 6,988 to 6,635 tok/s
     # (lowbit_decode_wasb64_{head,h64}_2026-12-02.json).
     w_as_b: bool = False
-    # The tile decoded as its even and odd K halves, two dots of BLOCK_K / 2 each
-    # (``fp4_halves.py``): in the sm_90 code at 64 rows, 2-4 barriers a step instead of 9-11
-    # and each dot's MMAs chained. Not yet timed on a GPU, so off.
-    even_odd: bool = False
 
     def __post_init__(self) -> None:
         blocks = (self.block_n, self.block_k, self.block_m)
@@ -99,8 +95,6 @@ class Fp4GemmConfig:
             raise ValueError(f"split_k must be >= 1: {self}")
         if self.w_as_b and self.block_m > 32:
             raise ValueError(f"w_as_b takes at most 32 rows of x: {self}")
-        if self.even_odd and (self.w_as_b or self.block_k < 64):
-            raise ValueError(f"even_odd takes W as the MMA's A operand, block_k >= 64: {self}")
 
 
 # What fp4_linear runs: the MMA kernel, the CUDA-core GEMV, or dequantize-then-cuBLAS
@@ -138,7 +132,6 @@ def _fp4_gemm_kernel(
     DOT_PRECISION: tl.constexpr,
     WORD_DEQUANT: tl.constexpr,  # Fp4GemmConfig.word_dequant
     W_AS_B: tl.constexpr,  # Fp4GemmConfig.w_as_b: acc is [BLOCK_M, BLOCK_N] until the end
-    EVEN_ODD: tl.constexpr,  # Fp4GemmConfig.even_odd
 ):
     PER_ELEMENT: tl.constexpr = 8 if WORD_DEQUANT else 2  # codes per element of w_ptr
     pid_m = tl.program_id(0)
@@ -175,19 +168,11 @@ def _fp4_gemm_kernel(
             s_ahead, s_ptrs, k0, k_end, K, rg, GROUP, BLOCK_K, EVEN_K, SCALES_AHEAD
         )
         x = tl.load(x_ptrs) if EVEN_K else tl.load(x_ptrs, mask=(k0 + rk < K)[None, :], other=0.0)
-        if EVEN_ODD:
-            w_even, w_odd = dequant_halves(
-                p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT
-            )
-            x_even, x_odd = split_x(x, BLOCK_M, BLOCK_K)
-            acc = tl.dot(w_even, tl.trans(x_even), acc, input_precision=DOT_PRECISION)
-            acc = tl.dot(w_odd, tl.trans(x_odd), acc, input_precision=DOT_PRECISION)
+        w = dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
+        if W_AS_B:
+            acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PRECISION)
         else:
-            w = dequant_tile(p, s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, dtype, WORD_DEQUANT)
-            if W_AS_B:
-                acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PRECISION)
-            else:
-                acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(w, tl.trans(x), acc, input_precision=DOT_PRECISION)
         w_ptrs += BLOCK_K // PER_ELEMENT
         s_ptrs += BLOCK_K // GROUP
         x_ptrs += BLOCK_K
@@ -321,7 +306,6 @@ def _launch(
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         WORD_DEQUANT=words,
         W_AS_B=cfg.w_as_b,
-        EVEN_ODD=cfg.even_odd,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
@@ -490,11 +474,10 @@ def candidate_configs(
 
 
 def _variants(cfg: Fp4GemmConfig) -> list[Fp4GemmConfig]:
-    """``cfg`` decoded by parity (``Fp4GemmConfig.even_odd``, W as the MMA's A operand), with W
-    as the other MMA operand (up to 32 rows of x), then with the byte dequant."""
-    halves = [replace(cfg, even_odd=True, w_as_b=False)] if cfg.block_k >= 64 else []
+    """``cfg`` with W as the other MMA operand (up to 32 rows of x), then with the byte
+    dequant."""
     flipped = [replace(cfg, w_as_b=not cfg.w_as_b)] if cfg.block_m <= 32 else []
-    return [*halves, *flipped, replace(cfg, word_dequant=False)]
+    return [*flipped, replace(cfg, word_dequant=False)]
 
 
 def _wide_m_configs(m: int, n: int, k: int, num_sms: int) -> list[Fp4GemmConfig]:

@@ -138,28 +138,6 @@ def test_both_dequants_match_reference(
     check(fp4_linear(x, *weight, config=cfg), x, weight)
 
 
-@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16, torch.float32])
-@pytest.mark.parametrize("split_k", [1, 3])
-@pytest.mark.parametrize(("n", "k"), SMALL_SHAPES)
-@pytest.mark.parametrize("m", [2, 16, 33, 64, 100])
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("words", [True, False], ids=["words", "bytes"])
-def test_parity_decode_matches_reference(
-    words: bool, fmt: str, m: int, n: int, k: int, split_k: int, dtype: torch.dtype
-) -> None:
-    """``Fp4GemmConfig.even_odd``: the tile decoded as its even and odd K halves, two dots;
-    K tails of 96 and 160 masked to code 0 (the interpreter reads bytes)."""
-    weight = fp4_weight(fmt, n, k)
-    x = activations(m, k, dtype)
-    cfg = Fp4GemmConfig(64, 64, block_m_for(m), split_k, 4, 3, words, even_odd=True)
-    check(fp4_linear(x, *weight, config=cfg), x, weight)
-
-
-def test_parity_decode_with_w_as_b_is_refused() -> None:
-    with pytest.raises(ValueError, match="A operand"):
-        Fp4GemmConfig(64, 64, 16, w_as_b=True, even_odd=True)
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("split_k", [1, 3])
 @pytest.mark.parametrize(("n", "k"), SMALL_SHAPES)
