@@ -175,7 +175,9 @@ def check_layout() -> None:
         assert torch.equal(got, codes[:, 128 * c + 16 * i + w].to(torch.int32)), (c, w, i)
 
 
-def sass_summaries() -> list[dict[str, Any]]:
+def sass_summaries(
+    tiles: tuple = TILES[::2], groups: tuple = (NVFP4_GROUP, MXFP4_GROUP)
+) -> list[dict[str, Any]]:
     """The sm_90 K loop of the planes kernel at 64 rows (``benchmarks.lowbit_sass``'s
     counting), compiled without a GPU."""
     from benchmarks.lowbit_sass import _compile, describe
@@ -183,7 +185,7 @@ def sass_summaries() -> list[dict[str, Any]]:
     pointers = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*i32", "out_ptr": "*bf16"}
     ints = ["M", "K", "stride_xm", "stride_wn", "stride_sn", "stride_om", "k_per_split"]
     rows = []
-    for (block_n, warps, stages), group in itertools.product(TILES[::2], (16, 32)):
+    for (block_n, warps, stages), group in itertools.product(tiles, groups):
         constants = {"BLOCK_N": block_n, "BLOCK_M": 64, "GROUP": group, "DIRECT": True}
         options = {"num_warps": warps, "num_stages": stages}
         cubin = _compile(_planes_kernel, pointers, ints, constants, options)

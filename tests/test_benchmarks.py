@@ -196,6 +196,20 @@ def test_fp4_kernels_compile_for_sm90_with_either_dequant(
     assert compile_dequantize(group, words)[:4] == b"\x7fELF"
 
 
+def test_fp4_planes_layout_holds_its_codes_and_its_sm90_loop_reloads_no_tile() -> None:
+    """benchmarks/fp4_planes.py: its K-plane words hold the codes they are said to, and its
+    kernel's sm_90 K loop keeps the decoded planes in registers (no STS / LDSM, 2 barriers a
+    step), the property its GPU timing was to weigh."""
+    pytest.importorskip("triton")
+    from benchmarks.fp4_planes import TILES, check_layout, sass_summaries
+
+    check_layout()
+    (loop,) = sass_summaries(tiles=TILES[:1], groups=(32,))
+    ops = loop["loop_opcodes"]
+    assert loop["STACK"] == 0 and "STS" not in ops and "LDSM" not in ops
+    assert ops["BAR"] <= 2 and ops["HGMMA"] == 8
+
+
 def test_matmul_params_of_a_moe_count_the_routers_and_top_k_experts(tiny_model_dir) -> None:
     """A token multiplies by its top-k experts, not by all of them: from the parameters, every
     weight but the embedding table, the norms and each sparse layer's unchosen experts."""
