@@ -21,13 +21,6 @@ from kvserve.kernels.word_decode import fp4_word_to_halves
 
 
 @jit
-def nibble_e4m3_bytes(p):
-    """Packed code bytes p -> (the e4m3 byte of each low nibble, of each high nibble), worth the
-    code * 2**-6."""
-    return ((p & 0x07) << 2) | ((p & 0x08) << 4), ((p >> 2) & 0x1C) | (p & 0x80)
-
-
-@jit
 def _dequant_bytes(
     p,
     s,
@@ -40,7 +33,8 @@ def _dequant_bytes(
     """Packed codes p uint8 [BLOCK_N, BLOCK_K/2] and the raw bytes s uint8
     [BLOCK_N, BLOCK_K/GROUP] of the block scales -> the weight tile [BLOCK_N, BLOCK_K] in DTYPE,
     exact (without the row scale)."""
-    lo, hi = nibble_e4m3_bytes(p)
+    lo = ((p & 0x07) << 2) | ((p & 0x08) << 4)
+    hi = ((p >> 2) & 0x1C) | (p & 0x80)
     codes = tl.interleave(lo, hi)  # element 2j from the low nibble
     w = codes.to(tl.float8e4nv, bitcast=True).to(DTYPE)
     scale = _scale_times_64(s, SCALE_E8M0)
@@ -60,15 +54,6 @@ def _scale_times_64(s, SCALE_E8M0: tl.constexpr):
 
 
 @jit
-def word_parities(q):
-    """The codes of int32 words q [..., W] decoded to f16 (``fp4_word_to_halves``), as (even,
-    odd) [..., W, 2, 2]: word w's codes 4a + 2b (even) and 4a + 2b + 1 (odd) at [w, a, b], so
-    each flattens to K order within its parity."""
-    c0, c1, c2, c3, c4, c5, c6, c7 = fp4_word_to_halves(q)
-    return tl.join(tl.join(c0, c4), tl.join(c2, c6)), tl.join(tl.join(c1, c5), tl.join(c3, c7))
-
-
-@jit
 def _dequant_words(
     q,
     s,
@@ -81,26 +66,16 @@ def _dequant_words(
     """``_dequant_bytes`` from int32 words q [BLOCK_N, BLOCK_K / 8] (eight codes each, lowest
     nibble first): the codes decode eight at a time to f16, and the joins put them back in K
     order (code 4a + 2b + c at [a, b, c] of each word's 2 x 2 x 2)."""
-    even, odd = word_parities(q)
-    return times_block_scales(tl.join(even, odd), s, BLOCK_N, BLOCK_K, GROUP, SCALE_E8M0, DTYPE)
-
-
-@jit
-def times_block_scales(
-    w, s, BLOCK_N: tl.constexpr, COLUMNS: tl.constexpr, SPAN: tl.constexpr,
-    SCALE_E8M0: tl.constexpr, DTYPE: tl.constexpr,
-):  # fmt: skip
-    """Codes w (any shape of BLOCK_N x COLUMNS values, in units of 2**-6, f16 or wider) times
-    the block scale bytes s [BLOCK_N, COLUMNS / SPAN], each covering SPAN consecutive columns
-    -> [BLOCK_N, COLUMNS] in DTYPE, exact."""
-    w = tl.reshape(w, (BLOCK_N, COLUMNS // SPAN, SPAN))
+    c0, c1, c2, c3, c4, c5, c6, c7 = fp4_word_to_halves(q)
+    even = tl.join(tl.join(c0, c4), tl.join(c2, c6))
+    odd = tl.join(tl.join(c1, c5), tl.join(c3, c7))
+    w = tl.reshape(tl.join(even, odd), (BLOCK_N, BLOCK_K // GROUP, GROUP))
     scale = _scale_times_64(s, SCALE_E8M0)
     if SCALE_E8M0:  # powers of two beyond f16's range
-        return tl.reshape((w.to(tl.float32) * scale[:, :, None]).to(DTYPE), (BLOCK_N, COLUMNS))
+        return tl.reshape((w.to(tl.float32) * scale[:, :, None]).to(DTYPE), (BLOCK_N, BLOCK_K))
     # code * 2**-6 times an e4m3 scale * 2**6 has six significant bits and lies in 2**-10 .. 2688:
     # exact in f16
-    w = w.to(tl.float16) * scale.to(tl.float16)[:, :, None]
-    return tl.reshape(w.to(DTYPE), (BLOCK_N, COLUMNS))
+    return tl.reshape((w * scale.to(tl.float16)[:, :, None]).to(DTYPE), (BLOCK_N, BLOCK_K))
 
 
 @jit
