@@ -132,23 +132,15 @@ def planes_linear(
     return out
 
 
-def random_weight(n: int, k: int, group: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random codes and block scales (e4m3 bytes near 1 for NVFP4, E8M0 near 2**0 for MXFP4)."""
-    packed = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
-    if group == NVFP4_GROUP:
-        scales = torch.randint(48, 60, (n, k // group), dtype=torch.uint8, device="cuda")
-        return packed, scales.view(torch.float8_e4m3fn)
-    return packed, torch.randint(118, 124, (n, k // group), dtype=torch.uint8, device="cuda")
-
-
 def measure_shape(fmt: str, rows: int, name: str, replays: int) -> dict[str, Any]:
+    from benchmarks.fp4_gemm import random_fp4
     from benchmarks.skinny_gemm import graph_us, rel_err
 
     n, k = SHAPES[name]
     group = NVFP4_GROUP if fmt == "nvfp4" else MXFP4_GROUP
     layers = max(2, -(-SPAN_BYTES // (n * k // 2)))
-    weights = [random_weight(n, k, group) for _ in range(layers)]
-    planes = [(to_planes(p), s) for p, s in weights]
+    weights = [random_fp4(fmt, n, k) for _ in range(layers)]
+    planes = [(to_planes(p), s) for p, s, _ in weights]  # NVFP4's row scales are ones
     x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
     ref = fp4_linear(x, *weights[0]).float()
     row: dict[str, Any] = {"format": fmt, "rows": rows, "shape": name, "n": n, "k": k}
