@@ -79,11 +79,11 @@ class Fp4GemmConfig:
     # mma.sync with x's rows on its M side; up to 32 rows of x, the default up to 16. On the
     # H200 Llama-3-8B's NVFP4 qkv / o / gate_up / down went from 20.4 / 12.7 / 66.1 / 33.4 to
     # 16.9 / 12.0 / 47.9 / 29.7 us at 16 rows and from 21.9 / 15.2 / 70.9 / 41.3 to
-    # 20.8 / 13.9 / 63.8 / 38.1 at 32 (MXFP4 alike; fp4_gemm_h200_wasb{,2}_2026-12-01.json; at
-    # 32 rows no longer the default since s71: see mma_config). At
-    # 64 rows both ways to do it lost: one dot is wgmma reading W from shared memory, whose
-    # decode no longer overlaps the asynchronous MMA (gate_up 92.5 -> 116.2 us), and two 32-row
-    # mma.sync dots on one decoded tile took batch-64 decode from 6,988 to 6,635 tok/s
+    # 20.8 / 13.9 / 63.8 / 38.1 at 32 (MXFP4 alike; fp4_gemm_h200_wasb{,2}_2026-12-01.json;
+    # since s71 W is A again at 32 rows: see mma_config). At 64 rows both ways to do it lost:
+    # one dot is wgmma reading W from shared memory, whose decode no longer overlaps the
+    # asynchronous MMA (gate_up 92.5 -> 116.2 us), and two 32-row mma.sync dots on one decoded
+    # tile took batch-64 decode from 6,988 to 6,635 tok/s
     # (lowbit_decode_wasb64_{head,h64}_2026-12-02.json).
     w_as_b: bool = False
 
