@@ -1,0 +1,281 @@
+"""Weight-only FP4 GEMM on Hopper with the MMA asynchronous: W decoded in registers straight into
+wgmma's A-operand layout while the previous K step's wgmma runs (Gluon). For decode steps of
+17-64 rows of x; the layout of W is the shipped one (``fp4_reference.py``).
+
+Why: the Triton kernel (``fp4_gemm.py``) hands wgmma the decoded W from registers, and Triton
+waits for each such wgmma before the next instruction, so a warp's decode and its MMAs take turns.
+Here the wait for step i's wgmma comes after step i + 1's decode (``warpgroup_mma_wait(1)``).
+
+Layout of a K step (128 columns). A thread of wgmma's A operand (bf16, ``k_width`` 2) holds, of
+each row it owns, the column pairs ``16 kb + 8 h + 2 q + (0, 1)`` for kb < 8, h < 2, where q is
+its lane in its quad. The thread loads instead the four words ``4 q .. 4 q + 3`` of the row (one
+16-byte load): K index ``k = 32 q + 8 kbhi + 4 kblo + 2 h + e`` (word ``4 q + kbhi``, nibble
+``4 kblo + 2 h + e``). It places that code at A column ``p = 32 kbhi + 16 kblo + 8 h + 2 q + e``,
+a permutation of the step's K; x's columns are stored to shared memory in the same permutation,
+so the MMA's sum over K is unchanged. The decode, the scales and the joins then never leave the
+thread: no shared-memory round trip for W.
+
+x: each step's [BLOCK_M, 128] tile is loaded one step ahead into registers, permuted (a relabeling
+of registers) and stored to one of three shared buffers; with three, the buffer written at step
+i was last read by step i - 2's wgmma, done in every warpgroup once all have passed step i - 1's
+barrier, so one barrier a step suffices.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvserve.kernels.fp4_reference import group_size_of
+from kvserve.kernels.fp4_tile import code_words
+from kvserve.kernels.word_decode import FP4_WORD_TO_HALVES_ASM
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        async_copy,
+        fence_async_shared,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.runtime.jit import constexpr_function
+
+    HAS_GLUON = True
+except ImportError:  # CPU-only install
+    HAS_GLUON = False
+
+STEP = gl.constexpr(128) if HAS_GLUON else 128  # K a step
+ROWS_A_WARP = gl.constexpr(16) if HAS_GLUON else 16  # rows of W a warp owns in wgmma's A layout
+STEP_K = 128
+
+
+def _jit(fn):  # noqa: ANN001, ANN202
+    return gluon.jit(fn) if HAS_GLUON else fn
+
+
+def _constexpr_function(fn):  # noqa: ANN001, ANN202
+    return constexpr_function(fn) if HAS_GLUON else fn
+
+
+@_constexpr_function
+def codes_layout(num_warps):  # noqa: ANN001, ANN201
+    """int32 words [16 * num_warps, 16]: lane (r, q) of warp w holds rows 16 w + r and + 8,
+    words 4 q .. 4 q + 3 (see the module docstring)."""
+    warps = [[ROWS_A_WARP << i, 0] for i in range((num_warps - 1).bit_length())]
+    return gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [8, 0]],
+        lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
+        warp_bases=warps,
+        block_bases=[],
+        shape=[ROWS_A_WARP * num_warps, 16],
+    )
+
+
+@_jit
+def _decode_step(q, s, SCALE_E8M0: gl.constexpr, DTYPE: gl.constexpr, A_LAYOUT: gl.constexpr):
+    """Words q [BLOCK_N, 16] and each word's scale byte s -> W's step [BLOCK_N, 128] in the
+    A-operand layout, columns in the step's permutation."""
+    c0, c1, c2, c3, c4, c5, c6, c7 = gl.inline_asm_elementwise(
+        asm=FP4_WORD_TO_HALVES_ASM,
+        constraints="=h,=h,=h,=h,=h,=h,=h,=h,r",
+        args=[q],
+        dtype=(gl.float16,) * 8,
+        is_pure=True,
+        pack=1,
+    )
+    if SCALE_E8M0:
+        f = ((s.to(gl.int32) + 6) << 23).to(gl.float32, bitcast=True)
+        c0 = (c0.to(gl.float32) * f).to(DTYPE)
+        c1 = (c1.to(gl.float32) * f).to(DTYPE)
+        c2 = (c2.to(gl.float32) * f).to(DTYPE)
+        c3 = (c3.to(gl.float32) * f).to(DTYPE)
+        c4 = (c4.to(gl.float32) * f).to(DTYPE)
+        c5 = (c5.to(gl.float32) * f).to(DTYPE)
+        c6 = (c6.to(gl.float32) * f).to(DTYPE)
+        c7 = (c7.to(gl.float32) * f).to(DTYPE)
+    else:
+        f = (s.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 64.0).to(gl.float16)
+        c0 = (c0 * f).to(DTYPE)
+        c1 = (c1 * f).to(DTYPE)
+        c2 = (c2 * f).to(DTYPE)
+        c3 = (c3 * f).to(DTYPE)
+        c4 = (c4 * f).to(DTYPE)
+        c5 = (c5 * f).to(DTYPE)
+        c6 = (c6 * f).to(DTYPE)
+        c7 = (c7 * f).to(DTYPE)
+    # nibble 4 kblo + 2 h + e -> dims [.., e, h, kblo]
+    w = gl.join(
+        gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7))
+    )
+    BLOCK_N: gl.constexpr = q.shape[0]
+    w = gl.reshape(w, [BLOCK_N, 4, 4, 2, 2, 2])  # [n, q, kbhi, e, h, kblo]
+    w = gl.permute(w, [0, 2, 5, 4, 1, 3])  # [n, kbhi, kblo, h, q, e]
+    w = gl.reshape(w, [BLOCK_N, STEP])
+    return gl.convert_layout(w, A_LAYOUT)
+
+
+@_jit
+def _x_pair_offsets(BLOCK_M: gl.constexpr, LAYOUT: gl.constexpr):
+    """[BLOCK_M, 64]: for each 32-bit pair of x's shared step (columns in the step's
+    permutation, pair pp = 16 kbhi + 8 kblo + 4 h + q), the natural pair it holds,
+    16 q + 4 kbhi + 2 kblo + h."""
+    pp = gl.arange(0, STEP // 2, layout=gl.SliceLayout(0, LAYOUT))
+    natural = 16 * (pp % 4) + 4 * (pp // 16) + 2 * ((pp // 8) % 2) + (pp // 4) % 2
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LAYOUT))
+    return rows, natural
+
+
+@_jit
+def _k_step(
+    i, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs, STAGES: gl.constexpr,
+    GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr, A_OP: gl.constexpr,
+):  # fmt: skip
+    """K step i: its copies waited for, step i + STAGES - 2's issued, its W decoded, its wgmma
+    issued and step i - 1's retired. Returns the accumulator and step i + 1's scale bytes."""
+    AHEAD: gl.constexpr = STAGES - 2
+    BLOCK_M: gl.constexpr = x_bufs.shape[1]
+    async_copy.wait_group(AHEAD - 1)
+    gl.thread_barrier()
+    q = code_bufs.index(i % STAGES).load(s.type.layout)
+    fill = (i + AHEAD) % STAGES
+    ok = i + AHEAD < steps
+    async_copy.async_copy_global_to_shared(
+        code_bufs.index(fill), w_ptrs + (i + AHEAD) * 16, mask=ok
+    )
+    async_copy.async_copy_global_to_shared(x_bufs.index(fill), x_ptrs + (i + AHEAD) * 64, mask=ok)
+    async_copy.commit_group()
+    s_next = gl.load(s_ptrs + (i + 1) * (STEP // GROUP), mask=i + 1 < steps, other=0)
+    w = _decode_step(q, s, SCALE_E8M0, gl.bfloat16, A_OP)
+    x_step = x_bufs.index(i % STAGES)._reinterpret(
+        gl.bfloat16, [BLOCK_M, STEP], gl.NVMMASharedLayout(128, 16)
+    )
+    fence_async_shared()
+    acc = warpgroup_mma(w, x_step.permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma_wait(1, deps=(acc,))
+    return acc, s_next
+
+
+@_jit
+def _fp4_async_kernel(
+    x_ptr, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr,
+    M, N, K, stride_xm, stride_wn, stride_sn, stride_om, k_per_split,
+    BLOCK_M: gl.constexpr, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr,
+    HAS_ROW_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, DIRECT: gl.constexpr,
+    STAGES: gl.constexpr,
+):  # fmt: skip
+    """out [M, N] = x @ W.T over this program's K range; DIRECT: in x's dtype, else fp32 added to
+    a zeroed out (a timing stand-in for a split-K reduction). x_ptr: x as int32 pairs
+    [M, K / 2] (stride_xm in pairs). The codes and x's steps are copied (cp.async) into rings of
+    STAGES buffers, AHEAD = STAGES - 2 steps ahead: the slot a step fills was last read by the
+    wgmma two steps back, finished in every warpgroup once all have passed the last barrier."""
+    WARPS: gl.constexpr = gl.num_warps()
+    BLOCK_N: gl.constexpr = ROWS_A_WARP * WARPS
+    AHEAD: gl.constexpr = STAGES - 2
+    CODES: gl.constexpr = codes_layout(WARPS)
+    ACC: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BLOCK_M, 16]
+    )
+    A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=ACC, k_width=2)
+    CODE_COPY: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [WARPS, 1], [1, 0])
+    X_COPY: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [WARPS, 1], [1, 0])
+    PLAIN: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+    # one physical layout (128-byte swizzle): pairs as copied, bf16 as wgmma reads them
+    X_SMEM: gl.constexpr = gl.NVMMASharedLayout(128, 32)
+
+    pid_m = gl.program_id(0)
+    pid_n = gl.program_id(1)
+    k_start = gl.multiple_of(gl.program_id(2) * k_per_split, STEP)
+    steps = gl.cdiv(gl.minimum(k_start + k_per_split, K) - k_start, STEP)
+
+    rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, CODES))
+    words = gl.arange(0, 16, layout=gl.SliceLayout(0, CODES))
+    s_ptrs = s_ptr + (rn % N).to(gl.int64)[:, None] * stride_sn
+    s_ptrs = s_ptrs + (k_start // GROUP + words // (GROUP // 8))[None, :]
+    rn_c = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, CODE_COPY))
+    words_c = gl.arange(0, 16, layout=gl.SliceLayout(0, CODE_COPY))
+    w_ptrs = (
+        w_ptr + (rn_c % N).to(gl.int64)[:, None] * stride_wn + (k_start // 8 + words_c)[None, :]
+    )
+    rows_x, natural = _x_pair_offsets(BLOCK_M, X_COPY)
+    rows_x = (pid_m * BLOCK_M + rows_x) % M
+    x_ptrs = x_ptr + rows_x.to(gl.int64)[:, None] * stride_xm + (k_start // 2 + natural)[None, :]
+
+    code_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, 16], PLAIN)
+    x_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_M, STEP // 2], X_SMEM)
+    for j in gl.static_range(AHEAD):
+        ok = j < steps
+        async_copy.async_copy_global_to_shared(code_bufs.index(j), w_ptrs + j * 16, mask=ok)
+        async_copy.async_copy_global_to_shared(x_bufs.index(j), x_ptrs + j * 64, mask=ok)
+        async_copy.commit_group()
+    s = gl.load(s_ptrs)
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, ACC)
+    # Two steps an iteration: each step's wgmma reads W from its own registers, which the PTX
+    # must not redefine before the wait that retires that wgmma (the next step's); a one-step
+    # loop would redefine them in the next iteration's decode.
+    for i in range(0, steps - 1, 2):
+        acc, s = _k_step(i, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs, STAGES,
+                         GROUP, SCALE_E8M0, A_OP)  # fmt: skip
+        acc, s = _k_step(i + 1, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs, STAGES,
+                         GROUP, SCALE_E8M0, A_OP)  # fmt: skip
+    if steps % 2:
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        acc, s = _k_step(steps - 1, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs,
+                         STAGES, GROUP, SCALE_E8M0, A_OP)  # fmt: skip
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    async_copy.wait_group(0)
+
+    rn_o = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ACC))
+    rm_o = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, ACC))
+    if HAS_ROW_SCALE:
+        acc = acc * gl.load(rs_ptr + rn_o, mask=rn_o < N, other=0.0)[:, None]
+    out_ptrs = out_ptr + rm_o[None, :].to(gl.int64) * stride_om + rn_o[:, None]
+    mask = (rm_o < M)[None, :] & (rn_o < N)[:, None]
+    if DIRECT:
+        if HAS_BIAS:
+            acc = acc + gl.load(bias_ptr + rn_o, mask=rn_o < N, other=0.0).to(gl.float32)[:, None]
+        gl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        gl.atomic_add(out_ptrs, acc, mask=mask, sem="relaxed")
+
+
+def fp4_async_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    block_scale: torch.Tensor,
+    row_scale: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    *,
+    split_k: int = 1,
+    num_warps: int = 8,
+    stages: int = 4,
+) -> torch.Tensor:
+    """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
+    K a multiple of 128 and word-aligned rows. Split K is summed with fp32 atomics (not
+    deterministic: a benchmark's stand-in)."""
+    group = group_size_of(block_scale)
+    m, k = x.shape
+    n = packed.shape[0]
+    if x.dtype != torch.bfloat16 or k % STEP_K or packed.shape[1] * 2 != k:
+        raise ValueError(f"fp4_async_linear: bf16 x and K % {STEP_K} == 0, got {x.dtype} {k}")
+    words = code_words(packed)
+    if words.dtype != torch.int32:
+        raise ValueError("fp4_async_linear: W's rows must be word-aligned")
+    x = x.contiguous()
+    block_m = min(128, max(16, 1 << (m - 1).bit_length()))
+    block_n = 16 * num_warps
+    steps = k // STEP_K
+    k_per_split = -(-steps // split_k) * STEP_K
+    splits = -(-k // k_per_split)
+    direct = splits == 1
+    out = torch.empty if direct else torch.zeros
+    out = out(m, n, dtype=torch.bfloat16 if direct else torch.float32, device=x.device)
+    grid = (-(-m // block_m), -(-n // block_n), splits)
+    _fp4_async_kernel[grid](
+        x.view(torch.int32), words, block_scale.view(torch.uint8),
+        row_scale if row_scale is not None else out, bias if bias is not None else out, out,
+        m, n, k, x.stride(0) // 2, words.stride(0), block_scale.stride(0), out.stride(0),
+        k_per_split, BLOCK_M=block_m, GROUP=group, SCALE_E8M0=block_scale.dtype == torch.uint8,
+        HAS_ROW_SCALE=row_scale is not None, HAS_BIAS=bias is not None, DIRECT=direct,
+        STAGES=stages, num_warps=num_warps,
+    )  # fmt: skip
+    return out if direct else (out + (bias.float() if bias is not None else 0)).to(torch.bfloat16)
