@@ -1,8 +1,7 @@
 """The asynchronous-MMA FP4 GEMM (``kvserve/kernels/fp4_async_gemm.py``, Gluon) against kvserve's
 shipped FP4 MMA kernel (``fp4_gemm.py``) at decode steps of 64 and 32 rows on Llama-3-8B's
 projections, after a correctness sweep against the shipped kernel over uneven shapes.
-Timed as one CUDA graph cycling through >= 256 MB of distinct weights; split K is summed with
-fp32 atomics (a timing stand-in), and its time is included.
+Timed as one CUDA graph cycling through >= 256 MB of distinct weights.
 
     python -m benchmarks.fp4_async --out-dir $OUT
 """

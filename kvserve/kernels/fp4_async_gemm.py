@@ -27,6 +27,7 @@ import torch
 
 from kvserve.kernels.fp4_reference import group_size_of
 from kvserve.kernels.fp4_tile import code_words
+from kvserve.kernels.skinny_gemm import _arrival_counters
 from kvserve.kernels.word_decode import FP4_WORD_TO_HALVES_ASM
 
 try:
@@ -157,14 +158,14 @@ def _k_step(
 
 @_jit
 def _fp4_async_kernel(
-    x_ptr, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr,
+    x_ptr, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr, ws_ptr, counter_ptr,
     M, N, K, stride_xm, stride_wn, stride_sn, stride_om, k_per_split,
     BLOCK_M: gl.constexpr, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr,
     HAS_ROW_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, DIRECT: gl.constexpr,
     STAGES: gl.constexpr,
 ):  # fmt: skip
-    """out [M, N] = x @ W.T over this program's K range; DIRECT: in x's dtype, else fp32 added to
-    a zeroed out (a timing stand-in for a split-K reduction). x_ptr: x as int32 pairs
+    """out [M, N] = x @ W.T; grid (M tiles, N tiles, splits of K), the splits summed as in the
+    skinny GEMM (``_split_total``; unused ws_ptr / counter_ptr when DIRECT). x_ptr: x as int32 pairs
     [M, K / 2] (stride_xm in pairs). The codes and x's steps are copied (cp.async) into rings of
     STAGES buffers, AHEAD = STAGES - 2 steps ahead: the slot a step fills was last read by the
     wgmma two steps back, finished in every warpgroup once all have passed the last barrier."""
@@ -224,18 +225,46 @@ def _fp4_async_kernel(
     acc = warpgroup_mma_wait(0, deps=(acc,))
     async_copy.wait_group(0)
 
-    rn_o = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ACC))
-    rm_o = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, ACC))
-    if HAS_ROW_SCALE:
-        acc = acc * gl.load(rs_ptr + rn_o, mask=rn_o < N, other=0.0)[:, None]
-    out_ptrs = out_ptr + rm_o[None, :].to(gl.int64) * stride_om + rn_o[:, None]
-    mask = (rm_o < M)[None, :] & (rn_o < N)[:, None]
-    if DIRECT:
+    rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ACC))
+    rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, ACC))
+    if not DIRECT:
+        tile = pid_n * gl.num_programs(0) + pid_m
+        acc, last = _split_total(
+            acc, tile, gl.program_id(2), gl.num_programs(2), ws_ptr, counter_ptr
+        )
+    if DIRECT or last:
+        if HAS_ROW_SCALE:
+            acc = acc * gl.load(rs_ptr + rn, mask=rn < N, other=0.0)[:, None]
         if HAS_BIAS:
-            acc = acc + gl.load(bias_ptr + rn_o, mask=rn_o < N, other=0.0).to(gl.float32)[:, None]
-        gl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-    else:
-        gl.atomic_add(out_ptrs, acc, mask=mask, sem="relaxed")
+            acc = acc + gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)[:, None]
+        out_ptrs = out_ptr + rm[None, :].to(gl.int64) * stride_om + rn[:, None]
+        gl.store(
+            out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=(rm < M)[None, :] & (rn < N)[:, None]
+        )
+
+
+@_jit
+def _split_total(acc, tile, pid_k, num_splits, ws_ptr, counter_ptr):
+    """This split's partial of ``tile`` stored; the split arriving last gets (the partials
+    summed in split order, True) and puts the tile's counter back to 0 for the next launch, the
+    others (acc, False). The skinny GEMM's reduction (``skinny_gemm.split_total``)."""
+    BLOCK_N: gl.constexpr = acc.shape[0]
+    BLOCK_M: gl.constexpr = acc.shape[1]
+    LAYOUT: gl.constexpr = acc.type.layout
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LAYOUT))
+    cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, LAYOUT))
+    offs = rows[:, None] * BLOCK_M + cols[None, :]
+    tile_ws = ws_ptr + tile.to(gl.int64) * num_splits * (BLOCK_N * BLOCK_M)
+    gl.store(tile_ws + pid_k * (BLOCK_N * BLOCK_M) + offs, acc)
+    gl.thread_barrier()  # every thread's stores precede the release below
+    last = gl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu") == num_splits - 1
+    if last:
+        acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, LAYOUT)
+        for split in range(num_splits):
+            # .cg: from L2, where the other SMs' stores are
+            acc += gl.load(tile_ws + split * (BLOCK_N * BLOCK_M) + offs, cache_modifier=".cg")
+        gl.store(counter_ptr + tile, 0)
+    return acc, last
 
 
 def fp4_async_linear(
@@ -250,8 +279,7 @@ def fp4_async_linear(
     stages: int = 4,
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
-    K a multiple of 128 and word-aligned rows. Split K is summed with fp32 atomics (not
-    deterministic: a benchmark's stand-in)."""
+    K a multiple of 128 and word-aligned rows."""
     group = group_size_of(block_scale)
     m, k = x.shape
     n = packed.shape[0]
@@ -267,15 +295,20 @@ def fp4_async_linear(
     k_per_split = -(-steps // split_k) * STEP_K
     splits = -(-k // k_per_split)
     direct = splits == 1
-    out = torch.empty if direct else torch.zeros
-    out = out(m, n, dtype=torch.bfloat16 if direct else torch.float32, device=x.device)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     grid = (-(-m // block_m), -(-n // block_n), splits)
+    tiles = grid[0] * grid[1]
+    ws = counters = out  # placeholders, unused when direct
+    if not direct:
+        ws = torch.empty(tiles * splits * block_n * block_m, dtype=torch.float32, device=x.device)
+        counters = _arrival_counters(x.device, tiles)
     _fp4_async_kernel[grid](
         x.view(torch.int32), words, block_scale.view(torch.uint8),
         row_scale if row_scale is not None else out, bias if bias is not None else out, out,
+        ws, counters,
         m, n, k, x.stride(0) // 2, words.stride(0), block_scale.stride(0), out.stride(0),
         k_per_split, BLOCK_M=block_m, GROUP=group, SCALE_E8M0=block_scale.dtype == torch.uint8,
         HAS_ROW_SCALE=row_scale is not None, HAS_BIAS=bias is not None, DIRECT=direct,
         STAGES=stages, num_warps=num_warps,
     )  # fmt: skip
-    return out if direct else (out + (bias.float() if bias is not None else 0)).to(torch.bfloat16)
+    return out
