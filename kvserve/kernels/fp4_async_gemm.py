@@ -48,6 +48,7 @@ except ImportError:  # CPU-only install
 STEP = gl.constexpr(128) if HAS_GLUON else 128  # K a step
 ROWS_A_WARP = gl.constexpr(16) if HAS_GLUON else 16  # rows of W a warp owns in wgmma's A layout
 STEP_K = 128
+RING = gl.constexpr(4) if HAS_GLUON else 4  # the copy rings' slots (the kernel allocates four)
 
 
 def _jit(fn):  # noqa: ANN001, ANN202
@@ -128,26 +129,30 @@ def _x_pair_offsets(BLOCK_M: gl.constexpr, LAYOUT: gl.constexpr):
 
 @_jit
 def _k_step(
-    i, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs, STAGES: gl.constexpr,
+    i, SLOT: gl.constexpr, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs,
     GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr, A_OP: gl.constexpr,
 ):  # fmt: skip
-    """K step i: its copies waited for, step i + STAGES - 2's issued, its W decoded, its wgmma
-    issued and step i - 1's retired. Returns the accumulator and step i + 1's scale bytes."""
+    """K step i, in ring slot SLOT = i % STAGES: its copies waited for, step i + STAGES - 2's
+    issued, its W decoded, its wgmma issued and step i - 1's retired. Returns the accumulator
+    and step i + 1's scale bytes. The slots are separate allocations picked statically: Triton's
+    barrier analysis tells allocations apart, not slices of one, and would otherwise put a
+    barrier between the step's reads of its slot and its copies into another."""
+    STAGES: gl.constexpr = len(code_bufs)
     AHEAD: gl.constexpr = STAGES - 2
-    BLOCK_M: gl.constexpr = x_bufs.shape[1]
+    BLOCK_M: gl.constexpr = x_bufs[0].shape[0]
     async_copy.wait_group(AHEAD - 1)
     gl.thread_barrier()
-    q = code_bufs.index(i % STAGES).load(s.type.layout)
-    fill = (i + AHEAD) % STAGES
+    q = code_bufs[SLOT].load(s.type.layout)
+    fill: gl.constexpr = (SLOT + AHEAD) % STAGES
     ok = i + AHEAD < steps
     async_copy.async_copy_global_to_shared(
-        code_bufs.index(fill), w_ptrs + (i + AHEAD) * 16, mask=ok
+        code_bufs[fill], w_ptrs + (i + AHEAD) * 16, mask=ok
     )
-    async_copy.async_copy_global_to_shared(x_bufs.index(fill), x_ptrs + (i + AHEAD) * 64, mask=ok)
+    async_copy.async_copy_global_to_shared(x_bufs[fill], x_ptrs + (i + AHEAD) * 64, mask=ok)
     async_copy.commit_group()
     s_next = gl.load(s_ptrs + (i + 1) * (STEP // GROUP), mask=i + 1 < steps, other=0)
     w = _decode_step(q, s, SCALE_E8M0, gl.bfloat16, A_OP)
-    x_step = x_bufs.index(i % STAGES)._reinterpret(
+    x_step = x_bufs[SLOT]._reinterpret(
         gl.bfloat16, [BLOCK_M, STEP], gl.NVMMASharedLayout(128, 16)
     )
     fence_async_shared()
@@ -162,7 +167,6 @@ def _fp4_async_kernel(
     M, N, K, stride_xm, stride_wn, stride_sn, stride_om, k_per_split,
     BLOCK_M: gl.constexpr, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr,
     HAS_ROW_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, DIRECT: gl.constexpr,
-    STAGES: gl.constexpr,
 ):  # fmt: skip
     """out [M, N] = x @ W.T; grid (M tiles, N tiles, splits of K), the splits summed as in the
     skinny GEMM (``_split_total``; unused ws_ptr / counter_ptr when DIRECT). x_ptr: x as int32 pairs
@@ -171,6 +175,7 @@ def _fp4_async_kernel(
     wgmma two steps back, finished in every warpgroup once all have passed the last barrier."""
     WARPS: gl.constexpr = gl.num_warps()
     BLOCK_N: gl.constexpr = ROWS_A_WARP * WARPS
+    STAGES: gl.constexpr = RING
     AHEAD: gl.constexpr = STAGES - 2
     CODES: gl.constexpr = codes_layout(WARPS)
     ACC: gl.constexpr = gl.NVMMADistributedLayout(
@@ -201,27 +206,41 @@ def _fp4_async_kernel(
     rows_x = (pid_m * BLOCK_M + rows_x) % M
     x_ptrs = x_ptr + rows_x.to(gl.int64)[:, None] * stride_xm + (k_start // 2 + natural)[None, :]
 
-    code_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N, 16], PLAIN)
-    x_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_M, STEP // 2], X_SMEM)
+    code_bufs = (
+        gl.allocate_shared_memory(gl.int32, [BLOCK_N, 16], PLAIN),
+        gl.allocate_shared_memory(gl.int32, [BLOCK_N, 16], PLAIN),
+        gl.allocate_shared_memory(gl.int32, [BLOCK_N, 16], PLAIN),
+        gl.allocate_shared_memory(gl.int32, [BLOCK_N, 16], PLAIN),
+    )
+    x_bufs = (
+        gl.allocate_shared_memory(gl.int32, [BLOCK_M, STEP // 2], X_SMEM),
+        gl.allocate_shared_memory(gl.int32, [BLOCK_M, STEP // 2], X_SMEM),
+        gl.allocate_shared_memory(gl.int32, [BLOCK_M, STEP // 2], X_SMEM),
+        gl.allocate_shared_memory(gl.int32, [BLOCK_M, STEP // 2], X_SMEM),
+    )
     for j in gl.static_range(AHEAD):
         ok = j < steps
-        async_copy.async_copy_global_to_shared(code_bufs.index(j), w_ptrs + j * 16, mask=ok)
-        async_copy.async_copy_global_to_shared(x_bufs.index(j), x_ptrs + j * 64, mask=ok)
+        async_copy.async_copy_global_to_shared(code_bufs[j], w_ptrs + j * 16, mask=ok)
+        async_copy.async_copy_global_to_shared(x_bufs[j], x_ptrs + j * 64, mask=ok)
         async_copy.commit_group()
     s = gl.load(s_ptrs)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, ACC)
     # Two steps an iteration: each step's wgmma reads W from its own registers, which the PTX
     # must not redefine before the wait that retires that wgmma (the next step's); a one-step
     # loop would redefine them in the next iteration's decode.
-    for i in range(0, steps - 1, 2):
-        acc, s = _k_step(i, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs, STAGES,
-                         GROUP, SCALE_E8M0, A_OP)  # fmt: skip
-        acc, s = _k_step(i + 1, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs, STAGES,
-                         GROUP, SCALE_E8M0, A_OP)  # fmt: skip
-    if steps % 2:
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        acc, s = _k_step(steps - 1, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs,
-                         STAGES, GROUP, SCALE_E8M0, A_OP)  # fmt: skip
+    # STAGES steps an iteration, so that each reads and fills static slots. Each step's wgmma
+    # reads W from its own registers, which the PTX must not redefine before the wait that
+    # retires that wgmma (the next step's); a one-step loop would redefine them in the next
+    # iteration's decode.
+    full = steps - steps % STAGES
+    for i in range(0, full, STAGES):
+        for c in gl.static_range(STAGES):
+            acc, s = _k_step(i + c, c, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs,
+                             GROUP, SCALE_E8M0, A_OP)  # fmt: skip
+    for c in gl.static_range(STAGES - 1):
+        if full + c < steps:
+            acc, s = _k_step(full + c, c, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs,
+                             s_ptrs, GROUP, SCALE_E8M0, A_OP)  # fmt: skip
     acc = warpgroup_mma_wait(0, deps=(acc,))
     async_copy.wait_group(0)
 
@@ -276,7 +295,6 @@ def fp4_async_linear(
     *,
     split_k: int = 1,
     num_warps: int = 8,
-    stages: int = 4,
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
     K a multiple of 128 and word-aligned rows."""
@@ -309,6 +327,6 @@ def fp4_async_linear(
         m, n, k, x.stride(0) // 2, words.stride(0), block_scale.stride(0), out.stride(0),
         k_per_split, BLOCK_M=block_m, GROUP=group, SCALE_E8M0=block_scale.dtype == torch.uint8,
         HAS_ROW_SCALE=row_scale is not None, HAS_BIAS=bias is not None, DIRECT=direct,
-        STAGES=stages, num_warps=num_warps,
+        num_warps=num_warps,
     )  # fmt: skip
     return out
