@@ -58,12 +58,10 @@ def measure_shape(fmt: str, rows: int, name: str, replays: int) -> dict[str, Any
     row: dict[str, Any] = {"format": fmt, "rows": rows, "shape": name, "n": n, "k": k}
     us, _ = graph_us(lambda xin, w: fp4_linear(xin, *w), [x] * layers, weights, replays)
     row["kvserve_default"] = {"config": str(default_config(rows, n, k, group=group)), "us": us}
-    for split, warps, stages in itertools.product(SPLITS, WARPS[:1], STAGES):
+    for split, warps in itertools.product(SPLITS, WARPS[:1]):
 
-        def op(
-            xin: torch.Tensor, w: tuple, split=split, warps=warps, stages=stages
-        ) -> torch.Tensor:  # noqa: ANN001
-            return fp4_async_linear(xin, *w, split_k=split, num_warps=warps, stages=stages)
+        def op(xin: torch.Tensor, w: tuple, split=split, warps=warps) -> torch.Tensor:  # noqa: ANN001
+            return fp4_async_linear(xin, *w, split_k=split, num_warps=warps)
 
         err = rel_err(op(x, weights[0]), ref)  # compiles outside the capture
         us, _ = graph_us(op, [x] * layers, weights, replays)

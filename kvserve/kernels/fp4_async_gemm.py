@@ -145,16 +145,12 @@ def _k_step(
     q = code_bufs[SLOT].load(s.type.layout)
     fill: gl.constexpr = (SLOT + AHEAD) % STAGES
     ok = i + AHEAD < steps
-    async_copy.async_copy_global_to_shared(
-        code_bufs[fill], w_ptrs + (i + AHEAD) * 16, mask=ok
-    )
+    async_copy.async_copy_global_to_shared(code_bufs[fill], w_ptrs + (i + AHEAD) * 16, mask=ok)
     async_copy.async_copy_global_to_shared(x_bufs[fill], x_ptrs + (i + AHEAD) * 64, mask=ok)
     async_copy.commit_group()
     s_next = gl.load(s_ptrs + (i + 1) * (STEP // GROUP), mask=i + 1 < steps, other=0)
     w = _decode_step(q, s, SCALE_E8M0, gl.bfloat16, A_OP)
-    x_step = x_bufs[SLOT]._reinterpret(
-        gl.bfloat16, [BLOCK_M, STEP], gl.NVMMASharedLayout(128, 16)
-    )
+    x_step = x_bufs[SLOT]._reinterpret(gl.bfloat16, [BLOCK_M, STEP], gl.NVMMASharedLayout(128, 16))
     fence_async_shared()
     acc = warpgroup_mma(w, x_step.permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(1, deps=(acc,))
