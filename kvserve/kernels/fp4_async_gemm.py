@@ -73,6 +73,15 @@ def codes_layout(num_warps):  # noqa: ANN001, ANN201
     )
 
 
+@_constexpr_function
+def x_copy_layout(block_m, num_warps):  # noqa: ANN001, ANN201
+    """[block_m, 64] pairs of x's step, each thread's run of 4-16 along the row: one row pointer
+    and constant offsets (a run's natural pairs differ by constants; the module docstring)."""
+    run = max(4, min(16, block_m * 64 // (32 * num_warps)))
+    lanes = 64 // run
+    return gl.BlockedLayout([1, run], [32 // lanes, lanes], [num_warps, 1], [1, 0])
+
+
 @_jit
 def _decode_step(q, s, SCALE_E8M0: gl.constexpr, DTYPE: gl.constexpr, A_LAYOUT: gl.constexpr):
     """Words q [BLOCK_N, 16] and each word's scale byte s -> W's step [BLOCK_N, 128] in the
@@ -179,7 +188,7 @@ def _fp4_async_kernel(
     )
     A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=ACC, k_width=2)
     CODE_COPY: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [WARPS, 1], [1, 0])
-    X_COPY: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [WARPS, 1], [1, 0])
+    X_COPY: gl.constexpr = x_copy_layout(BLOCK_M, WARPS)
     PLAIN: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
     # one physical layout (128-byte swizzle): pairs as copied, bf16 as wgmma reads them
     X_SMEM: gl.constexpr = gl.NVMMASharedLayout(128, 32)
