@@ -95,15 +95,17 @@ def _decode_step(q, s, SCALE_E8M0: gl.constexpr, DTYPE: gl.constexpr, A_LAYOUT: 
         pack=1,
     )
     if SCALE_E8M0:
-        f = ((s.to(gl.int32) + 6) << 23).to(gl.float32, bitcast=True)
-        c0 = (c0.to(gl.float32) * f).to(DTYPE)
-        c1 = (c1.to(gl.float32) * f).to(DTYPE)
-        c2 = (c2.to(gl.float32) * f).to(DTYPE)
-        c3 = (c3.to(gl.float32) * f).to(DTYPE)
-        c4 = (c4.to(gl.float32) * f).to(DTYPE)
-        c5 = (c5.to(gl.float32) * f).to(DTYPE)
-        c6 = (c6.to(gl.float32) * f).to(DTYPE)
-        c7 = (c7.to(gl.float32) * f).to(DTYPE)
+        # 2**(e - 127) * 2**6 as bf16 bits (bf16 has fp32's exponent range); the code (exact in
+        # bf16) times a power of two is exact
+        f = ((s.to(gl.int32) + 6) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+        c0 = c0.to(gl.bfloat16) * f
+        c1 = c1.to(gl.bfloat16) * f
+        c2 = c2.to(gl.bfloat16) * f
+        c3 = c3.to(gl.bfloat16) * f
+        c4 = c4.to(gl.bfloat16) * f
+        c5 = c5.to(gl.bfloat16) * f
+        c6 = c6.to(gl.bfloat16) * f
+        c7 = c7.to(gl.bfloat16) * f
     else:
         f = (s.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 64.0).to(gl.float16)
         c0 = (c0 * f).to(DTYPE)
