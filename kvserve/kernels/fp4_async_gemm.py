@@ -28,7 +28,7 @@ import torch
 from kvserve.kernels.fp4_reference import group_size_of
 from kvserve.kernels.fp4_tile import code_words
 from kvserve.kernels.skinny_gemm import _arrival_counters
-from kvserve.kernels.word_decode import FP4_WORD_TO_HALVES_ASM
+from kvserve.kernels.word_decode import _E4M3_BYTES
 
 try:
     from triton.experimental import gluon
@@ -73,6 +73,39 @@ def codes_layout(num_warps):  # noqa: ANN001, ANN201
     )
 
 
+# Eight E2M1 codes of a word -> eight bf16 worth value * 2**-118, lowest nibble first: the e4m3
+# trick (``word_decode``) to f16x2 pairs worth value * 2**-6, then each f16 pair to bf16 by
+# moving the exponent and mantissa down 3 bits under the sign (bf16 value = f16 value * 2**-112).
+# Exact for these values: normal f16 with exponent field 8..11, so its bit 2 (bit 12 / 28 of a
+# pair, where the shift moves the sign) is 0 and the select takes it from the pair, and a
+# mantissa of one bit, so no bits cross from the high f16 into the low one.
+_FP4_WORD_TO_BF16 = gl.constexpr(
+    "{ .reg .b32 ev, od, t0, t1, lo, hi, w0, w1, w2, w3;\n"
+    ".reg .b16 l_lo, l_hi, h_lo, h_hi;\n"
+    + _E4M3_BYTES.format(q="$8")
+    + """prmt.b32 lo, ev, od, 0x5140;
+        prmt.b32 hi, ev, od, 0x7362;
+        mov.b32 {l_lo, l_hi}, lo;
+        mov.b32 {h_lo, h_hi}, hi;
+        cvt.rn.f16x2.e4m3x2 w0, l_lo;
+        cvt.rn.f16x2.e4m3x2 w1, l_hi;
+        cvt.rn.f16x2.e4m3x2 w2, h_lo;
+        cvt.rn.f16x2.e4m3x2 w3, h_hi;
+        shr.b32 t0, w0, 3; lop3.b32 w0, t0, w0, 0x90009000, 0xD8;
+        shr.b32 t0, w1, 3; lop3.b32 w1, t0, w1, 0x90009000, 0xD8;
+        shr.b32 t0, w2, 3; lop3.b32 w2, t0, w2, 0x90009000, 0xD8;
+        shr.b32 t0, w3, 3; lop3.b32 w3, t0, w3, 0x90009000, 0xD8;
+        mov.b32 {$0, $1}, w0;
+        mov.b32 {$2, $3}, w1;
+        mov.b32 {$4, $5}, w2;
+        mov.b32 {$6, $7}, w3; }"""
+) if HAS_GLUON else None
+# 2**118 (the unit of the decoded codes, above) folded into the scales: NVFP4's e4m3 scale times
+# it stays below bf16's largest (448 * 2**118 < 2**127); MXFP4's E8M0 scale 2**(e - 127) times
+# it is bf16 with exponent field e + 118, exact up to e = 136 (``fp4_async_linear``'s caller checks).
+CODE_UNIT_LOG2 = gl.constexpr(118) if HAS_GLUON else 118
+
+
 @_constexpr_function
 def x_copy_layout(block_m, num_warps):  # noqa: ANN001, ANN201
     """[block_m, 64] pairs of x's step, each thread's run of 4-16 along the row: one row pointer
@@ -83,39 +116,30 @@ def x_copy_layout(block_m, num_warps):  # noqa: ANN001, ANN201
 
 
 @_jit
-def _decode_step(q, s, SCALE_E8M0: gl.constexpr, DTYPE: gl.constexpr, A_LAYOUT: gl.constexpr):
+def _decode_step(q, s, SCALE_E8M0: gl.constexpr, A_LAYOUT: gl.constexpr):
     """Words q [BLOCK_N, 16] and each word's scale byte s -> W's step [BLOCK_N, 128] in the
     A-operand layout, columns in the step's permutation."""
     c0, c1, c2, c3, c4, c5, c6, c7 = gl.inline_asm_elementwise(
-        asm=FP4_WORD_TO_HALVES_ASM,
+        asm=_FP4_WORD_TO_BF16,
         constraints="=h,=h,=h,=h,=h,=h,=h,=h,r",
         args=[q],
-        dtype=(gl.float16,) * 8,
+        dtype=(gl.bfloat16,) * 8,
         is_pure=True,
         pack=1,
     )
     if SCALE_E8M0:
-        # 2**(e - 127) * 2**6 as bf16 bits (bf16 has fp32's exponent range); the code (exact in
-        # bf16) times a power of two is exact
-        f = ((s.to(gl.int32) + 6) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-        c0 = c0.to(gl.bfloat16) * f
-        c1 = c1.to(gl.bfloat16) * f
-        c2 = c2.to(gl.bfloat16) * f
-        c3 = c3.to(gl.bfloat16) * f
-        c4 = c4.to(gl.bfloat16) * f
-        c5 = c5.to(gl.bfloat16) * f
-        c6 = c6.to(gl.bfloat16) * f
-        c7 = c7.to(gl.bfloat16) * f
+        f = ((s.to(gl.int32) + CODE_UNIT_LOG2) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
     else:
-        f = (s.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 64.0).to(gl.float16)
-        c0 = (c0 * f).to(DTYPE)
-        c1 = (c1 * f).to(DTYPE)
-        c2 = (c2 * f).to(DTYPE)
-        c3 = (c3 * f).to(DTYPE)
-        c4 = (c4 * f).to(DTYPE)
-        c5 = (c5 * f).to(DTYPE)
-        c6 = (c6 * f).to(DTYPE)
-        c7 = (c7 * f).to(DTYPE)
+        f = (s.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0**CODE_UNIT_LOG2).to(gl.bfloat16)
+    # a code (at most 2 significant bits) times a scale (at most 4) is exact in bf16
+    c0 = c0 * f
+    c1 = c1 * f
+    c2 = c2 * f
+    c3 = c3 * f
+    c4 = c4 * f
+    c5 = c5 * f
+    c6 = c6 * f
+    c7 = c7 * f
     # nibble 4 kblo + 2 h + e -> dims [.., e, h, kblo]
     w = gl.join(
         gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7))
@@ -160,7 +184,7 @@ def _k_step(
     async_copy.async_copy_global_to_shared(x_bufs[fill], x_ptrs + (i + AHEAD) * 64, mask=ok)
     async_copy.commit_group()
     s_next = gl.load(s_ptrs + (i + 1) * (STEP // GROUP), mask=i + 1 < steps, other=0)
-    w = _decode_step(q, s, SCALE_E8M0, gl.bfloat16, A_OP)
+    w = _decode_step(q, s, SCALE_E8M0, A_OP)
     x_step = x_bufs[SLOT]._reinterpret(gl.bfloat16, [BLOCK_M, STEP], gl.NVMMASharedLayout(128, 16))
     fence_async_shared()
     acc = warpgroup_mma(w, x_step.permute((1, 0)), acc, is_async=True)
@@ -304,7 +328,8 @@ def fp4_async_linear(
     num_warps: int = 8,
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
-    K a multiple of 128 and word-aligned rows."""
+    K a multiple of 128 and word-aligned rows; MXFP4 block scales up to 2**9 (E8M0 exponent
+    136, ``CODE_UNIT_LOG2``), which the caller checks once per weight (no host sync here)."""
     group = group_size_of(block_scale)
     m, k = x.shape
     n = packed.shape[0]
