@@ -79,11 +79,12 @@ def codes_layout(num_warps):  # noqa: ANN001, ANN201
 # Exact for these values: normal f16 with exponent field 8..11, so its bit 2 (bit 12 / 28 of a
 # pair, where the shift moves the sign) is 0 and the select takes it from the pair, and a
 # mantissa of one bit, so no bits cross from the high f16 into the low one.
-_FP4_WORD_TO_BF16 = gl.constexpr(
-    "{ .reg .b32 ev, od, t0, t1, lo, hi, w0, w1, w2, w3;\n"
-    ".reg .b16 l_lo, l_hi, h_lo, h_hi;\n"
-    + _E4M3_BYTES.format(q="$8")
-    + """prmt.b32 lo, ev, od, 0x5140;
+_FP4_WORD_TO_BF16 = (
+    gl.constexpr(
+        "{ .reg .b32 ev, od, t0, t1, lo, hi, w0, w1, w2, w3;\n"
+        ".reg .b16 l_lo, l_hi, h_lo, h_hi;\n"
+        + _E4M3_BYTES.format(q="$8")
+        + """prmt.b32 lo, ev, od, 0x5140;
         prmt.b32 hi, ev, od, 0x7362;
         mov.b32 {l_lo, l_hi}, lo;
         mov.b32 {h_lo, h_hi}, hi;
@@ -99,10 +100,13 @@ _FP4_WORD_TO_BF16 = gl.constexpr(
         mov.b32 {$2, $3}, w1;
         mov.b32 {$4, $5}, w2;
         mov.b32 {$6, $7}, w3; }"""
-) if HAS_GLUON else None
+    )
+    if HAS_GLUON
+    else None
+)
 # 2**118 (the unit of the decoded codes, above) folded into the scales: NVFP4's e4m3 scale times
 # it stays below bf16's largest (448 * 2**118 < 2**127); MXFP4's E8M0 scale 2**(e - 127) times
-# it is bf16 with exponent field e + 118, exact up to e = 136 (``fp4_async_linear``'s caller checks).
+# it is bf16 with exponent field e + 118, exact up to e = 136 (checked by the caller).
 CODE_UNIT_LOG2 = gl.constexpr(118) if HAS_GLUON else 118
 
 
