@@ -1,0 +1,72 @@
+"""The asynchronous-MMA FP4 GEMM (``fp4_async_gemm.py``, Gluon, Hopper) against the torch
+reference: rows 1..128 below, at and above an x tile, N past the W tile, K of one to 32 steps,
+split K (odd step counts a split: the kernel's two-step and four-step tails), bias and row
+scales, MXFP4 scales across their range, CUDA graph replay. Needs an sm_90 GPU (no interpreter:
+Gluon)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kernel_test_device import DEVICE  # noqa: E402
+from test_fp4_gemm import activations, check, fp4_weight  # noqa: E402
+
+from kvserve.kernels.fp4_async_gemm import HAS_GLUON, fp4_async_linear  # noqa: E402
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not (
+            HAS_GLUON
+            and DEVICE.type == "cuda"
+            and torch.cuda.is_available()
+            and torch.cuda.get_device_capability()[0] == 9
+        ),
+        reason="Gluon's wgmma kernel needs a Hopper GPU",
+    ),  # fmt: skip
+]
+
+FORMATS = ["nvfp4", "mxfp4"]
+# (N, K): N a multiple of the 128-row W tile or not; K of 1, 3, 9 and 32 steps of 128
+SHAPES = [(256, 128), (200, 384), (72, 1152), (1000, 4096)]
+
+
+@pytest.mark.parametrize("warps", [8, 4])
+@pytest.mark.parametrize("split_k", [1, 2, 3])
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+@pytest.mark.parametrize("m", [1, 5, 16, 33, 64, 100, 128])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, warps: int) -> None:
+    weight = fp4_weight(fmt, n, k)
+    bias = torch.linspace(-1, 1, n, device=DEVICE).to(torch.bfloat16)
+    x = activations(m, k, torch.bfloat16)
+    out = fp4_async_linear(x, *weight, bias, split_k=split_k, num_warps=warps)
+    check(out, x, weight, bias)
+
+
+@pytest.mark.parametrize("exponent", [0, 60, 127, 136])
+def test_mxfp4_scales_across_their_range(exponent: int) -> None:
+    """E8M0 exponents from the smallest to the largest the kernel takes (2**-127 .. 2**9)."""
+    n, k = 128, 256
+    packed, _, _ = fp4_weight("mxfp4", n, k)
+    scales = torch.full((n, k // 32), exponent, dtype=torch.uint8, device=DEVICE)
+    x = activations(16, k, torch.bfloat16) * 2.0 ** (120 - exponent)
+    check(fp4_async_linear(x, packed, scales), x, (packed, scales, None))
+
+
+def test_replays_in_a_cuda_graph_with_split_k() -> None:
+    """The split counters reset themselves: every replay sums its splits afresh."""
+    n, k = 1000, 4096
+    weight = fp4_weight("nvfp4", n, k)
+    x = activations(64, k, torch.bfloat16)
+    out = fp4_async_linear(x, *weight, split_k=4)  # compiles outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp4_async_linear(x, *weight, split_k=4)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, x, weight)

@@ -1,0 +1,56 @@
+"""The asynchronous-MMA FP4 GEMM (``fp4_async_gemm.py``, Gluon) built for sm_90 at x tiles of 16
+to 128 rows, 8 and 4 warps, both formats, unsplit and split: no spills, and a K loop whose wgmma
+stays in flight across the next step's decode (one wait a step, for the step before)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from triton_target import stack_bytes  # noqa: E402
+
+from benchmarks.kernel_spills import cuobjdump  # noqa: E402
+from benchmarks.lowbit_sass import loop_opcodes  # noqa: E402
+from kvserve.kernels.fp4_async_gemm import HAS_GLUON, fp4_async_linear  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not HAS_GLUON, reason="this Triton has no Gluon")
+
+N, K = 1024, 4096
+
+
+def _build(rows: int, fmt: str, warps: int, split_k: int) -> None:
+    x = torch.zeros(rows, K, dtype=torch.bfloat16)
+    packed = torch.zeros(N, K // 2, dtype=torch.uint8)
+    if fmt == "mxfp4":
+        scales, row_scale = torch.zeros(N, K // 32, dtype=torch.uint8), None
+    else:
+        scales, row_scale = torch.zeros(N, K // 16, dtype=torch.float8_e4m3fn), torch.ones(N)
+    fp4_async_linear(x, packed, scales, row_scale, split_k=split_k, num_warps=warps)
+
+
+@pytest.mark.parametrize("split_k", [1, 4])
+@pytest.mark.parametrize("warps", [8, 4])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("rows", [16, 32, 64, 128])
+def test_builds_for_sm90_without_spills(
+    compile_only: list, rows: int, fmt: str, warps: int, split_k: int
+) -> None:
+    _build(rows, fmt, warps, split_k)
+    assert stack_bytes(compile_only) == [0]
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_the_k_loop_keeps_one_wgmma_group_in_flight(compile_only: list, fmt: str) -> None:
+    """Four steps an iteration: four groups of 8 HGMMAs (64 x 64 x 16), each opened by one
+    arrive and followed by one wait, for all but the newest group (none waits for all); one
+    barrier a step; W never goes through shared memory (no shared stores but the copies)."""
+    _build(64, fmt, 8, 1)
+    sass = cuobjdump(compile_only[0].asm["cubin"], "-sass")
+    ops = loop_opcodes(sass)
+    assert ops["HGMMA"] == 32 and ops["WARPGROUP"] == 8
+    assert ops["BAR"] == 4
+    assert ops["STS"] == 0 and ops["LDSM"] == 0
+    loop = sass[sass.index("WARPGROUP.ARRIVE") : sass.rindex("WARPGROUP.ARRIVE")]
+    assert "gsb0, 0x0" not in loop
