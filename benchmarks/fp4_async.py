@@ -24,6 +24,7 @@ from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 SPAN_BYTES = 256 << 20
 SPLITS = (1, 2, 4, 8)
+STAGES = (4, 6)
 WARPS = (8, 4)  # the correctness sweep's; timed at 8 (4 spills at 64 rows)
 # (m, n, k): rows past a tile, N past a tile, odd step counts, one step
 CHECK_SHAPES = ((64, 4096, 4096), (37, 1000, 384), (17, 200, 128), (64, 272, 1152), (5, 96, 640))
@@ -34,16 +35,19 @@ def check(fmt: str) -> list[dict[str, Any]]:
     """The async kernel against the shipped one (both exact weights, fp32 sums), with split K,
     a row scale (NVFP4) and a bias."""
     rows = []
-    for (m, n, k), split, warps in itertools.product(CHECK_SHAPES, (1, 3), WARPS):
+    for (m, n, k), split, warps, stages in itertools.product(CHECK_SHAPES, (1, 3), WARPS, STAGES):
         packed, scales, row_scale = random_fp4(fmt, n, k)
         if row_scale is not None:
             row_scale = torch.rand(n, device="cuda") + 0.5
         bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
         ref = fp4_linear(x, packed, scales, row_scale, bias)
-        out = fp4_async_linear(x, packed, scales, row_scale, bias, split_k=split, num_warps=warps)
+        out = fp4_async_linear(
+            x, packed, scales, row_scale, bias, split_k=split, num_warps=warps, stages=stages
+        )
         err = rel_err(out, ref)
         rows.append({"format": fmt, "m": m, "n": n, "k": k, "split": split, "warps": warps,
+                     "stages": stages,
                      "rel_err": err, "ok": err <= CHECK_TOL})  # fmt: skip
     return rows
 
@@ -58,14 +62,14 @@ def measure_shape(fmt: str, rows: int, name: str, replays: int) -> dict[str, Any
     row: dict[str, Any] = {"format": fmt, "rows": rows, "shape": name, "n": n, "k": k}
     us, _ = graph_us(lambda xin, w: fp4_linear(xin, *w), [x] * layers, weights, replays)
     row["kvserve_default"] = {"config": str(default_config(rows, n, k, group=group)), "us": us}
-    for split, warps in itertools.product(SPLITS, WARPS[:1]):
+    for split, warps, stages in itertools.product(SPLITS, WARPS[:1], STAGES):
 
-        def op(xin: torch.Tensor, w: tuple, split=split, warps=warps) -> torch.Tensor:  # noqa: ANN001
-            return fp4_async_linear(xin, *w, split_k=split, num_warps=warps)
+        def op(xin: torch.Tensor, w: tuple, cfg=(split, warps, stages)) -> torch.Tensor:  # noqa: ANN001
+            return fp4_async_linear(xin, *w, split_k=cfg[0], num_warps=cfg[1], stages=cfg[2])
 
         err = rel_err(op(x, weights[0]), ref)  # compiles outside the capture
         us, _ = graph_us(op, [x] * layers, weights, replays)
-        row[f"split {split} warps {warps}"] = {"us": us, "rel_err": err}
+        row[f"split {split} warps {warps} stages {stages}"] = {"us": us, "rel_err": err}
     return row
 
 

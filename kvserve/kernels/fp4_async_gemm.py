@@ -48,7 +48,6 @@ except ImportError:  # CPU-only install
 STEP = gl.constexpr(128) if HAS_GLUON else 128  # K a step
 ROWS_A_WARP = gl.constexpr(16) if HAS_GLUON else 16  # rows of W a warp owns in wgmma's A layout
 STEP_K = 128
-RING = gl.constexpr(4) if HAS_GLUON else 4  # the copy rings' slots (the kernel allocates four)
 
 
 def _jit(fn):  # noqa: ANN001, ANN202
@@ -167,6 +166,28 @@ def _x_pair_offsets(BLOCK_M: gl.constexpr, LAYOUT: gl.constexpr):
 
 
 @_jit
+def _ring(SLOTS: gl.constexpr, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+    """SLOTS (4-6) shared buffers, each its own allocation (``_k_step`` says why)."""
+    if SLOTS == 4:
+        ring = (_buffer(dtype, shape, layout), _buffer(dtype, shape, layout),
+                _buffer(dtype, shape, layout), _buffer(dtype, shape, layout))  # fmt: skip
+    elif SLOTS == 5:
+        ring = (_buffer(dtype, shape, layout), _buffer(dtype, shape, layout),
+                _buffer(dtype, shape, layout), _buffer(dtype, shape, layout),
+                _buffer(dtype, shape, layout))  # fmt: skip
+    else:
+        ring = (_buffer(dtype, shape, layout), _buffer(dtype, shape, layout),
+                _buffer(dtype, shape, layout), _buffer(dtype, shape, layout),
+                _buffer(dtype, shape, layout), _buffer(dtype, shape, layout))  # fmt: skip
+    return ring
+
+
+@_jit
+def _buffer(dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+    return gl.allocate_shared_memory(dtype, shape, layout)
+
+
+@_jit
 def _k_step(
     i, SLOT: gl.constexpr, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs,
     GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr, A_OP: gl.constexpr,
@@ -202,6 +223,7 @@ def _fp4_async_kernel(
     M, N, K, stride_xm, stride_wn, stride_sn, stride_om, k_per_split,
     BLOCK_M: gl.constexpr, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr,
     HAS_ROW_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, DIRECT: gl.constexpr,
+    STAGES: gl.constexpr,
 ):  # fmt: skip
     """out [M, N] = x @ W.T; grid (M tiles, N tiles, splits of K), the splits summed as in the
     skinny GEMM (``_split_total``; unused ws_ptr / counter_ptr when DIRECT). x_ptr: x as int32 pairs
@@ -210,7 +232,6 @@ def _fp4_async_kernel(
     wgmma two steps back, finished in every warpgroup once all have passed the last barrier."""
     WARPS: gl.constexpr = gl.num_warps()
     BLOCK_N: gl.constexpr = ROWS_A_WARP * WARPS
-    STAGES: gl.constexpr = RING
     AHEAD: gl.constexpr = STAGES - 2
     CODES: gl.constexpr = codes_layout(WARPS)
     ACC: gl.constexpr = gl.NVMMADistributedLayout(
@@ -241,18 +262,8 @@ def _fp4_async_kernel(
     rows_x = (pid_m * BLOCK_M + rows_x) % M
     x_ptrs = x_ptr + rows_x.to(gl.int64)[:, None] * stride_xm + (k_start // 2 + natural)[None, :]
 
-    code_bufs = (
-        gl.allocate_shared_memory(gl.int32, [BLOCK_N, 16], PLAIN),
-        gl.allocate_shared_memory(gl.int32, [BLOCK_N, 16], PLAIN),
-        gl.allocate_shared_memory(gl.int32, [BLOCK_N, 16], PLAIN),
-        gl.allocate_shared_memory(gl.int32, [BLOCK_N, 16], PLAIN),
-    )
-    x_bufs = (
-        gl.allocate_shared_memory(gl.int32, [BLOCK_M, STEP // 2], X_SMEM),
-        gl.allocate_shared_memory(gl.int32, [BLOCK_M, STEP // 2], X_SMEM),
-        gl.allocate_shared_memory(gl.int32, [BLOCK_M, STEP // 2], X_SMEM),
-        gl.allocate_shared_memory(gl.int32, [BLOCK_M, STEP // 2], X_SMEM),
-    )
+    code_bufs = _ring(STAGES, gl.int32, [BLOCK_N, 16], PLAIN)
+    x_bufs = _ring(STAGES, gl.int32, [BLOCK_M, STEP // 2], X_SMEM)
     for j in gl.static_range(AHEAD):
         ok = j < steps
         async_copy.async_copy_global_to_shared(code_bufs[j], w_ptrs + j * 16, mask=ok)
@@ -330,6 +341,7 @@ def fp4_async_linear(
     *,
     split_k: int = 1,
     num_warps: int = 8,
+    stages: int = 4,
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
     K a multiple of 128 and word-aligned rows; MXFP4 block scales up to 2**9 (E8M0 exponent
@@ -363,6 +375,6 @@ def fp4_async_linear(
         m, n, k, x.stride(0) // 2, words.stride(0), block_scale.stride(0), out.stride(0),
         k_per_split, BLOCK_M=block_m, GROUP=group, SCALE_E8M0=block_scale.dtype == torch.uint8,
         HAS_ROW_SCALE=row_scale is not None, HAS_BIAS=bias is not None, DIRECT=direct,
-        num_warps=num_warps,
+        STAGES=stages, num_warps=num_warps,
     )  # fmt: skip
     return out

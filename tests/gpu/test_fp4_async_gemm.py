@@ -34,16 +34,18 @@ FORMATS = ["nvfp4", "mxfp4"]
 SHAPES = [(256, 128), (200, 384), (72, 1152), (1000, 4096)]
 
 
-@pytest.mark.parametrize("warps", [8, 4])
+@pytest.mark.parametrize(("warps", "stages"), [(8, 4), (4, 5), (8, 6)])
 @pytest.mark.parametrize("split_k", [1, 2, 3])
 @pytest.mark.parametrize(("n", "k"), SHAPES)
 @pytest.mark.parametrize("m", [1, 5, 16, 33, 64, 100, 128])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_matches_reference(fmt: str, m: int, n: int, k: int, split_k: int, warps: int) -> None:
+def test_matches_reference(
+    fmt: str, m: int, n: int, k: int, split_k: int, warps: int, stages: int
+) -> None:
     weight = fp4_weight(fmt, n, k)
     bias = torch.linspace(-1, 1, n, device=DEVICE).to(torch.bfloat16)
     x = activations(m, k, torch.bfloat16)
-    out = fp4_async_linear(x, *weight, bias, split_k=split_k, num_warps=warps)
+    out = fp4_async_linear(x, *weight, bias, split_k=split_k, num_warps=warps, stages=stages)
     check(out, x, weight, bias)
 
 

@@ -20,24 +20,24 @@ pytestmark = pytest.mark.skipif(not HAS_GLUON, reason="this Triton has no Gluon"
 N, K = 1024, 4096
 
 
-def _build(rows: int, fmt: str, warps: int, split_k: int) -> None:
+def _build(rows: int, fmt: str, warps: int, split_k: int, stages: int = 4) -> None:
     x = torch.zeros(rows, K, dtype=torch.bfloat16)
     packed = torch.zeros(N, K // 2, dtype=torch.uint8)
     if fmt == "mxfp4":
         scales, row_scale = torch.zeros(N, K // 32, dtype=torch.uint8), None
     else:
         scales, row_scale = torch.zeros(N, K // 16, dtype=torch.float8_e4m3fn), torch.ones(N)
-    fp4_async_linear(x, packed, scales, row_scale, split_k=split_k, num_warps=warps)
+    fp4_async_linear(x, packed, scales, row_scale, split_k=split_k, num_warps=warps, stages=stages)
 
 
 @pytest.mark.parametrize("split_k", [1, 4])
-@pytest.mark.parametrize("warps", [8, 4])
+@pytest.mark.parametrize(("warps", "stages"), [(8, 4), (4, 4), (8, 6)])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("rows", [16, 32, 64, 128])
 def test_builds_for_sm90_without_spills(
-    compile_only: list, rows: int, fmt: str, warps: int, split_k: int
+    compile_only: list, rows: int, fmt: str, warps: int, stages: int, split_k: int
 ) -> None:
-    _build(rows, fmt, warps, split_k)
+    _build(rows, fmt, warps, split_k, stages)
     assert stack_bytes(compile_only) == [0]
 
 
