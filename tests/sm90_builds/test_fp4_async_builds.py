@@ -1,6 +1,6 @@
 """The asynchronous-MMA FP4 GEMM (``fp4_async_gemm.py``, Gluon) built for sm_90 at x tiles of 16
-to 128 rows, 8 and 4 warps, both formats, unsplit and split: no spills, and a K loop whose wgmma
-stays in flight across the next step's decode (one wait a step, for the step before)."""
+to 128 rows, both formats, unsplit and split: no spills, and a K loop whose wgmma stays in flight
+across the next step's decode (one wait a step, for the step before)."""
 
 from __future__ import annotations
 
@@ -30,12 +30,16 @@ def _build(rows: int, fmt: str, warps: int, split_k: int, stages: int = 4) -> No
     fp4_async_linear(x, packed, scales, row_scale, split_k=split_k, num_warps=warps, stages=stages)
 
 
+# (rows of x, warps, ring slots): each x tile at the default 8 warps and 4 slots, and the 64-row
+# tile at 4 warps and at 6 slots
+BUILDS = [(16, 8, 4), (32, 8, 4), (64, 8, 4), (64, 4, 4), (64, 8, 6), (128, 8, 4)]
+
+
 @pytest.mark.parametrize("split_k", [1, 4])
-@pytest.mark.parametrize(("warps", "stages"), [(8, 4), (4, 4), (8, 6)])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-@pytest.mark.parametrize("rows", [16, 32, 64, 128])
+@pytest.mark.parametrize(("rows", "warps", "stages"), BUILDS)
 def test_builds_for_sm90_without_spills(
-    compile_only: list, rows: int, fmt: str, warps: int, stages: int, split_k: int
+    compile_only: list, rows: int, warps: int, stages: int, fmt: str, split_k: int
 ) -> None:
     _build(rows, fmt, warps, split_k, stages)
     assert stack_bytes(compile_only) == [0]
