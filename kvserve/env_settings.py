@@ -86,6 +86,12 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels.word_gemv:gated_gemv_enabled",
     ),
     EnvSetting(
+        name="KVSERVE_FP4_ASYNC",
+        default="0",
+        meaning="1 runs FP4 steps of 17-128 rows on the asynchronous-MMA kernel (Hopper)",
+        reader="kvserve.kernels.fp4_async_gemm:async_gemm_enabled",
+    ),
+    EnvSetting(
         name="KVSERVE_FP4_MOE_GEMV",
         default="1",
         meaning="0 runs FP4 experts' decode steps on the grouped MMA kernel",

@@ -295,3 +295,30 @@ def test_candidate_configs_are_valid(m: int, n: int, k: int) -> None:
         assert not cfg.w_as_b or cfg.block_m <= 32
         programs = -(-m // cfg.block_m) * -(-n // cfg.block_n) * cfg.split_k
         assert cfg.split_k == 1 or programs <= 4 * 132
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "split"),
+    [(64, 28672, 4096, 1), (64, 6144, 4096, 4), (64, 4096, 14336, 4), (32, 4096, 4096, 4),
+     (64, 4096, 512, 1)],
+)  # fmt: skip
+def test_fp4_async_gemm_splits_k_until_its_tiles_fill_the_sms_once(
+    m: int, n: int, k: int, split: int
+) -> None:
+    """One 128-row W tile a program, one program an SM; a split keeps four K steps or more."""
+    from kvserve.kernels.fp4_async_gemm import async_config
+
+    assert async_config(m, n, k, num_sms=132).split_k == split
+
+
+def test_fp4_async_gemm_takes_mxfp4_scales_up_to_two_to_the_nine() -> None:
+    """E8M0 exponent 136 = 2**9 is the kernel's largest; NVFP4's scales always fit."""
+    from kvserve.kernels.fp4_async_gemm import scales_fit
+
+    exponents = torch.full((4, 8), 127, dtype=torch.uint8)
+    assert scales_fit(exponents)
+    exponents[2, 5] = 136
+    assert scales_fit(exponents)
+    exponents[3, 0] = 137
+    assert not scales_fit(exponents)
+    assert scales_fit(torch.full((4, 4), 448.0).to(torch.float8_e4m3fn))

@@ -23,9 +23,13 @@ barrier, so one barrier a step suffices.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import torch
 
-from kvserve.kernels.fp4_reference import group_size_of
+from kvserve.config import env_switch
+from kvserve.kernels.fp4_reference import MXFP4_GROUP, group_size_of
 from kvserve.kernels.fp4_tile import code_words
 from kvserve.kernels.skinny_gemm import _arrival_counters
 from kvserve.kernels.word_decode import _E4M3_BYTES
@@ -332,6 +336,69 @@ def _split_total(acc, tile, pid_k, num_splits, ws_ptr, counter_ptr):
     return acc, last
 
 
+ASYNC_ENV = "KVSERVE_FP4_ASYNC"
+# Rows of x the default hands this kernel (with ``KVSERVE_FP4_ASYNC=1``): past the 16 rows where
+# the Triton kernel's mma.sync (W as B) is its best case, up to one 128-row x tile.
+ASYNC_MIN_ROWS, ASYNC_MAX_ROWS = 17, 128
+# The largest MXFP4 scale exponent the kernel takes (``CODE_UNIT_LOG2``)
+MAX_E8M0 = 254 - 118
+_MIN_STEPS_PER_SPLIT = 4
+
+
+@dataclass(frozen=True)
+class AsyncGemmConfig:
+    split_k: int = 1
+    num_warps: int = 8  # 16 rows of W a warp: the W tile is 16 * num_warps rows
+    stages: int = 4  # ring slots: copies run stages - 2 steps ahead
+
+
+@functools.cache
+def async_gemm_enabled() -> bool:
+    """``KVSERVE_FP4_ASYNC``: 1 runs FP4 steps of 17-128 rows on this kernel (Hopper, bf16
+    activations); 0 (the default) on the Triton kernel (``fp4_gemm.py``)."""
+    return env_switch(ASYNC_ENV, default=False)
+
+
+@functools.cache
+def _on_hopper(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
+def async_gemm_fits(x: torch.Tensor, packed: torch.Tensor, rows: int) -> bool:
+    """Whether this kernel takes the step: a Hopper GPU with Gluon, bf16 x of ``rows`` rows in
+    the kernel's range, K a multiple of 128 and W's rows word-aligned. The caller also knows
+    the weight's scales in range (``scales_fit``)."""
+    k = x.shape[-1]
+    return (
+        HAS_GLUON
+        and ASYNC_MIN_ROWS <= rows <= ASYNC_MAX_ROWS
+        and x.dtype == torch.bfloat16
+        and k % STEP_K == 0
+        and code_words(packed).dtype == torch.int32
+        and _on_hopper(x.device)
+    )
+
+
+def scales_fit(block_scale: torch.Tensor) -> bool:
+    """An FP4 weight's block scales within the kernel's range: NVFP4's always, MXFP4's up to
+    2**9. A host sync: call once per weight, at load."""
+    if group_size_of(block_scale) != MXFP4_GROUP:
+        return True
+    return block_scale.numel() == 0 or int(block_scale.max()) <= MAX_E8M0
+
+
+def async_config(m: int, n: int, k: int, *, num_sms: int = 132) -> AsyncGemmConfig:
+    """One program an SM (the kernel's registers allow no more): K split until the tiles fill
+    the SMs once, each split keeping four or more K steps (the loop's unrolled iteration)."""
+    block_m = min(128, max(16, 1 << (m - 1).bit_length()))
+    tiles = -(-m // block_m) * -(-n // (16 * AsyncGemmConfig.num_warps))
+    steps = k // STEP_K
+    split = 1
+    while tiles * split < 0.9 * num_sms and steps // (2 * split) >= _MIN_STEPS_PER_SPLIT:
+        split *= 2
+    return AsyncGemmConfig(split_k=split)
+
+
 def fp4_async_linear(
     x: torch.Tensor,
     packed: torch.Tensor,
@@ -342,6 +409,7 @@ def fp4_async_linear(
     split_k: int = 1,
     num_warps: int = 8,
     stages: int = 4,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
     K a multiple of 128 and word-aligned rows; MXFP4 block scales up to 2**9 (E8M0 exponent
@@ -361,7 +429,8 @@ def fp4_async_linear(
     k_per_split = -(-steps // split_k) * STEP_K
     splits = -(-k // k_per_split)
     direct = splits == 1
-    out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
+    if out is None:
+        out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     grid = (-(-m // block_m), -(-n // block_n), splits)
     tiles = grid[0] * grid[1]
     ws = counters = out  # placeholders, unused when direct

@@ -28,6 +28,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
+from kvserve.kernels.fp4_async_gemm import (
+    AsyncGemmConfig,
+    async_config,
+    async_gemm_enabled,
+    async_gemm_fits,
+    fp4_async_linear,
+)
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
 from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
 from kvserve.kernels.fp4_tile import code_words, dequant_tile, first_scales, step_scales
@@ -97,8 +104,9 @@ class Fp4GemmConfig:
             raise ValueError(f"w_as_b takes at most 32 rows of x: {self}")
 
 
-# What fp4_linear runs: the MMA kernel, the CUDA-core GEMV, or dequantize-then-cuBLAS
-Fp4Config = Fp4GemmConfig | GemvConfig | DequantGemmConfig
+# What fp4_linear runs: the MMA kernel, the CUDA-core GEMV, dequantize-then-cuBLAS, or the
+# asynchronous-MMA Gluon kernel (fp4_async_gemm.py)
+Fp4Config = Fp4GemmConfig | GemvConfig | DequantGemmConfig | AsyncGemmConfig
 
 
 @_jit
@@ -214,13 +222,17 @@ def fp4_linear(
     *,
     pdl: bool = False,
     gated: bool = False,
+    scales_fit_async: bool = False,
 ) -> torch.Tensor:
     """``x`` [..., K] @ W.T (+ bias) -> [..., N] in x's dtype; W in the layout of
     ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. A
     ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``, with
     programmatic dependent launch if ``pdl``; a ``DequantGemmConfig`` dequantizes W and runs
-    cuBLAS (``fp4_dequantize.py``). ``gated`` (the GEMV only): W is a gate/up stack and the
-    result silu(gate) * up, [..., N / 2] (``word_gemv.launch_word_gemv``)."""
+    cuBLAS (``fp4_dequantize.py``); an ``AsyncGemmConfig`` the Gluon kernel of
+    ``fp4_async_gemm.py``, which the default picks with ``KVSERVE_FP4_ASYNC=1`` where it fits
+    and the caller vouches for the weight's scales (``scales_fit_async``, from
+    ``fp4_async_gemm.scales_fit`` at load). ``gated`` (the GEMV only): W is a gate/up stack and
+    the result silu(gate) * up, [..., N / 2] (``word_gemv.launch_word_gemv``)."""
     group = _check(x, packed, block_scale, row_scale)
     on_reference = x.device.type == "cpu" and not interpreting()
     if gated and (bias is not None or on_reference):
@@ -236,13 +248,24 @@ def fp4_linear(
     n = packed.shape[0]
     out = torch.empty(m, n // 2 if gated else n, dtype=x.dtype, device=x.device)
     if m and n:
-        cfg = config or default_config(m, n, k, num_sms=sm_count(x.device), group=group)
+        cfg = config
+        if (
+            cfg is None
+            and scales_fit_async
+            and async_gemm_enabled()
+            and async_gemm_fits(x2, packed, m)
+        ):
+            cfg = async_config(m, n, k, num_sms=sm_count(x.device))
+        cfg = cfg or default_config(m, n, k, num_sms=sm_count(x.device), group=group)
         if gated and not isinstance(cfg, GemvConfig):
             raise ValueError(f"fp4_linear: only the GEMV applies the SiLU-mul, not {cfg}")
         if isinstance(cfg, Fp4GemmConfig):
             _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
         elif isinstance(cfg, DequantGemmConfig):
             dequant_gemm(x2, packed, block_scale, row_scale, bias, out, cfg)
+        elif isinstance(cfg, AsyncGemmConfig):
+            fp4_async_linear(x2, packed, block_scale, row_scale, bias, split_k=cfg.split_k,
+                             num_warps=cfg.num_warps, stages=cfg.stages, out=out)  # fmt: skip
         else:
             launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group, pdl=pdl,
                              gated=gated)  # fmt: skip

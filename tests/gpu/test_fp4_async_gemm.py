@@ -72,3 +72,28 @@ def test_replays_in_a_cuda_graph_with_split_k() -> None:
         graph.replay()
         torch.cuda.synchronize()
         check(out, x, weight)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fp4_linear_takes_it_when_switched_on(fmt: str, monkeypatch) -> None:  # noqa: ANN001
+    """``KVSERVE_FP4_ASYNC=1`` and scales vouched for: fp4_linear's default is this kernel at
+    17-128 rows (same result as the reference), and never for weights whose scales don't fit."""
+    from kvserve.kernels import fp4_async_gemm, fp4_gemm
+    from kvserve.kernels.fp4_gemm import fp4_linear
+
+    monkeypatch.setenv(fp4_async_gemm.ASYNC_ENV, "1")
+    fp4_async_gemm.async_gemm_enabled.cache_clear()
+    calls = []
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(args[0].shape[0])
+        return fp4_async_linear(*args, **kwargs)
+
+    monkeypatch.setattr(fp4_gemm, "fp4_async_linear", counted)
+    weight = fp4_weight(fmt, 512, 1024)
+    for m in (16, 17, 64, 128, 129):
+        x = activations(m, 1024, torch.bfloat16)
+        check(fp4_linear(x, *weight, scales_fit_async=True), x, weight)
+        check(fp4_linear(x, *weight), x, weight)
+    fp4_async_gemm.async_gemm_enabled.cache_clear()
+    assert calls == [17, 64, 128]
