@@ -193,32 +193,34 @@ def _buffer(dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
 
 @_jit
 def _k_step(
-    i, SLOT: gl.constexpr, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs,
+    i, SLOT: gl.constexpr, steps, acc, scales, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs,
     GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr, A_OP: gl.constexpr,
 ):  # fmt: skip
     """K step i, in ring slot SLOT = i % STAGES: its copies waited for, step i + STAGES - 2's
-    issued, its W decoded, its wgmma issued and step i - 1's retired. Returns the accumulator
-    and step i + 1's scale bytes. The slots are separate allocations picked statically: Triton's
-    barrier analysis tells allocations apart, not slices of one, and would otherwise put a
-    barrier between the step's reads of its slot and its copies into another."""
+    issued, its W decoded, its wgmma issued and step i - 1's retired. ``scales``: the scale
+    bytes of steps i and i + 1 (loaded two steps ahead, as plain loads); returns the
+    accumulator and those of steps i + 1 and i + 2. The slots are separate allocations picked
+    statically: Triton's barrier analysis tells allocations apart, not slices of one, and would
+    otherwise put a barrier between the step's reads of its slot and its copies into another."""
     STAGES: gl.constexpr = len(code_bufs)
     AHEAD: gl.constexpr = STAGES - 2
     BLOCK_M: gl.constexpr = x_bufs[0].shape[0]
     async_copy.wait_group(AHEAD - 1)
     gl.thread_barrier()
+    s, s_next = scales
     q = code_bufs[SLOT].load(s.type.layout)
     fill: gl.constexpr = (SLOT + AHEAD) % STAGES
     ok = i + AHEAD < steps
     async_copy.async_copy_global_to_shared(code_bufs[fill], w_ptrs + (i + AHEAD) * 16, mask=ok)
     async_copy.async_copy_global_to_shared(x_bufs[fill], x_ptrs + (i + AHEAD) * 64, mask=ok)
     async_copy.commit_group()
-    s_next = gl.load(s_ptrs + (i + 1) * (STEP // GROUP), mask=i + 1 < steps, other=0)
+    s_ahead = gl.load(s_ptrs + (i + 2) * (STEP // GROUP), mask=i + 2 < steps, other=0)
     w = _decode_step(q, s, SCALE_E8M0, A_OP)
     x_step = x_bufs[SLOT]._reinterpret(gl.bfloat16, [BLOCK_M, STEP], gl.NVMMASharedLayout(128, 16))
     fence_async_shared()
     acc = warpgroup_mma(w, x_step.permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(1, deps=(acc,))
-    return acc, s_next
+    return acc, (s_next, s_ahead)
 
 
 @_jit
@@ -273,11 +275,8 @@ def _fp4_async_kernel(
         async_copy.async_copy_global_to_shared(code_bufs[j], w_ptrs + j * 16, mask=ok)
         async_copy.async_copy_global_to_shared(x_bufs[j], x_ptrs + j * 64, mask=ok)
         async_copy.commit_group()
-    s = gl.load(s_ptrs)
+    scales = (gl.load(s_ptrs), gl.load(s_ptrs + STEP // GROUP, mask=steps > 1, other=0))
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, ACC)
-    # Two steps an iteration: each step's wgmma reads W from its own registers, which the PTX
-    # must not redefine before the wait that retires that wgmma (the next step's); a one-step
-    # loop would redefine them in the next iteration's decode.
     # STAGES steps an iteration, so that each reads and fills static slots. Each step's wgmma
     # reads W from its own registers, which the PTX must not redefine before the wait that
     # retires that wgmma (the next step's); a one-step loop would redefine them in the next
@@ -285,12 +284,12 @@ def _fp4_async_kernel(
     full = steps - steps % STAGES
     for i in range(0, full, STAGES):
         for c in gl.static_range(STAGES):
-            acc, s = _k_step(i + c, c, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs,
-                             GROUP, SCALE_E8M0, A_OP)  # fmt: skip
+            acc, scales = _k_step(i + c, c, steps, acc, scales, code_bufs, x_bufs, w_ptrs,
+                                  x_ptrs, s_ptrs, GROUP, SCALE_E8M0, A_OP)  # fmt: skip
     for c in gl.static_range(STAGES - 1):
         if full + c < steps:
-            acc, s = _k_step(full + c, c, steps, acc, s, code_bufs, x_bufs, w_ptrs, x_ptrs,
-                             s_ptrs, GROUP, SCALE_E8M0, A_OP)  # fmt: skip
+            acc, scales = _k_step(full + c, c, steps, acc, scales, code_bufs, x_bufs, w_ptrs,
+                                  x_ptrs, s_ptrs, GROUP, SCALE_E8M0, A_OP)  # fmt: skip
     acc = warpgroup_mma_wait(0, deps=(acc,))
     async_copy.wait_group(0)
 
