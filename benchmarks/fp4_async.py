@@ -53,7 +53,9 @@ def check(fmt: str) -> list[dict[str, Any]]:
     return rows
 
 
-def measure_shape(fmt: str, rows: int, name: str, replays: int) -> dict[str, Any]:
+def measure_shape(
+    fmt: str, rows: int, name: str, replays: int, stages: tuple[int, ...] = STAGES
+) -> dict[str, Any]:
     n, k = SHAPES[name]
     group = NVFP4_GROUP if fmt == "nvfp4" else MXFP4_GROUP
     layers = max(2, -(-SPAN_BYTES // (n * k // 2)))
@@ -63,14 +65,14 @@ def measure_shape(fmt: str, rows: int, name: str, replays: int) -> dict[str, Any
     row: dict[str, Any] = {"format": fmt, "rows": rows, "shape": name, "n": n, "k": k}
     us, _ = graph_us(lambda xin, w: fp4_linear(xin, *w), [x] * layers, weights, replays)
     row["kvserve_default"] = {"config": str(default_config(rows, n, k, group=group)), "us": us}
-    for split, warps, stages in itertools.product(SPLITS, WARPS[:1], STAGES):
+    for split, warps, slots in itertools.product(SPLITS, WARPS[:1], stages):
 
-        def op(xin: torch.Tensor, w: tuple, cfg=(split, warps, stages)) -> torch.Tensor:  # noqa: ANN001
+        def op(xin: torch.Tensor, w: tuple, cfg=(split, warps, slots)) -> torch.Tensor:  # noqa: ANN001
             return fp4_async_linear(xin, *w, split_k=cfg[0], num_warps=cfg[1], stages=cfg[2])
 
         err = rel_err(op(x, weights[0]), ref)  # compiles outside the capture
         us, _ = graph_us(op, [x] * layers, weights, replays)
-        row[f"split {split} warps {warps} stages {stages}"] = {"us": us, "rel_err": err}
+        row[f"split {split} warps {warps} stages {slots}"] = {"us": us, "rel_err": err}
     return row
 
 
@@ -82,6 +84,7 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--stages", default=",".join(map(str, STAGES)), help="ring slots to time")
     args = ap.parse_args()
     torch.manual_seed(0)
     checks = [c for fmt in args.formats.split(",") for c in check(fmt)]
@@ -94,7 +97,8 @@ def main() -> None:
     for fmt, rows, name in itertools.product(
         args.formats.split(","), map(int, args.rows.split(",")), args.shapes.split(",")
     ):
-        row = measure_shape(fmt, rows, name, args.replays)
+        stages = tuple(map(int, args.stages.split(",")))
+        row = measure_shape(fmt, rows, name, args.replays, stages)
         timed = [(v["us"], key) for key, v in row.items() if isinstance(v, dict) and "rel_err" in v]
         us, best = min(timed)
         print(f"{fmt} {rows} rows {name}: kvserve {row['kvserve_default']['us']:.1f} us, "
