@@ -4,6 +4,7 @@ projections, after a correctness sweep against the shipped kernel over uneven sh
 Timed as one CUDA graph cycling through >= 256 MB of distinct weights.
 
     python -m benchmarks.fp4_async --out-dir $OUT
+    python -m benchmarks.fp4_async --sass   # the two kernels' sm_90 K loops, no GPU needed
 """
 
 from __future__ import annotations
@@ -29,6 +30,61 @@ WARPS = (8, 4)  # the correctness sweep's; timed at 8 (4 spills at 64 rows)
 # (m, n, k): rows past a tile, N past a tile, odd step counts, one step
 CHECK_SHAPES = ((64, 4096, 4096), (37, 1000, 384), (17, 200, 128), (64, 272, 1152), (5, 96, 640))
 CHECK_TOL = 1e-2
+
+
+def compile_async(rows: int, group: int, warps: int = 8, stages: int = 4) -> bytes:
+    """The cubin of ``_fp4_async_kernel`` for sm_90, unsplit, without a GPU."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from kvserve.kernels.fp4_async_gemm import _fp4_async_kernel
+
+    pointers = {
+        "x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*u8", "rs_ptr": "*fp32", "bias_ptr": "*bf16",
+        "out_ptr": "*bf16", "ws_ptr": "*fp32", "counter_ptr": "*i32",
+    }  # fmt: skip
+    ints = ["M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_om", "k_per_split"]
+    constants = {
+        "BLOCK_M": rows, "GROUP": group, "SCALE_E8M0": group == MXFP4_GROUP,
+        "HAS_ROW_SCALE": group == NVFP4_GROUP, "HAS_BIAS": False, "DIRECT": True, "STAGES": stages,
+    }  # fmt: skip
+    index = _fp4_async_kernel.arg_names.index
+    divisible = [*pointers, *ints[2:]]
+    src = GluonASTSource(
+        _fp4_async_kernel,
+        signature={
+            **pointers,
+            **dict.fromkeys(ints, "i32"),
+            **dict.fromkeys(constants, "constexpr"),
+        },
+        constexprs={(index(k),): v for k, v in constants.items()},
+        attrs={(index(name),): [["tt.divisibility", 16]] for name in divisible},
+    )
+    target = GPUTarget("cuda", 90, 32)
+    return triton.compile(src, target=target, options={"num_warps": warps}).asm["cubin"]
+
+
+def sass_summaries(rows: tuple[int, ...] = (64, 32)) -> list[dict[str, Any]]:
+    """Both kernels' sm_90 K loops at their 64- and 32-row tiles (Llama-3-8B gate_up's default
+    for the shipped one), counted per K step of 128 and per weight a thread decodes."""
+    from benchmarks.lowbit_sass import compile_mma, describe
+
+    out = []
+    for group, m in itertools.product((NVFP4_GROUP, MXFP4_GROUP), rows):
+        cfg = default_config(m, 28672, 4096, group=group)
+        shipped = describe(
+            compile_mma(cfg, group), cfg.block_n * cfg.block_k // (cfg.num_warps * 32)
+        )
+        shipped["steps_per_loop"] = 1
+        shipped["config"] = str(cfg)
+        mine = describe(compile_async(m, group), 16 * 128 * 8 // (8 * 32) * 4)
+        mine["steps_per_loop"] = 4
+        for row in (shipped, mine):
+            row["instructions_per_step"] = row["loop_instructions"] / row["steps_per_loop"]
+            row["weights_per_thread_step"] //= row["steps_per_loop"]
+        out.append({"group": group, "rows": m, "shipped": shipped, "async": mine})
+    return out
 
 
 def check(fmt: str) -> list[dict[str, Any]]:
@@ -85,7 +141,24 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--tag", default="")
     ap.add_argument("--stages", default=",".join(map(str, STAGES)), help="ring slots to time")
+    ap.add_argument("--sass", action="store_true", help="only the sm_90 K loops (no GPU needed)")
     args = ap.parse_args()
+    if args.sass:
+        rows = sass_summaries()
+        for row in rows:
+            for kernel in ("shipped", "async"):
+                r = row[kernel]
+                ops = r["loop_opcodes"]
+                per_step = ", ".join(
+                    f"{k} {ops.get(k, 0) / r['steps_per_loop']:g}"
+                    for k in ("HGMMA", "WARPGROUP", "BAR", "STS", "LDSM", "LDS")
+                )
+                print(f"group {row['group']} rows {row['rows']} {kernel}: REG {r['REG']} "
+                      f"STACK {r['STACK']}, {r['instructions_per_step']:.0f} instructions a "
+                      f"step, {r['instructions_per_weight']:.2f} a weight; {per_step}")  # fmt: skip
+        name = "fp4_async_sass" + (f"_{args.tag}" if args.tag else "")
+        print(f"wrote {write_result(name, {'loops': rows}, args.out_dir)}")
+        return
     torch.manual_seed(0)
     checks = [c for fmt in args.formats.split(",") for c in check(fmt)]
     bad = [c for c in checks if not c["ok"]]
