@@ -1,6 +1,6 @@
 """Weight-only FP4 GEMM on Hopper with the MMA asynchronous: W decoded in registers straight into
 wgmma's A-operand layout while the previous K step's wgmma runs (Gluon). For decode steps of
-17-64 rows of x; the layout of W is the shipped one (``fp4_reference.py``).
+17-128 rows of bf16 x; the layout of W is the shipped one (``fp4_reference.py``).
 
 Why: the Triton kernel (``fp4_gemm.py``) hands wgmma the decoded W from registers, and Triton
 waits for each such wgmma before the next instruction, so a warp's decode and its MMAs take turns.
@@ -15,10 +15,15 @@ a permutation of the step's K; x's columns are stored to shared memory in the sa
 so the MMA's sum over K is unchanged. The decode, the scales and the joins then never leave the
 thread: no shared-memory round trip for W.
 
-x: each step's [BLOCK_M, 128] tile is loaded one step ahead into registers, permuted (a relabeling
-of registers) and stored to one of three shared buffers; with three, the buffer written at step
-i was last read by step i - 2's wgmma, done in every warpgroup once all have passed step i - 1's
-barrier, so one barrier a step suffices.
+x and the codes: each step's x tile [BLOCK_M, 128] is copied (cp.async, 4-byte pairs) into shared
+memory already in the step's permutation, and its codes (16 bytes a thread) beside it, into rings
+of STAGES slots, STAGES - 2 steps ahead. The slot a step fills was last read by the wgmma two
+steps back, finished in every warpgroup once all have passed the step's barrier: one barrier a
+step. Scales are plain loads, two steps ahead.
+
+The PTX must not redefine a wgmma's A registers before the wait that retires it (and the ptxas
+Triton 3.6 bundles does not protect them itself: triton-lang/triton#9433), so the K loop runs
+STAGES steps an iteration, each with registers of its own.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from kvserve.config import env_switch
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, group_size_of
 from kvserve.kernels.fp4_tile import code_words
 from kvserve.kernels.skinny_gemm import _arrival_counters
-from kvserve.kernels.word_decode import _E4M3_BYTES
+from kvserve.kernels.word_decode import E4M3_BYTES_ASM
 
 try:
     from triton.experimental import gluon
@@ -49,9 +54,9 @@ try:
 except ImportError:  # CPU-only install
     HAS_GLUON = False
 
-STEP = gl.constexpr(128) if HAS_GLUON else 128  # K a step
+STEP_K = 128  # K a step
+STEP = gl.constexpr(STEP_K) if HAS_GLUON else STEP_K
 ROWS_A_WARP = gl.constexpr(16) if HAS_GLUON else 16  # rows of W a warp owns in wgmma's A layout
-STEP_K = 128
 
 
 def _jit(fn):  # noqa: ANN001, ANN202
@@ -86,7 +91,7 @@ _FP4_WORD_TO_BF16 = (
     gl.constexpr(
         "{ .reg .b32 ev, od, t0, t1, lo, hi, w0, w1, w2, w3;\n"
         ".reg .b16 l_lo, l_hi, h_lo, h_hi;\n"
-        + _E4M3_BYTES.format(q="$8")
+        + E4M3_BYTES_ASM.format(q="$8")
         + """prmt.b32 lo, ev, od, 0x5140;
         prmt.b32 hi, ev, od, 0x7362;
         mov.b32 {l_lo, l_hi}, lo;
@@ -277,10 +282,8 @@ def _fp4_async_kernel(
         async_copy.commit_group()
     scales = (gl.load(s_ptrs), gl.load(s_ptrs + STEP // GROUP, mask=steps > 1, other=0))
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, ACC)
-    # STAGES steps an iteration, so that each reads and fills static slots. Each step's wgmma
-    # reads W from its own registers, which the PTX must not redefine before the wait that
-    # retires that wgmma (the next step's); a one-step loop would redefine them in the next
-    # iteration's decode.
+    # STAGES steps an iteration: each reads and fills static slots, and decodes W into registers
+    # of its own (the module docstring says why)
     full = steps - steps % STAGES
     for i in range(0, full, STAGES):
         for c in gl.static_range(STAGES):

@@ -185,7 +185,7 @@ def _x_word_pairs(x_ptr, row, stride_xm, M, pair, X_BF16: tl.constexpr):
 
 # Eight E2M1 codes of word {q} -> e4m3 bytes worth value * 2**-6 (the e4m3 trick, word_gemv.py):
 # ev holds codes 0, 2, 4, 6 (low nibbles), od codes 1, 3, 5, 7.
-_E4M3_BYTES = """and.b32 t0, {q}, 0x07070707; shl.b32 t0, t0, 2;
+E4M3_BYTES_ASM = """and.b32 t0, {q}, 0x07070707; shl.b32 t0, t0, 2;
         and.b32 t1, {q}, 0x08080808; shl.b32 t1, t1, 4;
         or.b32 ev, t0, t1;
         shr.b32 t0, {q}, 2; and.b32 t0, t0, 0x1C1C1C1C;
@@ -195,7 +195,7 @@ _E4M3_BYTES = """and.b32 t0, {q}, 0x07070707; shl.b32 t0, t0, 2;
 # Eight E2M1 codes of a word -> four f16x2 weights (value * 2**-6): even codes 0/2 and 4/6, odd
 # 1/3 and 5/7, as cvt.rn.f16x2.e4m3x2 pairs a word's bytes (the e4m3 trick, word_gemv.py).
 _DECODE_WORD = (
-    _E4M3_BYTES
+    E4M3_BYTES_ASM
     + """mov.b32 {{e_lo, e_hi}}, ev;
         mov.b32 {{o_lo, o_hi}}, od;
         cvt.rn.f16x2.e4m3x2 w0, e_lo;
@@ -231,7 +231,7 @@ FP4_PAIR_DOTS_ASM = constexpr(
 FP4_WORD_TO_HALVES_ASM = constexpr(
     "{ .reg .b32 ev, od, t0, t1, lo, hi, w0, w1, w2, w3;\n"
     ".reg .b16 l_lo, l_hi, h_lo, h_hi;\n"
-    + _E4M3_BYTES.format(q="$8")
+    + E4M3_BYTES_ASM.format(q="$8")
     + """prmt.b32 lo, ev, od, 0x5140;
         prmt.b32 hi, ev, od, 0x7362;
         mov.b32 {l_lo, l_hi}, lo;
