@@ -37,7 +37,11 @@ from kvserve.config import env_switch
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, group_size_of
 from kvserve.kernels.fp4_tile import code_words
 from kvserve.kernels.skinny_gemm import _arrival_counters
-from kvserve.kernels.word_decode import E4M3_BYTES_ASM
+from kvserve.kernels.word_decode import (
+    FP4_WORD_REGISTERS,
+    FP4_WORD_TO_F16X2_ASM,
+    WORDS_TO_HALVES_OUT,
+)
 
 try:
     from triton.experimental import gluon
@@ -89,25 +93,14 @@ def codes_layout(num_warps):  # noqa: ANN001, ANN201
 # mantissa of one bit, so no bits cross from the high f16 into the low one.
 _FP4_WORD_TO_BF16 = (
     gl.constexpr(
-        "{ .reg .b32 ev, od, t0, t1, lo, hi, w0, w1, w2, w3;\n"
-        ".reg .b16 l_lo, l_hi, h_lo, h_hi;\n"
-        + E4M3_BYTES_ASM.format(q="$8")
-        + """prmt.b32 lo, ev, od, 0x5140;
-        prmt.b32 hi, ev, od, 0x7362;
-        mov.b32 {l_lo, l_hi}, lo;
-        mov.b32 {h_lo, h_hi}, hi;
-        cvt.rn.f16x2.e4m3x2 w0, l_lo;
-        cvt.rn.f16x2.e4m3x2 w1, l_hi;
-        cvt.rn.f16x2.e4m3x2 w2, h_lo;
-        cvt.rn.f16x2.e4m3x2 w3, h_hi;
-        shr.b32 t0, w0, 3; lop3.b32 w0, t0, w0, 0x90009000, 0xD8;
+        FP4_WORD_REGISTERS
+        + FP4_WORD_TO_F16X2_ASM.format(q="$8")
+        + """shr.b32 t0, w0, 3; lop3.b32 w0, t0, w0, 0x90009000, 0xD8;
         shr.b32 t0, w1, 3; lop3.b32 w1, t0, w1, 0x90009000, 0xD8;
         shr.b32 t0, w2, 3; lop3.b32 w2, t0, w2, 0x90009000, 0xD8;
         shr.b32 t0, w3, 3; lop3.b32 w3, t0, w3, 0x90009000, 0xD8;
-        mov.b32 {$0, $1}, w0;
-        mov.b32 {$2, $3}, w1;
-        mov.b32 {$4, $5}, w2;
-        mov.b32 {$6, $7}, w3; }"""
+        """
+        + WORDS_TO_HALVES_OUT
     )
     if HAS_GLUON
     else None

@@ -227,23 +227,31 @@ FP4_PAIR_DOTS_ASM = constexpr(
 
 
 # The e4m3 bytes of codes 0-3 and 4-7 in K order (prmt picks bytes: ev's are codes 0, 2, 4, 6,
-# od's 1, 3, 5, 7), so that each f16x2 from the conversion is two K-adjacent weights.
-FP4_WORD_TO_HALVES_ASM = constexpr(
-    "{ .reg .b32 ev, od, t0, t1, lo, hi, w0, w1, w2, w3;\n"
-    ".reg .b16 l_lo, l_hi, h_lo, h_hi;\n"
-    + E4M3_BYTES_ASM.format(q="$8")
+# od's 1, 3, 5, 7), so that each f16x2 from the conversion is two K-adjacent weights: w0 codes
+# 0 and 1, .. w3 codes 6 and 7. Registers: ev, od, t0, t1, lo, hi, w0-w3 (b32), l_lo, l_hi,
+# h_lo, h_hi (b16).
+FP4_WORD_TO_F16X2_ASM = (
+    E4M3_BYTES_ASM
     + """prmt.b32 lo, ev, od, 0x5140;
         prmt.b32 hi, ev, od, 0x7362;
-        mov.b32 {l_lo, l_hi}, lo;
-        mov.b32 {h_lo, h_hi}, hi;
+        mov.b32 {{l_lo, l_hi}}, lo;
+        mov.b32 {{h_lo, h_hi}}, hi;
         cvt.rn.f16x2.e4m3x2 w0, l_lo;
         cvt.rn.f16x2.e4m3x2 w1, l_hi;
         cvt.rn.f16x2.e4m3x2 w2, h_lo;
         cvt.rn.f16x2.e4m3x2 w3, h_hi;
-        mov.b32 {$0, $1}, w0;
+        """
+)
+FP4_WORD_REGISTERS = (
+    "{ .reg .b32 ev, od, t0, t1, lo, hi, w0, w1, w2, w3;\n.reg .b16 l_lo, l_hi, h_lo, h_hi;\n"
+)
+# w0-w3 as the asm's eight 16-bit outputs $0-$7, and the end of the asm block
+WORDS_TO_HALVES_OUT = """mov.b32 {$0, $1}, w0;
         mov.b32 {$2, $3}, w1;
         mov.b32 {$4, $5}, w2;
         mov.b32 {$6, $7}, w3; }"""
+FP4_WORD_TO_HALVES_ASM = constexpr(
+    FP4_WORD_REGISTERS + FP4_WORD_TO_F16X2_ASM.format(q="$8") + WORDS_TO_HALVES_OUT
 )
 
 
