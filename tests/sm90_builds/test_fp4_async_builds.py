@@ -4,6 +4,8 @@ across the next step's decode (one wait a step, for the step before)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -58,3 +60,52 @@ def test_the_k_loop_keeps_one_wgmma_group_in_flight(compile_only: list, fmt: str
     assert ops["STS"] == 0 and ops["LDSM"] == 0
     loop = sass[sass.index("WARPGROUP.ARRIVE") : sass.rindex("WARPGROUP.ARRIVE")]
     assert "gsb0, 0x0" not in loop
+
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+# opcodes whose first operand is not a register they write
+_NO_DESTINATION = ("HGMMA", "ST", "BAR", "BRA", "WARPGROUP", "DEPBAR", "LDGSTS", "FENCE", "MEMBAR",
+                   "LDGDEPBAR", "ISETP", "UISETP", "R2UR")  # fmt: skip
+
+
+def _written(instruction: str) -> set[int]:
+    """The R registers an instruction writes (a vector load: all of them)."""
+    opcode, _, operands = re.sub(r"^@!?U?P\w+\s+", "", instruction).partition(" ")
+    first = re.fullmatch(r"R(\d+)", operands.split(",")[0].strip())
+    if opcode.startswith(_NO_DESTINATION) or not first:
+        return set()
+    width = 4 if ".128" in opcode else 2 if (".64" in opcode or ".WIDE" in opcode) else 1
+    return set(range(int(first.group(1)), int(first.group(1)) + width))
+
+
+def _loop_body(sass: str) -> list[str]:
+    """The instructions of the longest backward branch's loop."""
+    listed = [(int(m.group(1), 16), m.group(2)) for m in _INSTRUCTION.finditer(sass)]
+    branches = [(at, re.search(r"BRA 0x([0-9a-f]+)", text)) for at, text in listed]
+    loops = [(int(b.group(1), 16), at) for at, b in branches if b and int(b.group(1), 16) < at]
+    start, end = max(loops, key=lambda span: span[1] - span[0])
+    return [text for at, text in listed if start <= at <= end]
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_no_instruction_overwrites_an_in_flight_wgmmas_w(compile_only: list, fmt: str) -> None:
+    """Between a step's wgmma group and the wait that retires it (the next step's), nothing
+    writes the registers it reads W from; the bundled ptxas does not guarantee this itself
+    (triton-lang/triton#9433), which is why the loop keeps steps in registers of their own."""
+    _build(64, fmt, 8, 1)
+    body = _loop_body(cuobjdump(compile_only[0].asm["cubin"], "-sass"))
+    groups, reading = [], set()
+    for at, text in enumerate(body):
+        if text.startswith("HGMMA"):
+            first = int(re.search(r"HGMMA\S*\s+R\d+,\s*R(\d+),", text).group(1))
+            reading |= set(range(first, first + 4))
+            if "gsb0" in text:
+                groups.append((at, reading))
+                reading = set()
+    assert len(groups) == 4
+    for at, registers in groups:
+        waits, j = 0, at
+        while waits < 2:  # its own wait retires the group before; the next step's retires it
+            j = (j + 1) % len(body)
+            waits += "WARPGROUP.DEPBAR.LE gsb0" in body[j]
+            assert not _written(body[j]) & registers, body[j]
