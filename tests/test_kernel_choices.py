@@ -322,3 +322,39 @@ def test_fp4_async_gemm_takes_mxfp4_scales_up_to_two_to_the_nine() -> None:
     exponents[3, 0] = 137
     assert not scales_fit(exponents)
     assert scales_fit(torch.full((4, 4), 448.0).to(torch.float8_e4m3fn))
+
+
+def test_fp4_async_decode_moves_every_code_pair_from_f16_to_bf16_exactly() -> None:
+    """The async GEMM's decode PTX (``fp4_async_gemm._FP4_WORD_TO_BF16``) run on the host with its
+    own shift, select mask and lop3 table: each E2M1 code as the e4m3 trick's f16 (value * 2**-6),
+    a pair of them shifted down and the sign bits selected back reads as bf16
+    value * 2**-CODE_UNIT_LOG2, for all 256 pairs (the pair's bits never cross, and the shifted
+    sign lands on a bit that is 0 for these values)."""
+    import re
+
+    from kvserve.kernels import fp4_async_gemm
+    from kvserve.kernels.fp4_reference import E2M1_VALUES
+
+    ptx = str(getattr(fp4_async_gemm._FP4_WORD_TO_BF16, "value", fp4_async_gemm._FP4_WORD_TO_BF16))
+    shift, mask, table = re.search(
+        r"shr\.b32 t0, w0, (\d+); lop3\.b32 w0, t0, w0, (0x[0-9A-Fa-f]+), (0x[0-9A-Fa-f]+);", ptx
+    ).groups()
+    shift, mask, table = int(shift), int(mask, 16), int(table, 16)
+    codes = torch.arange(16, dtype=torch.int32)
+    e4m3 = ((codes & 7) << 2) | ((codes >> 3) << 7)
+    f16 = e4m3.to(torch.uint8).view(torch.float8_e4m3fn).to(torch.float16)
+    bits = f16.view(torch.int16).to(torch.int64) & 0xFFFF
+    pair = bits[:, None] | (bits[None, :] << 16)  # [low code, high code]
+    a, b = pair >> shift, pair
+    moved = torch.zeros_like(pair)
+    for bit in range(32):  # lop3: table bit (a << 2 | b << 1 | c) of each bit triple
+        ab = ((a >> bit) & 1) * 4 + ((b >> bit) & 1) * 2 + ((mask >> bit) & 1)
+        moved |= ((table >> ab) & 1) << bit
+
+    def as_bf16(half: torch.Tensor) -> torch.Tensor:
+        signed = ((half & 0xFFFF) ^ 0x8000) - 0x8000
+        return signed.to(torch.int16).view(torch.bfloat16).float()
+
+    want = torch.tensor(E2M1_VALUES) * 2.0**-fp4_async_gemm.CODE_UNIT_LOG2
+    assert torch.equal(as_bf16(moved), want[:, None].expand(16, 16))
+    assert torch.equal(as_bf16(moved >> 16), want[None, :].expand(16, 16))

@@ -108,7 +108,8 @@ _FP4_WORD_TO_BF16 = (
 # 2**118 (the unit of the decoded codes, above) folded into the scales: NVFP4's e4m3 scale times
 # it stays below bf16's largest (448 * 2**118 < 2**127); MXFP4's E8M0 scale 2**(e - 127) times
 # it is bf16 with exponent field e + 118, exact up to e = 136 (checked by the caller).
-CODE_UNIT_LOG2 = gl.constexpr(118) if HAS_GLUON else 118
+CODE_UNIT_LOG2 = 118
+_CODE_UNIT = gl.constexpr(CODE_UNIT_LOG2) if HAS_GLUON else CODE_UNIT_LOG2
 
 
 @_constexpr_function
@@ -133,9 +134,9 @@ def _decode_step(q, s, SCALE_E8M0: gl.constexpr, A_LAYOUT: gl.constexpr):
         pack=1,
     )
     if SCALE_E8M0:
-        f = ((s.to(gl.int32) + CODE_UNIT_LOG2) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+        f = ((s.to(gl.int32) + _CODE_UNIT) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
     else:
-        f = (s.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0**CODE_UNIT_LOG2).to(gl.bfloat16)
+        f = (s.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0**_CODE_UNIT).to(gl.bfloat16)
     # a code (at most 2 significant bits) times a scale (at most 4) is exact in bf16
     c0 = c0 * f
     c1 = c1 * f
@@ -336,7 +337,7 @@ ASYNC_ENV = "KVSERVE_FP4_ASYNC"
 # the Triton kernel's mma.sync (W as B) is its best case, up to one 128-row x tile.
 ASYNC_MIN_ROWS, ASYNC_MAX_ROWS = 17, 128
 # The largest MXFP4 scale exponent the kernel takes (``CODE_UNIT_LOG2``)
-MAX_E8M0 = 254 - 118
+MAX_E8M0 = 254 - CODE_UNIT_LOG2
 _MIN_STEPS_PER_SPLIT = 4
 
 
