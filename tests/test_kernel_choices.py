@@ -312,16 +312,22 @@ def test_fp4_async_gemm_splits_k_until_its_tiles_fill_the_sms_once(
 
 
 def test_fp4_async_gemm_takes_mxfp4_scales_up_to_two_to_the_nine() -> None:
-    """E8M0 exponent 136 = 2**9 is the kernel's largest; NVFP4's scales always fit."""
-    from kvserve.kernels.fp4_async_gemm import scales_fit
+    """E8M0 exponent 136 = 2**9 is the kernel's largest; NVFP4's scales always fit. K must be a
+    multiple of 128 and W's rows word-aligned (checked once, at load)."""
+    from kvserve.kernels.fp4_async_gemm import weight_fits
 
+    packed = torch.zeros(4, 128, dtype=torch.uint8)  # K = 256
     exponents = torch.full((4, 8), 127, dtype=torch.uint8)
-    assert scales_fit(exponents)
+    assert weight_fits(packed, exponents)
     exponents[2, 5] = 136
-    assert scales_fit(exponents)
+    assert weight_fits(packed, exponents)
     exponents[3, 0] = 137
-    assert not scales_fit(exponents)
-    assert scales_fit(torch.full((4, 4), 448.0).to(torch.float8_e4m3fn))
+    assert not weight_fits(packed, exponents)
+    assert weight_fits(packed, torch.full((4, 16), 448.0).to(torch.float8_e4m3fn))
+    nvfp4_k192 = torch.ones(4, 12).to(torch.float8_e4m3fn)
+    assert not weight_fits(torch.zeros(4, 96, dtype=torch.uint8), nvfp4_k192)
+    unaligned = torch.zeros(4, 130, dtype=torch.uint8)[:, 1:129]
+    assert not weight_fits(unaligned, torch.full((4, 8), 127, dtype=torch.uint8))
 
 
 def test_fp4_async_decode_moves_every_code_pair_from_f16_to_bf16_exactly() -> None:

@@ -35,8 +35,8 @@ import torch
 
 from kvserve.config import env_switch
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, group_size_of
-from kvserve.kernels.fp4_tile import code_words
-from kvserve.kernels.skinny_gemm import _arrival_counters
+from kvserve.kernels.fp4_tile import MAX_BLOCK_M, block_m_for, code_words
+from kvserve.kernels.skinny_gemm import SplitLaunch
 from kvserve.kernels.word_decode import (
     FP4_WORD_REGISTERS,
     FP4_WORD_TO_F16X2_ASM,
@@ -335,7 +335,7 @@ def _split_total(acc, tile, pid_k, num_splits, ws_ptr, counter_ptr):
 ASYNC_ENV = "KVSERVE_FP4_ASYNC"
 # Rows of x the default hands this kernel (with ``KVSERVE_FP4_ASYNC=1``): past the 16 rows where
 # the Triton kernel's mma.sync (W as B) is its best case, up to one 128-row x tile.
-ASYNC_MIN_ROWS, ASYNC_MAX_ROWS = 17, 128
+ASYNC_MIN_ROWS, ASYNC_MAX_ROWS = 17, MAX_BLOCK_M
 # The largest MXFP4 scale exponent the kernel takes (``CODE_UNIT_LOG2``)
 MAX_E8M0 = 254 - CODE_UNIT_LOG2
 _MIN_STEPS_PER_SPLIT = 4
@@ -360,24 +360,24 @@ def _on_hopper(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
 
-def async_gemm_fits(x: torch.Tensor, packed: torch.Tensor, rows: int) -> bool:
-    """Whether this kernel takes the step: a Hopper GPU with Gluon, bf16 x of ``rows`` rows in
-    the kernel's range, K a multiple of 128 and W's rows word-aligned. The caller also knows
-    the weight's scales in range (``scales_fit``)."""
-    k = x.shape[-1]
+def async_gemm_takes(x: torch.Tensor, rows: int) -> bool:
+    """Whether this kernel takes a step of a weight that ``weight_fits``: a Hopper GPU with
+    Gluon, bf16 x of ``rows`` rows in the kernel's range."""
     return (
         HAS_GLUON
         and ASYNC_MIN_ROWS <= rows <= ASYNC_MAX_ROWS
         and x.dtype == torch.bfloat16
-        and k % STEP_K == 0
-        and code_words(packed).dtype == torch.int32
         and _on_hopper(x.device)
     )
 
 
-def scales_fit(block_scale: torch.Tensor) -> bool:
-    """An FP4 weight's block scales within the kernel's range: NVFP4's always, MXFP4's up to
-    2**9. A host sync: call once per weight, at load."""
+def weight_fits(packed: torch.Tensor, block_scale: torch.Tensor) -> bool:
+    """An FP4 weight this kernel can take: K a multiple of 128, its rows word-aligned, and its
+    block scales in range (NVFP4's always, MXFP4's up to 2**9). A host sync: call once per
+    weight, at load."""
+    k = packed.shape[-1] * 2
+    if k % STEP_K or code_words(packed).dtype != torch.int32:
+        return False
     if group_size_of(block_scale) != MXFP4_GROUP:
         return True
     return block_scale.numel() == 0 or int(block_scale.max()) <= MAX_E8M0
@@ -386,8 +386,7 @@ def scales_fit(block_scale: torch.Tensor) -> bool:
 def async_config(m: int, n: int, k: int, *, num_sms: int = 132) -> AsyncGemmConfig:
     """One program an SM (the kernel's registers allow no more): K split until the tiles fill
     the SMs once, each split keeping four or more K steps (the loop's unrolled iteration)."""
-    block_m = min(128, max(16, 1 << (m - 1).bit_length()))
-    tiles = -(-m // block_m) * -(-n // (16 * AsyncGemmConfig.num_warps))
+    tiles = -(-m // block_m_for(m)) * -(-n // (16 * AsyncGemmConfig.num_warps))
     steps = k // STEP_K
     split = 1
     while tiles * split < 0.9 * num_sms and steps // (2 * split) >= _MIN_STEPS_PER_SPLIT:
@@ -409,7 +408,8 @@ def fp4_async_linear(
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
     K a multiple of 128 and word-aligned rows; MXFP4 block scales up to 2**9 (E8M0 exponent
-    136, ``CODE_UNIT_LOG2``), which the caller checks once per weight (no host sync here)."""
+    136, ``CODE_UNIT_LOG2``): the caller checks the weight once (``weight_fits``), as its scales
+    take a host sync."""
     group = group_size_of(block_scale)
     m, k = x.shape
     n = packed.shape[0]
@@ -419,27 +419,18 @@ def fp4_async_linear(
     if words.dtype != torch.int32:
         raise ValueError("fp4_async_linear: W's rows must be word-aligned")
     x = x.contiguous()
-    block_m = min(128, max(16, 1 << (m - 1).bit_length()))
-    block_n = 16 * num_warps
-    steps = k // STEP_K
-    k_per_split = -(-steps // split_k) * STEP_K
-    splits = -(-k // k_per_split)
-    direct = splits == 1
+    block_m = block_m_for(m)
     if out is None:
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
-    grid = (-(-m // block_m), -(-n // block_n), splits)
-    tiles = grid[0] * grid[1]
-    ws = counters = out  # placeholders, unused when direct
-    if not direct:
-        ws = torch.empty(tiles * splits * block_n * block_m, dtype=torch.float32, device=x.device)
-        counters = _arrival_counters(x.device, tiles)
-    _fp4_async_kernel[grid](
+    plan = SplitLaunch.plan(m, n, k, block_m, 16 * num_warps, STEP_K, split_k, out)
+    _fp4_async_kernel[plan.grid](
         x.view(torch.int32), words, block_scale.view(torch.uint8),
         row_scale if row_scale is not None else out, bias if bias is not None else out, out,
-        ws, counters,
+        plan.workspace, plan.counters,
         m, n, k, x.stride(0) // 2, words.stride(0), block_scale.stride(0), out.stride(0),
-        k_per_split, BLOCK_M=block_m, GROUP=group, SCALE_E8M0=block_scale.dtype == torch.uint8,
-        HAS_ROW_SCALE=row_scale is not None, HAS_BIAS=bias is not None, DIRECT=direct,
+        plan.k_per_split, BLOCK_M=block_m, GROUP=group,
+        SCALE_E8M0=block_scale.dtype == torch.uint8, HAS_ROW_SCALE=row_scale is not None,
+        HAS_BIAS=bias is not None, DIRECT=plan.direct,
         STAGES=stages, num_warps=num_warps,
     )  # fmt: skip
     return out

@@ -32,12 +32,19 @@ from kvserve.kernels.fp4_async_gemm import (
     AsyncGemmConfig,
     async_config,
     async_gemm_enabled,
-    async_gemm_fits,
+    async_gemm_takes,
     fp4_async_linear,
 )
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
 from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
-from kvserve.kernels.fp4_tile import code_words, dequant_tile, first_scales, step_scales
+from kvserve.kernels.fp4_tile import (
+    MAX_BLOCK_M,
+    block_m_for,
+    code_words,
+    dequant_tile,
+    first_scales,
+    step_scales,
+)
 
 # The skinny GEMM's split-K machinery (store, in-order sum, self-resetting counters) is reused
 # as is: the reduction does not depend on how the tiles were computed.
@@ -53,7 +60,6 @@ from kvserve.kernels.word_gemv import (
 )
 
 _MIN_K_TILES_PER_SPLIT = 2
-MAX_BLOCK_M = 128
 # Rows up to which the default is the CUDA-core GEMV (word_gemv.py). benchmarks/fp4_gemm.py
 # times both kernels at M <= 4: at M = 4 the MMA kernel led on every Llama-3-8B projection but
 # one (benchmarks/results/fp4_gemm_h200_gemv1_2026-12-01.json).
@@ -222,16 +228,16 @@ def fp4_linear(
     *,
     pdl: bool = False,
     gated: bool = False,
-    scales_fit_async: bool = False,
+    async_weight: bool = False,
 ) -> torch.Tensor:
     """``x`` [..., K] @ W.T (+ bias) -> [..., N] in x's dtype; W in the layout of
     ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. A
     ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``, with
     programmatic dependent launch if ``pdl``; a ``DequantGemmConfig`` dequantizes W and runs
     cuBLAS (``fp4_dequantize.py``); an ``AsyncGemmConfig`` the Gluon kernel of
-    ``fp4_async_gemm.py``, which the default picks with ``KVSERVE_FP4_ASYNC=1`` where it fits
-    and the caller vouches for the weight's scales (``scales_fit_async``, from
-    ``fp4_async_gemm.scales_fit`` at load). ``gated`` (the GEMV only): W is a gate/up stack and
+    ``fp4_async_gemm.py``, which the default picks with ``KVSERVE_FP4_ASYNC=1`` for the steps
+    it takes, of a weight the caller found it takes at load (``async_weight``, from
+    ``fp4_async_gemm.weight_fits``). ``gated`` (the GEMV only): W is a gate/up stack and
     the result silu(gate) * up, [..., N / 2] (``word_gemv.launch_word_gemv``)."""
     group = _check(x, packed, block_scale, row_scale)
     on_reference = x.device.type == "cpu" and not interpreting()
@@ -249,12 +255,7 @@ def fp4_linear(
     out = torch.empty(m, n // 2 if gated else n, dtype=x.dtype, device=x.device)
     if m and n:
         cfg = config
-        if (
-            cfg is None
-            and scales_fit_async
-            and async_gemm_enabled()
-            and async_gemm_fits(x2, packed, m)
-        ):
+        if cfg is None and async_weight and async_gemm_enabled() and async_gemm_takes(x2, m):
             cfg = async_config(m, n, k, num_sms=sm_count(x.device))
         cfg = cfg or default_config(m, n, k, num_sms=sm_count(x.device), group=group)
         if gated and not isinstance(cfg, GemvConfig):
@@ -332,10 +333,6 @@ def _launch(
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
-
-
-def block_m_for(m: int) -> int:
-    return min(MAX_BLOCK_M, max(16, next_pow2(m)))
 
 
 def _splits_with_enough_k(k_tiles: int) -> list[int]:

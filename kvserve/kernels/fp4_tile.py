@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from kvserve.kernels._triton import interpreting, jit, tl
+from kvserve.kernels._triton import interpreting, jit, next_pow2, tl
 from kvserve.kernels.word_decode import fp4_word_to_halves
 
 
@@ -134,6 +134,15 @@ def step_scales(
     else:
         s = scale_tile(s_ptrs, k0, K, rg, GROUP, EVEN_K)
     return s, s_ahead
+
+
+# The most rows of x one tile of the FP4 MMA kernels takes (a decode step; prefill is more)
+MAX_BLOCK_M = 128
+
+
+def block_m_for(m: int) -> int:
+    """Rows of x padded to a power of two from 16 to MAX_BLOCK_M: a tile's MMA N side."""
+    return min(MAX_BLOCK_M, max(16, next_pow2(m)))
 
 
 def code_words(packed: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvserve.errors import ModelLoadError
-from kvserve.kernels.fp4_async_gemm import scales_fit
+from kvserve.kernels.fp4_async_gemm import weight_fits
 from kvserve.kernels.fp4_gemm import GEMV_MAX_ROWS, fp4_linear
 from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.quant.method import SixteenBitInput, copy_checked, shard_rows, unknown_param
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 Reader = Callable[[torch.Tensor, int], dict[str, torch.Tensor]]
 ScaleMaker = Callable[[int, int, torch.Generator], dict[str, torch.Tensor]]
 _CPU_DENSE = "_fp4_cpu_dense"  # plain attribute, not a parameter: state_dict stays packed
-# plain attribute: the weight's scales are within the asynchronous GEMM's range (set at load)
-_SCALES_FIT_ASYNC = "_fp4_scales_fit_async"
+# plain attribute: the asynchronous GEMM can take the weight (``weight_fits``, set at load)
+_ASYNC_WEIGHT = "_fp4_async_weight"
 
 
 def packed_rows(loaded: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
@@ -105,7 +105,7 @@ class Fp4LinearMethod(SixteenBitInput):
 
     def process_after_loading(self, layer: Linear) -> None:
         layer.__dict__.pop(_CPU_DENSE, None)
-        layer.__dict__[_SCALES_FIT_ASYNC] = scales_fit(layer.weight_scale)
+        layer.__dict__[_ASYNC_WEIGHT] = weight_fits(layer.weight_packed, layer.weight_scale)
 
     def init_dummy(self, layer: Linear, gen: torch.Generator) -> None:
         """Random codes; scales that keep |W| near the unquantized dummy's 0.02."""
@@ -115,14 +115,14 @@ class Fp4LinearMethod(SixteenBitInput):
         scales = self.format.dummy_scales(packed.shape[0], layer.weight_scale.shape[1], gen)
         for target, value in scales.items():
             getattr(layer, target).data.copy_(value)
-        layer.__dict__[_SCALES_FIT_ASYNC] = scales_fit(layer.weight_scale)
+        layer.__dict__[_ASYNC_WEIGHT] = weight_fits(layer.weight_packed, layer.weight_scale)
 
     def apply(self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if x.device.type == "cpu":
             return F.linear(x, _cpu_dense(layer, x.dtype), bias)
         return fp4_linear(
             x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale, bias,
-            pdl=layer.launch_pdl, scales_fit_async=layer.__dict__.get(_SCALES_FIT_ASYNC, False),
+            pdl=layer.launch_pdl, async_weight=layer.__dict__.get(_ASYNC_WEIGHT, False),
         )  # fmt: skip
 
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:

@@ -76,8 +76,8 @@ def test_replays_in_a_cuda_graph_with_split_k() -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_fp4_linear_takes_it_when_switched_on(fmt: str, monkeypatch) -> None:  # noqa: ANN001
-    """``KVSERVE_FP4_ASYNC=1`` and scales vouched for: fp4_linear's default is this kernel at
-    17-128 rows (same result as the reference), and never for weights whose scales don't fit."""
+    """``KVSERVE_FP4_ASYNC=1`` and a weight found to fit at load: fp4_linear's default is this
+    kernel at 17-128 rows (same result as the reference), and never for a weight not vouched for."""
     from kvserve.kernels import fp4_async_gemm, fp4_gemm
     from kvserve.kernels.fp4_gemm import fp4_linear
 
@@ -93,7 +93,7 @@ def test_fp4_linear_takes_it_when_switched_on(fmt: str, monkeypatch) -> None:  #
     weight = fp4_weight(fmt, 512, 1024)
     for m in (16, 17, 64, 128, 129):
         x = activations(m, 1024, torch.bfloat16)
-        check(fp4_linear(x, *weight, scales_fit_async=True), x, weight)
+        check(fp4_linear(x, *weight, async_weight=True), x, weight)
         check(fp4_linear(x, *weight), x, weight)
     fp4_async_gemm.async_gemm_enabled.cache_clear()
     assert calls == [17, 64, 128]
