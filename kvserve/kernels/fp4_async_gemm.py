@@ -138,23 +138,21 @@ def _decode_step(q, s, SCALE_E8M0: gl.constexpr, A_LAYOUT: gl.constexpr):
     else:
         f = (s.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0**_CODE_UNIT).to(gl.bfloat16)
     # a code (at most 2 significant bits) times a scale (at most 4) is exact in bf16
-    c0 = c0 * f
-    c1 = c1 * f
-    c2 = c2 * f
-    c3 = c3 * f
-    c4 = c4 * f
-    c5 = c5 * f
-    c6 = c6 * f
-    c7 = c7 * f
-    # nibble 4 kblo + 2 h + e -> dims [.., e, h, kblo]
-    w = gl.join(
-        gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7))
-    )
+    w = _by_nibble(c0, c1, c2, c3, c4, c5, c6, c7) * _by_nibble(f, f, f, f, f, f, f, f)
     BLOCK_N: gl.constexpr = q.shape[0]
     w = gl.reshape(w, [BLOCK_N, 4, 4, 2, 2, 2])  # [n, q, kbhi, e, h, kblo]
     w = gl.permute(w, [0, 2, 5, 4, 1, 3])  # [n, kbhi, kblo, h, q, e]
     w = gl.reshape(w, [BLOCK_N, STEP])
     return gl.convert_layout(w, A_LAYOUT)
+
+
+@_jit
+def _by_nibble(c0, c1, c2, c3, c4, c5, c6, c7):
+    """Eight [BLOCK_N, 16] tensors, one a nibble 4 kblo + 2 h + e of the words, joined into
+    [BLOCK_N, 16, e, h, kblo] (each thread's own registers)."""
+    return gl.join(
+        gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7))
+    )
 
 
 @_jit
