@@ -17,6 +17,7 @@ from triton_target import compile_rms_norm, hopper_driver  # noqa: F401 - a fixt
 from kvserve.errors import ConfigError
 from kvserve.kernels import compile_ahead
 from kvserve.kernels._triton import HAS_TRITON
+from kvserve.kernels.fp4_async_gemm import HAS_GLUON
 from kvserve.kernels.kernel_hashes import settle_kernel_hashes
 
 cpus = compile_ahead.usable_cpus()
@@ -146,6 +147,34 @@ def test_kernels_that_call_helpers_hash_alike_in_the_engine_and_the_workers() ->
     with compile_ahead.counting_compiles() as count:
         _fp8_attention_launches()
     assert count.compiled == [] and count.cached == len(specs)
+
+
+def _fp4_async_launch() -> None:
+    """The asynchronous FP4 GEMM (a Gluon kernel) as ``fp4_linear`` launches it, on CPU tensors
+    (the stand-in driver has no launcher: past a compile, that error is expected)."""
+    from kvserve.kernels.fp4_async_gemm import fp4_async_linear
+
+    x = torch.zeros(64, 512, dtype=torch.bfloat16)
+    packed = torch.zeros(256, 256, dtype=torch.uint8)
+    try:
+        fp4_async_linear(x, packed, torch.zeros(256, 16, dtype=torch.uint8))
+    except AttributeError as exc:
+        assert "launcher_cls" in str(exc)
+
+
+@pytest.mark.skipif(not HAS_GLUON, reason="needs Triton's Gluon")
+@pytest.mark.usefixtures("hopper_driver")
+def test_a_gluon_kernel_is_compiled_by_the_workers_too() -> None:
+    """A worker parses a Gluon kernel with Gluon's front end (Triton's own fails on its
+    layouts), so the start finds it in the disk cache like the others."""
+    with compile_ahead.recording_compiles() as specs:
+        _fp4_async_launch()
+    assert [s.name for s in specs] == ["_fp4_async_kernel"]
+    report = compile_ahead.CompilerPool(1).compile(specs)
+    assert report.failed == []
+    with compile_ahead.counting_compiles() as count:
+        _fp4_async_launch()
+    assert count.compiled == [] and count.cached == 1
 
 
 @needs_triton

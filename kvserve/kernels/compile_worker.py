@@ -11,6 +11,7 @@ machine without one.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -43,10 +44,17 @@ def _kernel(module: str, name: str) -> Any:  # noqa: ANN401 - a triton.JITFuncti
 
 
 def _source(module: str, name: str, specialization: str) -> tuple[Any, dict[str, Any]]:
-    """The kernel's Triton source (an ``ASTSource``) and compile options, as its launch built
-    them."""
+    """The kernel's Triton source and compile options, as its launch built them: a Gluon
+    kernel's source is a ``GluonASTSource`` (a plain ``ASTSource`` cannot parse it)."""
     from triton.compiler import ASTSource
 
+    kernel = _kernel(module, name)
+    source_type = ASTSource
+    with contextlib.suppress(ImportError):  # a Triton without Gluon has no Gluon kernels
+        from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
+
+        if isinstance(kernel, GluonJITFunction):
+            source_type = GluonASTSource
     data = json.loads(specialization)
     constexprs = {
         tuple(key): _constexpr(value)
@@ -55,7 +63,7 @@ def _source(module: str, name: str, specialization: str) -> tuple[Any, dict[str,
     attrs = {tuple(k): v for k, v in zip(data["attrs_keys"], data["attrs_vals"], strict=True)}
     signature = {key: _tuples(value) for key, value in data["signature"].items()}
     options = {key: _tuples(value) for key, value in data["options"].items()}
-    return ASTSource(_kernel(module, name), signature, constexprs, attrs), options
+    return source_type(kernel, signature, constexprs, attrs), options
 
 
 def compile_spec(module: str, name: str, specialization: str, target: list[Any]) -> None:
