@@ -11,12 +11,12 @@ each row it owns, the column pairs ``16 kb + 8 h + 2 q + (0, 1)`` for kb < 8, h 
 its lane in its quad. The thread loads instead the four words ``4 q .. 4 q + 3`` of the row (one
 16-byte load): K index ``k = 32 q + 8 kbhi + 4 kblo + 2 h + e`` (word ``4 q + kbhi``, nibble
 ``4 kblo + 2 h + e``). It places that code at A column ``p = 32 kbhi + 16 kblo + 8 h + 2 q + e``,
-a permutation of the step's K; x's columns are stored to shared memory in the same permutation,
-so the MMA's sum over K is unchanged. The decode, the scales and the joins then never leave the
-thread: no shared-memory round trip for W.
+a permutation of the step's K; x's columns arrive in the same permutation (``permute_x_steps``,
+one copy of x a call), so the MMA's sum over K is unchanged. The decode, the scales and the
+joins then never leave the thread: no shared-memory round trip for W.
 
-x and the codes: each step's x tile [BLOCK_M, 128] is copied (cp.async, 4-byte pairs) into shared
-memory already in the step's permutation, and its codes (16 bytes a thread) beside it, into rings
+x and the codes: each step's x tile [BLOCK_M, 128] (already permuted) is copied (cp.async, 16 bytes
+a copy) into shared memory, and its codes (16 bytes a thread) beside it, into rings
 of STAGES slots, STAGES - 2 steps ahead. The slot a step fills was last read by the wgmma two
 steps back, finished in every warpgroup once all have passed the step's barrier: one barrier a
 step. Scales are plain loads, two steps ahead.
@@ -114,8 +114,8 @@ _CODE_UNIT = gl.constexpr(CODE_UNIT_LOG2) if HAS_GLUON else CODE_UNIT_LOG2
 
 @_constexpr_function
 def x_copy_layout(block_m, num_warps):  # noqa: ANN001, ANN201
-    """[block_m, 64] pairs of x's step, each thread's run of 4-16 along the row: one row pointer
-    and constant offsets (a run's natural pairs differ by constants; the module docstring)."""
+    """[block_m, 64] pairs of x's (permuted) step, each thread's run of 4-16 along the row:
+    16-byte copies."""
     run = max(4, min(16, block_m * 64 // (32 * num_warps)))
     lanes = 64 // run
     return gl.BlockedLayout([1, run], [32 // lanes, lanes], [num_warps, 1], [1, 0])
@@ -156,17 +156,6 @@ def _by_nibble(c0, c1, c2, c3, c4, c5, c6, c7):
 
 
 @_jit
-def _x_pair_offsets(BLOCK_M: gl.constexpr, LAYOUT: gl.constexpr):
-    """[BLOCK_M, 64]: for each 32-bit pair of x's shared step (columns in the step's
-    permutation, pair pp = 16 kbhi + 8 kblo + 4 h + q), the natural pair it holds,
-    16 q + 4 kbhi + 2 kblo + h."""
-    pp = gl.arange(0, STEP // 2, layout=gl.SliceLayout(0, LAYOUT))
-    natural = 16 * (pp % 4) + 4 * (pp // 16) + 2 * ((pp // 8) % 2) + (pp // 4) % 2
-    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LAYOUT))
-    return rows, natural
-
-
-@_jit
 def _ring(SLOTS: gl.constexpr, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
     """SLOTS (4-6) shared buffers, each its own allocation (``_k_step`` says why)."""
     if SLOTS == 4:
@@ -204,6 +193,10 @@ def _k_step(
     BLOCK_M: gl.constexpr = x_bufs[0].shape[0]
     async_copy.wait_group(AHEAD - 1)
     gl.thread_barrier()
+    # before this step's new copies and loads: the fence compiles to MEMBAR.ALL.CTA, which
+    # waits for the thread's memory operations in flight (after them it cost a load's latency
+    # a step: 1.7 us a step on the H100, s73)
+    fence_async_shared()
     s, s_next = scales
     q = code_bufs[SLOT].load(s.type.layout)
     fill: gl.constexpr = (SLOT + AHEAD) % STAGES
@@ -214,7 +207,6 @@ def _k_step(
     s_ahead = gl.load(s_ptrs + (i + 2) * (STEP // GROUP), mask=i + 2 < steps, other=0)
     w = _decode_step(q, s, SCALE_E8M0, A_OP)
     x_step = x_bufs[SLOT]._reinterpret(gl.bfloat16, [BLOCK_M, STEP], gl.NVMMASharedLayout(128, 16))
-    fence_async_shared()
     acc = warpgroup_mma(w, x_step.permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(1, deps=(acc,))
     return acc, (s_next, s_ahead)
@@ -230,9 +222,10 @@ def _fp4_async_kernel(
 ):  # fmt: skip
     """out [M, N] = x @ W.T; grid (M tiles, N tiles, splits of K), the splits summed as in the
     skinny GEMM (``_split_total``; unused ws_ptr / counter_ptr when DIRECT). x_ptr: x as int32 pairs
-    [M, K / 2] (stride_xm in pairs). The codes and x's steps are copied (cp.async) into rings of
-    STAGES buffers, AHEAD = STAGES - 2 steps ahead: the slot a step fills was last read by the
-    wgmma two steps back, finished in every warpgroup once all have passed the last barrier."""
+    [M, K / 2] (stride_xm in pairs), each step's columns permuted (``permute_x_steps``). The
+    codes and x's steps are copied (cp.async) into rings of STAGES buffers, AHEAD = STAGES - 2
+    steps ahead: the slot a step fills was last read by the wgmma two steps back, finished in
+    every warpgroup once all have passed the last barrier."""
     WARPS: gl.constexpr = gl.num_warps()
     BLOCK_N: gl.constexpr = ROWS_A_WARP * WARPS
     AHEAD: gl.constexpr = STAGES - 2
@@ -261,9 +254,9 @@ def _fp4_async_kernel(
     w_ptrs = (
         w_ptr + (rn_c % N).to(gl.int64)[:, None] * stride_wn + (k_start // 8 + words_c)[None, :]
     )
-    rows_x, natural = _x_pair_offsets(BLOCK_M, X_COPY)
-    rows_x = (pid_m * BLOCK_M + rows_x) % M
-    x_ptrs = x_ptr + rows_x.to(gl.int64)[:, None] * stride_xm + (k_start // 2 + natural)[None, :]
+    rows_x = (pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, X_COPY))) % M
+    pairs = k_start // 2 + gl.arange(0, STEP // 2, layout=gl.SliceLayout(0, X_COPY))
+    x_ptrs = x_ptr + rows_x.to(gl.int64)[:, None] * stride_xm + pairs[None, :]
 
     code_bufs = _ring(STAGES, gl.int32, [BLOCK_N, 16], PLAIN)
     x_bufs = _ring(STAGES, gl.int32, [BLOCK_M, STEP // 2], X_SMEM)
@@ -392,6 +385,15 @@ def async_config(m: int, n: int, k: int, *, num_sms: int = 132) -> AsyncGemmConf
     return AsyncGemmConfig(split_k=split)
 
 
+def permute_x_steps(x: torch.Tensor) -> torch.Tensor:
+    """x [M, K] with each 128-column step's columns in the kernel's permutation (the module
+    docstring): natural column k = 32 q + 8 kbhi + 4 kblo + 2 h + e goes to column
+    p = 32 kbhi + 16 kblo + 8 h + 2 q + e. A new contiguous tensor (one copy)."""
+    m, k = x.shape
+    steps = x.reshape(m, k // STEP_K, 4, 4, 2, 2, 2)  # [m, step, q, kbhi, kblo, h, e]
+    return steps.permute(0, 1, 3, 4, 5, 2, 6).reshape(m, k)
+
+
 def fp4_async_linear(
     x: torch.Tensor,
     packed: torch.Tensor,
@@ -416,7 +418,7 @@ def fp4_async_linear(
     words = code_words(packed)
     if words.dtype != torch.int32:
         raise ValueError("fp4_async_linear: W's rows must be word-aligned")
-    x = x.contiguous()
+    x = permute_x_steps(x)
     block_m = block_m_for(m)
     if out is None:
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
