@@ -6,6 +6,8 @@ Triton or a GPU (the kernels themselves are tested in tests/gpu)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -364,3 +366,21 @@ def test_fp4_async_decode_moves_every_code_pair_from_f16_to_bf16_exactly() -> No
     want = torch.tensor(E2M1_VALUES) * 2.0**-fp4_async_gemm.CODE_UNIT_LOG2
     assert torch.equal(as_bf16(moved), want[:, None].expand(16, 16))
     assert torch.equal(as_bf16(moved >> 16), want[None, :].expand(16, 16))
+
+
+def test_fp4_async_gemm_takes_x_in_the_permutation_its_w_decode_makes() -> None:
+    """``permute_x_steps`` puts natural column k = 32 q + 8 kbhi + 4 kblo + 2 h + e of each
+    128-column step at column p = 32 kbhi + 16 kblo + 8 h + 2 q + e, where the W decode puts the
+    code of k (word 4 q + kbhi, nibble 4 kblo + 2 h + e; the module docstring): so the kernel's
+    sum over p is x @ W.T."""
+    from kvserve.kernels.fp4_async_gemm import permute_x_steps
+
+    m, steps = 3, 2
+    x = torch.arange(m * steps * 128, dtype=torch.float32).reshape(m, steps * 128)
+    got = permute_x_steps(x)
+    assert got.is_contiguous() and got.shape == x.shape
+    for q, kbhi, kblo, h, e in itertools.product(range(4), range(4), range(2), range(2), range(2)):
+        word, nibble = 4 * q + kbhi, 4 * kblo + 2 * h + e
+        k, p = 8 * word + nibble, 32 * kbhi + 16 * kblo + 8 * h + 2 * q + e
+        for step in range(steps):
+            assert torch.equal(got[:, step * 128 + p], x[:, step * 128 + k])
