@@ -151,7 +151,7 @@ def main() -> None:
                 ops = r["loop_opcodes"]
                 per_step = ", ".join(
                     f"{k} {ops.get(k, 0) / r['steps_per_loop']:g}"
-                    for k in ("HGMMA", "WARPGROUP", "BAR", "STS", "LDSM", "LDS")
+                    for k in ("HGMMA", "WARPGROUP", "BAR", "STS", "LDSM", "LDS", "LDGSTS", "MEMBAR")
                 )
                 print(f"group {row['group']} rows {row['rows']} {kernel}: REG {r['REG']} "
                       f"STACK {r['STACK']}, {r['instructions_per_step']:.0f} instructions a "
