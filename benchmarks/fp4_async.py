@@ -41,7 +41,7 @@ def compile_async(rows: int, group: int, warps: int = 8, stages: int = 4) -> byt
     from kvserve.kernels.fp4_async_gemm import _fp4_async_kernel
 
     pointers = {
-        "x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*u8", "rs_ptr": "*fp32", "bias_ptr": "*bf16",
+        "x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "rs_ptr": "*fp32", "bias_ptr": "*bf16",
         "out_ptr": "*bf16", "ws_ptr": "*fp32", "counter_ptr": "*i32",
     }  # fmt: skip
     ints = ["M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_om", "k_per_split"]

@@ -114,10 +114,10 @@ _CODE_UNIT = gl.constexpr(CODE_UNIT_LOG2) if HAS_GLUON else CODE_UNIT_LOG2
 
 @_constexpr_function
 def x_copy_layout(block_m, num_warps):  # noqa: ANN001, ANN201
-    """[block_m, 64] pairs of x's (permuted) step, each thread's run of 4-16 along the row:
+    """[block_m, 128] bf16 of x's (permuted) step, each thread's run of 8-32 along the row:
     16-byte copies."""
-    run = max(4, min(16, block_m * 64 // (32 * num_warps)))
-    lanes = 64 // run
+    run = max(8, min(32, block_m * 128 // (32 * num_warps)))
+    lanes = 128 // run
     return gl.BlockedLayout([1, run], [32 // lanes, lanes], [num_warps, 1], [1, 0])
 
 
@@ -190,7 +190,6 @@ def _k_step(
     otherwise put a barrier between the step's reads of its slot and its copies into another."""
     STAGES: gl.constexpr = len(code_bufs)
     AHEAD: gl.constexpr = STAGES - 2
-    BLOCK_M: gl.constexpr = x_bufs[0].shape[0]
     async_copy.wait_group(AHEAD - 1)
     gl.thread_barrier()
     # before this step's new copies and loads: the fence compiles to MEMBAR.ALL.CTA, which
@@ -202,12 +201,11 @@ def _k_step(
     fill: gl.constexpr = (SLOT + AHEAD) % STAGES
     ok = i + AHEAD < steps
     async_copy.async_copy_global_to_shared(code_bufs[fill], w_ptrs + (i + AHEAD) * 16, mask=ok)
-    async_copy.async_copy_global_to_shared(x_bufs[fill], x_ptrs + (i + AHEAD) * 64, mask=ok)
+    async_copy.async_copy_global_to_shared(x_bufs[fill], x_ptrs + (i + AHEAD) * STEP, mask=ok)
     async_copy.commit_group()
     s_ahead = gl.load(s_ptrs + (i + 2) * (STEP // GROUP), mask=i + 2 < steps, other=0)
     w = _decode_step(q, s, SCALE_E8M0, A_OP)
-    x_step = x_bufs[SLOT]._reinterpret(gl.bfloat16, [BLOCK_M, STEP], gl.NVMMASharedLayout(128, 16))
-    acc = warpgroup_mma(w, x_step.permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(w, x_bufs[SLOT].permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(1, deps=(acc,))
     return acc, (s_next, s_ahead)
 
@@ -221,8 +219,8 @@ def _fp4_async_kernel(
     STAGES: gl.constexpr,
 ):  # fmt: skip
     """out [M, N] = x @ W.T; grid (M tiles, N tiles, splits of K), the splits summed as in the
-    skinny GEMM (``_split_total``; unused ws_ptr / counter_ptr when DIRECT). x_ptr: x as int32 pairs
-    [M, K / 2] (stride_xm in pairs), each step's columns permuted (``permute_x_steps``). The
+    skinny GEMM (``_split_total``; unused ws_ptr / counter_ptr when DIRECT). x_ptr: x [M, K] bf16,
+    each step's columns permuted (``permute_x_steps``). The
     codes and x's steps are copied (cp.async) into rings of STAGES buffers, AHEAD = STAGES - 2
     steps ahead: the slot a step fills was last read by the wgmma two steps back, finished in
     every warpgroup once all have passed the last barrier."""
@@ -237,8 +235,7 @@ def _fp4_async_kernel(
     CODE_COPY: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [WARPS, 1], [1, 0])
     X_COPY: gl.constexpr = x_copy_layout(BLOCK_M, WARPS)
     PLAIN: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
-    # one physical layout (128-byte swizzle): pairs as copied, bf16 as wgmma reads them
-    X_SMEM: gl.constexpr = gl.NVMMASharedLayout(128, 32)
+    X_SMEM: gl.constexpr = gl.NVMMASharedLayout(128, 16)  # 128-byte swizzle, as wgmma reads it
 
     pid_m = gl.program_id(0)
     pid_n = gl.program_id(1)
@@ -255,15 +252,15 @@ def _fp4_async_kernel(
         w_ptr + (rn_c % N).to(gl.int64)[:, None] * stride_wn + (k_start // 8 + words_c)[None, :]
     )
     rows_x = (pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, X_COPY))) % M
-    pairs = k_start // 2 + gl.arange(0, STEP // 2, layout=gl.SliceLayout(0, X_COPY))
-    x_ptrs = x_ptr + rows_x.to(gl.int64)[:, None] * stride_xm + pairs[None, :]
+    cols = k_start + gl.arange(0, STEP, layout=gl.SliceLayout(0, X_COPY))
+    x_ptrs = x_ptr + rows_x.to(gl.int64)[:, None] * stride_xm + cols[None, :]
 
     code_bufs = _ring(STAGES, gl.int32, [BLOCK_N, 16], PLAIN)
-    x_bufs = _ring(STAGES, gl.int32, [BLOCK_M, STEP // 2], X_SMEM)
+    x_bufs = _ring(STAGES, gl.bfloat16, [BLOCK_M, STEP], X_SMEM)
     for j in gl.static_range(AHEAD):
         ok = j < steps
         async_copy.async_copy_global_to_shared(code_bufs[j], w_ptrs + j * 16, mask=ok)
-        async_copy.async_copy_global_to_shared(x_bufs[j], x_ptrs + j * 64, mask=ok)
+        async_copy.async_copy_global_to_shared(x_bufs[j], x_ptrs + j * STEP, mask=ok)
         async_copy.commit_group()
     scales = (gl.load(s_ptrs), gl.load(s_ptrs + STEP // GROUP, mask=steps > 1, other=0))
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, ACC)
@@ -424,10 +421,10 @@ def fp4_async_linear(
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     plan = SplitLaunch.plan(m, n, k, block_m, 16 * num_warps, STEP_K, split_k, out)
     _fp4_async_kernel[plan.grid](
-        x.view(torch.int32), words, block_scale.view(torch.uint8),
+        x, words, block_scale.view(torch.uint8),
         row_scale if row_scale is not None else out, bias if bias is not None else out, out,
         plan.workspace, plan.counters,
-        m, n, k, x.stride(0) // 2, words.stride(0), block_scale.stride(0), out.stride(0),
+        m, n, k, x.stride(0), words.stride(0), block_scale.stride(0), out.stride(0),
         plan.k_per_split, BLOCK_M=block_m, GROUP=group,
         SCALE_E8M0=block_scale.dtype == torch.uint8, HAS_ROW_SCALE=row_scale is not None,
         HAS_BIAS=bias is not None, DIRECT=plan.direct,
