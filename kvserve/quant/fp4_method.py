@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvserve.errors import ModelLoadError
-from kvserve.kernels.fp4_async_gemm import weight_fits
+from kvserve.kernels.fp4_async_gemm import async_gemm_enabled, weight_fits
 from kvserve.kernels.fp4_gemm import GEMV_MAX_ROWS, fp4_linear
 from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.quant.method import SixteenBitInput, copy_checked, shard_rows, unknown_param
@@ -105,7 +105,7 @@ class Fp4LinearMethod(SixteenBitInput):
 
     def process_after_loading(self, layer: Linear) -> None:
         layer.__dict__.pop(_CPU_DENSE, None)
-        layer.__dict__[_ASYNC_WEIGHT] = weight_fits(layer.weight_packed, layer.weight_scale)
+        _mark_async_weight(layer)
 
     def init_dummy(self, layer: Linear, gen: torch.Generator) -> None:
         """Random codes; scales that keep |W| near the unquantized dummy's 0.02."""
@@ -115,7 +115,7 @@ class Fp4LinearMethod(SixteenBitInput):
         scales = self.format.dummy_scales(packed.shape[0], layer.weight_scale.shape[1], gen)
         for target, value in scales.items():
             getattr(layer, target).data.copy_(value)
-        layer.__dict__[_ASYNC_WEIGHT] = weight_fits(layer.weight_packed, layer.weight_scale)
+        _mark_async_weight(layer)
 
     def apply(self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if x.device.type == "cpu":
@@ -132,6 +132,13 @@ class Fp4LinearMethod(SixteenBitInput):
             x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale,
             pdl=layer.launch_pdl, gated=True,
         )  # fmt: skip
+
+
+def _mark_async_weight(layer: Linear) -> None:
+    """Whether the asynchronous GEMM takes this weight, found once at load; only with the
+    setting on, since the check reads the scales back (a host sync a layer)."""
+    fits = async_gemm_enabled() and weight_fits(layer.weight_packed, layer.weight_scale)
+    layer.__dict__[_ASYNC_WEIGHT] = fits
 
 
 def _cpu_dense(layer: Linear, dtype: torch.dtype) -> torch.Tensor:
