@@ -38,19 +38,20 @@ def compile_async(rows: int, group: int, warps: int = 8, stages: int = 4) -> byt
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from kvserve.kernels.fp4_async_gemm import _fp4_async_kernel
+    from kvserve.kernels.fp4_async_gemm import _X_SMEM, _fp4_async_kernel
 
     pointers = {
-        "x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "rs_ptr": "*fp32", "bias_ptr": "*bf16",
+        "x_desc": f"tensordesc<bf16[{rows}, 128],{_X_SMEM!r}>",
+        "w_ptr": "*i32", "s_ptr": "*u8", "rs_ptr": "*fp32", "bias_ptr": "*bf16",
         "out_ptr": "*bf16", "ws_ptr": "*fp32", "counter_ptr": "*i32",
     }  # fmt: skip
-    ints = ["M", "N", "K", "stride_xm", "stride_wn", "stride_sn", "stride_om", "k_per_split"]
+    ints = ["M", "N", "K", "stride_wn", "stride_sn", "stride_om", "k_per_split"]
     constants = {
         "BLOCK_M": rows, "GROUP": group, "SCALE_E8M0": group == MXFP4_GROUP,
         "HAS_ROW_SCALE": group == NVFP4_GROUP, "HAS_BIAS": False, "DIRECT": True, "STAGES": stages,
     }  # fmt: skip
     index = _fp4_async_kernel.arg_names.index
-    divisible = [*pointers, *ints[2:]]
+    divisible = [*list(pointers)[1:], *ints[2:]]  # not the descriptor
     src = GluonASTSource(
         _fp4_async_kernel,
         signature={

@@ -199,21 +199,30 @@ _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)"
 _BRANCH = re.compile(r"BRA\s+0x([0-9a-f]+)")
 
 
-def loop_opcodes(sass: str) -> Counter[str]:
-    """Opcodes (without modifiers) from the target of a backward branch to the branch, for the
-    longest such loop: the K-step loop (FP8's half sums have a short one before it, x's peak)."""
+def k_loop_span(sass: str) -> tuple[int, int]:
+    """(first, last) address of the longest loop: a backward branch's target to the branch,
+    among the branches before the last unconditional EXIT (past it lie the out-of-line slow
+    paths, such as an mbarrier wait's retry, which branch back into the body from far below)."""
     instructions = [(int(m.group(1), 16), m.group(2), line) for line in sass.splitlines()
                     if (m := _LINE.search(line))]  # fmt: skip
+    exits = [a for a, op, line in instructions if op == "EXIT" and "@" not in line.split("*/")[1]]
+    body_end = exits[-1] if exits else instructions[-1][0]
     loops = []
     for address, opcode, line in instructions:
         target = _BRANCH.search(line) if opcode == "BRA" else None
-        if target and int(target.group(1), 16) < address:
-            start = int(target.group(1), 16)
-            loops.append(Counter(op.split(".")[0] for a, op, _ in instructions
-                                 if start <= a <= address))  # fmt: skip
+        if target and int(target.group(1), 16) < address < body_end:
+            loops.append((int(target.group(1), 16), address))
     if not loops:
         raise ValueError("no backward branch in the SASS")
-    return max(loops, key=lambda ops: sum(ops.values()))
+    return max(loops, key=lambda span: span[1] - span[0])
+
+
+def loop_opcodes(sass: str) -> Counter[str]:
+    """Opcodes (without modifiers) of the longest loop (``k_loop_span``): the K-step loop
+    (FP8's half sums have a short one before it, x's peak)."""
+    start, end = k_loop_span(sass)
+    listed = [m for line in sass.splitlines() if (m := _LINE.search(line))]
+    return Counter(m.group(2).split(".")[0] for m in listed if start <= int(m.group(1), 16) <= end)
 
 
 def describe(cubin: bytes, weights: int) -> dict[str, Any]:

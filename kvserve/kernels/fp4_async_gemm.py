@@ -15,11 +15,11 @@ a permutation of the step's K; x's columns arrive in the same permutation (``per
 one copy of x a call), so the MMA's sum over K is unchanged. The decode, the scales and the
 joins then never leave the thread: no shared-memory round trip for W.
 
-x and the codes: each step's x tile [BLOCK_M, 128] (already permuted) is copied (cp.async, 16 bytes
-a copy) into shared memory, and its codes (16 bytes a thread) beside it, into rings
-of STAGES slots, STAGES - 2 steps ahead. The slot a step fills was last read by the wgmma two
-steps back, finished in every warpgroup once all have passed the step's barrier: one barrier a
-step. Scales are plain loads, two steps ahead.
+x and the codes: each step's x tile [BLOCK_M, 128] (already permuted) is copied into shared
+memory by the copy engine (TMA, which needs no proxy fence before wgmma reads it), and its codes
+(cp.async, 16 bytes a thread) beside it, into rings of STAGES slots, STAGES - 2 steps ahead. The
+slot a step fills was last read by the wgmma two steps back, finished in every warpgroup once all
+have passed the step's barrier: one barrier a step. Scales are plain loads, two steps ahead.
 
 The PTX must not redefine a wgmma's A registers before the wait that retires it (and the ptxas
 Triton 3.6 bundles does not protect them itself: triton-lang/triton#9433), so the K loop runs
@@ -48,10 +48,12 @@ try:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
         async_copy,
-        fence_async_shared,
+        mbarrier,
+        tma,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import constexpr_function
 
     HAS_GLUON = True
@@ -110,15 +112,8 @@ _FP4_WORD_TO_BF16 = (
 # it is bf16 with exponent field e + 118, exact up to e = 136 (checked by the caller).
 CODE_UNIT_LOG2 = 118
 _CODE_UNIT = gl.constexpr(CODE_UNIT_LOG2) if HAS_GLUON else CODE_UNIT_LOG2
-
-
-@_constexpr_function
-def x_copy_layout(block_m, num_warps):  # noqa: ANN001, ANN201
-    """[block_m, 128] bf16 of x's (permuted) step, each thread's run of 8-32 along the row:
-    16-byte copies."""
-    run = max(8, min(32, block_m * 128 // (32 * num_warps)))
-    lanes = 128 // run
-    return gl.BlockedLayout([1, run], [32 // lanes, lanes], [num_warps, 1], [1, 0])
+# x's ring: the 128-byte swizzle wgmma reads B with
+_X_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16) if HAS_GLUON else None
 
 
 @_jit
@@ -178,33 +173,45 @@ def _buffer(dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
 
 
 @_jit
+def _copy_x(x_desc, x_at, step, buf, ready, ok):
+    """x's tile of K step ``step`` into ``buf`` by the copy engine (TMA), counted on ``ready``,
+    whose phase expects its bytes already (``mbarrier.expect``, before the step's barrier: after
+    it, Triton puts a second barrier between the expect and the copy). An async-proxy write,
+    which wgmma (async proxy too) reads after waiting on ``ready`` with no proxy fence: the
+    fence a thread's copy would need (MEMBAR.ALL.CTA on sm_90) waits for every load the thread
+    has in flight, the scales' included."""
+    row, col = x_at
+    tma.async_copy_global_to_shared(x_desc, [row, col + step * STEP], ready, buf, pred=ok)
+
+
+@_jit
 def _k_step(
-    i, SLOT: gl.constexpr, steps, acc, scales, code_bufs, x_bufs, w_ptrs, x_ptrs, s_ptrs,
-    GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr, A_OP: gl.constexpr,
+    i, SLOT: gl.constexpr, steps, acc, scales, code_bufs, x_bufs, x_ready, w_ptrs, x_desc,
+    x_at, s_ptrs, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr, A_OP: gl.constexpr,
 ):  # fmt: skip
     """K step i, in ring slot SLOT = i % STAGES: its copies waited for, step i + STAGES - 2's
     issued, its W decoded, its wgmma issued and step i - 1's retired. ``scales``: the scale
     bytes of steps i and i + 1 (loaded two steps ahead, as plain loads); returns the
-    accumulator and those of steps i + 1 and i + 2. The slots are separate allocations picked
-    statically: Triton's barrier analysis tells allocations apart, not slices of one, and would
-    otherwise put a barrier between the step's reads of its slot and its copies into another."""
+    accumulator and those of steps i + 1 and i + 2. ``x_at``: the split's first x tile (row,
+    column). The slots are separate allocations picked statically: Triton's barrier analysis
+    tells allocations apart, not slices of one, and would otherwise put a barrier between the
+    step's reads of its slot and its copies into another."""
     STAGES: gl.constexpr = len(code_bufs)
     AHEAD: gl.constexpr = STAGES - 2
-    async_copy.wait_group(AHEAD - 1)
-    gl.thread_barrier()
-    # before this step's new copies and loads: the fence compiles to MEMBAR.ALL.CTA, which
-    # waits for the thread's memory operations in flight (placed after them, the likely reason
-    # a step took a load's latency, 1.7 us, on the H100 in s73)
-    fence_async_shared()
-    s, s_next = scales
-    q = code_bufs[SLOT].load(s.type.layout)
     fill: gl.constexpr = (SLOT + AHEAD) % STAGES
     ok = i + AHEAD < steps
+    # every thread waited on x_ready[fill]'s last phase (step i - 2) before step i - 1's barrier
+    mbarrier.expect(x_ready[fill], x_desc.block_type.nbytes, pred=ok)
+    async_copy.wait_group(AHEAD - 1)
+    gl.thread_barrier()
+    s, s_next = scales
+    q = code_bufs[SLOT].load(s.type.layout)
     async_copy.async_copy_global_to_shared(code_bufs[fill], w_ptrs + (i + AHEAD) * 16, mask=ok)
-    async_copy.async_copy_global_to_shared(x_bufs[fill], x_ptrs + (i + AHEAD) * STEP, mask=ok)
     async_copy.commit_group()
+    _copy_x(x_desc, x_at, i + AHEAD, x_bufs[fill], x_ready[fill], ok)
     s_ahead = gl.load(s_ptrs + (i + 2) * (STEP // GROUP), mask=i + 2 < steps, other=0)
     w = _decode_step(q, s, SCALE_E8M0, A_OP)
+    mbarrier.wait(x_ready[SLOT], (i // STAGES) & 1)
     acc = warpgroup_mma(w, x_bufs[SLOT].permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(1, deps=(acc,))
     return acc, (s_next, s_ahead)
@@ -212,18 +219,19 @@ def _k_step(
 
 @_jit
 def _fp4_async_kernel(
-    x_ptr, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr, ws_ptr, counter_ptr,
-    M, N, K, stride_xm, stride_wn, stride_sn, stride_om, k_per_split,
+    x_desc, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr, ws_ptr, counter_ptr,
+    M, N, K, stride_wn, stride_sn, stride_om, k_per_split,
     BLOCK_M: gl.constexpr, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr,
     HAS_ROW_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, DIRECT: gl.constexpr,
     STAGES: gl.constexpr,
 ):  # fmt: skip
     """out [M, N] = x @ W.T; grid (M tiles, N tiles, splits of K), the splits summed as in the
-    skinny GEMM (``_split_total``; unused ws_ptr / counter_ptr when DIRECT). x_ptr: x [M, K] bf16,
-    each step's columns permuted (``permute_x_steps``). The
-    codes and x's steps are copied (cp.async) into rings of STAGES buffers, AHEAD = STAGES - 2
-    steps ahead: the slot a step fills was last read by the wgmma two steps back, finished in
-    every warpgroup once all have passed the last barrier."""
+    skinny GEMM (``_split_total``; unused ws_ptr / counter_ptr when DIRECT). x_desc: a TMA
+    descriptor of x [M, K] bf16, each step's columns permuted (``permute_x_steps``), tiles
+    [BLOCK_M, 128] (rows past M read as zeros). The codes (cp.async) and x's steps (TMA) go
+    into rings of STAGES buffers, AHEAD = STAGES - 2 steps ahead: the slot a step fills was
+    last read by the wgmma two steps back, finished in every warpgroup once all have passed
+    the last barrier."""
     WARPS: gl.constexpr = gl.num_warps()
     BLOCK_N: gl.constexpr = ROWS_A_WARP * WARPS
     AHEAD: gl.constexpr = STAGES - 2
@@ -233,9 +241,9 @@ def _fp4_async_kernel(
     )
     A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=ACC, k_width=2)
     CODE_COPY: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [WARPS, 1], [1, 0])
-    X_COPY: gl.constexpr = x_copy_layout(BLOCK_M, WARPS)
     PLAIN: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
-    X_SMEM: gl.constexpr = gl.NVMMASharedLayout(128, 16)  # 128-byte swizzle, as wgmma reads it
+    X_SMEM: gl.constexpr = x_desc.layout
+    BARRIER: gl.constexpr = mbarrier.MBarrierLayout()
 
     pid_m = gl.program_id(0)
     pid_n = gl.program_id(1)
@@ -251,17 +259,21 @@ def _fp4_async_kernel(
     w_ptrs = (
         w_ptr + (rn_c % N).to(gl.int64)[:, None] * stride_wn + (k_start // 8 + words_c)[None, :]
     )
-    rows_x = (pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, X_COPY))) % M
-    cols = k_start + gl.arange(0, STEP, layout=gl.SliceLayout(0, X_COPY))
-    x_ptrs = x_ptr + rows_x.to(gl.int64)[:, None] * stride_xm + cols[None, :]
+    x_at = (pid_m * BLOCK_M, k_start)
 
     code_bufs = _ring(STAGES, gl.int32, [BLOCK_N, 16], PLAIN)
     x_bufs = _ring(STAGES, gl.bfloat16, [BLOCK_M, STEP], X_SMEM)
+    x_ready = _ring(STAGES, gl.int64, [1], BARRIER)
+    for j in gl.static_range(STAGES):
+        mbarrier.init(x_ready[j], count=1)
+    for j in gl.static_range(AHEAD):
+        mbarrier.expect(x_ready[j], x_desc.block_type.nbytes, pred=j < steps)
+    gl.thread_barrier()
     for j in gl.static_range(AHEAD):
         ok = j < steps
         async_copy.async_copy_global_to_shared(code_bufs[j], w_ptrs + j * 16, mask=ok)
-        async_copy.async_copy_global_to_shared(x_bufs[j], x_ptrs + j * STEP, mask=ok)
         async_copy.commit_group()
+        _copy_x(x_desc, x_at, j, x_bufs[j], x_ready[j], ok)
     scales = (gl.load(s_ptrs), gl.load(s_ptrs + STEP // GROUP, mask=steps > 1, other=0))
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, ACC)
     # STAGES steps an iteration: each reads and fills static slots, and decodes W into registers
@@ -269,14 +281,20 @@ def _fp4_async_kernel(
     full = steps - steps % STAGES
     for i in range(0, full, STAGES):
         for c in gl.static_range(STAGES):
-            acc, scales = _k_step(i + c, c, steps, acc, scales, code_bufs, x_bufs, w_ptrs,
-                                  x_ptrs, s_ptrs, GROUP, SCALE_E8M0, A_OP)  # fmt: skip
+            acc, scales = _k_step(
+                i + c, c, steps, acc, scales, code_bufs, x_bufs, x_ready, w_ptrs, x_desc, x_at,
+                s_ptrs, GROUP, SCALE_E8M0, A_OP,
+            )  # fmt: skip
     for c in gl.static_range(STAGES - 1):
         if full + c < steps:
-            acc, scales = _k_step(full + c, c, steps, acc, scales, code_bufs, x_bufs, w_ptrs,
-                                  x_ptrs, s_ptrs, GROUP, SCALE_E8M0, A_OP)  # fmt: skip
+            acc, scales = _k_step(
+                full + c, c, steps, acc, scales, code_bufs, x_bufs, x_ready, w_ptrs, x_desc,
+                x_at, s_ptrs, GROUP, SCALE_E8M0, A_OP,
+            )  # fmt: skip
     acc = warpgroup_mma_wait(0, deps=(acc,))
     async_copy.wait_group(0)
+    for j in gl.static_range(STAGES):
+        mbarrier.invalidate(x_ready[j])
 
     rn = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ACC))
     rm = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, ACC))
@@ -417,14 +435,15 @@ def fp4_async_linear(
         raise ValueError("fp4_async_linear: W's rows must be word-aligned")
     x = permute_x_steps(x)
     block_m = block_m_for(m)
+    x_desc = TensorDescriptor.from_tensor(x, [block_m, STEP_K], _X_SMEM)
     if out is None:
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
     plan = SplitLaunch.plan(m, n, k, block_m, 16 * num_warps, STEP_K, split_k, out)
     _fp4_async_kernel[plan.grid](
-        x, words, block_scale.view(torch.uint8),
+        x_desc, words, block_scale.view(torch.uint8),
         row_scale if row_scale is not None else out, bias if bias is not None else out, out,
         plan.workspace, plan.counters,
-        m, n, k, x.stride(0), words.stride(0), block_scale.stride(0), out.stride(0),
+        m, n, k, words.stride(0), block_scale.stride(0), out.stride(0),
         plan.k_per_split, BLOCK_M=block_m, GROUP=group,
         SCALE_E8M0=block_scale.dtype == torch.uint8, HAS_ROW_SCALE=row_scale is not None,
         HAS_BIAS=bias is not None, DIRECT=plan.direct,

@@ -14,7 +14,7 @@ pytest.importorskip("triton")
 from triton_target import stack_bytes  # noqa: E402
 
 from benchmarks.kernel_spills import cuobjdump  # noqa: E402
-from benchmarks.lowbit_sass import loop_opcodes  # noqa: E402
+from benchmarks.lowbit_sass import k_loop_span, loop_opcodes  # noqa: E402
 from kvserve.kernels.fp4_async_gemm import HAS_GLUON, fp4_async_linear  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not HAS_GLUON, reason="this Triton has no Gluon")
@@ -79,11 +79,9 @@ def _written(instruction: str) -> set[int]:
 
 
 def _loop_body(sass: str) -> list[str]:
-    """The instructions of the longest backward branch's loop."""
+    """The instructions of the K loop (``k_loop_span``)."""
+    start, end = k_loop_span(sass)
     listed = [(int(m.group(1), 16), m.group(2)) for m in _INSTRUCTION.finditer(sass)]
-    branches = [(at, re.search(r"BRA 0x([0-9a-f]+)", text)) for at, text in listed]
-    loops = [(int(b.group(1), 16), at) for at, b in branches if b and int(b.group(1), 16) < at]
-    start, end = max(loops, key=lambda span: span[1] - span[0])
     return [text for at, text in listed if start <= at <= end]
 
 
