@@ -32,7 +32,9 @@ CHECK_SHAPES = ((64, 4096, 4096), (37, 1000, 384), (17, 200, 128), (64, 272, 115
 CHECK_TOL = 1e-2
 
 
-def compile_async(rows: int, group: int, warps: int = 8, stages: int = 4) -> bytes:
+def compile_async(
+    rows: int, group: int, warps: int = 8, stages: int = 4, bits: bool = False
+) -> bytes:
     """The cubin of ``_fp4_async_kernel`` for sm_90, unsplit, without a GPU."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -49,6 +51,7 @@ def compile_async(rows: int, group: int, warps: int = 8, stages: int = 4) -> byt
     constants = {
         "BLOCK_M": rows, "GROUP": group, "SCALE_E8M0": group == MXFP4_GROUP,
         "HAS_ROW_SCALE": group == NVFP4_GROUP, "HAS_BIAS": False, "DIRECT": True, "STAGES": stages,
+        "BITS": bits,
     }  # fmt: skip
     index = _fp4_async_kernel.arg_names.index
     divisible = [*list(pointers)[1:], *ints[2:]]  # not the descriptor
@@ -80,20 +83,22 @@ def sass_summaries(rows: tuple[int, ...] = (64, 32)) -> list[dict[str, Any]]:
         shipped["steps_per_loop"] = 1
         shipped["config"] = str(cfg)
         mine = describe(compile_async(m, group), 16 * 128 * 8 // (8 * 32) * 4)
-        mine["steps_per_loop"] = 4
-        for row in (shipped, mine):
+        bits = describe(compile_async(m, group, bits=True), 16 * 128 * 8 // (8 * 32) * 4)
+        mine["steps_per_loop"] = bits["steps_per_loop"] = 4
+        for row in (shipped, mine, bits):
             row["instructions_per_step"] = row["loop_instructions"] / row["steps_per_loop"]
             row["weights_per_thread_step"] //= row["steps_per_loop"]
-        out.append({"group": group, "rows": m, "shipped": shipped, "async": mine})
+        out.append({"group": group, "rows": m, "shipped": shipped, "async": mine,
+                    "async_bits": bits})  # fmt: skip
     return out
 
 
-def check(fmt: str) -> list[dict[str, Any]]:
+def check(fmt: str, decodes: tuple[bool, ...] = (False, True)) -> list[dict[str, Any]]:
     """The async kernel against the shipped one (both exact weights, fp32 sums), with split K,
-    a row scale (NVFP4) and a bias."""
+    a row scale (NVFP4) and a bias, for each decode (``bits``: the bit-placing one)."""
     rows = []
-    configs = itertools.product(CHECK_SHAPES, (1, 3), WARPS[:1], STAGES)
-    for (m, n, k), split, warps, stages in configs:
+    configs = itertools.product(CHECK_SHAPES, (1, 3), WARPS[:1], STAGES, decodes)
+    for (m, n, k), split, warps, stages, bits in configs:
         packed, scales, row_scale = random_fp4(fmt, n, k)
         if row_scale is not None:
             row_scale = torch.rand(n, device="cuda") + 0.5
@@ -101,17 +106,23 @@ def check(fmt: str) -> list[dict[str, Any]]:
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
         ref = fp4_linear(x, packed, scales, row_scale, bias)
         out = fp4_async_linear(
-            x, packed, scales, row_scale, bias, split_k=split, num_warps=warps, stages=stages
-        )
+            x, packed, scales, row_scale, bias, split_k=split, num_warps=warps, stages=stages,
+            bits=bits,
+        )  # fmt: skip
         err = rel_err(out, ref)
         rows.append({"format": fmt, "m": m, "n": n, "k": k, "split": split, "warps": warps,
-                     "stages": stages,
+                     "stages": stages, "bits": bits,
                      "rel_err": err, "ok": err <= CHECK_TOL})  # fmt: skip
     return rows
 
 
 def measure_shape(
-    fmt: str, rows: int, name: str, replays: int, stages: tuple[int, ...] = STAGES
+    fmt: str,
+    rows: int,
+    name: str,
+    replays: int,
+    stages: tuple[int, ...] = STAGES,
+    decodes: tuple[bool, ...] = (False, True),
 ) -> dict[str, Any]:
     n, k = SHAPES[name]
     group = NVFP4_GROUP if fmt == "nvfp4" else MXFP4_GROUP
@@ -122,14 +133,17 @@ def measure_shape(
     row: dict[str, Any] = {"format": fmt, "rows": rows, "shape": name, "n": n, "k": k}
     us, _ = graph_us(lambda xin, w: fp4_linear(xin, *w), [x] * layers, weights, replays)
     row["kvserve_default"] = {"config": str(default_config(rows, n, k, group=group)), "us": us}
-    for split, warps, slots in itertools.product(SPLITS, WARPS[:1], stages):
+    for split, warps, slots, bits in itertools.product(SPLITS, WARPS[:1], stages, decodes):
 
-        def op(xin: torch.Tensor, w: tuple, cfg=(split, warps, slots)) -> torch.Tensor:  # noqa: ANN001
-            return fp4_async_linear(xin, *w, split_k=cfg[0], num_warps=cfg[1], stages=cfg[2])
+        def op(xin: torch.Tensor, w: tuple, cfg=(split, warps, slots, bits)) -> torch.Tensor:  # noqa: ANN001
+            return fp4_async_linear(
+                xin, *w, split_k=cfg[0], num_warps=cfg[1], stages=cfg[2], bits=cfg[3]
+            )
 
         err = rel_err(op(x, weights[0]), ref)  # compiles outside the capture
         us, _ = graph_us(op, [x] * layers, weights, replays)
-        row[f"split {split} warps {warps} stages {slots}"] = {"us": us, "rel_err": err}
+        key = f"split {split} warps {warps} stages {slots}" + (" bits" if bits else "")
+        row[key] = {"us": us, "rel_err": err}
     return row
 
 
@@ -142,17 +156,33 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--tag", default="")
     ap.add_argument("--stages", default=",".join(map(str, STAGES)), help="ring slots to time")
+    ap.add_argument("--decodes", default="e4m3,bits", help="W decodes to time: e4m3, bits")
     ap.add_argument("--sass", action="store_true", help="only the sm_90 K loops (no GPU needed)")
     args = ap.parse_args()
     if args.sass:
         rows = sass_summaries()
         for row in rows:
-            for kernel in ("shipped", "async"):
+            for kernel in ("shipped", "async", "async_bits"):
                 r = row[kernel]
                 ops = r["loop_opcodes"]
                 per_step = ", ".join(
                     f"{k} {ops.get(k, 0) / r['steps_per_loop']:g}"
-                    for k in ("HGMMA", "WARPGROUP", "BAR", "STS", "LDSM", "LDS", "LDGSTS", "MEMBAR")
+                    for k in (
+                        "HGMMA",
+                        "WARPGROUP",
+                        "BAR",
+                        "STS",
+                        "LDSM",
+                        "LDS",
+                        "LDGSTS",
+                        "MEMBAR",
+                        "LOP3",
+                        "SHF",
+                        "PRMT",
+                        "F2FP",
+                        "IMAD",
+                        "HMUL2",
+                    )
                 )
                 print(f"group {row['group']} rows {row['rows']} {kernel}: REG {r['REG']} "
                       f"STACK {r['STACK']}, {r['instructions_per_step']:.0f} instructions a "
@@ -161,7 +191,8 @@ def main() -> None:
         print(f"wrote {write_result(name, {'loops': rows}, args.out_dir)}")
         return
     torch.manual_seed(0)
-    checks = [c for fmt in args.formats.split(",") for c in check(fmt)]
+    decodes = tuple(d == "bits" for d in args.decodes.split(","))
+    checks = [c for fmt in args.formats.split(",") for c in check(fmt, decodes)]
     bad = [c for c in checks if not c["ok"]]
     print(f"checks: {len(checks) - len(bad)} of {len(checks)} within {CHECK_TOL}; worst "
           f"{max(c['rel_err'] for c in checks):.3g}")  # fmt: skip
@@ -172,7 +203,7 @@ def main() -> None:
         args.formats.split(","), map(int, args.rows.split(",")), args.shapes.split(",")
     ):
         stages = tuple(map(int, args.stages.split(",")))
-        row = measure_shape(fmt, rows, name, args.replays, stages)
+        row = measure_shape(fmt, rows, name, args.replays, stages, decodes)
         timed = [(v["us"], key) for key, v in row.items() if isinstance(v, dict) and "rel_err" in v]
         us, best = min(timed)
         print(f"{fmt} {rows} rows {name}: kvserve {row['kvserve_default']['us']:.1f} us, "

@@ -369,19 +369,72 @@ def test_fp4_async_decode_moves_every_code_pair_from_f16_to_bf16_exactly() -> No
     assert torch.equal(as_bf16(moved >> 16), want[None, :].expand(16, 16))
 
 
-def test_fp4_async_gemm_takes_x_in_the_permutation_its_w_decode_makes() -> None:
+@pytest.mark.parametrize("bits", [False, True])
+def test_fp4_async_gemm_takes_x_in_the_permutation_its_w_decode_makes(bits: bool) -> None:
     """``permute_x_steps`` puts natural column k = 32 q + 8 kbhi + 4 kblo + 2 h + e of each
     128-column step at column p = 32 kbhi + 16 kblo + 8 h + 2 q + e, where the W decode puts the
     code of k (word 4 q + kbhi, nibble 4 kblo + 2 h + e; the module docstring): so the kernel's
-    sum over p is x @ W.T."""
+    sum over p is x @ W.T. The bit-placing decode pairs a word's codes j and j + 4: nibble
+    4 e + 2 kblo + h."""
     from kvserve.kernels.fp4_async_gemm import permute_x_steps
 
     m, steps = 3, 2
     x = torch.arange(m * steps * 128, dtype=torch.float32).reshape(m, steps * 128)
-    got = permute_x_steps(x)
+    got = permute_x_steps(x, bits)
     assert got.is_contiguous() and got.shape == x.shape
     for q, kbhi, kblo, h, e in itertools.product(range(4), range(4), range(2), range(2), range(2)):
-        word, nibble = 4 * q + kbhi, 4 * kblo + 2 * h + e
+        word = 4 * q + kbhi
+        nibble = 4 * e + 2 * kblo + h if bits else 4 * kblo + 2 * h + e
         k, p = 8 * word + nibble, 32 * kbhi + 16 * kblo + 8 * h + 2 * q + e
         for step in range(steps):
             assert torch.equal(got[:, step * 128 + p], x[:, step * 128 + k])
+
+
+_PTX_B32_OPS = {
+    "shl": lambda a, b: (a << b) & 0xFFFFFFFF, "shr": lambda a, b: a >> b,
+    "and": lambda a, b: a & b, "or": lambda a, b: a | b,
+}  # fmt: skip
+
+
+def _run_ptx_bits(ptx: str, word: torch.Tensor) -> list[torch.Tensor]:
+    """The bit-placing decode's PTX (shl / shr / and / or on b32, ``mov.b32 {lo, hi}``) run on
+    the host over int64 words; its eight 16-bit outputs $0..$7."""
+    import re
+
+    regs: dict[str, torch.Tensor] = {"$8": word}
+    out: dict[str, torch.Tensor] = {}
+
+    def value(token: str) -> torch.Tensor | int:
+        return regs[token] if token in regs else int(token, 0)
+
+    for op, args in re.findall(r"(shl|shr|and|or|mov)\.b32\s+([^;]+);", ptx):
+        if op == "mov":
+            lo, hi, src = re.fullmatch(r"\{(\$\d), (\$\d)\}, (\w+)", args.strip()).groups()
+            out[lo], out[hi] = regs[src] & 0xFFFF, (regs[src] >> 16) & 0xFFFF
+            continue
+        dst, a, b = (t.strip() for t in args.split(","))
+        regs[dst] = _PTX_B32_OPS[op](value(a), value(b))
+    return [out[f"${i}"] for i in range(8)]
+
+
+def test_fp4_async_bit_decode_reads_each_code_as_bf16_value_times_two_to_minus_126() -> None:
+    """``_FP4_WORD_TO_BF16_BITS`` run on the host: output i of a word is its nibble i's E2M1
+    value * 2**-126 as bf16 (0.5 a subnormal), for every code at every nibble, beside random
+    neighbours; so with the scales' 2**118 the products are value * 2**-8, undone after the
+    K loop (``BITS_SUM_SCALE``)."""
+    from kvserve.kernels import fp4_async_gemm
+    from kvserve.kernels.fp4_reference import E2M1_VALUES
+
+    ptx = fp4_async_gemm._FP4_WORD_TO_BF16_BITS
+    ptx = str(getattr(ptx, "value", ptx))
+    gen = torch.Generator().manual_seed(0)
+    words = torch.randint(0, 2**32, (4096,), generator=gen, dtype=torch.int64)
+    words[:128] = torch.arange(16).repeat(8) << (4 * torch.arange(8).repeat_interleave(16))
+    halves = _run_ptx_bits(ptx, words)
+    values = torch.tensor(E2M1_VALUES, dtype=torch.float64)
+    unit = 2.0 ** -(fp4_async_gemm.CODE_UNIT_LOG2 + 8)
+    assert fp4_async_gemm.BITS_SUM_SCALE == 2.0**8
+    for i, half in enumerate(halves):
+        signed = (half ^ 0x8000) - 0x8000
+        got = signed.to(torch.int16).view(torch.bfloat16).double()
+        assert torch.equal(got, values[(words >> (4 * i)) & 15] * unit), i

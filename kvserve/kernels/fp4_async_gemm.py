@@ -107,9 +107,36 @@ _FP4_WORD_TO_BF16 = (
     if HAS_GLUON
     else None
 )
-# 2**118 (the unit of the decoded codes, above) folded into the scales: NVFP4's e4m3 scale times
-# it stays below bf16's largest (448 * 2**118 < 2**127); MXFP4's E8M0 scale 2**(e - 127) times
-# it is bf16 with exponent field e + 118, exact up to e = 136 (checked by the caller).
+# Eight E2M1 codes of a word -> eight bf16 worth value * 2**-126 by placing bits, no conversion:
+# code j's sign goes to bit 15 and its exponent and mantissa bits (e1 e0 m) to bits 8..6 of the
+# low half of register j % 4 (code j + 4: the high half, 16 bits up), so a bf16 of exponent
+# field e and mantissa m, 2**(e - 127) * (1 + m / 2) = value * 2**-126 for e > 0, and the
+# subnormal m * 2**-127 = value * 2**-126 for e = 0 (the bf16 multiply that follows keeps
+# subnormals). Two shifts and two LOP3s a register, against the e4m3 trick's conversions and
+# repairs. Outputs $0..$7 are codes 0..7, so a register pairs codes j and j + 4, which is the
+# pair the A operand takes (``_decode_step``).
+_FP4_WORD_TO_BF16_BITS = (
+    gl.constexpr(
+        """{ .reg .b32 a, b, w0, w1, w2, w3;
+        shl.b32 a, $8, 6; shl.b32 b, $8, 12;
+        and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000; or.b32 w0, a, b;
+        shl.b32 a, $8, 2; shl.b32 b, $8, 8;
+        and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000; or.b32 w1, a, b;
+        shr.b32 a, $8, 2; shl.b32 b, $8, 4;
+        and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000; or.b32 w2, a, b;
+        shr.b32 a, $8, 6;
+        and.b32 a, a, 0x01C001C0; and.b32 b, $8, 0x80008000; or.b32 w3, a, b;
+        mov.b32 {$0, $4}, w0; mov.b32 {$1, $5}, w1; mov.b32 {$2, $6}, w2; mov.b32 {$3, $7}, w3; }"""
+    )
+    if HAS_GLUON
+    else None
+)
+# The bit placement's codes are worth value * 2**-126, 2**8 less than the e4m3 trick's: the
+# products are worth value * 2**-8, and the sum is scaled back by 2**8 once, after the K loop
+BITS_SUM_SCALE = gl.constexpr(256.0) if HAS_GLUON else 256.0
+# 2**118 (the unit of the e4m3 trick's codes, above) folded into the scales: NVFP4's e4m3 scale
+# times it stays below bf16's largest (448 * 2**118 < 2**127); MXFP4's E8M0 scale 2**(e - 127)
+# times it is bf16 with exponent field e + 118, exact up to e = 136 (checked by the caller).
 CODE_UNIT_LOG2 = 118
 _CODE_UNIT = gl.constexpr(CODE_UNIT_LOG2) if HAS_GLUON else CODE_UNIT_LOG2
 # x's ring: the 128-byte swizzle wgmma reads B with
@@ -117,11 +144,11 @@ _X_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16) if H
 
 
 @_jit
-def _decode_step(q, s, SCALE_E8M0: gl.constexpr, A_LAYOUT: gl.constexpr):
+def _decode_step(q, s, SCALE_E8M0: gl.constexpr, BITS: gl.constexpr, A_LAYOUT: gl.constexpr):
     """Words q [BLOCK_N, 16] and each word's scale byte s -> W's step [BLOCK_N, 128] in the
-    A-operand layout, columns in the step's permutation."""
+    A-operand layout, columns in the step's permutation (``permute_x_steps(x, BITS)``)."""
     c0, c1, c2, c3, c4, c5, c6, c7 = gl.inline_asm_elementwise(
-        asm=_FP4_WORD_TO_BF16,
+        asm=_FP4_WORD_TO_BF16_BITS if BITS else _FP4_WORD_TO_BF16,
         constraints="=h,=h,=h,=h,=h,=h,=h,=h,r",
         args=[q],
         dtype=(gl.bfloat16,) * 8,
@@ -133,7 +160,11 @@ def _decode_step(q, s, SCALE_E8M0: gl.constexpr, A_LAYOUT: gl.constexpr):
     else:
         f = (s.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0**_CODE_UNIT).to(gl.bfloat16)
     # a code (at most 2 significant bits) times a scale (at most 4) is exact in bf16
-    w = _by_nibble(c0, c1, c2, c3, c4, c5, c6, c7) * _by_nibble(f, f, f, f, f, f, f, f)
+    if BITS:  # a register's codes j and j + 4 as the pair: nibble 4 e + 2 kblo + h
+        codes = _by_nibble(c0, c4, c1, c5, c2, c6, c3, c7)
+    else:  # nibble 4 kblo + 2 h + e
+        codes = _by_nibble(c0, c1, c2, c3, c4, c5, c6, c7)
+    w = codes * _by_nibble(f, f, f, f, f, f, f, f)
     BLOCK_N: gl.constexpr = q.shape[0]
     w = gl.reshape(w, [BLOCK_N, 4, 4, 2, 2, 2])  # [n, q, kbhi, e, h, kblo]
     w = gl.permute(w, [0, 2, 5, 4, 1, 3])  # [n, kbhi, kblo, h, q, e]
@@ -143,7 +174,7 @@ def _decode_step(q, s, SCALE_E8M0: gl.constexpr, A_LAYOUT: gl.constexpr):
 
 @_jit
 def _by_nibble(c0, c1, c2, c3, c4, c5, c6, c7):
-    """Eight [BLOCK_N, 16] tensors, one a nibble 4 kblo + 2 h + e of the words, joined into
+    """Eight [BLOCK_N, 16] tensors, argument e + 2 h + 4 kblo, joined into
     [BLOCK_N, 16, e, h, kblo] (each thread's own registers)."""
     return gl.join(
         gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7))
@@ -187,7 +218,8 @@ def _copy_x(x_desc, x_at, step, buf, ready, ok):
 @_jit
 def _k_step(
     i, SLOT: gl.constexpr, steps, acc, scales, code_bufs, x_bufs, x_ready, w_ptrs, x_desc,
-    x_at, s_ptrs, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr, A_OP: gl.constexpr,
+    x_at, s_ptrs, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr, BITS: gl.constexpr,
+    A_OP: gl.constexpr,
 ):  # fmt: skip
     """K step i, in ring slot SLOT = i % STAGES: its copies waited for, step i + STAGES - 2's
     issued, its W decoded, its wgmma issued and step i - 1's retired. ``scales``: the scale
@@ -210,7 +242,7 @@ def _k_step(
     async_copy.commit_group()
     _copy_x(x_desc, x_at, i + AHEAD, x_bufs[fill], x_ready[fill], ok)
     s_ahead = gl.load(s_ptrs + (i + 2) * (STEP // GROUP), mask=i + 2 < steps, other=0)
-    w = _decode_step(q, s, SCALE_E8M0, A_OP)
+    w = _decode_step(q, s, SCALE_E8M0, BITS, A_OP)
     mbarrier.wait(x_ready[SLOT], (i // STAGES) & 1)
     acc = warpgroup_mma(w, x_bufs[SLOT].permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(1, deps=(acc,))
@@ -223,7 +255,7 @@ def _fp4_async_kernel(
     M, N, K, stride_wn, stride_sn, stride_om, k_per_split,
     BLOCK_M: gl.constexpr, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr,
     HAS_ROW_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, DIRECT: gl.constexpr,
-    STAGES: gl.constexpr,
+    STAGES: gl.constexpr, BITS: gl.constexpr,
 ):  # fmt: skip
     """out [M, N] = x @ W.T; grid (M tiles, N tiles, splits of K), the splits summed as in the
     skinny GEMM (``_split_total``; unused ws_ptr / counter_ptr when DIRECT). x_desc: a TMA
@@ -283,13 +315,13 @@ def _fp4_async_kernel(
         for c in gl.static_range(STAGES):
             acc, scales = _k_step(
                 i + c, c, steps, acc, scales, code_bufs, x_bufs, x_ready, w_ptrs, x_desc, x_at,
-                s_ptrs, GROUP, SCALE_E8M0, A_OP,
+                s_ptrs, GROUP, SCALE_E8M0, BITS, A_OP,
             )  # fmt: skip
     for c in gl.static_range(STAGES - 1):
         if full + c < steps:
             acc, scales = _k_step(
                 full + c, c, steps, acc, scales, code_bufs, x_bufs, x_ready, w_ptrs, x_desc,
-                x_at, s_ptrs, GROUP, SCALE_E8M0, A_OP,
+                x_at, s_ptrs, GROUP, SCALE_E8M0, BITS, A_OP,
             )  # fmt: skip
     acc = warpgroup_mma_wait(0, deps=(acc,))
     async_copy.wait_group(0)
@@ -304,6 +336,8 @@ def _fp4_async_kernel(
             acc, tile, gl.program_id(2), gl.num_programs(2), ws_ptr, counter_ptr
         )
     if DIRECT or last:
+        if BITS:
+            acc = acc * BITS_SUM_SCALE
         if HAS_ROW_SCALE:
             acc = acc * gl.load(rs_ptr + rn, mask=rn < N, other=0.0)[:, None]
         if HAS_BIAS:
@@ -402,11 +436,16 @@ def async_config(m: int, n: int, k: int, *, num_sms: int = 132) -> AsyncGemmConf
     return AsyncGemmConfig(split_k=split)
 
 
-def permute_x_steps(x: torch.Tensor) -> torch.Tensor:
+def permute_x_steps(x: torch.Tensor, bits: bool = False) -> torch.Tensor:
     """x [M, K] with each 128-column step's columns in the kernel's permutation (the module
     docstring): natural column k = 32 q + 8 kbhi + 4 kblo + 2 h + e goes to column
-    p = 32 kbhi + 16 kblo + 8 h + 2 q + e. A new contiguous tensor (one copy)."""
+    p = 32 kbhi + 16 kblo + 8 h + 2 q + e; with ``bits`` (the bit-placing decode, which pairs
+    a word's codes j and j + 4), k = 32 q + 8 kbhi + 4 e + 2 kblo + h. A new contiguous tensor
+    (one copy)."""
     m, k = x.shape
+    if bits:
+        steps = x.reshape(m, k // STEP_K, 4, 4, 2, 2, 2)  # [m, step, q, kbhi, e, kblo, h]
+        return steps.permute(0, 1, 3, 5, 6, 2, 4).reshape(m, k)
     steps = x.reshape(m, k // STEP_K, 4, 4, 2, 2, 2)  # [m, step, q, kbhi, kblo, h, e]
     return steps.permute(0, 1, 3, 4, 5, 2, 6).reshape(m, k)
 
@@ -421,12 +460,14 @@ def fp4_async_linear(
     split_k: int = 1,
     num_warps: int = 8,
     stages: int = 4,
+    bits: bool = False,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
     K a multiple of 128 and word-aligned rows; MXFP4 block scales up to 2**9 (E8M0 exponent
     136, ``CODE_UNIT_LOG2``): the caller checks the weight once (``weight_fits``), as its scales
-    take a host sync."""
+    take a host sync. ``bits``: codes decoded by placing their bits (``_FP4_WORD_TO_BF16_BITS``)
+    instead of the e4m3 trick."""
     group = group_size_of(block_scale)
     m, k = x.shape
     n = packed.shape[0]
@@ -435,7 +476,7 @@ def fp4_async_linear(
     words = code_words(packed)
     if words.dtype != torch.int32:
         raise ValueError("fp4_async_linear: W's rows must be word-aligned")
-    x = permute_x_steps(x)
+    x = permute_x_steps(x, bits)
     block_m = block_m_for(m)
     x_desc = TensorDescriptor.from_tensor(x, [block_m, STEP_K], _X_SMEM)
     if out is None:
@@ -449,6 +490,6 @@ def fp4_async_linear(
         plan.k_per_split, BLOCK_M=block_m, GROUP=group,
         SCALE_E8M0=block_scale.dtype == torch.uint8, HAS_ROW_SCALE=row_scale is not None,
         HAS_BIAS=bias is not None, DIRECT=plan.direct,
-        STAGES=stages, num_warps=num_warps,
+        STAGES=stages, BITS=bits, num_warps=num_warps,
     )  # fmt: skip
     return out

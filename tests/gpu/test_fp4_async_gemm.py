@@ -49,14 +49,30 @@ def test_matches_reference(
     check(out, x, weight, bias)
 
 
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+@pytest.mark.parametrize("m", [5, 33, 64, 128])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bit_placing_decode_matches_reference(
+    fmt: str, m: int, n: int, k: int, split_k: int
+) -> None:
+    """``bits=True``: codes decoded by placing their bits (subnormal bf16 for 0.5, which the
+    bf16 multiply must keep), x in the permutation that pairs codes j and j + 4."""
+    weight = fp4_weight(fmt, n, k)
+    bias = torch.linspace(-1, 1, n, device=DEVICE).to(torch.bfloat16)
+    x = activations(m, k, torch.bfloat16)
+    check(fp4_async_linear(x, *weight, bias, split_k=split_k, bits=True), x, weight, bias)
+
+
+@pytest.mark.parametrize("bits", [False, True])
 @pytest.mark.parametrize("exponent", [0, 60, 127, 136])
-def test_mxfp4_scales_across_their_range(exponent: int) -> None:
+def test_mxfp4_scales_across_their_range(exponent: int, bits: bool) -> None:
     """E8M0 exponents from the smallest to the largest the kernel takes (2**-127 .. 2**9)."""
     n, k = 128, 256
     packed, _, _ = fp4_weight("mxfp4", n, k)
     scales = torch.full((n, k // 32), exponent, dtype=torch.uint8, device=DEVICE)
     x = activations(16, k, torch.bfloat16) * 2.0 ** (120 - exponent)
-    check(fp4_async_linear(x, packed, scales), x, (packed, scales, None))
+    check(fp4_async_linear(x, packed, scales, bits=bits), x, (packed, scales, None))
 
 
 def test_replays_in_a_cuda_graph_with_split_k() -> None:

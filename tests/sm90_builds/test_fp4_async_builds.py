@@ -22,14 +22,18 @@ pytestmark = pytest.mark.skipif(not HAS_GLUON, reason="this Triton has no Gluon"
 N, K = 1024, 4096
 
 
-def _build(rows: int, fmt: str, warps: int, split_k: int, stages: int = 4) -> None:
+def _build(
+    rows: int, fmt: str, warps: int, split_k: int, stages: int = 4, bits: bool = False
+) -> None:
     x = torch.zeros(rows, K, dtype=torch.bfloat16)
     packed = torch.zeros(N, K // 2, dtype=torch.uint8)
     if fmt == "mxfp4":
         scales, row_scale = torch.zeros(N, K // 32, dtype=torch.uint8), None
     else:
         scales, row_scale = torch.zeros(N, K // 16, dtype=torch.float8_e4m3fn), torch.ones(N)
-    fp4_async_linear(x, packed, scales, row_scale, split_k=split_k, num_warps=warps, stages=stages)
+    fp4_async_linear(
+        x, packed, scales, row_scale, split_k=split_k, num_warps=warps, stages=stages, bits=bits
+    )
 
 
 # (rows of x, warps, ring slots): each x tile at the default 8 warps and 4 slots, and the 64-row
@@ -48,11 +52,23 @@ def test_builds_for_sm90_without_spills(
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-def test_the_k_loop_keeps_one_wgmma_group_in_flight(compile_only: list, fmt: str) -> None:
+@pytest.mark.parametrize("rows", [32, 64, 128])
+def test_the_bit_placing_decode_builds_without_spills(
+    compile_only: list, rows: int, fmt: str
+) -> None:
+    _build(rows, fmt, 8, 1, bits=True)
+    assert stack_bytes(compile_only) == [0]
+
+
+@pytest.mark.parametrize("bits", [False, True])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_the_k_loop_keeps_one_wgmma_group_in_flight(
+    compile_only: list, fmt: str, bits: bool
+) -> None:
     """Four steps an iteration: four groups of 8 HGMMAs (64 x 64 x 16), each opened by one
     arrive and followed by one wait, for all but the newest group (none waits for all); one
     barrier a step; W never goes through shared memory (no shared stores but the copies)."""
-    _build(64, fmt, 8, 1)
+    _build(64, fmt, 8, 1, bits=bits)
     sass = cuobjdump(compile_only[0].asm["cubin"], "-sass")
     ops = loop_opcodes(sass)
     assert ops["HGMMA"] == 32 and ops["WARPGROUP"] == 8
@@ -85,12 +101,15 @@ def _loop_body(sass: str) -> list[str]:
     return [text for at, text in listed if start <= at <= end]
 
 
+@pytest.mark.parametrize("bits", [False, True])
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-def test_no_instruction_overwrites_an_in_flight_wgmmas_w(compile_only: list, fmt: str) -> None:
+def test_no_instruction_overwrites_an_in_flight_wgmmas_w(
+    compile_only: list, fmt: str, bits: bool
+) -> None:
     """Between a step's wgmma group and the wait that retires it (the next step's), nothing
     writes the registers it reads W from; the bundled ptxas does not guarantee this itself
     (triton-lang/triton#9433), which is why the loop keeps steps in registers of their own."""
-    _build(64, fmt, 8, 1)
+    _build(64, fmt, 8, 1, bits=bits)
     body = _loop_body(cuobjdump(compile_only[0].asm["cubin"], "-sass"))
     groups, reading = [], set()
     for at, text in enumerate(body):
