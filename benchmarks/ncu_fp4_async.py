@@ -1,7 +1,8 @@
 """A driver for Nsight Compute: the asynchronous-MMA FP4 GEMM (``kernels/fp4_async_gemm.py``) and
 the shipped Triton FP4 kernel (``kernels/fp4_gemm.py``) once each on Llama-3-8B projections at
-one x tile (the async kernel with each of its W decodes). It times nothing itself; ncu reads
-the counters, e.g. where a K step's time goes (warp stalls, issue slots) at one program an SM:
+one x tile (the async kernel with each W decode, uncapped and at two programs an SM). It times
+nothing itself; ncu reads the counters, e.g. where a K step's time goes (warp stalls, issue
+slots):
 
     ncu --clock-control none --section SpeedOfLight --section WarpStateStats \\
         --section SchedulerStats --section Occupancy --section ComputeWorkloadAnalysis \\
@@ -12,12 +13,13 @@ the counters, e.g. where a K step's time goes (warp stalls, issue slots) at one 
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import torch
 
 from benchmarks.fp4_async import SHAPES
 from benchmarks.fp4_gemm import random_fp4
-from kvserve.kernels.fp4_async_gemm import fp4_async_linear
+from kvserve.kernels.fp4_async_gemm import TWO_PROGRAMS_REGISTERS, fp4_async_linear
 from kvserve.kernels.fp4_gemm import fp4_linear
 
 
@@ -34,8 +36,8 @@ def main() -> None:
         weight = random_fp4(args.format, n, k)
         x = torch.randn(args.rows, k, dtype=torch.bfloat16, device="cuda")
         fp4_linear(x, *weight)
-        for bits in (False, True):  # the e4m3 trick's decode, then the bit-placing one
-            fp4_async_linear(x, *weight, split_k=int(split), bits=bits)
+        for bits, regs in itertools.product((False, True), (None, TWO_PROGRAMS_REGISTERS)):
+            fp4_async_linear(x, *weight, split_k=int(split), bits=bits, max_registers=regs)
     torch.cuda.synchronize()
 
 

@@ -379,6 +379,10 @@ ASYNC_MIN_ROWS, ASYNC_MAX_ROWS = 17, MAX_BLOCK_M
 # The largest MXFP4 scale exponent the kernel takes (``CODE_UNIT_LOG2``)
 MAX_E8M0 = 254 - CODE_UNIT_LOG2
 _MIN_STEPS_PER_SPLIT = 4
+# A thread's registers for two 8-warp programs an SM (2 x 256 x 128 = the SM's 64K): ptxas fits
+# the K loop of x tiles up to 64 rows in them without spills (190 uncapped: one program an SM,
+# two warps a scheduler, the step latency-bound; s74 Nsight Compute); 128-row tiles would spill
+TWO_PROGRAMS_REGISTERS = 128
 
 
 @dataclass(frozen=True)
@@ -461,13 +465,15 @@ def fp4_async_linear(
     num_warps: int = 8,
     stages: int = 4,
     bits: bool = False,
+    max_registers: int | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
     K a multiple of 128 and word-aligned rows; MXFP4 block scales up to 2**9 (E8M0 exponent
     136, ``CODE_UNIT_LOG2``): the caller checks the weight once (``weight_fits``), as its scales
     take a host sync. ``bits``: codes decoded by placing their bits (``_FP4_WORD_TO_BF16_BITS``)
-    instead of the e4m3 trick."""
+    instead of the e4m3 trick. ``max_registers``: ptxas's cap a thread (``maxnreg``); at 128
+    two 8-warp programs share an SM (``TWO_PROGRAMS_REGISTERS``)."""
     group = group_size_of(block_scale)
     m, k = x.shape
     n = packed.shape[0]
@@ -491,5 +497,6 @@ def fp4_async_linear(
         SCALE_E8M0=block_scale.dtype == torch.uint8, HAS_ROW_SCALE=row_scale is not None,
         HAS_BIAS=bias is not None, DIRECT=plan.direct,
         STAGES=stages, BITS=bits, num_warps=num_warps,
+        **({"maxnreg": max_registers} if max_registers else {}),
     )  # fmt: skip
     return out

@@ -49,19 +49,24 @@ def test_matches_reference(
     check(out, x, weight, bias)
 
 
+@pytest.mark.parametrize(("bits", "max_registers"), [(True, None), (False, 128), (True, 128)])
 @pytest.mark.parametrize("split_k", [1, 3])
 @pytest.mark.parametrize(("n", "k"), SHAPES)
-@pytest.mark.parametrize("m", [5, 33, 64, 128])
+@pytest.mark.parametrize("m", [5, 33, 64])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_bit_placing_decode_matches_reference(
-    fmt: str, m: int, n: int, k: int, split_k: int
+def test_other_decode_and_register_cap_match_reference(
+    fmt: str, m: int, n: int, k: int, split_k: int, bits: bool, max_registers: int | None
 ) -> None:
     """``bits=True``: codes decoded by placing their bits (subnormal bf16 for 0.5, which the
-    bf16 multiply must keep), x in the permutation that pairs codes j and j + 4."""
+    bf16 multiply must keep), x in the permutation that pairs codes j and j + 4;
+    ``max_registers=128``: two programs an SM."""
     weight = fp4_weight(fmt, n, k)
     bias = torch.linspace(-1, 1, n, device=DEVICE).to(torch.bfloat16)
     x = activations(m, k, torch.bfloat16)
-    check(fp4_async_linear(x, *weight, bias, split_k=split_k, bits=True), x, weight, bias)
+    out = fp4_async_linear(
+        x, *weight, bias, split_k=split_k, bits=bits, max_registers=max_registers
+    )
+    check(out, x, weight, bias)
 
 
 @pytest.mark.parametrize("bits", [False, True])

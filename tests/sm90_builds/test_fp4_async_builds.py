@@ -13,9 +13,13 @@ pytest.importorskip("triton")
 
 from triton_target import stack_bytes  # noqa: E402
 
-from benchmarks.kernel_spills import cuobjdump  # noqa: E402
+from benchmarks.kernel_spills import cuobjdump, resource_usage  # noqa: E402
 from benchmarks.lowbit_sass import k_loop_span, loop_opcodes  # noqa: E402
-from kvserve.kernels.fp4_async_gemm import HAS_GLUON, fp4_async_linear  # noqa: E402
+from kvserve.kernels.fp4_async_gemm import (  # noqa: E402
+    HAS_GLUON,
+    TWO_PROGRAMS_REGISTERS,
+    fp4_async_linear,
+)
 
 pytestmark = pytest.mark.skipif(not HAS_GLUON, reason="this Triton has no Gluon")
 
@@ -23,7 +27,13 @@ N, K = 1024, 4096
 
 
 def _build(
-    rows: int, fmt: str, warps: int, split_k: int, stages: int = 4, bits: bool = False
+    rows: int,
+    fmt: str,
+    warps: int,
+    split_k: int,
+    stages: int = 4,
+    bits: bool = False,
+    max_registers: int | None = None,
 ) -> None:
     x = torch.zeros(rows, K, dtype=torch.bfloat16)
     packed = torch.zeros(N, K // 2, dtype=torch.uint8)
@@ -32,8 +42,9 @@ def _build(
     else:
         scales, row_scale = torch.zeros(N, K // 16, dtype=torch.float8_e4m3fn), torch.ones(N)
     fp4_async_linear(
-        x, packed, scales, row_scale, split_k=split_k, num_warps=warps, stages=stages, bits=bits
-    )
+        x, packed, scales, row_scale, split_k=split_k, num_warps=warps, stages=stages, bits=bits,
+        max_registers=max_registers,
+    )  # fmt: skip
 
 
 # (rows of x, warps, ring slots): each x tile at the default 8 warps and 4 slots, and the 64-row
@@ -58,6 +69,21 @@ def test_the_bit_placing_decode_builds_without_spills(
 ) -> None:
     _build(rows, fmt, 8, 1, bits=True)
     assert stack_bytes(compile_only) == [0]
+
+
+@pytest.mark.parametrize("bits", [False, True])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("rows", [32, 64])
+def test_two_programs_fit_an_sm_with_no_spills_in_the_k_loop(
+    compile_only: list, rows: int, fmt: str, bits: bool
+) -> None:
+    """Capped at ``TWO_PROGRAMS_REGISTERS`` (two 8-warp programs an SM), x tiles up to 64 rows
+    keep the K loop free of local-memory traffic (ptxas may spill a few bytes around it)."""
+    _build(rows, fmt, 8, 4, bits=bits, max_registers=TWO_PROGRAMS_REGISTERS)
+    cubin = compile_only[0].asm["cubin"]
+    assert resource_usage(cubin)["REG"] <= TWO_PROGRAMS_REGISTERS
+    ops = loop_opcodes(cuobjdump(cubin, "-sass"))
+    assert ops["HGMMA"] == 32 and ops["LDL"] == 0 and ops["STL"] == 0
 
 
 @pytest.mark.parametrize("bits", [False, True])
