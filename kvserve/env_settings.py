@@ -92,6 +92,18 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels.fp4_async_gemm:async_gemm_enabled",
     ),
     EnvSetting(
+        name="KVSERVE_FP4_ASYNC_BITS",
+        default="0",
+        meaning="1: the asynchronous-MMA FP4 kernel decodes W by placing its codes' bits",
+        reader="kvserve.kernels.fp4_async_gemm:async_bits_enabled",
+    ),
+    EnvSetting(
+        name="KVSERVE_FP4_ASYNC_TWO_PROGRAMS",
+        default="0",
+        meaning="1: the asynchronous-MMA FP4 kernel runs two programs an SM (128 registers)",
+        reader="kvserve.kernels.fp4_async_gemm:async_two_programs_enabled",
+    ),
+    EnvSetting(
         name="KVSERVE_FP4_MOE_GEMV",
         default="1",
         meaning="0 runs FP4 experts' decode steps on the grouped MMA kernel",

@@ -314,6 +314,22 @@ def test_fp4_async_gemm_splits_k_until_its_programs_fill_most_sms(
     assert async_config(m, n, k, num_sms=132).split_k == split
 
 
+@pytest.mark.parametrize(
+    ("m", "n", "k", "split", "max_registers"),
+    [(64, 28672, 4096, 1, 128), (64, 6144, 4096, 4, 128), (32, 4096, 4096, 8, 128),
+     (128, 6144, 4096, 2, None)],
+)  # fmt: skip
+def test_fp4_async_gemm_with_two_programs_an_sm_fills_twice_the_places(
+    m: int, n: int, k: int, split: int, max_registers: int | None
+) -> None:
+    """``two_programs``: capped registers and twice the programs before K stops splitting, for
+    x tiles up to 64 rows (a 128-row tile would spill under the cap: one program an SM)."""
+    from kvserve.kernels.fp4_async_gemm import async_config
+
+    cfg = async_config(m, n, k, num_sms=132, bits=True, two_programs=True)
+    assert (cfg.split_k, cfg.max_registers, cfg.bits) == (split, max_registers, True)
+
+
 def test_fp4_async_gemm_takes_mxfp4_scales_up_to_two_to_the_nine() -> None:
     """E8M0 exponent 136 = 2**9 is the kernel's largest; NVFP4's scales always fit. K must be a
     multiple of 128 and W's rows word-aligned (checked once, at load)."""

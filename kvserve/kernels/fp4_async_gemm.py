@@ -385,11 +385,31 @@ _MIN_STEPS_PER_SPLIT = 4
 TWO_PROGRAMS_REGISTERS = 128
 
 
+BITS_ENV = "KVSERVE_FP4_ASYNC_BITS"
+TWO_PROGRAMS_ENV = "KVSERVE_FP4_ASYNC_TWO_PROGRAMS"
+
+
 @dataclass(frozen=True)
 class AsyncGemmConfig:
     split_k: int = 1
     num_warps: int = 8  # 16 rows of W a warp: the W tile is 16 * num_warps rows
     stages: int = 4  # ring slots: copies run stages - 2 steps ahead
+    bits: bool = False  # the bit-placing W decode
+    max_registers: int | None = None  # TWO_PROGRAMS_REGISTERS: two programs an SM
+
+
+@functools.cache
+def async_bits_enabled() -> bool:
+    """``KVSERVE_FP4_ASYNC_BITS``: 1 decodes W by placing its codes' bits into bf16
+    (``_FP4_WORD_TO_BF16_BITS``); 0 (the default) by the e4m3 trick."""
+    return env_switch(BITS_ENV, default=False)
+
+
+@functools.cache
+def async_two_programs_enabled() -> bool:
+    """``KVSERVE_FP4_ASYNC_TWO_PROGRAMS``: 1 caps a thread at ``TWO_PROGRAMS_REGISTERS`` for x
+    tiles up to 64 rows, so two programs share an SM; 0 (the default) leaves ptxas uncapped."""
+    return env_switch(TWO_PROGRAMS_ENV, default=False)
 
 
 @functools.cache
@@ -427,17 +447,25 @@ def weight_fits(packed: torch.Tensor, block_scale: torch.Tensor) -> bool:
     return block_scale.numel() == 0 or int(block_scale.max()) <= MAX_E8M0
 
 
-def async_config(m: int, n: int, k: int, *, num_sms: int = 132) -> AsyncGemmConfig:
-    """One program an SM (the kernel's registers allow no more): K split until the programs
-    fill 70% of the SMs, each split keeping four or more K steps (the loop's unrolled
-    iteration). The best splits on an H100 (s74, 32 and 64 rows of Llama-3-8B): qkv's 48 tiles
-    2 (96 programs; 4 was 20% slower), o's and down's 32 tiles 4, gate_up's 224 tiles 1."""
-    tiles = -(-m // block_m_for(m)) * -(-n // (16 * AsyncGemmConfig.num_warps))
+def async_config(
+    m: int, n: int, k: int, *, num_sms: int = 132, bits: bool = False, two_programs: bool = False
+) -> AsyncGemmConfig:
+    """One program an SM (the kernel's registers allow no more), or two with ``two_programs``
+    and x tiles up to 64 rows: K split until the programs fill 70% of those places, each split
+    keeping four or more K steps (the loop's unrolled iteration). The best splits at one program
+    an SM on an H100 (s74, 32 and 64 rows of Llama-3-8B): qkv's 48 tiles 2 (96 programs; 4 was
+    20% slower), o's and down's 32 tiles 4, gate_up's 224 tiles 1."""
+    block_m = block_m_for(m)
+    two = two_programs and block_m <= MAX_BLOCK_M // 2
+    tiles = -(-m // block_m) * -(-n // (16 * AsyncGemmConfig.num_warps))
     steps = k // STEP_K
     split = 1
-    while tiles * split < 0.7 * num_sms and steps // (2 * split) >= _MIN_STEPS_PER_SPLIT:
+    places = num_sms * (2 if two else 1)
+    while tiles * split < 0.7 * places and steps // (2 * split) >= _MIN_STEPS_PER_SPLIT:
         split *= 2
-    return AsyncGemmConfig(split_k=split)
+    return AsyncGemmConfig(
+        split_k=split, bits=bits, max_registers=TWO_PROGRAMS_REGISTERS if two else None
+    )
 
 
 def permute_x_steps(x: torch.Tensor, bits: bool = False) -> torch.Tensor:

@@ -30,9 +30,11 @@ import torch
 from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
 from kvserve.kernels.fp4_async_gemm import (
     AsyncGemmConfig,
+    async_bits_enabled,
     async_config,
     async_gemm_enabled,
     async_gemm_takes,
+    async_two_programs_enabled,
     fp4_async_linear,
 )
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
@@ -256,7 +258,10 @@ def fp4_linear(
     if m and n:
         cfg = config
         if cfg is None and async_weight and async_gemm_enabled() and async_gemm_takes(x2, m):
-            cfg = async_config(m, n, k, num_sms=sm_count(x.device))
+            cfg = async_config(
+                m, n, k, num_sms=sm_count(x.device), bits=async_bits_enabled(),
+                two_programs=async_two_programs_enabled(),
+            )  # fmt: skip
         cfg = cfg or default_config(m, n, k, num_sms=sm_count(x.device), group=group)
         if gated and not isinstance(cfg, GemvConfig):
             raise ValueError(f"fp4_linear: only the GEMV applies the SiLU-mul, not {cfg}")
@@ -266,7 +271,8 @@ def fp4_linear(
             dequant_gemm(x2, packed, block_scale, row_scale, bias, out, cfg)
         elif isinstance(cfg, AsyncGemmConfig):
             fp4_async_linear(x2, packed, block_scale, row_scale, bias, split_k=cfg.split_k,
-                             num_warps=cfg.num_warps, stages=cfg.stages, out=out)  # fmt: skip
+                             num_warps=cfg.num_warps, stages=cfg.stages, bits=cfg.bits,
+                             max_registers=cfg.max_registers, out=out)  # fmt: skip
         else:
             launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group, pdl=pdl,
                              gated=gated)  # fmt: skip
