@@ -18,7 +18,8 @@ import torch
 from benchmarks.common import write_result
 from benchmarks.fp4_gemm import random_fp4
 from benchmarks.skinny_gemm import graph_us, rel_err
-from kvserve.kernels.fp4_async_gemm import TWO_PROGRAMS_REGISTERS, fp4_async_linear
+from kvserve.kernels.fp4_async_choice import TWO_PROGRAMS_REGISTERS
+from kvserve.kernels.fp4_async_gemm import fp4_async_linear
 from kvserve.kernels.fp4_gemm import default_config, fp4_linear
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
 from kvserve.kernels.fp4_tile import MAX_BLOCK_M

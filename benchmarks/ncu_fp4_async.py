@@ -19,7 +19,8 @@ import torch
 
 from benchmarks.fp4_async import SHAPES
 from benchmarks.fp4_gemm import random_fp4
-from kvserve.kernels.fp4_async_gemm import TWO_PROGRAMS_REGISTERS, fp4_async_linear
+from kvserve.kernels.fp4_async_choice import TWO_PROGRAMS_REGISTERS
+from kvserve.kernels.fp4_async_gemm import fp4_async_linear
 from kvserve.kernels.fp4_gemm import fp4_linear
 
 

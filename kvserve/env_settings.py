@@ -89,19 +89,19 @@ SETTINGS: tuple[EnvSetting, ...] = (
         name="KVSERVE_FP4_ASYNC",
         default="0",
         meaning="1 runs FP4 steps of 17-128 rows on the asynchronous-MMA kernel (Hopper)",
-        reader="kvserve.kernels.fp4_async_gemm:async_gemm_enabled",
+        reader="kvserve.kernels.fp4_async_choice:async_gemm_enabled",
     ),
     EnvSetting(
         name="KVSERVE_FP4_ASYNC_BITS",
         default="0",
         meaning="1: the asynchronous-MMA FP4 kernel decodes W by placing its codes' bits",
-        reader="kvserve.kernels.fp4_async_gemm:async_bits_enabled",
+        reader="kvserve.kernels.fp4_async_choice:async_bits_enabled",
     ),
     EnvSetting(
         name="KVSERVE_FP4_ASYNC_TWO_PROGRAMS",
         default="0",
         meaning="1: the asynchronous-MMA FP4 kernel runs two programs an SM (128 registers)",
-        reader="kvserve.kernels.fp4_async_gemm:async_two_programs_enabled",
+        reader="kvserve.kernels.fp4_async_choice:async_two_programs_enabled",
     ),
     EnvSetting(
         name="KVSERVE_FP4_MOE_GEMV",

@@ -309,7 +309,7 @@ def test_fp4_async_gemm_splits_k_until_its_programs_fill_most_sms(
 ) -> None:
     """One 128-row W tile a program, one program an SM, 70% of the SMs filled (qkv's 48 tiles
     split in 2, not 4: s74's H100 sweep); a split keeps four K steps or more."""
-    from kvserve.kernels.fp4_async_gemm import async_config
+    from kvserve.kernels.fp4_async_choice import async_config
 
     assert async_config(m, n, k, num_sms=132).split_k == split
 
@@ -324,7 +324,7 @@ def test_fp4_async_gemm_with_two_programs_an_sm_fills_twice_the_places(
 ) -> None:
     """``two_programs``: capped registers and twice the programs before K stops splitting, for
     x tiles up to 64 rows (a 128-row tile would spill under the cap: one program an SM)."""
-    from kvserve.kernels.fp4_async_gemm import async_config
+    from kvserve.kernels.fp4_async_choice import async_config
 
     cfg = async_config(m, n, k, num_sms=132, bits=True, two_programs=True)
     assert (cfg.split_k, cfg.max_registers, cfg.bits) == (split, max_registers, True)
@@ -333,7 +333,7 @@ def test_fp4_async_gemm_with_two_programs_an_sm_fills_twice_the_places(
 def test_fp4_async_gemm_takes_mxfp4_scales_up_to_two_to_the_nine() -> None:
     """E8M0 exponent 136 = 2**9 is the kernel's largest; NVFP4's scales always fit. K must be a
     multiple of 128 and W's rows word-aligned (checked once, at load)."""
-    from kvserve.kernels.fp4_async_gemm import weight_fits
+    from kvserve.kernels.fp4_async_choice import weight_fits
 
     packed = torch.zeros(4, 128, dtype=torch.uint8)  # K = 256
     exponents = torch.full((4, 8), 127, dtype=torch.uint8)
@@ -350,17 +350,18 @@ def test_fp4_async_gemm_takes_mxfp4_scales_up_to_two_to_the_nine() -> None:
 
 
 def test_fp4_async_decode_moves_every_code_pair_from_f16_to_bf16_exactly() -> None:
-    """The async GEMM's decode PTX (``fp4_async_gemm._FP4_WORD_TO_BF16``) run on the host with its
+    """The async GEMM's decode PTX (``fp4_async_decode._FP4_WORD_TO_BF16``) run on the host with its
     own shift, select mask and lop3 table: each E2M1 code as the e4m3 trick's f16 (value * 2**-6),
     a pair of them shifted down and the sign bits selected back reads as bf16
     value * 2**-CODE_UNIT_LOG2, for all 256 pairs (the pair's bits never cross, and the shifted
     sign lands on a bit that is 0 for these values)."""
     import re
 
-    from kvserve.kernels import fp4_async_gemm
+    from kvserve.kernels import fp4_async_decode
     from kvserve.kernels.fp4_reference import E2M1_VALUES
 
-    ptx = str(getattr(fp4_async_gemm._FP4_WORD_TO_BF16, "value", fp4_async_gemm._FP4_WORD_TO_BF16))
+    ptx = fp4_async_decode._FP4_WORD_TO_BF16
+    ptx = str(getattr(ptx, "value", ptx))
     shift, mask, table = re.search(
         r"shr\.b32 t0, w0, (\d+); lop3\.b32 w0, t0, w0, (0x[0-9A-Fa-f]+), (0x[0-9A-Fa-f]+);", ptx
     ).groups()
@@ -380,7 +381,7 @@ def test_fp4_async_decode_moves_every_code_pair_from_f16_to_bf16_exactly() -> No
         signed = ((half & 0xFFFF) ^ 0x8000) - 0x8000
         return signed.to(torch.int16).view(torch.bfloat16).float()
 
-    want = torch.tensor(E2M1_VALUES) * 2.0**-fp4_async_gemm.CODE_UNIT_LOG2
+    want = torch.tensor(E2M1_VALUES) * 2.0**-fp4_async_decode.CODE_UNIT_LOG2
     assert torch.equal(as_bf16(moved), want[:, None].expand(16, 16))
     assert torch.equal(as_bf16(moved >> 16), want[None, :].expand(16, 16))
 
@@ -389,10 +390,10 @@ def test_fp4_async_decode_moves_every_code_pair_from_f16_to_bf16_exactly() -> No
 def test_fp4_async_gemm_takes_x_in_the_permutation_its_w_decode_makes(bits: bool) -> None:
     """``permute_x_steps`` puts natural column k = 32 q + 8 kbhi + 4 kblo + 2 h + e of each
     128-column step at column p = 32 kbhi + 16 kblo + 8 h + 2 q + e, where the W decode puts the
-    code of k (word 4 q + kbhi, nibble 4 kblo + 2 h + e; the module docstring): so the kernel's
+    code of k (word 4 q + kbhi, nibble 4 kblo + 2 h + e; ``fp4_async_decode``): so the kernel's
     sum over p is x @ W.T. The bit-placing decode pairs a word's codes j and j + 4: nibble
     4 e + 2 kblo + h."""
-    from kvserve.kernels.fp4_async_gemm import permute_x_steps
+    from kvserve.kernels.fp4_async_decode import permute_x_steps
 
     m, steps = 3, 2
     x = torch.arange(m * steps * 128, dtype=torch.float32).reshape(m, steps * 128)
@@ -438,18 +439,18 @@ def test_fp4_async_bit_decode_reads_each_code_as_bf16_value_times_two_to_minus_1
     value * 2**-126 as bf16 (0.5 a subnormal), for every code at every nibble, beside random
     neighbours; so with the scales' 2**118 the products are value * 2**-8, undone after the
     K loop (``BITS_SUM_SCALE``)."""
-    from kvserve.kernels import fp4_async_gemm
+    from kvserve.kernels import fp4_async_decode
     from kvserve.kernels.fp4_reference import E2M1_VALUES
 
-    ptx = fp4_async_gemm._FP4_WORD_TO_BF16_BITS
+    ptx = fp4_async_decode._FP4_WORD_TO_BF16_BITS
     ptx = str(getattr(ptx, "value", ptx))
     gen = torch.Generator().manual_seed(0)
     words = torch.randint(0, 2**32, (4096,), generator=gen, dtype=torch.int64)
     words[:128] = torch.arange(16).repeat(8) << (4 * torch.arange(8).repeat_interleave(16))
     halves = _run_ptx_bits(ptx, words)
     values = torch.tensor(E2M1_VALUES, dtype=torch.float64)
-    unit = 2.0 ** -(fp4_async_gemm.CODE_UNIT_LOG2 + 8)
-    assert fp4_async_gemm.BITS_SUM_SCALE == 2.0**8
+    unit = 2.0 ** -(fp4_async_decode.CODE_UNIT_LOG2 + 8)
+    assert fp4_async_decode.BITS_SUM_SCALE == 2.0**8
     for i, half in enumerate(halves):
         signed = (half ^ 0x8000) - 0x8000
         got = signed.to(torch.int16).view(torch.bfloat16).double()

@@ -6,14 +6,8 @@ Why: the Triton kernel (``fp4_gemm.py``) hands wgmma the decoded W from register
 waits for each such wgmma before the next instruction, so a warp's decode and its MMAs take turns.
 Here the wait for step i's wgmma comes after step i + 1's decode (``warpgroup_mma_wait(1)``).
 
-Layout of a K step (128 columns). A thread of wgmma's A operand (bf16, ``k_width`` 2) holds, of
-each row it owns, the column pairs ``16 kb + 8 h + 2 q + (0, 1)`` for kb < 8, h < 2, where q is
-its lane in its quad. The thread loads instead the four words ``4 q .. 4 q + 3`` of the row (one
-16-byte load): K index ``k = 32 q + 8 kbhi + 4 kblo + 2 h + e`` (word ``4 q + kbhi``, nibble
-``4 kblo + 2 h + e``). It places that code at A column ``p = 32 kbhi + 16 kblo + 8 h + 2 q + e``,
-a permutation of the step's K; x's columns arrive in the same permutation (``permute_x_steps``,
-one copy of x a call), so the MMA's sum over K is unchanged. The decode, the scales and the
-joins then never leave the thread: no shared-memory round trip for W.
+The layout of W and x within a K step, and the decodes: ``fp4_async_decode.py``; when kvserve
+takes this kernel and how it splits K: ``fp4_async_choice.py``.
 
 x and the codes: each step's x tile [BLOCK_M, 128] (already permuted) is copied into shared
 memory by the copy engine (TMA, which needs no proxy fence before wgmma reads it), and its codes
@@ -28,23 +22,24 @@ STAGES steps an iteration, each with registers of its own.
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-
 import torch
 
-from kvserve.config import env_switch
-from kvserve.kernels.fp4_reference import MXFP4_GROUP, group_size_of
-from kvserve.kernels.fp4_tile import MAX_BLOCK_M, block_m_for, code_words
-from kvserve.kernels.skinny_gemm import SplitLaunch
-from kvserve.kernels.word_decode import (
-    FP4_WORD_REGISTERS,
-    FP4_WORD_TO_F16X2_ASM,
-    WORDS_TO_HALVES_OUT,
+from kvserve.kernels.fp4_async_decode import (
+    BITS_SUM_SCALE,
+    HAS_GLUON,
+    ROWS_A_WARP,
+    STEP,
+    STEP_K,
+    codes_layout,
+    decode_step,
+    jit,
+    permute_x_steps,
 )
+from kvserve.kernels.fp4_reference import group_size_of
+from kvserve.kernels.fp4_tile import block_m_for, code_words
+from kvserve.kernels.skinny_gemm import SplitLaunch
 
-try:
-    from triton.experimental import gluon
+if HAS_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
         async_copy,
@@ -54,134 +49,12 @@ try:
         warpgroup_mma_wait,
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    from triton.runtime.jit import constexpr_function
 
-    HAS_GLUON = True
-except ImportError:  # CPU-only install
-    HAS_GLUON = False
-
-STEP_K = 128  # K a step
-STEP = gl.constexpr(STEP_K) if HAS_GLUON else STEP_K
-ROWS_A_WARP = gl.constexpr(16) if HAS_GLUON else 16  # rows of W a warp owns in wgmma's A layout
-
-
-def _jit(fn):  # noqa: ANN001, ANN202
-    return gluon.jit(fn) if HAS_GLUON else fn
-
-
-def _constexpr_function(fn):  # noqa: ANN001, ANN202
-    return constexpr_function(fn) if HAS_GLUON else fn
-
-
-@_constexpr_function
-def codes_layout(num_warps):  # noqa: ANN001, ANN201
-    """int32 words [16 * num_warps, 16]: lane (r, q) of warp w holds rows 16 w + r and + 8,
-    words 4 q .. 4 q + 3 (see the module docstring)."""
-    warps = [[ROWS_A_WARP << i, 0] for i in range((num_warps - 1).bit_length())]
-    return gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], [0, 2], [8, 0]],
-        lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
-        warp_bases=warps,
-        block_bases=[],
-        shape=[ROWS_A_WARP * num_warps, 16],
-    )
-
-
-# Eight E2M1 codes of a word -> eight bf16 worth value * 2**-118, lowest nibble first: the e4m3
-# trick (``word_decode``) to f16x2 pairs worth value * 2**-6, then each f16 pair to bf16 by
-# moving the exponent and mantissa down 3 bits under the sign (bf16 value = f16 value * 2**-112).
-# Exact for these values: normal f16 with exponent field 8..11, so its bit 2 (bit 12 / 28 of a
-# pair, where the shift moves the sign) is 0 and the select takes it from the pair, and a
-# mantissa of one bit, so no bits cross from the high f16 into the low one.
-_FP4_WORD_TO_BF16 = (
-    gl.constexpr(
-        FP4_WORD_REGISTERS
-        + FP4_WORD_TO_F16X2_ASM.format(q="$8")
-        + """shr.b32 t0, w0, 3; lop3.b32 w0, t0, w0, 0x90009000, 0xD8;
-        shr.b32 t0, w1, 3; lop3.b32 w1, t0, w1, 0x90009000, 0xD8;
-        shr.b32 t0, w2, 3; lop3.b32 w2, t0, w2, 0x90009000, 0xD8;
-        shr.b32 t0, w3, 3; lop3.b32 w3, t0, w3, 0x90009000, 0xD8;
-        """
-        + WORDS_TO_HALVES_OUT
-    )
-    if HAS_GLUON
-    else None
-)
-# Eight E2M1 codes of a word -> eight bf16 worth value * 2**-126 by placing bits, no conversion:
-# code j's sign goes to bit 15 and its exponent and mantissa bits (e1 e0 m) to bits 8..6 of the
-# low half of register j % 4 (code j + 4: the high half, 16 bits up), so a bf16 of exponent
-# field e and mantissa m, 2**(e - 127) * (1 + m / 2) = value * 2**-126 for e > 0, and the
-# subnormal m * 2**-127 = value * 2**-126 for e = 0 (the bf16 multiply that follows keeps
-# subnormals). Two shifts and two LOP3s a register, against the e4m3 trick's conversions and
-# repairs. Outputs $0..$7 are codes 0..7, so a register pairs codes j and j + 4, which is the
-# pair the A operand takes (``_decode_step``).
-_FP4_WORD_TO_BF16_BITS = (
-    gl.constexpr(
-        """{ .reg .b32 a, b, w0, w1, w2, w3;
-        shl.b32 a, $8, 6; shl.b32 b, $8, 12;
-        and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000; or.b32 w0, a, b;
-        shl.b32 a, $8, 2; shl.b32 b, $8, 8;
-        and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000; or.b32 w1, a, b;
-        shr.b32 a, $8, 2; shl.b32 b, $8, 4;
-        and.b32 a, a, 0x01C001C0; and.b32 b, b, 0x80008000; or.b32 w2, a, b;
-        shr.b32 a, $8, 6;
-        and.b32 a, a, 0x01C001C0; and.b32 b, $8, 0x80008000; or.b32 w3, a, b;
-        mov.b32 {$0, $4}, w0; mov.b32 {$1, $5}, w1; mov.b32 {$2, $6}, w2; mov.b32 {$3, $7}, w3; }"""
-    )
-    if HAS_GLUON
-    else None
-)
-# The bit placement's codes are worth value * 2**-126, 2**8 less than the e4m3 trick's: the
-# products are worth value * 2**-8, and the sum is scaled back by 2**8 once, after the K loop
-BITS_SUM_SCALE = gl.constexpr(256.0) if HAS_GLUON else 256.0
-# 2**118 (the unit of the e4m3 trick's codes, above) folded into the scales: NVFP4's e4m3 scale
-# times it stays below bf16's largest (448 * 2**118 < 2**127); MXFP4's E8M0 scale 2**(e - 127)
-# times it is bf16 with exponent field e + 118, exact up to e = 136 (checked by the caller).
-CODE_UNIT_LOG2 = 118
-_CODE_UNIT = gl.constexpr(CODE_UNIT_LOG2) if HAS_GLUON else CODE_UNIT_LOG2
 # x's ring: the 128-byte swizzle wgmma reads B with
 _X_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16) if HAS_GLUON else None
 
 
-@_jit
-def _decode_step(q, s, SCALE_E8M0: gl.constexpr, BITS: gl.constexpr, A_LAYOUT: gl.constexpr):
-    """Words q [BLOCK_N, 16] and each word's scale byte s -> W's step [BLOCK_N, 128] in the
-    A-operand layout, columns in the step's permutation (``permute_x_steps(x, BITS)``)."""
-    c0, c1, c2, c3, c4, c5, c6, c7 = gl.inline_asm_elementwise(
-        asm=_FP4_WORD_TO_BF16_BITS if BITS else _FP4_WORD_TO_BF16,
-        constraints="=h,=h,=h,=h,=h,=h,=h,=h,r",
-        args=[q],
-        dtype=(gl.bfloat16,) * 8,
-        is_pure=True,
-        pack=1,
-    )
-    if SCALE_E8M0:
-        f = ((s.to(gl.int32) + _CODE_UNIT) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
-    else:
-        f = (s.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0**_CODE_UNIT).to(gl.bfloat16)
-    # a code (at most 2 significant bits) times a scale (at most 4) is exact in bf16
-    if BITS:  # a register's codes j and j + 4 as the pair: nibble 4 e + 2 kblo + h
-        codes = _by_nibble(c0, c4, c1, c5, c2, c6, c3, c7)
-    else:  # nibble 4 kblo + 2 h + e
-        codes = _by_nibble(c0, c1, c2, c3, c4, c5, c6, c7)
-    w = codes * _by_nibble(f, f, f, f, f, f, f, f)
-    BLOCK_N: gl.constexpr = q.shape[0]
-    w = gl.reshape(w, [BLOCK_N, 4, 4, 2, 2, 2])  # [n, q, kbhi, e, h, kblo]
-    w = gl.permute(w, [0, 2, 5, 4, 1, 3])  # [n, kbhi, kblo, h, q, e]
-    w = gl.reshape(w, [BLOCK_N, STEP])
-    return gl.convert_layout(w, A_LAYOUT)
-
-
-@_jit
-def _by_nibble(c0, c1, c2, c3, c4, c5, c6, c7):
-    """Eight [BLOCK_N, 16] tensors, argument e + 2 h + 4 kblo, joined into
-    [BLOCK_N, 16, e, h, kblo] (each thread's own registers)."""
-    return gl.join(
-        gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7))
-    )
-
-
-@_jit
+@jit
 def _ring(SLOTS: gl.constexpr, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
     """SLOTS (4-6) shared buffers, each its own allocation (``_k_step`` says why)."""
     if SLOTS == 4:
@@ -198,12 +71,12 @@ def _ring(SLOTS: gl.constexpr, dtype: gl.constexpr, shape: gl.constexpr, layout:
     return ring
 
 
-@_jit
+@jit
 def _buffer(dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
     return gl.allocate_shared_memory(dtype, shape, layout)
 
 
-@_jit
+@jit
 def _copy_x(x_desc, x_at, step, buf, ready, ok):
     """x's tile of K step ``step`` into ``buf`` by the copy engine (TMA), counted on ``ready``,
     whose phase expects its bytes already (``mbarrier.expect``, before the step's barrier: after
@@ -215,7 +88,7 @@ def _copy_x(x_desc, x_at, step, buf, ready, ok):
     tma.async_copy_global_to_shared(x_desc, [row, col + step * STEP], ready, buf, pred=ok)
 
 
-@_jit
+@jit
 def _k_step(
     i, SLOT: gl.constexpr, steps, acc, scales, code_bufs, x_bufs, x_ready, w_ptrs, x_desc,
     x_at, s_ptrs, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr, BITS: gl.constexpr,
@@ -242,14 +115,14 @@ def _k_step(
     async_copy.commit_group()
     _copy_x(x_desc, x_at, i + AHEAD, x_bufs[fill], x_ready[fill], ok)
     s_ahead = gl.load(s_ptrs + (i + 2) * (STEP // GROUP), mask=i + 2 < steps, other=0)
-    w = _decode_step(q, s, SCALE_E8M0, BITS, A_OP)
+    w = decode_step(q, s, SCALE_E8M0, BITS, A_OP)
     mbarrier.wait(x_ready[SLOT], (i // STAGES) & 1)
     acc = warpgroup_mma(w, x_bufs[SLOT].permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(1, deps=(acc,))
     return acc, (s_next, s_ahead)
 
 
-@_jit
+@jit
 def _fp4_async_kernel(
     x_desc, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr, ws_ptr, counter_ptr,
     M, N, K, stride_wn, stride_sn, stride_om, k_per_split,
@@ -348,7 +221,7 @@ def _fp4_async_kernel(
         )
 
 
-@_jit
+@jit
 def _split_total(acc, tile, pid_k, num_splits, ws_ptr, counter_ptr):
     """This split's partial of ``tile`` stored; the split arriving last gets (the partials
     summed in split order, True) and puts the tile's counter back to 0 for the next launch, the
@@ -370,116 +243,6 @@ def _split_total(acc, tile, pid_k, num_splits, ws_ptr, counter_ptr):
             acc += gl.load(tile_ws + split * (BLOCK_N * BLOCK_M) + offs, cache_modifier=".cg")
         gl.store(counter_ptr + tile, 0)
     return acc, last
-
-
-ASYNC_ENV = "KVSERVE_FP4_ASYNC"
-# Rows of x the default hands this kernel (with ``KVSERVE_FP4_ASYNC=1``): past the 16 rows where
-# the Triton kernel's mma.sync (W as B) is its best case, up to one 128-row x tile.
-ASYNC_MIN_ROWS, ASYNC_MAX_ROWS = 17, MAX_BLOCK_M
-# The largest MXFP4 scale exponent the kernel takes (``CODE_UNIT_LOG2``)
-MAX_E8M0 = 254 - CODE_UNIT_LOG2
-_MIN_STEPS_PER_SPLIT = 4
-# A thread's registers for two 8-warp programs an SM (2 x 256 x 128 = the SM's 64K): ptxas fits
-# the K loop of x tiles up to 64 rows in them without spills (190 uncapped: one program an SM,
-# two warps a scheduler, the step latency-bound; s74 Nsight Compute); 128-row tiles would spill
-TWO_PROGRAMS_REGISTERS = 128
-
-
-BITS_ENV = "KVSERVE_FP4_ASYNC_BITS"
-TWO_PROGRAMS_ENV = "KVSERVE_FP4_ASYNC_TWO_PROGRAMS"
-
-
-@dataclass(frozen=True)
-class AsyncGemmConfig:
-    split_k: int = 1
-    num_warps: int = 8  # 16 rows of W a warp: the W tile is 16 * num_warps rows
-    stages: int = 4  # ring slots: copies run stages - 2 steps ahead
-    bits: bool = False  # the bit-placing W decode
-    max_registers: int | None = None  # TWO_PROGRAMS_REGISTERS: two programs an SM
-
-
-@functools.cache
-def async_bits_enabled() -> bool:
-    """``KVSERVE_FP4_ASYNC_BITS``: 1 decodes W by placing its codes' bits into bf16
-    (``_FP4_WORD_TO_BF16_BITS``); 0 (the default) by the e4m3 trick."""
-    return env_switch(BITS_ENV, default=False)
-
-
-@functools.cache
-def async_two_programs_enabled() -> bool:
-    """``KVSERVE_FP4_ASYNC_TWO_PROGRAMS``: 1 caps a thread at ``TWO_PROGRAMS_REGISTERS`` for x
-    tiles up to 64 rows, so two programs share an SM; 0 (the default) leaves ptxas uncapped."""
-    return env_switch(TWO_PROGRAMS_ENV, default=False)
-
-
-@functools.cache
-def async_gemm_enabled() -> bool:
-    """``KVSERVE_FP4_ASYNC``: 1 runs FP4 steps of 17-128 rows on this kernel (Hopper, bf16
-    activations); 0 (the default) on the Triton kernel (``fp4_gemm.py``)."""
-    return env_switch(ASYNC_ENV, default=False)
-
-
-@functools.cache
-def _on_hopper(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
-
-
-def async_gemm_takes(x: torch.Tensor, rows: int) -> bool:
-    """Whether this kernel takes a step of a weight that ``weight_fits``: a Hopper GPU with
-    Gluon, bf16 x of ``rows`` rows in the kernel's range."""
-    return (
-        HAS_GLUON
-        and ASYNC_MIN_ROWS <= rows <= ASYNC_MAX_ROWS
-        and x.dtype == torch.bfloat16
-        and _on_hopper(x.device)
-    )
-
-
-def weight_fits(packed: torch.Tensor, block_scale: torch.Tensor) -> bool:
-    """An FP4 weight this kernel can take: K a multiple of 128, its rows word-aligned, and its
-    block scales in range (NVFP4's always, MXFP4's up to 2**9). A host sync: call once per
-    weight, at load."""
-    k = packed.shape[-1] * 2
-    if k % STEP_K or code_words(packed).dtype != torch.int32:
-        return False
-    if group_size_of(block_scale) != MXFP4_GROUP:
-        return True
-    return block_scale.numel() == 0 or int(block_scale.max()) <= MAX_E8M0
-
-
-def async_config(
-    m: int, n: int, k: int, *, num_sms: int = 132, bits: bool = False, two_programs: bool = False
-) -> AsyncGemmConfig:
-    """One program an SM (the kernel's registers allow no more), or two with ``two_programs``
-    and x tiles up to 64 rows: K split until the programs fill 70% of those places, each split
-    keeping four or more K steps (the loop's unrolled iteration). The best splits at one program
-    an SM on an H100 (s74, 32 and 64 rows of Llama-3-8B): qkv's 48 tiles 2 (96 programs; 4 was
-    20% slower), o's and down's 32 tiles 4, gate_up's 224 tiles 1."""
-    block_m = block_m_for(m)
-    two = two_programs and block_m <= MAX_BLOCK_M // 2
-    tiles = -(-m // block_m) * -(-n // (16 * AsyncGemmConfig.num_warps))
-    steps = k // STEP_K
-    split = 1
-    places = num_sms * (2 if two else 1)
-    while tiles * split < 0.7 * places and steps // (2 * split) >= _MIN_STEPS_PER_SPLIT:
-        split *= 2
-    return AsyncGemmConfig(
-        split_k=split, bits=bits, max_registers=TWO_PROGRAMS_REGISTERS if two else None
-    )
-
-
-def permute_x_steps(x: torch.Tensor, bits: bool = False) -> torch.Tensor:
-    """x [M, K] with each 128-column step's columns in the kernel's permutation (the module
-    docstring): natural column k = 32 q + 8 kbhi + 4 kblo + 2 h + e goes to column
-    p = 32 kbhi + 16 kblo + 8 h + 2 q + e; with ``bits`` (the bit-placing decode, which pairs
-    a word's codes j and j + 4), k = 32 q + 8 kbhi + 4 e + 2 kblo + h. A new contiguous tensor
-    (one copy)."""
-    m, k = x.shape
-    if bits:
-        steps = x.reshape(m, k // STEP_K, 4, 4, 2, 2, 2)  # [m, step, q, kbhi, e, kblo, h]
-        return steps.permute(0, 1, 3, 5, 6, 2, 4).reshape(m, k)
-    steps = x.reshape(m, k // STEP_K, 4, 4, 2, 2, 2)  # [m, step, q, kbhi, kblo, h, e]
-    return steps.permute(0, 1, 3, 4, 5, 2, 6).reshape(m, k)
 
 
 def fp4_async_linear(

@@ -28,15 +28,15 @@ from dataclasses import dataclass, replace
 import torch
 
 from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
-from kvserve.kernels.fp4_async_gemm import (
+from kvserve.kernels.fp4_async_choice import (
     AsyncGemmConfig,
     async_bits_enabled,
     async_config,
     async_gemm_enabled,
     async_gemm_takes,
     async_two_programs_enabled,
-    fp4_async_linear,
 )
+from kvserve.kernels.fp4_async_gemm import fp4_async_linear
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
 from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
 from kvserve.kernels.fp4_tile import (
@@ -239,7 +239,7 @@ def fp4_linear(
     cuBLAS (``fp4_dequantize.py``); an ``AsyncGemmConfig`` the Gluon kernel of
     ``fp4_async_gemm.py``, which the default picks with ``KVSERVE_FP4_ASYNC=1`` for the steps
     it takes, of a weight the caller found it takes at load (``async_weight``, from
-    ``fp4_async_gemm.weight_fits``). ``gated`` (the GEMV only): W is a gate/up stack and
+    ``fp4_async_choice.weight_fits``). ``gated`` (the GEMV only): W is a gate/up stack and
     the result silu(gate) * up, [..., N / 2] (``word_gemv.launch_word_gemv``)."""
     group = _check(x, packed, block_scale, row_scale)
     on_reference = x.device.type == "cpu" and not interpreting()

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvserve.errors import ModelLoadError
-from kvserve.kernels.fp4_async_gemm import async_gemm_enabled, weight_fits
+from kvserve.kernels.fp4_async_choice import async_gemm_enabled, weight_fits
 from kvserve.kernels.fp4_gemm import GEMV_MAX_ROWS, fp4_linear
 from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.quant.method import SixteenBitInput, copy_checked, shard_rows, unknown_param

@@ -99,11 +99,11 @@ def test_replays_in_a_cuda_graph_with_split_k() -> None:
 def test_fp4_linear_takes_it_when_switched_on(fmt: str, monkeypatch) -> None:  # noqa: ANN001
     """``KVSERVE_FP4_ASYNC=1`` and a weight found to fit at load: fp4_linear's default is this
     kernel at 17-128 rows (same result as the reference), and never for a weight not vouched for."""
-    from kvserve.kernels import fp4_async_gemm, fp4_gemm
+    from kvserve.kernels import fp4_async_choice, fp4_gemm
     from kvserve.kernels.fp4_gemm import fp4_linear
 
-    monkeypatch.setenv(fp4_async_gemm.ASYNC_ENV, "1")
-    fp4_async_gemm.async_gemm_enabled.cache_clear()
+    monkeypatch.setenv(fp4_async_choice.ASYNC_ENV, "1")
+    fp4_async_choice.async_gemm_enabled.cache_clear()
     calls = []
 
     def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -116,5 +116,5 @@ def test_fp4_linear_takes_it_when_switched_on(fmt: str, monkeypatch) -> None:  #
         x = activations(m, 1024, torch.bfloat16)
         check(fp4_linear(x, *weight, async_weight=True), x, weight)
         check(fp4_linear(x, *weight), x, weight)
-    fp4_async_gemm.async_gemm_enabled.cache_clear()
+    fp4_async_choice.async_gemm_enabled.cache_clear()
     assert calls == [17, 64, 128]

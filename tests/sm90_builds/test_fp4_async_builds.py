@@ -15,11 +15,8 @@ from triton_target import stack_bytes  # noqa: E402
 
 from benchmarks.kernel_spills import cuobjdump, resource_usage  # noqa: E402
 from benchmarks.lowbit_sass import k_loop_span, loop_opcodes  # noqa: E402
-from kvserve.kernels.fp4_async_gemm import (  # noqa: E402
-    HAS_GLUON,
-    TWO_PROGRAMS_REGISTERS,
-    fp4_async_linear,
-)
+from kvserve.kernels.fp4_async_choice import TWO_PROGRAMS_REGISTERS  # noqa: E402
+from kvserve.kernels.fp4_async_gemm import HAS_GLUON, fp4_async_linear  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not HAS_GLUON, reason="this Triton has no Gluon")
 
