@@ -14,6 +14,8 @@ from kvserve.kernels.fp4_reference import MXFP4_GROUP, group_size_of
 from kvserve.kernels.fp4_tile import MAX_BLOCK_M, block_m_for, code_words
 
 ASYNC_ENV = "KVSERVE_FP4_ASYNC"
+BITS_ENV = "KVSERVE_FP4_ASYNC_BITS"
+TWO_PROGRAMS_ENV = "KVSERVE_FP4_ASYNC_TWO_PROGRAMS"
 # Rows of x the default hands this kernel (with ``KVSERVE_FP4_ASYNC=1``): past the 16 rows where
 # the Triton kernel's mma.sync (W as B) is its best case, up to one 128-row x tile.
 ASYNC_MIN_ROWS, ASYNC_MAX_ROWS = 17, MAX_BLOCK_M
@@ -24,10 +26,6 @@ _MIN_STEPS_PER_SPLIT = 4
 # the K loop of x tiles up to 64 rows in them without spills (190 uncapped: one program an SM,
 # two warps a scheduler, the step latency-bound; s74 Nsight Compute); 128-row tiles would spill
 TWO_PROGRAMS_REGISTERS = 128
-
-
-BITS_ENV = "KVSERVE_FP4_ASYNC_BITS"
-TWO_PROGRAMS_ENV = "KVSERVE_FP4_ASYNC_TWO_PROGRAMS"
 
 
 @dataclass(frozen=True)
