@@ -18,11 +18,10 @@ import torch
 from benchmarks.common import write_result
 from benchmarks.fp4_gemm import random_fp4
 from benchmarks.skinny_gemm import graph_us, rel_err
-from kvserve.kernels.fp4_async_choice import TWO_PROGRAMS_REGISTERS
+from kvserve.kernels.fp4_async_choice import TWO_PROGRAMS_REGISTERS, two_programs_fit
 from kvserve.kernels.fp4_async_gemm import fp4_async_linear
 from kvserve.kernels.fp4_gemm import default_config, fp4_linear
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
-from kvserve.kernels.fp4_tile import MAX_BLOCK_M
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 SPAN_BYTES = 256 << 20
@@ -145,7 +144,7 @@ def measure_shape(
     us, _ = graph_us(lambda xin, w: fp4_linear(xin, *w), [x] * layers, weights, replays)
     row["kvserve_default"] = {"config": str(default_config(rows, n, k, group=group)), "us": us}
     for key, kwargs in settings:
-        if kwargs["max_registers"] and rows > MAX_BLOCK_M // 2:
+        if kwargs["max_registers"] and not two_programs_fit(rows):
             continue  # a 128-row tile spills under the cap
 
         def op(xin: torch.Tensor, w: tuple, kw=kwargs) -> torch.Tensor:  # noqa: ANN001

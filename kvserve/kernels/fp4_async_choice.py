@@ -28,6 +28,11 @@ _MIN_STEPS_PER_SPLIT = 4
 TWO_PROGRAMS_REGISTERS = 128
 
 
+def two_programs_fit(rows: int) -> bool:
+    """Whether an x of ``rows`` rows takes a tile that fits ``TWO_PROGRAMS_REGISTERS``."""
+    return block_m_for(rows) <= MAX_BLOCK_M // 2
+
+
 @dataclass(frozen=True)
 class AsyncGemmConfig:
     split_k: int = 1
@@ -94,9 +99,8 @@ def async_config(
     keeping four or more K steps (the loop's unrolled iteration). The best splits at one program
     an SM on an H100 (s74, 32 and 64 rows of Llama-3-8B): qkv's 48 tiles 2 (96 programs; 4 was
     20% slower), o's and down's 32 tiles 4, gate_up's 224 tiles 1."""
-    block_m = block_m_for(m)
-    two = two_programs and block_m <= MAX_BLOCK_M // 2
-    tiles = -(-m // block_m) * -(-n // (16 * AsyncGemmConfig.num_warps))
+    two = two_programs and two_programs_fit(m)
+    tiles = -(-m // block_m_for(m)) * -(-n // (16 * AsyncGemmConfig.num_warps))
     steps = k // STEP_K
     split = 1
     places = num_sms * (2 if two else 1)

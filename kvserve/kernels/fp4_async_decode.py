@@ -161,8 +161,7 @@ def permute_x_steps(x: torch.Tensor, bits: bool = False) -> torch.Tensor:
     a word's codes j and j + 4), k = 32 q + 8 kbhi + 4 e + 2 kblo + h. A new contiguous tensor
     (one copy)."""
     m, k = x.shape
-    if bits:
-        steps = x.reshape(m, k // STEP_K, 4, 4, 2, 2, 2)  # [m, step, q, kbhi, e, kblo, h]
-        return steps.permute(0, 1, 3, 5, 6, 2, 4).reshape(m, k)
-    steps = x.reshape(m, k // STEP_K, 4, 4, 2, 2, 2)  # [m, step, q, kbhi, kblo, h, e]
-    return steps.permute(0, 1, 3, 4, 5, 2, 6).reshape(m, k)
+    # natural columns as [m, step, q, kbhi, e, kblo, h] (bits) or [m, step, q, kbhi, kblo, h, e],
+    # each ordered to [m, step, kbhi, kblo, h, q, e]
+    order = (0, 1, 3, 5, 6, 2, 4) if bits else (0, 1, 3, 4, 5, 2, 6)
+    return x.reshape(m, k // STEP_K, 4, 4, 2, 2, 2).permute(order).reshape(m, k)
