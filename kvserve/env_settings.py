@@ -88,20 +88,15 @@ SETTINGS: tuple[EnvSetting, ...] = (
     EnvSetting(
         name="KVSERVE_FP4_ASYNC",
         default="0",
-        meaning="1 runs FP4 steps of 17-128 rows on the asynchronous-MMA kernel (Hopper)",
-        reader="kvserve.kernels.fp4_async_choice:async_gemm_enabled",
+        meaning="FP4 steps of 17-128 rows the asynchronous-MMA kernel takes (Hopper): 0 none, "
+        "auto those whose W tiles fill the SMs unsplit, 1 all",
+        reader="kvserve.kernels.fp4_async_choice:async_gemm_mode",
     ),
     EnvSetting(
         name="KVSERVE_FP4_ASYNC_BITS",
-        default="0",
-        meaning="1: the asynchronous-MMA FP4 kernel decodes W by placing its codes' bits",
+        default="1",
+        meaning="0: the asynchronous-MMA FP4 kernel decodes W by the e4m3 trick, not bit placement",
         reader="kvserve.kernels.fp4_async_choice:async_bits_enabled",
-    ),
-    EnvSetting(
-        name="KVSERVE_FP4_ASYNC_TWO_PROGRAMS",
-        default="0",
-        meaning="1: the asynchronous-MMA FP4 kernel runs two programs an SM (128 registers)",
-        reader="kvserve.kernels.fp4_async_choice:async_two_programs_enabled",
     ),
     EnvSetting(
         name="KVSERVE_FP4_MOE_GEMV",

@@ -316,37 +316,74 @@ def test_fp4_async_gemm_splits_k_until_its_programs_fill_most_sms(
 
 @pytest.mark.parametrize(
     ("m", "n", "k", "split", "max_registers"),
-    [(64, 28672, 4096, 1, 128), (64, 6144, 4096, 4, 128), (32, 4096, 4096, 8, 128),
-     (128, 6144, 4096, 2, None)],
+    [(64, 28672, 4096, 1, 128), (32, 28672, 4096, 1, 128), (128, 28672, 4096, 1, None),
+     (64, 16384, 4096, 1, None), (64, 6144, 4096, 2, None)],
 )  # fmt: skip
-def test_fp4_async_gemm_with_two_programs_an_sm_fills_twice_the_places(
+def test_fp4_async_gemm_runs_two_programs_an_sm_where_its_tiles_fill_twice_the_sms(
     m: int, n: int, k: int, split: int, max_registers: int | None
 ) -> None:
-    """``two_programs``: capped registers and twice the programs before K stops splitting, for
-    x tiles up to 64 rows (a 128-row tile would spill under the cap: one program an SM)."""
+    """Capped registers (two programs an SM) only for tiles that fill 70% of twice the SMs with
+    K unsplit (gate_up's 224 at 132 SMs, not 128) and x tiles up to 64 rows (a 128-row tile
+    would spill under the cap)."""
     from kvserve.kernels.fp4_async_choice import async_config
 
-    cfg = async_config(m, n, k, num_sms=132, bits=True, two_programs=True)
+    cfg = async_config(m, n, k, num_sms=132)
     assert (cfg.split_k, cfg.max_registers, cfg.bits) == (split, max_registers, True)
 
 
-def test_fp4_async_gemm_takes_mxfp4_scales_up_to_two_to_the_nine() -> None:
-    """E8M0 exponent 136 = 2**9 is the kernel's largest; NVFP4's scales always fit. K must be a
+@pytest.mark.parametrize(
+    ("mode", "n", "num_sms", "takes"),
+    [("auto", 28672, 132, True), ("auto", 6144, 132, False), ("auto", 12288, 132, True),
+     ("auto", 11776, 132, False), ("auto", 6144, 60, True), ("1", 6144, 132, True),
+     ("0", 28672, 132, False)],
+)  # fmt: skip
+def test_fp4_async_auto_takes_only_gemms_whose_tiles_fill_the_sms_unsplit(
+    mode: str, n: int, num_sms: int, takes: bool
+) -> None:
+    """``KVSERVE_FP4_ASYNC=auto``: 128-row W tiles at least 70% of the SMs (92.4 of 132: 96
+    tiles of N 12288 yes, 92 of 11776 no), at any rows of the range; ``1`` takes every one."""
+    from kvserve.kernels.fp4_async_choice import mode_takes_shape
+
+    for m in (17, 64, 128):
+        assert mode_takes_shape(mode, m, n, num_sms) is takes
+
+
+def test_fp4_async_mode_refuses_other_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvserve.errors import ConfigError
+    from kvserve.kernels import fp4_async_choice
+
+    for value, mode in (("auto", "auto"), ("1", "1"), ("0", "0")):
+        monkeypatch.setenv(fp4_async_choice.ASYNC_ENV, value)
+        fp4_async_choice.async_gemm_mode.cache_clear()
+        assert fp4_async_choice.async_gemm_mode() == mode
+    monkeypatch.setenv(fp4_async_choice.ASYNC_ENV, "on")
+    fp4_async_choice.async_gemm_mode.cache_clear()
+    with pytest.raises(ConfigError, match="KVSERVE_FP4_ASYNC='on'"):
+        fp4_async_choice.async_gemm_mode()
+    fp4_async_choice.async_gemm_mode.cache_clear()
+
+
+@pytest.mark.parametrize(("bits", "largest"), [(False, 136), (True, 128)])
+def test_fp4_async_gemm_takes_mxfp4_scales_up_to_its_decodes_largest(
+    bits: bool, largest: int
+) -> None:
+    """E8M0 exponent 136 = 2**9 is the e4m3 trick's largest, 128 = 2**1 bit placement's (its
+    scale takes 2**8 more, so exponent 0 stays exact); NVFP4's scales always fit. K must be a
     multiple of 128 and W's rows word-aligned (checked once, at load)."""
     from kvserve.kernels.fp4_async_choice import weight_fits
 
     packed = torch.zeros(4, 128, dtype=torch.uint8)  # K = 256
-    exponents = torch.full((4, 8), 127, dtype=torch.uint8)
-    assert weight_fits(packed, exponents)
-    exponents[2, 5] = 136
-    assert weight_fits(packed, exponents)
-    exponents[3, 0] = 137
-    assert not weight_fits(packed, exponents)
-    assert weight_fits(packed, torch.full((4, 16), 448.0).to(torch.float8_e4m3fn))
+    exponents = torch.zeros(4, 8, dtype=torch.uint8)
+    assert weight_fits(packed, exponents, bits)
+    exponents[2, 5] = largest
+    assert weight_fits(packed, exponents, bits)
+    exponents[3, 0] = largest + 1
+    assert not weight_fits(packed, exponents, bits)
+    assert weight_fits(packed, torch.full((4, 16), 448.0).to(torch.float8_e4m3fn), bits)
     nvfp4_k192 = torch.ones(4, 12).to(torch.float8_e4m3fn)
-    assert not weight_fits(torch.zeros(4, 96, dtype=torch.uint8), nvfp4_k192)
+    assert not weight_fits(torch.zeros(4, 96, dtype=torch.uint8), nvfp4_k192, bits)
     unaligned = torch.zeros(4, 130, dtype=torch.uint8)[:, 1:129]
-    assert not weight_fits(unaligned, torch.full((4, 8), 127, dtype=torch.uint8))
+    assert not weight_fits(unaligned, torch.full((4, 8), 127, dtype=torch.uint8), bits)
 
 
 def test_fp4_async_decode_moves_every_code_pair_from_f16_to_bf16_exactly() -> None:

@@ -4,23 +4,26 @@ it: its settings, the steps and weights it takes, and its split of K."""
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
 
 from kvserve.config import env_switch
-from kvserve.kernels.fp4_async_decode import CODE_UNIT_LOG2, HAS_GLUON, STEP_K
+from kvserve.errors import ConfigError
+from kvserve.kernels.fp4_async_decode import HAS_GLUON, STEP_K, W_ROWS_A_WARP, max_e8m0
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, group_size_of
 from kvserve.kernels.fp4_tile import MAX_BLOCK_M, block_m_for, code_words
 
 ASYNC_ENV = "KVSERVE_FP4_ASYNC"
 BITS_ENV = "KVSERVE_FP4_ASYNC_BITS"
-TWO_PROGRAMS_ENV = "KVSERVE_FP4_ASYNC_TWO_PROGRAMS"
+# never; only GEMMs whose W tiles fill the SMs unsplit; every step in the row range
+ASYNC_MODES = ("0", "auto", "1")
 # Rows of x the default hands this kernel (with ``KVSERVE_FP4_ASYNC=1``): past the 16 rows where
 # the Triton kernel's mma.sync (W as B) is its best case, up to one 128-row x tile.
 ASYNC_MIN_ROWS, ASYNC_MAX_ROWS = 17, MAX_BLOCK_M
-# The largest MXFP4 scale exponent the kernel takes (``CODE_UNIT_LOG2``)
-MAX_E8M0 = 254 - CODE_UNIT_LOG2
+# Programs that fill this share of the places on the SMs need no split of K
+_FILLED_SHARE = 0.7
 _MIN_STEPS_PER_SPLIT = 4
 # A thread's registers for two 8-warp programs an SM (2 x 256 x 128 = the SM's 64K): ptxas fits
 # the K loop of x tiles up to 64 rows in them without spills (190 uncapped: one program an SM,
@@ -36,31 +39,36 @@ def two_programs_fit(rows: int) -> bool:
 @dataclass(frozen=True)
 class AsyncGemmConfig:
     split_k: int = 1
-    num_warps: int = 8  # 16 rows of W a warp: the W tile is 16 * num_warps rows
+    num_warps: int = 8  # the W tile is W_ROWS_A_WARP * num_warps rows
     stages: int = 4  # ring slots: copies run stages - 2 steps ahead
-    bits: bool = False  # the bit-placing W decode
+    bits: bool = True  # the bit-placing W decode
     max_registers: int | None = None  # TWO_PROGRAMS_REGISTERS: two programs an SM
 
 
 @functools.cache
 def async_bits_enabled() -> bool:
-    """``KVSERVE_FP4_ASYNC_BITS``: 1 decodes W by placing its codes' bits into bf16
-    (``_FP4_WORD_TO_BF16_BITS``); 0 (the default) by the e4m3 trick."""
-    return env_switch(BITS_ENV, default=False)
+    """``KVSERVE_FP4_ASYNC_BITS``: 1 (the default) decodes W by placing its codes' bits into
+    bf16 (``_FP4_WORD_TO_BF16_BITS``; faster in every shape of s75's H100 sweep); 0 by the
+    e4m3 trick."""
+    return env_switch(BITS_ENV, default=True)
 
 
 @functools.cache
-def async_two_programs_enabled() -> bool:
-    """``KVSERVE_FP4_ASYNC_TWO_PROGRAMS``: 1 caps a thread at ``TWO_PROGRAMS_REGISTERS`` for x
-    tiles up to 64 rows, so two programs share an SM; 0 (the default) leaves ptxas uncapped."""
-    return env_switch(TWO_PROGRAMS_ENV, default=False)
+def async_gemm_mode() -> str:
+    """``KVSERVE_FP4_ASYNC``: which FP4 steps of 17-128 rows (Hopper, bf16 activations) run on
+    this kernel instead of the Triton one (``fp4_gemm.py``): ``0`` (the default) none;
+    ``auto`` those whose W tiles fill the SMs with K unsplit (where it was faster on the H100,
+    s75: Llama-3-8B's gate_up); ``1`` all of them."""
+    value = os.environ.get(ASYNC_ENV, "0")
+    if value not in ASYNC_MODES:
+        raise ConfigError(f"{ASYNC_ENV}={value!r}: expected one of {', '.join(ASYNC_MODES)}")
+    return value
 
 
-@functools.cache
 def async_gemm_enabled() -> bool:
-    """``KVSERVE_FP4_ASYNC``: 1 runs FP4 steps of 17-128 rows on this kernel (Hopper, bf16
-    activations); 0 (the default) on the Triton kernel (``fp4_gemm.py``)."""
-    return env_switch(ASYNC_ENV, default=False)
+    """Whether ``KVSERVE_FP4_ASYNC`` lets this kernel take any step (weights are checked for it
+    at load only then)."""
+    return async_gemm_mode() != "0"
 
 
 @functools.cache
@@ -79,33 +87,55 @@ def async_gemm_takes(x: torch.Tensor, rows: int) -> bool:
     )
 
 
-def weight_fits(packed: torch.Tensor, block_scale: torch.Tensor) -> bool:
-    """An FP4 weight this kernel can take: K a multiple of 128, its rows word-aligned, and its
-    block scales in range (NVFP4's always, MXFP4's up to 2**9). A host sync: call once per
-    weight, at load."""
+def weight_fits(packed: torch.Tensor, block_scale: torch.Tensor, bits: bool) -> bool:
+    """An FP4 weight this kernel can take with the ``bits`` decode or not: K a multiple of 128,
+    its rows word-aligned, and its block scales in range (NVFP4's always, MXFP4's up to 2**9,
+    2**1 with ``bits``: ``max_e8m0``). A host sync: call once per weight, at load."""
     k = packed.shape[-1] * 2
     if k % STEP_K or code_words(packed).dtype != torch.int32:
         return False
     if group_size_of(block_scale) != MXFP4_GROUP:
         return True
-    return block_scale.numel() == 0 or int(block_scale.max()) <= MAX_E8M0
+    return block_scale.numel() == 0 or int(block_scale.max()) <= max_e8m0(bits)
+
+
+def _tiles(m: int, n: int, num_warps: int) -> int:
+    return -(-m // block_m_for(m)) * -(-n // (W_ROWS_A_WARP * num_warps))
 
 
 def async_config(
-    m: int, n: int, k: int, *, num_sms: int = 132, bits: bool = False, two_programs: bool = False
+    m: int, n: int, k: int, *, num_sms: int = 132, bits: bool = True
 ) -> AsyncGemmConfig:
-    """One program an SM (the kernel's registers allow no more), or two with ``two_programs``
-    and x tiles up to 64 rows: K split until the programs fill 70% of those places, each split
-    keeping four or more K steps (the loop's unrolled iteration). The best splits at one program
-    an SM on an H100 (s74, 32 and 64 rows of Llama-3-8B): qkv's 48 tiles 2 (96 programs; 4 was
-    20% slower), o's and down's 32 tiles 4, gate_up's 224 tiles 1."""
-    two = two_programs and two_programs_fit(m)
-    tiles = -(-m // block_m_for(m)) * -(-n // (16 * AsyncGemmConfig.num_warps))
+    """K split until the programs, one an SM, fill 70% of the SMs, each split keeping four or
+    more K steps (the loop's unrolled iteration); tiles that fill 70% of twice the SMs unsplit
+    run two programs an SM (``TWO_PROGRAMS_REGISTERS``) when the x tile fits the cap. On an
+    H100 (s74-s75, 32 and 64 rows of Llama-3-8B): qkv's 48 tiles best split 2 (4 was 20%
+    slower), o's and down's 32 tiles 4, each slower at two programs; gate_up's 224 tiles
+    unsplit, 7-9% faster at two programs."""
+    tiles = _tiles(m, n, AsyncGemmConfig.num_warps)
     steps = k // STEP_K
     split = 1
-    places = num_sms * (2 if two else 1)
-    while tiles * split < 0.7 * places and steps // (2 * split) >= _MIN_STEPS_PER_SPLIT:
+    while tiles * split < _FILLED_SHARE * num_sms and steps // (2 * split) >= _MIN_STEPS_PER_SPLIT:
         split *= 2
+    two = split == 1 and two_programs_fit(m) and tiles >= _FILLED_SHARE * 2 * num_sms
     return AsyncGemmConfig(
         split_k=split, bits=bits, max_registers=TWO_PROGRAMS_REGISTERS if two else None
     )
+
+
+def mode_takes_shape(mode: str, m: int, n: int, num_sms: int) -> bool:
+    """Whether ``KVSERVE_FP4_ASYNC``'s ``mode`` hands this kernel an [m, K] x [K, n] GEMM of a
+    weight it takes: ``auto`` only when the W tiles fill the SMs with K unsplit (s75's H100
+    sweep: faster than the Triton kernel there, up to 24%, and mostly slower where K splits)."""
+    if mode == "auto":
+        return _tiles(m, n, AsyncGemmConfig.num_warps) >= _FILLED_SHARE * num_sms
+    return mode == "1"
+
+
+def async_choice(x: torch.Tensor, n: int, k: int, num_sms: int) -> AsyncGemmConfig | None:
+    """This kernel's launch for x [m, k] times an [n, k] weight that ``weight_fits``, by the
+    settings; None when the Triton kernel takes it."""
+    m = x.shape[0]
+    if not (async_gemm_takes(x, m) and mode_takes_shape(async_gemm_mode(), m, n, num_sms)):
+        return None
+    return async_config(m, n, k, num_sms=num_sms, bits=async_bits_enabled())

@@ -36,7 +36,8 @@ except ImportError:  # CPU-only install
 
 STEP_K = 128  # K a step
 STEP = gl.constexpr(STEP_K) if HAS_GLUON else STEP_K
-ROWS_A_WARP = gl.constexpr(16) if HAS_GLUON else 16  # rows of W a warp owns in wgmma's A layout
+W_ROWS_A_WARP = 16  # rows of W a warp owns in wgmma's A layout
+ROWS_A_WARP = gl.constexpr(W_ROWS_A_WARP) if HAS_GLUON else W_ROWS_A_WARP
 
 
 def jit(fn):  # noqa: ANN001, ANN202
@@ -106,14 +107,26 @@ _FP4_WORD_TO_BF16_BITS = (
     if HAS_GLUON
     else None
 )
-# The bit placement's codes are worth value * 2**-126, 2**8 less than the e4m3 trick's: the
-# products are worth value * 2**-8, and the sum is scaled back by 2**8 once, after the K loop
-BITS_SUM_SCALE = gl.constexpr(256.0) if HAS_GLUON else 256.0
+# The bit placement's codes are worth value * 2**-126, 2**8 less than the e4m3 trick's. An E8M0
+# scale takes the 2**8 back (unit 2**126: the products are exact, down to E8M0 exponent 0, where
+# 2**-118 would leave them below bf16's smallest subnormal); an e4m3 scale times 2**126 would
+# overflow, so NVFP4's products stay worth value * 2**-8 and the sum is scaled back by 2**8 once,
+# after the K loop.
+BITS_UNIT_LOG2 = 8
+BITS_SUM_SCALE = gl.constexpr(2.0**BITS_UNIT_LOG2) if HAS_GLUON else 2.0**BITS_UNIT_LOG2
 # 2**118 (the unit of the e4m3 trick's codes, above) folded into the scales: NVFP4's e4m3 scale
 # times it stays below bf16's largest (448 * 2**118 < 2**127); MXFP4's E8M0 scale 2**(e - 127)
-# times it is bf16 with exponent field e + 118, exact up to e = 136 (checked by the caller).
+# times it (times 2**8 more with ``BITS``) is bf16 with exponent field e + 118 (+ 8), exact up to
+# e = 136 (128 with ``BITS``; ``max_e8m0``, checked by the caller).
 CODE_UNIT_LOG2 = 118
 _CODE_UNIT = gl.constexpr(CODE_UNIT_LOG2) if HAS_GLUON else CODE_UNIT_LOG2
+_BITS_UNIT = gl.constexpr(BITS_UNIT_LOG2) if HAS_GLUON else BITS_UNIT_LOG2
+
+
+def max_e8m0(bits: bool) -> int:
+    """The largest MXFP4 scale exponent the kernel takes with or without ``bits``: the scale's
+    bf16 exponent field (e plus the code unit) at most 254."""
+    return 254 - CODE_UNIT_LOG2 - (BITS_UNIT_LOG2 if bits else 0)
 
 
 @jit
@@ -129,7 +142,10 @@ def decode_step(q, s, SCALE_E8M0: gl.constexpr, BITS: gl.constexpr, A_LAYOUT: gl
         pack=1,
     )
     if SCALE_E8M0:
-        f = ((s.to(gl.int32) + _CODE_UNIT) << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
+        exponent = s.to(gl.int32) + _CODE_UNIT
+        if BITS:
+            exponent = exponent + _BITS_UNIT
+        f = (exponent << 7).to(gl.int16).to(gl.bfloat16, bitcast=True)
     else:
         f = (s.to(gl.float8e4nv, bitcast=True).to(gl.float32) * 2.0**_CODE_UNIT).to(gl.bfloat16)
     # a code (at most 2 significant bits) times a scale (at most 4) is exact in bf16

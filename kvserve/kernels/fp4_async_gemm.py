@@ -209,7 +209,7 @@ def _fp4_async_kernel(
             acc, tile, gl.program_id(2), gl.num_programs(2), ws_ptr, counter_ptr
         )
     if DIRECT or last:
-        if BITS:
+        if BITS and not SCALE_E8M0:  # the products were worth 2**-8 of W x (NVFP4 only)
             acc = acc * BITS_SUM_SCALE
         if HAS_ROW_SCALE:
             acc = acc * gl.load(rs_ptr + rn, mask=rn < N, other=0.0)[:, None]

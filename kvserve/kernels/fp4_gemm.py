@@ -28,14 +28,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
-from kvserve.kernels.fp4_async_choice import (
-    AsyncGemmConfig,
-    async_bits_enabled,
-    async_config,
-    async_gemm_enabled,
-    async_gemm_takes,
-    async_two_programs_enabled,
-)
+from kvserve.kernels.fp4_async_choice import AsyncGemmConfig, async_choice
 from kvserve.kernels.fp4_async_gemm import fp4_async_linear
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
 from kvserve.kernels.fp4_reference import NVFP4_GROUP, fp4_linear_reference, group_size_of
@@ -237,10 +230,11 @@ def fp4_linear(
     ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``, with
     programmatic dependent launch if ``pdl``; a ``DequantGemmConfig`` dequantizes W and runs
     cuBLAS (``fp4_dequantize.py``); an ``AsyncGemmConfig`` the Gluon kernel of
-    ``fp4_async_gemm.py``, which the default picks with ``KVSERVE_FP4_ASYNC=1`` for the steps
-    it takes, of a weight the caller found it takes at load (``async_weight``, from
-    ``fp4_async_choice.weight_fits``). ``gated`` (the GEMV only): W is a gate/up stack and
-    the result silu(gate) * up, [..., N / 2] (``word_gemv.launch_word_gemv``)."""
+    ``fp4_async_gemm.py``, which the default picks by ``KVSERVE_FP4_ASYNC``
+    (``fp4_async_choice.async_choice``) for a weight the caller found it takes at load
+    (``async_weight``, from ``fp4_async_choice.weight_fits``). ``gated`` (the GEMV only): W is
+    a gate/up stack and the result silu(gate) * up, [..., N / 2]
+    (``word_gemv.launch_word_gemv``)."""
     group = _check(x, packed, block_scale, row_scale)
     on_reference = x.device.type == "cpu" and not interpreting()
     if gated and (bias is not None or on_reference):
@@ -257,11 +251,8 @@ def fp4_linear(
     out = torch.empty(m, n // 2 if gated else n, dtype=x.dtype, device=x.device)
     if m and n:
         cfg = config
-        if cfg is None and async_weight and async_gemm_enabled() and async_gemm_takes(x2, m):
-            cfg = async_config(
-                m, n, k, num_sms=sm_count(x.device), bits=async_bits_enabled(),
-                two_programs=async_two_programs_enabled(),
-            )  # fmt: skip
+        if cfg is None and async_weight:
+            cfg = async_choice(x2, n, k, num_sms=sm_count(x.device))
         cfg = cfg or default_config(m, n, k, num_sms=sm_count(x.device), group=group)
         if gated and not isinstance(cfg, GemvConfig):
             raise ValueError(f"fp4_linear: only the GEMV applies the SiLU-mul, not {cfg}")

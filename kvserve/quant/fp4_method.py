@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvserve.errors import ModelLoadError
-from kvserve.kernels.fp4_async_choice import async_gemm_enabled, weight_fits
+from kvserve.kernels.fp4_async_choice import async_bits_enabled, async_gemm_enabled, weight_fits
 from kvserve.kernels.fp4_gemm import GEMV_MAX_ROWS, fp4_linear
 from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.quant.method import SixteenBitInput, copy_checked, shard_rows, unknown_param
@@ -137,7 +137,9 @@ class Fp4LinearMethod(SixteenBitInput):
 def _mark_async_weight(layer: Linear) -> None:
     """Whether the asynchronous GEMM takes this weight, found once at load; only with the
     setting on, since the check reads the scales back (a host sync a layer)."""
-    fits = async_gemm_enabled() and weight_fits(layer.weight_packed, layer.weight_scale)
+    fits = async_gemm_enabled() and weight_fits(
+        layer.weight_packed, layer.weight_scale, bits=async_bits_enabled()
+    )
     layer.__dict__[_ASYNC_WEIGHT] = fits
 
 

@@ -6,6 +6,8 @@ Gluon)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -14,6 +16,7 @@ pytest.importorskip("triton")
 from kernel_test_device import DEVICE  # noqa: E402
 from test_fp4_gemm import activations, check, fp4_weight  # noqa: E402
 
+from kvserve.kernels.fp4_async_decode import max_e8m0  # noqa: E402
 from kvserve.kernels.fp4_async_gemm import HAS_GLUON, fp4_async_linear  # noqa: E402
 
 pytestmark = [
@@ -70,9 +73,11 @@ def test_other_decode_and_register_cap_match_reference(
 
 
 @pytest.mark.parametrize("bits", [False, True])
-@pytest.mark.parametrize("exponent", [0, 60, 127, 136])
-def test_mxfp4_scales_across_their_range(exponent: int, bits: bool) -> None:
-    """E8M0 exponents from the smallest to the largest the kernel takes (2**-127 .. 2**9)."""
+@pytest.mark.parametrize("exponent", [0, 60, 127, None])
+def test_mxfp4_scales_across_their_range(exponent: int | None, bits: bool) -> None:
+    """E8M0 exponents from the smallest to the largest the decode takes (None): 2**-127 ..
+    2**9 (e4m3 trick), 2**1 (bit placement)."""
+    exponent = max_e8m0(bits) if exponent is None else exponent
     n, k = 128, 256
     packed, _, _ = fp4_weight("mxfp4", n, k)
     scales = torch.full((n, k // 32), exponent, dtype=torch.uint8, device=DEVICE)
@@ -95,15 +100,22 @@ def test_replays_in_a_cuda_graph_with_split_k() -> None:
         check(out, x, weight)
 
 
+@pytest.mark.parametrize(("mode", "wide", "taken"),
+                         [("1", False, [17, 64, 128]), ("auto", False, []),
+                          ("auto", True, [17, 64, 128]), ("0", True, [])])  # fmt: skip
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_fp4_linear_takes_it_when_switched_on(fmt: str, monkeypatch) -> None:  # noqa: ANN001
-    """``KVSERVE_FP4_ASYNC=1`` and a weight found to fit at load: fp4_linear's default is this
-    kernel at 17-128 rows (same result as the reference), and never for a weight not vouched for."""
+def test_fp4_linear_takes_it_by_the_setting(
+    fmt: str, mode: str, wide: bool, taken: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``KVSERVE_FP4_ASYNC`` and a weight found to fit at load: fp4_linear's default is this
+    kernel at 17-128 rows (same result as the reference) for every weight (``1``), for one whose
+    W tiles fill 70% of the SMs (``auto``: ``wide``), and never for a weight not vouched for."""
     from kvserve.kernels import fp4_async_choice, fp4_gemm
+    from kvserve.kernels._triton import sm_count
     from kvserve.kernels.fp4_gemm import fp4_linear
 
-    monkeypatch.setenv(fp4_async_choice.ASYNC_ENV, "1")
-    fp4_async_choice.async_gemm_enabled.cache_clear()
+    monkeypatch.setenv(fp4_async_choice.ASYNC_ENV, mode)
+    fp4_async_choice.async_gemm_mode.cache_clear()
     calls = []
 
     def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -111,10 +123,11 @@ def test_fp4_linear_takes_it_when_switched_on(fmt: str, monkeypatch) -> None:  #
         return fp4_async_linear(*args, **kwargs)
 
     monkeypatch.setattr(fp4_gemm, "fp4_async_linear", counted)
-    weight = fp4_weight(fmt, 512, 1024)
+    n = 128 * math.ceil(0.7 * sm_count(DEVICE)) if wide else 512
+    weight = fp4_weight(fmt, n, 256)
     for m in (16, 17, 64, 128, 129):
-        x = activations(m, 1024, torch.bfloat16)
+        x = activations(m, 256, torch.bfloat16)
         check(fp4_linear(x, *weight, async_weight=True), x, weight)
         check(fp4_linear(x, *weight), x, weight)
-    fp4_async_choice.async_gemm_enabled.cache_clear()
-    assert calls == [17, 64, 128]
+    fp4_async_choice.async_gemm_mode.cache_clear()
+    assert calls == taken
