@@ -56,19 +56,19 @@ def async_bits_enabled() -> bool:
 @functools.cache
 def async_gemm_mode() -> str:
     """``KVSERVE_FP4_ASYNC``: which FP4 steps of 17-128 rows (Hopper, bf16 activations) run on
-    this kernel instead of the Triton one (``fp4_gemm.py``): ``0`` (the default) none;
-    ``auto`` those whose W tiles fill the SMs with K unsplit (where it was faster on the H100,
+    this kernel instead of the Triton one (``fp4_gemm.py``): ``0`` none; ``auto`` (the
+    default) those whose W tiles fill the SMs with K unsplit (where it was faster on the H100,
     s75: Llama-3-8B's gate_up); ``1`` all of them."""
-    value = os.environ.get(ASYNC_ENV, "0")
+    value = os.environ.get(ASYNC_ENV, "auto")
     if value not in ASYNC_MODES:
         raise ConfigError(f"{ASYNC_ENV}={value!r}: expected one of {', '.join(ASYNC_MODES)}")
     return value
 
 
-def async_gemm_enabled() -> bool:
-    """Whether ``KVSERVE_FP4_ASYNC`` lets this kernel take any step (weights are checked for it
-    at load only then)."""
-    return async_gemm_mode() != "0"
+def async_gemm_enabled(device: torch.device) -> bool:
+    """Whether this kernel may take any step on ``device``: Gluon, a Hopper GPU and
+    ``KVSERVE_FP4_ASYNC`` not 0 (weights are checked for it at load only then)."""
+    return HAS_GLUON and _on_hopper(device) and async_gemm_mode() != "0"
 
 
 @functools.cache

@@ -135,9 +135,9 @@ class Fp4LinearMethod(SixteenBitInput):
 
 
 def _mark_async_weight(layer: Linear) -> None:
-    """Whether the asynchronous GEMM takes this weight, found once at load; only with the
-    setting on, since the check reads the scales back (a host sync a layer)."""
-    fits = async_gemm_enabled() and weight_fits(
+    """Whether the asynchronous GEMM takes this weight, found once at load; only where it may
+    run, since the check reads the scales back (a host sync a layer)."""
+    fits = async_gemm_enabled(layer.weight_packed.device) and weight_fits(
         layer.weight_packed, layer.weight_scale, bits=async_bits_enabled()
     )
     layer.__dict__[_ASYNC_WEIGHT] = fits
