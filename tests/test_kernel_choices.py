@@ -337,15 +337,31 @@ def test_fp4_async_gemm_runs_two_programs_an_sm_where_its_tiles_fill_twice_the_s
      ("auto", 11776, 132, False), ("auto", 6144, 60, True), ("1", 6144, 132, True),
      ("0", 28672, 132, False)],
 )  # fmt: skip
-def test_fp4_async_auto_takes_only_gemms_whose_tiles_fill_the_sms_unsplit(
+def test_fp4_async_auto_takes_gemms_whose_tiles_fill_the_sms_unsplit(
     mode: str, n: int, num_sms: int, takes: bool
 ) -> None:
     """``KVSERVE_FP4_ASYNC=auto``: 128-row W tiles at least 70% of the SMs (92.4 of 132: 96
-    tiles of N 12288 yes, 92 of 11776 no), at any rows of the range; ``1`` takes every one."""
+    tiles of N 12288 yes, 92 of 11776 no), at any rows of the range (K 512: no split of 16
+    steps); ``1`` takes every one."""
     from kvserve.kernels.fp4_async_choice import mode_takes_shape
 
     for m in (17, 64, 128):
-        assert mode_takes_shape(mode, m, n, num_sms) is takes
+        assert mode_takes_shape(mode, m, n, 512, num_sms) is takes
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "takes"),
+    [(128, 4096, 14336, True), (96, 6144, 4096, True), (128, 4096, 4096, False),
+     (64, 4096, 14336, False), (64, 6144, 4096, False)],
+)  # fmt: skip
+def test_fp4_async_auto_takes_long_splits_at_128_row_x_tiles(
+    m: int, n: int, k: int, takes: bool
+) -> None:
+    """At 65-128 rows (one 128-row x tile) ``auto`` also takes a GEMM whose split keeps 16 K
+    steps or more: Llama-3-8B's down (28) and qkv (16), not o (8); at 64 rows none."""
+    from kvserve.kernels.fp4_async_choice import mode_takes_shape
+
+    assert mode_takes_shape("auto", m, n, k, 132) is takes
 
 
 def test_fp4_async_mode_refuses_other_values(monkeypatch: pytest.MonkeyPatch) -> None:
