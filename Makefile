@@ -27,7 +27,8 @@ install: $(STAMP)
 INTERPRETED_KERNEL_TESTS := tests/gpu/test_word_gemv.py tests/gpu/test_skinny_gemm.py \
 	tests/gpu/test_fp8_skinny_gemm.py tests/gpu/test_fused_moe.py \
 	tests/gpu/test_fused_moe_quant.py tests/gpu/test_fp4_gemm.py tests/gpu/test_fp8_kv_kernels.py \
-	tests/gpu/test_attention_kernels.py tests/gpu/test_rmsnorm_fp8.py tests/gpu/test_fp8_block_gemm.py
+	tests/gpu/test_attention_kernels.py tests/gpu/test_rmsnorm_fp8.py tests/gpu/test_fp8_block_gemm.py \
+	tests/gpu/test_fp4_x_permute.py
 # all of them but the FP4 GEMM's slowest cases (whole Llama shapes, every candidate config, and
 # its GEMV cases, which test_word_gemv covers), the bf16 MoE's 256- and 512-token steps, and the
 # attention tests other than decode (prefill's take longer than the rest together) and its bf16

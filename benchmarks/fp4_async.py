@@ -101,15 +101,20 @@ def variants(
     stages: tuple[int, ...] = STAGES,
     decodes: tuple[bool, ...] = (False, True),
     registers: tuple[int | None, ...] = (None, TWO_PROGRAMS_REGISTERS),
+    permutes: tuple[bool, ...] = (False,),
 ) -> list[tuple[str, dict[str, Any]]]:
     """(name, ``fp4_async_linear`` keywords) of each setting to check or time, at 8 warps:
-    ``bits`` the bit-placing decode, ``regs 128`` two programs an SM."""
+    ``bits`` the bit-placing decode, ``regs 128`` two programs an SM, ``tperm`` x permuted by
+    the Triton kernel (``fp4_x_permute``) instead of torch's copy."""
     out = []
-    for split, slots, bits, regs in itertools.product(splits, stages, decodes, registers):
+    for split, slots, bits, regs, tperm in itertools.product(
+        splits, stages, decodes, registers, permutes
+    ):
         name = f"split {split} warps {WARPS[0]} stages {slots}" + (" bits" if bits else "")
-        name += f" regs {regs}" if regs else ""
+        name += (f" regs {regs}" if regs else "") + (" tperm" if tperm else "")
         out.append((name, {"split_k": split, "num_warps": WARPS[0], "stages": slots,
-                           "bits": bits, "max_registers": regs}))  # fmt: skip
+                           "bits": bits, "max_registers": regs,
+                           "triton_permute": tperm}))  # fmt: skip
     return out
 
 
@@ -162,8 +167,9 @@ def best_by_family(row: dict[str, Any]) -> dict[str, float]:
     for key, value in row.items():
         if isinstance(value, dict) and "rel_err" in value:
             family = ("bits" if " bits" in key else "e4m3") + (
-                f" regs {key.split(' regs ')[1]}" if " regs " in key else ""
+                f" regs {key.split(' regs ')[1].split()[0]}" if " regs " in key else ""
             )
+            family += " tperm" if key.endswith(" tperm") else ""
             best[family] = round(min(best.get(family, float("inf")), value["us"]), 1)
     return best
 
@@ -181,6 +187,7 @@ def main() -> None:
     ap.add_argument("--registers", default=f"0,{TWO_PROGRAMS_REGISTERS}",
                     help="register caps a thread to time (0: none)")  # fmt: skip
     ap.add_argument("--splits", default=",".join(map(str, SPLITS)))
+    ap.add_argument("--permutes", default="torch", help="x's permutations to time: torch, triton")
     ap.add_argument("--sass", action="store_true", help="only the sm_90 K loops (no GPU needed)")
     args = ap.parse_args()
     if args.sass:
@@ -202,11 +209,14 @@ def main() -> None:
     decodes = tuple(d == "bits" for d in args.decodes.split(","))
     registers = tuple(int(r) or None for r in args.registers.split(","))
     stages = tuple(map(int, args.stages.split(",")))
-    settings = variants(tuple(map(int, args.splits.split(","))), stages, decodes, registers)
+    permutes = tuple(p == "triton" for p in args.permutes.split(","))
+    settings = variants(
+        tuple(map(int, args.splits.split(","))), stages, decodes, registers, permutes
+    )
     checks = [
         c
         for fmt in args.formats.split(",")
-        for c in check(fmt, variants((1, 3), stages, decodes, registers))
+        for c in check(fmt, variants((1, 3), stages, decodes, registers, permutes))
     ]
     bad = [c for c in checks if not c["ok"]]
     print(f"checks: {len(checks) - len(bad)} of {len(checks)} within {CHECK_TOL}; worst "

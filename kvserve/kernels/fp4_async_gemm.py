@@ -37,6 +37,7 @@ from kvserve.kernels.fp4_async_decode import (
 )
 from kvserve.kernels.fp4_reference import group_size_of
 from kvserve.kernels.fp4_tile import block_m_for, code_words
+from kvserve.kernels.fp4_x_permute import permute_x_steps_triton
 from kvserve.kernels.skinny_gemm import SplitLaunch
 
 if HAS_GLUON:
@@ -257,6 +258,7 @@ def fp4_async_linear(
     stages: int = 4,
     bits: bool = False,
     max_registers: int | None = None,
+    triton_permute: bool = False,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
@@ -264,7 +266,9 @@ def fp4_async_linear(
     136, ``CODE_UNIT_LOG2``): the caller checks the weight once (``weight_fits``), as its scales
     take a host sync. ``bits``: codes decoded by placing their bits (``_FP4_WORD_TO_BF16_BITS``)
     instead of the e4m3 trick. ``max_registers``: ptxas's cap a thread (``maxnreg``); at 128
-    two 8-warp programs share an SM (``TWO_PROGRAMS_REGISTERS``)."""
+    two 8-warp programs share an SM (``TWO_PROGRAMS_REGISTERS``). ``triton_permute``: x
+    permuted by one Triton kernel (``fp4_x_permute``) instead of torch's strided copy; untimed
+    (s75), so not the default."""
     group = group_size_of(block_scale)
     m, k = x.shape
     n = packed.shape[0]
@@ -273,7 +277,7 @@ def fp4_async_linear(
     words = code_words(packed)
     if words.dtype != torch.int32:
         raise ValueError("fp4_async_linear: W's rows must be word-aligned")
-    x = permute_x_steps(x, bits)
+    x = permute_x_steps_triton(x, bits) if triton_permute else permute_x_steps(x, bits)
     block_m = block_m_for(m)
     x_desc = TensorDescriptor.from_tensor(x, [block_m, STEP_K], _X_SMEM)
     if out is None:

@@ -31,6 +31,7 @@ def _build(
     stages: int = 4,
     bits: bool = False,
     max_registers: int | None = None,
+    triton_permute: bool = False,
 ) -> None:
     x = torch.zeros(rows, K, dtype=torch.bfloat16)
     packed = torch.zeros(N, K // 2, dtype=torch.uint8)
@@ -40,8 +41,16 @@ def _build(
         scales, row_scale = torch.zeros(N, K // 16, dtype=torch.float8_e4m3fn), torch.ones(N)
     fp4_async_linear(
         x, packed, scales, row_scale, split_k=split_k, num_warps=warps, stages=stages, bits=bits,
-        max_registers=max_registers,
+        max_registers=max_registers, triton_permute=triton_permute,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("bits", [False, True])
+def test_builds_with_x_permuted_by_its_triton_kernel(compile_only: list, bits: bool) -> None:
+    """x's permutation (``fp4_x_permute``) and the GEMM: two kernels, neither spilling."""
+    _build(64, "nvfp4", 8, 4, bits=bits, triton_permute=True)
+    assert [c.name for c in compile_only] == ["_permute_x_steps_kernel", "_fp4_async_kernel"]
+    assert stack_bytes(compile_only) == [0, 0]
 
 
 # (rows of x, warps, ring slots): each x tile at the default 8 warps and 4 slots, and the 64-row

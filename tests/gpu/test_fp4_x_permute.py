@@ -1,0 +1,61 @@
+"""The Triton kernel that puts x's columns in the asynchronous FP4 GEMM's K-step permutation
+(``fp4_x_permute``) against the torch reference (``fp4_async_decode.permute_x_steps``), for both
+W decodes' permutations; and the GEMM with it. Runs under Triton's interpreter too (not bf16)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
+
+from kvserve.kernels.fp4_async_decode import permute_x_steps  # noqa: E402
+from kvserve.kernels.fp4_x_permute import permute_x_steps_triton  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, BF16_UNLESS_INTERPRETED])
+@pytest.mark.parametrize("bits", [False, True])
+@pytest.mark.parametrize(("m", "k"), [(1, 128), (5, 384), (64, 4096), (17, 2176), (3, 14336)])
+def test_matches_the_torch_permutation(m: int, k: int, bits: bool, dtype: torch.dtype) -> None:
+    """K of one step to 112 (Llama-3-8B's down), K past the program's 2048-column block and not
+    a multiple of it (2176, 14336 = 7 blocks); every column is a distinct value, so a wrong or
+    missed column shows."""
+    x = torch.arange(m * k, device=DEVICE).reshape(m, k)
+    x = (x if dtype == torch.float32 else x % 2039).to(dtype)  # finite in 16 bits
+    got = permute_x_steps_triton(x, bits)
+    assert got.is_contiguous()
+    assert torch.equal(got, permute_x_steps(x, bits))
+
+
+def test_takes_rows_of_a_wider_tensor_and_refuses_partial_steps() -> None:
+    wide = torch.randn(6, 512 + 64, device=DEVICE)
+    x = wide[:, 64:]  # row stride 576
+    assert torch.equal(permute_x_steps_triton(x, True), permute_x_steps(x.contiguous(), True))
+    assert permute_x_steps_triton(wide[:0, :512]).shape == (0, 512)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        permute_x_steps_triton(torch.zeros(2, 200, device=DEVICE))
+
+
+@pytest.mark.skipif(
+    INTERPRETED
+    or DEVICE.type != "cuda"
+    or not torch.cuda.is_available()
+    or torch.cuda.get_device_capability()[0] != 9,
+    reason="the asynchronous-MMA FP4 GEMM (Gluon) needs a Hopper GPU",
+)
+@pytest.mark.parametrize("bits", [False, True])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_the_async_gemm_with_it_gives_the_same_result(fmt: str, bits: bool) -> None:
+    from test_fp4_gemm import activations, fp4_weight
+
+    from kvserve.kernels.fp4_async_gemm import fp4_async_linear
+
+    weight = fp4_weight(fmt, 512, 1152)
+    x = activations(40, 1152, torch.bfloat16)
+    want = fp4_async_linear(x, *weight, split_k=3, bits=bits)
+    got = fp4_async_linear(x, *weight, split_k=3, bits=bits, triton_permute=True)
+    assert torch.equal(got, want)
