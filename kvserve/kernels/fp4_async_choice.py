@@ -45,6 +45,7 @@ class AsyncGemmConfig:
     stages: int = 4  # ring slots: copies run stages - 2 steps ahead
     bits: bool = True  # the bit-placing W decode
     max_registers: int | None = None  # TWO_PROGRAMS_REGISTERS: two programs an SM
+    triton_permute: bool = False  # x permuted by fp4_x_permute's kernel (untimed, s75)
 
 
 @functools.cache
