@@ -17,7 +17,7 @@ from kvserve.kernels.fp4_tile import MAX_BLOCK_M, block_m_for, code_words
 
 ASYNC_ENV = "KVSERVE_FP4_ASYNC"
 BITS_ENV = "KVSERVE_FP4_ASYNC_BITS"
-# never; only GEMMs whose W tiles fill the SMs unsplit; every step in the row range
+# none; where it measured faster (``mode_takes_shape``); every step in the row range
 ASYNC_MODES = ("0", "auto", "1")
 # Rows of x the default hands this kernel (with ``KVSERVE_FP4_ASYNC=1``): past the 16 rows where
 # the Triton kernel's mma.sync (W as B) is its best case, up to one 128-row x tile.
@@ -45,7 +45,6 @@ class AsyncGemmConfig:
     stages: int = 4  # ring slots: copies run stages - 2 steps ahead
     bits: bool = True  # the bit-placing W decode
     max_registers: int | None = None  # TWO_PROGRAMS_REGISTERS: two programs an SM
-    triton_permute: bool = False  # x permuted by fp4_x_permute's kernel (untimed, s75)
 
 
 @functools.cache
@@ -60,8 +59,7 @@ def async_bits_enabled() -> bool:
 def async_gemm_mode() -> str:
     """``KVSERVE_FP4_ASYNC``: which FP4 steps of 17-128 rows (Hopper, bf16 activations) run on
     this kernel instead of the Triton one (``fp4_gemm.py``): ``0`` none; ``auto`` (the
-    default) those whose W tiles fill the SMs with K unsplit (where it was faster on the H100,
-    s75: Llama-3-8B's gate_up); ``1`` all of them."""
+    default) those where it measured faster (``mode_takes_shape``); ``1`` all of them."""
     value = os.environ.get(ASYNC_ENV, "auto")
     if value not in ASYNC_MODES:
         raise ConfigError(f"{ASYNC_ENV}={value!r}: expected one of {', '.join(ASYNC_MODES)}")
@@ -71,22 +69,22 @@ def async_gemm_mode() -> str:
 def async_gemm_enabled(device: torch.device) -> bool:
     """Whether this kernel may take any step on ``device``: Gluon, a Hopper GPU and
     ``KVSERVE_FP4_ASYNC`` not 0 (weights are checked for it at load only then)."""
-    return HAS_GLUON and _on_hopper(device) and async_gemm_mode() != "0"
+    return _runs_on(device) and async_gemm_mode() != "0"
 
 
 @functools.cache
-def _on_hopper(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+def _runs_on(device: torch.device) -> bool:
+    """Gluon and a Hopper GPU."""
+    return HAS_GLUON and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
 
 
 def async_gemm_takes(x: torch.Tensor, rows: int) -> bool:
     """Whether this kernel takes a step of a weight that ``weight_fits``: a Hopper GPU with
     Gluon, bf16 x of ``rows`` rows in the kernel's range."""
     return (
-        HAS_GLUON
-        and ASYNC_MIN_ROWS <= rows <= ASYNC_MAX_ROWS
+        ASYNC_MIN_ROWS <= rows <= ASYNC_MAX_ROWS
         and x.dtype == torch.bfloat16
-        and _on_hopper(x.device)
+        and _runs_on(x.device)
     )
 
 
@@ -145,6 +143,16 @@ def async_choice(x: torch.Tensor, n: int, k: int, num_sms: int) -> AsyncGemmConf
     """This kernel's launch for x [m, k] times an [n, k] weight that ``weight_fits``, by the
     settings; None when the Triton kernel takes it."""
     m = x.shape[0]
-    if not (async_gemm_takes(x, m) and mode_takes_shape(async_gemm_mode(), m, n, k, num_sms)):
+    if not async_gemm_takes(x, m):
         return None
-    return async_config(m, n, k, num_sms=num_sms, bits=async_bits_enabled())
+    return _shape_choice(async_gemm_mode(), m, n, k, num_sms, async_bits_enabled())
+
+
+@functools.cache
+def _shape_choice(
+    mode: str, m: int, n: int, k: int, num_sms: int, bits: bool
+) -> AsyncGemmConfig | None:
+    """``async_choice`` of one shape and settings, worked out once (it runs each call)."""
+    if not mode_takes_shape(mode, m, n, k, num_sms):
+        return None
+    return async_config(m, n, k, num_sms=num_sms, bits=bits)

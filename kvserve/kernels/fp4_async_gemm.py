@@ -262,8 +262,8 @@ def fp4_async_linear(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
-    K a multiple of 128 and word-aligned rows; MXFP4 block scales up to 2**9 (E8M0 exponent
-    136, ``CODE_UNIT_LOG2``): the caller checks the weight once (``weight_fits``), as its scales
+    K a multiple of 128 and word-aligned rows; MXFP4 block scales up to ``max_e8m0(bits)`` (2**9,
+    or 2**1 with ``bits``): the caller checks the weight once (``weight_fits``), as its scales
     take a host sync. ``bits``: codes decoded by placing their bits (``_FP4_WORD_TO_BF16_BITS``)
     instead of the e4m3 trick. ``max_registers``: ptxas's cap a thread (``maxnreg``); at 128
     two 8-warp programs share an SM (``TWO_PROGRAMS_REGISTERS``). ``triton_permute``: x

@@ -263,8 +263,7 @@ def fp4_linear(
         elif isinstance(cfg, AsyncGemmConfig):
             fp4_async_linear(x2, packed, block_scale, row_scale, bias, split_k=cfg.split_k,
                              num_warps=cfg.num_warps, stages=cfg.stages, bits=cfg.bits,
-                             max_registers=cfg.max_registers,
-                             triton_permute=cfg.triton_permute, out=out)  # fmt: skip
+                             max_registers=cfg.max_registers, out=out)  # fmt: skip
         else:
             launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group, pdl=pdl,
                              gated=gated)  # fmt: skip

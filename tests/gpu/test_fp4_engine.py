@@ -8,6 +8,8 @@ greedy choices do not hinge on rounding.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -79,9 +81,7 @@ def test_steps_past_128_rows_dequantize_and_match_cpu(fmt: str, tmp_path) -> Non
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_async_gemm_in_the_engine_gives_the_triton_kernels_tokens(
-    fmt: str,
-    tmp_path,
-    monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+    fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """bf16 decode batches of 17-128 rows on the asynchronous-MMA FP4 GEMM (Hopper,
     ``KVSERVE_FP4_ASYNC=1``: every such step, inside the CUDA graphs) give the greedy tokens of
