@@ -149,15 +149,17 @@ def test_kernels_that_call_helpers_hash_alike_in_the_engine_and_the_workers() ->
     assert count.compiled == [] and count.cached == len(specs)
 
 
-def _fp4_async_launch() -> None:
-    """The asynchronous FP4 GEMM (a Gluon kernel) as ``fp4_linear`` launches it, on CPU tensors
-    (the stand-in driver has no launcher: past a compile, that error is expected)."""
+def _fp4_async_launch(triton_permute: bool = True) -> None:
+    """The asynchronous FP4 GEMM (a Gluon kernel, after x's permutation by a Triton one) as
+    ``fp4_linear`` launches it, on CPU tensors (the stand-in driver has no launcher: past a
+    compile, that error is expected, so only the first kernel compiled launches)."""
     from kvserve.kernels.fp4_async_gemm import fp4_async_linear
 
     x = torch.zeros(64, 512, dtype=torch.bfloat16)
     packed = torch.zeros(256, 256, dtype=torch.uint8)
     try:
-        fp4_async_linear(x, packed, torch.zeros(256, 16, dtype=torch.uint8))
+        scales = torch.zeros(256, 16, dtype=torch.uint8)
+        fp4_async_linear(x, packed, scales, triton_permute=triton_permute)
     except AttributeError as exc:
         assert "launcher_cls" in str(exc)
 
@@ -166,15 +168,17 @@ def _fp4_async_launch() -> None:
 @pytest.mark.usefixtures("hopper_driver")
 def test_a_gluon_kernel_is_compiled_by_the_workers_too() -> None:
     """A worker parses a Gluon kernel with Gluon's front end (Triton's own fails on its
-    layouts), so the start finds it in the disk cache like the others."""
+    layouts), so the start finds it in the disk cache like the others; the recording skips
+    the permutation's launch, so both kernels are recorded."""
     with compile_ahead.recording_compiles() as specs:
         _fp4_async_launch()
-    assert [s.name for s in specs] == ["_fp4_async_kernel"]
+    assert [s.name for s in specs] == ["_permute_x_steps_kernel", "_fp4_async_kernel"]
     report = compile_ahead.CompilerPool(1).compile(specs)
     assert report.failed == []
     with compile_ahead.counting_compiles() as count:
-        _fp4_async_launch()
-    assert count.compiled == [] and count.cached == 1
+        _fp4_async_launch()  # stops at the permutation's launch
+        _fp4_async_launch(triton_permute=False)
+    assert count.compiled == [] and count.cached == 2
 
 
 @needs_triton

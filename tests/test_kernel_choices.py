@@ -352,13 +352,13 @@ def test_fp4_async_auto_takes_gemms_whose_tiles_fill_the_sms_unsplit(
 @pytest.mark.parametrize(
     ("m", "n", "k", "takes"),
     [(128, 4096, 14336, True), (96, 6144, 4096, True), (128, 4096, 4096, False),
-     (64, 4096, 14336, False), (64, 6144, 4096, False)],
+     (64, 4096, 14336, True), (33, 4096, 14336, True), (64, 6144, 4096, False),
+     (32, 4096, 14336, False), (17, 6144, 4096, False)],
 )  # fmt: skip
-def test_fp4_async_auto_takes_long_splits_at_128_row_x_tiles(
-    m: int, n: int, k: int, takes: bool
-) -> None:
-    """At 65-128 rows (one 128-row x tile) ``auto`` also takes a GEMM whose split keeps 16 K
-    steps or more: Llama-3-8B's down (28) and qkv (16), not o (8); at 64 rows none."""
+def test_fp4_async_auto_takes_long_splits(m: int, n: int, k: int, takes: bool) -> None:
+    """``auto`` also takes a GEMM whose split keeps 16 K steps or more at 65-128 rows (one
+    128-row x tile: Llama-3-8B's down, 28, and qkv, 16; not o, 8), 24 or more at 33-64 rows
+    (down, not qkv), and none at 32 rows or fewer."""
     from kvserve.kernels.fp4_async_choice import mode_takes_shape
 
     assert mode_takes_shape("auto", m, n, k, 132) is takes

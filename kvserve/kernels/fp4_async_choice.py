@@ -25,8 +25,9 @@ ASYNC_MIN_ROWS, ASYNC_MAX_ROWS = 17, MAX_BLOCK_M
 # Programs that fill this share of the places on the SMs need no split of K
 _FILLED_SHARE = 0.7
 _MIN_STEPS_PER_SPLIT = 4
-# K steps a split that carry a program's fixed costs (the pipeline's fill, the split's sum)
-_LONG_SPLIT_STEPS = 16
+# K steps a split that carry a program's fixed costs (the pipeline's fill, the split's sum),
+# by x tile: at 64 rows the Triton kernel's step is cheaper, so it takes a longer split to pay
+_LONG_SPLIT_STEPS = {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 24}
 # A thread's registers for two 8-warp programs an SM (2 x 256 x 128 = the SM's 64K): ptxas fits
 # the K loop of x tiles up to 64 rows in them without spills (190 uncapped: one program an SM,
 # two warps a scheduler, the step latency-bound; s74 Nsight Compute); 128-row tiles would spill
@@ -126,17 +127,19 @@ def async_config(
 
 def mode_takes_shape(mode: str, m: int, n: int, k: int, num_sms: int) -> bool:
     """Whether ``KVSERVE_FP4_ASYNC``'s ``mode`` hands this kernel an [m, k] x [k, n] GEMM of a
-    weight it takes. ``auto``: where it beat the Triton kernel in s75's H100 sweep (Llama-3-8B,
-    32-128 rows): W tiles that fill the SMs with K unsplit (gate_up: 16-30% less time), and at
-    128-row x tiles (the Triton kernel's cost grows with rows, this one's hardly) a split of 16
-    K steps or more (down's 28: 17-20% less; qkv's 16: 2-6%); not o's 8 (15-20% more), nor
-    splits at x tiles up to 64 rows (qkv 7-20% more, down -6% to +10%)."""
+    weight it takes. ``auto``: where it beat the Triton kernel in s76's H100 sweep (Llama-3-8B,
+    32-128 rows, x permuted by its Triton kernel): W tiles that fill the SMs with K unsplit
+    (gate_up: 19-31% less time); at 128-row x tiles (the Triton kernel's cost grows with rows,
+    this one's hardly) a split of 16 K steps or more (down's 28: 25-26% less; qkv's 16: 7-9%);
+    at 64-row tiles one of 24 or more (down: 4-11%; qkv 14% more in NVFP4); not o's 8 (12-13%
+    more at 128 rows), nor splits at 32-row tiles (down: NVFP4 3% more, MXFP4 17% less)."""
     if mode != "auto":
         return mode == "1"
     if _tiles(m, n, AsyncGemmConfig.num_warps) >= _FILLED_SHARE * num_sms:
         return True
+    long_split = _LONG_SPLIT_STEPS.get(block_m_for(m))
     split = async_config(m, n, k, num_sms=num_sms).split_k
-    return block_m_for(m) == MAX_BLOCK_M and k // STEP_K // split >= _LONG_SPLIT_STEPS
+    return long_split is not None and k // STEP_K // split >= long_split
 
 
 def async_choice(x: torch.Tensor, n: int, k: int, num_sms: int) -> AsyncGemmConfig | None:
