@@ -99,6 +99,13 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels.fp4_async_choice:async_bits_enabled",
     ),
     EnvSetting(
+        name="KVSERVE_FP4_PERMUTE_IN_PRODUCER",
+        default="1",
+        meaning="0: the asynchronous-MMA FP4 kernel permutes x by a kernel of its own, not "
+        "the RMSNorm or SiLU-mul before it",
+        reader="kvserve.kernels.fp4_async_choice:permute_in_producer",
+    ),
+    EnvSetting(
         name="KVSERVE_FP4_MOE_GEMV",
         default="1",
         meaning="0 runs FP4 experts' decode steps on the grouped MMA kernel",

@@ -446,7 +446,7 @@ def test_fp4_async_gemm_takes_x_in_the_permutation_its_w_decode_makes(bits: bool
     code of k (word 4 q + kbhi, nibble 4 kblo + 2 h + e; ``fp4_async_decode``): so the kernel's
     sum over p is x @ W.T. The bit-placing decode pairs a word's codes j and j + 4: nibble
     4 e + 2 kblo + h."""
-    from kvserve.kernels.fp4_async_decode import permute_x_steps
+    from kvserve.kernels.fp4_step_order import permute_x_steps
 
     m, steps = 3, 2
     x = torch.arange(m * steps * 128, dtype=torch.float32).reshape(m, steps * 128)

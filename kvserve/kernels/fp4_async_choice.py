@@ -17,6 +17,7 @@ from kvserve.kernels.fp4_tile import MAX_BLOCK_M, block_m_for, code_words
 
 ASYNC_ENV = "KVSERVE_FP4_ASYNC"
 BITS_ENV = "KVSERVE_FP4_ASYNC_BITS"
+PERMUTE_IN_PRODUCER_ENV = "KVSERVE_FP4_PERMUTE_IN_PRODUCER"
 # none; where it measured faster (``mode_takes_shape``); every step in the row range
 ASYNC_MODES = ("0", "auto", "1")
 # Rows of x the default hands this kernel (with ``KVSERVE_FP4_ASYNC=1``): past the 16 rows where
@@ -54,6 +55,14 @@ def async_bits_enabled() -> bool:
     bf16 (``_FP4_WORD_TO_BF16_BITS``; faster in every shape of s75's H100 sweep); 0 by the
     e4m3 trick."""
     return env_switch(BITS_ENV, default=True)
+
+
+@functools.cache
+def permute_in_producer() -> bool:
+    """``KVSERVE_FP4_PERMUTE_IN_PRODUCER``: 1 (the default) has x's producer (the RMSNorm
+    before q/k/v or gate/up, the SiLU-mul before down) write x in this kernel's K-step order,
+    so the GEMM runs no permutation kernel of its own; 0 keeps that kernel."""
+    return env_switch(PERMUTE_IN_PRODUCER_ENV, default=True)
 
 
 @functools.cache

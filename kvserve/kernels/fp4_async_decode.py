@@ -6,8 +6,9 @@ each row it owns, the column pairs ``16 kb + 8 h + 2 q + (0, 1)`` for kb < 8, h 
 its lane in its quad. The thread loads instead the four words ``4 q .. 4 q + 3`` of the row (one
 16-byte load): K index ``k = 32 q + 8 kbhi + 4 kblo + 2 h + e`` (word ``4 q + kbhi``, nibble
 ``4 kblo + 2 h + e``). It places that code at A column ``p = 32 kbhi + 16 kblo + 8 h + 2 q + e``,
-a permutation of the step's K; x's columns arrive in the same permutation (``permute_x_steps``,
-one copy of x a call), so the MMA's sum over K is unchanged. The decode, the scales and the
+a permutation of the step's K; x's columns arrive in the same permutation
+(``fp4_step_order.permute_x_steps``: written so by x's producer, or one copy of x a call), so
+the MMA's sum over K is unchanged. The decode, the scales and the
 joins then never leave the thread: no shared-memory round trip for W.
 
 Two decodes of a word's eight E2M1 codes to bf16: the e4m3 trick (conversions, then f16 pairs
@@ -17,8 +18,7 @@ another permutation (``permute_x_steps(x, bits=True)``).
 
 from __future__ import annotations
 
-import torch
-
+from kvserve.kernels.fp4_step_order import STEP_K
 from kvserve.kernels.word_decode import (
     FP4_WORD_REGISTERS,
     FP4_WORD_TO_F16X2_ASM,
@@ -34,7 +34,6 @@ try:
 except ImportError:  # CPU-only install
     HAS_GLUON = False
 
-STEP_K = 128  # K a step
 STEP = gl.constexpr(STEP_K) if HAS_GLUON else STEP_K
 W_ROWS_A_WARP = 16  # rows of W a warp owns in wgmma's A layout
 ROWS_A_WARP = gl.constexpr(W_ROWS_A_WARP) if HAS_GLUON else W_ROWS_A_WARP
@@ -168,16 +167,3 @@ def _by_nibble(c0, c1, c2, c3, c4, c5, c6, c7):
     return gl.join(
         gl.join(gl.join(c0, c1), gl.join(c2, c3)), gl.join(gl.join(c4, c5), gl.join(c6, c7))
     )
-
-
-def permute_x_steps(x: torch.Tensor, bits: bool = False) -> torch.Tensor:
-    """x [M, K] with each 128-column step's columns in the kernel's permutation (the module
-    docstring): natural column k = 32 q + 8 kbhi + 4 kblo + 2 h + e goes to column
-    p = 32 kbhi + 16 kblo + 8 h + 2 q + e; with ``bits`` (the bit-placing decode, which pairs
-    a word's codes j and j + 4), k = 32 q + 8 kbhi + 4 e + 2 kblo + h. A new contiguous tensor
-    (one copy)."""
-    m, k = x.shape
-    # natural columns as [m, step, q, kbhi, e, kblo, h] (bits) or [m, step, q, kbhi, kblo, h, e],
-    # each ordered to [m, step, kbhi, kblo, h, q, e]
-    order = (0, 1, 3, 5, 6, 2, 4) if bits else (0, 1, 3, 4, 5, 2, 6)
-    return x.reshape(m, k // STEP_K, 4, 4, 2, 2, 2).permute(order).reshape(m, k)

@@ -33,9 +33,9 @@ from kvserve.kernels.fp4_async_decode import (
     codes_layout,
     decode_step,
     jit,
-    permute_x_steps,
 )
 from kvserve.kernels.fp4_reference import group_size_of
+from kvserve.kernels.fp4_step_order import permute_x_steps
 from kvserve.kernels.fp4_tile import block_m_for, code_words
 from kvserve.kernels.fp4_x_permute import permute_x_steps_triton
 from kvserve.kernels.skinny_gemm import SplitLaunch
@@ -259,6 +259,7 @@ def fp4_async_linear(
     bits: bool = False,
     max_registers: int | None = None,
     triton_permute: bool = True,
+    x_permuted: bool = False,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
@@ -268,7 +269,8 @@ def fp4_async_linear(
     instead of the e4m3 trick. ``max_registers``: ptxas's cap a thread (``maxnreg``); at 128
     two 8-warp programs share an SM (``TWO_PROGRAMS_REGISTERS``). ``triton_permute``: x
     permuted by one Triton kernel (``fp4_x_permute``), not torch's strided copy (the reference,
-    1-2 us slower a GEMM at 32-128 rows of Llama-3-8B on an H100, s76)."""
+    1-2 us slower a GEMM at 32-128 rows of Llama-3-8B on an H100, s76). ``x_permuted``: x's
+    producer wrote it in that order already (``fp4_step_order``), so no permutation runs."""
     group = group_size_of(block_scale)
     m, k = x.shape
     n = packed.shape[0]
@@ -277,7 +279,8 @@ def fp4_async_linear(
     words = code_words(packed)
     if words.dtype != torch.int32:
         raise ValueError("fp4_async_linear: W's rows must be word-aligned")
-    x = permute_x_steps_triton(x, bits) if triton_permute else permute_x_steps(x, bits)
+    if not x_permuted:
+        x = permute_x_steps_triton(x, bits) if triton_permute else permute_x_steps(x, bits)
     block_m = block_m_for(m)
     x_desc = TensorDescriptor.from_tensor(x, [block_m, STEP_K], _X_SMEM)
     if out is None:

@@ -1,7 +1,7 @@
 """x's columns in the asynchronous FP4 GEMM's K-step permutation (``fp4_async_decode``) by one
 Triton kernel: each program gathers a block of one row's permuted columns (pairs of adjacent
 columns stay together, so its loads are 4-byte pieces of a 64-byte span) and stores them
-contiguously. The reference, ``fp4_async_decode.permute_x_steps``, is torch's copy of a
+contiguously. The reference, ``fp4_step_order.permute_x_steps``, is torch's copy of a
 7-dimensional strided view; Nsight Compute (s75, H100) put the GEMM kernel alone 2-6 us below
 its CUDA-graph time with that copy, at 64 rows of Llama-3-8B's o and down. With this kernel
 instead, the GEMM's graph time fell 1-2 us in each of s76's 48 best-of cases (H100, 32-128 rows,
@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from kvserve.kernels._triton import constexpr, jit, next_pow2, require_triton, tl, triton
-from kvserve.kernels.fp4_async_decode import STEP_K
+from kvserve.kernels._triton import jit, next_pow2, require_triton, tl, triton
+from kvserve.kernels.fp4_step_order import check_step_order, step_source_columns
 
-_STEP = constexpr(STEP_K)
 _MAX_BLOCK = 2048  # columns a program
 
 
@@ -25,15 +24,7 @@ def _permute_x_steps_kernel(
 ):
     row = tl.program_id(0).to(tl.int64)
     p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    r = p % _STEP  # p's column within its step: 32 kbhi + 16 kblo + 8 h + 2 q + e
-    kbhi = r // 32
-    kblo = (r // 16) % 2
-    h = (r // 8) % 2
-    q = (r // 2) % 4
-    e = r % 2
-    # the bit-placing decode (BITS) pairs a word's codes j and j + 4
-    within = 4 * e + 2 * kblo + h if BITS else 4 * kblo + 2 * h + e
-    k = p - r + 32 * q + 8 * kbhi + within
+    k = step_source_columns(p, BITS)
     mask = p < K
     values = tl.load(x_ptr + row * stride_xm + k, mask=mask)
     tl.store(out_ptr + row * stride_om + p, values, mask=mask)
@@ -44,8 +35,7 @@ def permute_x_steps_triton(x: torch.Tensor, bits: bool = False) -> torch.Tensor:
     contiguous tensor."""
     require_triton()
     m, k = x.shape
-    if k % STEP_K:
-        raise ValueError(f"permute_x_steps_triton: K must be a multiple of {STEP_K}, got {k}")
+    check_step_order(k, bits)
     if x.stride(1) != 1:
         x = x.contiguous()
     out = torch.empty(m, k, dtype=x.dtype, device=x.device)

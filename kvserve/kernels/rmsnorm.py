@@ -18,6 +18,7 @@ from kvserve.kernels._triton import (
     require_triton,
     tl,
 )
+from kvserve.kernels.fp4_step_order import check_step_order, step_positions
 
 
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -88,6 +89,8 @@ def _rms_norm_kernel(
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
     USE_PDL: tl.constexpr,
+    PERMUTE: tl.constexpr = False,
+    BITS: tl.constexpr = False,
 ):
     row = norm_program_row(USE_PDL)
     y = normed_row(
@@ -95,7 +98,9 @@ def _rms_norm_kernel(
         stride_r, True, HAS_RESIDUAL, BLOCK,
     )  # fmt: skip
     cols = tl.arange(0, BLOCK)
-    tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=cols < hidden)
+    # PERMUTE: in the async FP4 GEMM's step order (a permutation within 128-column steps)
+    dest = step_positions(cols, BITS) if PERMUTE else cols
+    tl.store(out_ptr + row * stride_o + dest, y.to(out_ptr.dtype.element_ty), mask=cols < hidden)
 
 
 def row_warps(block: int) -> int:
@@ -104,11 +109,17 @@ def row_warps(block: int) -> int:
 
 
 def _launch(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float, pdl: bool
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    pdl: bool,
+    step_order: bool | None,
 ) -> torch.Tensor:
     require_triton()
     rows, hidden = x.shape
     assert weight.shape == (hidden,) and x.stride(-1) == 1 and weight.stride(-1) == 1
+    check_step_order(hidden, step_order)
     out = torch.empty(
         rows, hidden, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device
     )
@@ -127,6 +138,8 @@ def _launch(
         out.stride(0),
         HAS_RESIDUAL=residual is not None,
         BLOCK=block,
+        PERMUTE=step_order is not None,
+        BITS=bool(step_order),
         num_warps=row_warps(block),
         **launch_options(pdl),
     )
@@ -134,10 +147,16 @@ def _launch(
 
 
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, *, pdl: bool = False
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    *,
+    pdl: bool = False,
+    step_order: bool | None = None,
 ) -> torch.Tensor:
-    """``x`` [T, H], ``weight`` [H] -> [T, H]."""
-    return _launch(x, None, weight, eps, pdl)
+    """``x`` [T, H], ``weight`` [H] -> [T, H]; with ``step_order`` (the async FP4 GEMM's
+    ``bits``) its columns in that GEMM's K-step permutation (``permute_x_steps``)."""
+    return _launch(x, None, weight, eps, pdl, step_order)
 
 
 def fused_add_rms_norm(
@@ -147,8 +166,9 @@ def fused_add_rms_norm(
     eps: float,
     *,
     pdl: bool = False,
+    step_order: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns ``(rms_norm(x + residual), x + residual)``; the second is ``residual`` itself,
-    updated in place."""
+    updated in place (in natural column order, whatever ``step_order``)."""
     assert residual.shape == x.shape and residual.stride(-1) == 1 and residual.dtype == x.dtype
-    return _launch(x, residual, weight, eps, pdl), residual
+    return _launch(x, residual, weight, eps, pdl, step_order), residual

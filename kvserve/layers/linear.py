@@ -11,6 +11,7 @@ from torch import nn
 from kvserve.errors import ModelLoadError
 from kvserve.quant.fp8_activation import Fp8Activation, Fp8InputScheme
 from kvserve.quant.method import LinearMethod
+from kvserve.quant.permuted_activation import PermutedActivation
 from kvserve.quant.unquantized import UnquantizedLinearMethod
 
 
@@ -72,10 +73,18 @@ class Linear(nn.Module):
             self.bias.data.uniform_(-0.02, 0.02, generator=gen)
         self.finish_loading()
 
-    def forward(self, x: torch.Tensor | Fp8Activation) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Fp8Activation | PermutedActivation) -> torch.Tensor:
         if isinstance(x, Fp8Activation):  # quantized by its producer, as fp8_input_scheme asked
             return self.method.apply_fp8(self, x, self.bias)
+        if isinstance(x, PermutedActivation):  # permuted by its producer, as step_order asked
+            return self.method.apply_permuted(self, x, self.bias)
         return self.method.apply(self, x, self.bias)
+
+    def step_order(self, x: torch.Tensor) -> bool | None:
+        """The asynchronous FP4 GEMM's K-step order this layer's method would permute ``x``
+        (or an input of its rows, device and dtype) into by a kernel of its own, for x's
+        producer to write it in instead; None where it takes x as it is."""
+        return self.method.step_order(self, x)
 
     def fp8_input_scheme(self, x: torch.Tensor) -> Fp8InputScheme | None:
         """How this layer's method would quantize ``x`` (or an input of its rows, device and

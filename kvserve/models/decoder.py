@@ -30,6 +30,7 @@ from kvserve.layers.rotary import RotaryEmbedding
 from kvserve.models.forward_context import ForwardContext
 from kvserve.models.kv_cache_scales import KVCacheScales
 from kvserve.quant.fp8_activation import Fp8Activation
+from kvserve.quant.permuted_activation import PermutedActivation
 from kvserve.quant.registry import (
     UNQUANTIZED,
     QuantConfig,
@@ -119,7 +120,10 @@ class Attention(nn.Module):
         )
 
     def forward(
-        self, positions: torch.Tensor, hidden: torch.Tensor | Fp8Activation, ctx: ForwardContext
+        self,
+        positions: torch.Tensor,
+        hidden: torch.Tensor | Fp8Activation | PermutedActivation,
+        ctx: ForwardContext,
     ) -> torch.Tensor:
         qkv = self.qkv_proj(hidden)
         if self._fuses_rotary_store(ctx):
@@ -212,7 +216,7 @@ class MLP(nn.Module):
         # steps the gate/up method runs on the word GEMV take the SiLU-mul in its epilogue
         self.gated_gemv = kernels.triton and gated_gemv_enabled()
 
-    def forward(self, x: torch.Tensor | Fp8Activation) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Fp8Activation | PermutedActivation) -> torch.Tensor:
         on_gemv = self.gated_gemv and isinstance(x, torch.Tensor)
         hidden = self.gate_up_proj.forward_gated(x) if on_gemv else None
         if hidden is not None:
@@ -290,12 +294,16 @@ class DecoderLayer(nn.Module):
 
 def _norm(
     norm: RMSNorm, hidden: torch.Tensor, residual: torch.Tensor | None, consumer: Linear | None
-) -> tuple[torch.Tensor | Fp8Activation, torch.Tensor]:
-    """``(norm(hidden (+ residual)), hidden (+ residual))``; the first already in e4m3 where the
-    linear layer it feeds would quantize it by a kernel of its own (``fp8_input_scheme``)."""
+) -> tuple[torch.Tensor | Fp8Activation | PermutedActivation, torch.Tensor]:
+    """``(norm(hidden (+ residual)), hidden (+ residual))``; the first already in e4m3, or in
+    an FP4 GEMM's step order, where the linear layer it feeds would quantize or permute it by a
+    kernel of its own (``fp8_input_scheme``, ``step_order``)."""
     scheme = consumer.fp8_input_scheme(hidden) if consumer is not None else None
     if scheme is not None:
         return norm.forward_fp8(hidden, residual, scheme)
+    bits = consumer.step_order(hidden) if consumer is not None else None
+    if bits is not None:
+        return norm.forward_permuted(hidden, residual, bits)
     if residual is None:
         return norm(hidden), hidden
     return norm(hidden, residual)

@@ -19,13 +19,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvserve.errors import ModelLoadError
-from kvserve.kernels.fp4_async_choice import async_bits_enabled, async_gemm_enabled, weight_fits
+from kvserve.kernels._triton import sm_count
+from kvserve.kernels.activation import silu_and_mul
+from kvserve.kernels.fp4_async_choice import (
+    async_bits_enabled,
+    async_choice,
+    async_gemm_enabled,
+    permute_in_producer,
+    weight_fits,
+)
 from kvserve.kernels.fp4_gemm import GEMV_MAX_ROWS, fp4_linear
 from kvserve.kernels.fp4_reference import dequantize_fp4
 from kvserve.quant.method import SixteenBitInput, copy_checked, shard_rows, unknown_param
 
 if TYPE_CHECKING:
     from kvserve.layers.linear import Linear
+    from kvserve.quant.permuted_activation import PermutedActivation
 
 # (checkpoint tensor of one shard, the shard's row count) -> {layer tensor name: its rows}
 Reader = Callable[[torch.Tensor, int], dict[str, torch.Tensor]]
@@ -123,6 +132,44 @@ class Fp4LinearMethod(SixteenBitInput):
         return fp4_linear(
             x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale, bias,
             pdl=layer.launch_pdl, async_weight=layer.__dict__.get(_ASYNC_WEIGHT, False),
+        )  # fmt: skip
+
+    def step_order(self, layer: Linear, x: torch.Tensor) -> bool | None:
+        """The asynchronous GEMM's ``bits`` where it takes a step of ``x``'s rows (a weight it
+        fits, by ``KVSERVE_FP4_ASYNC``) and x's producer is to permute
+        (``KVSERVE_FP4_PERMUTE_IN_PRODUCER``); else None."""
+        if not layer.__dict__.get(_ASYNC_WEIGHT, False) or not permute_in_producer():
+            return None
+        n, k = layer.weight_packed.shape[0], layer.weight_packed.shape[1] * 2
+        cfg = async_choice(x.reshape(-1, x.shape[-1]), n, k, num_sms=sm_count(x.device))
+        return None if cfg is None else cfg.bits
+
+    def apply_permuted(
+        self, layer: Linear, x: PermutedActivation, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        return self._async_permuted(layer, x.values, bias)
+
+    def apply_after_silu_mul(
+        self, layer: Linear, gate_up: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """silu(gate) * up written in the asynchronous GEMM's step order by the SiLU-mul
+        kernel, where that GEMM takes the step; else None."""
+        if gate_up.device.type == "cpu":
+            return None
+        bits = self.step_order(layer, gate_up)
+        if bits is None:
+            return None
+        flat = gate_up.reshape(-1, gate_up.shape[-1])
+        hidden = silu_and_mul(flat, pdl=layer.launch_pdl, step_order=bits)
+        y = self._async_permuted(layer, hidden, bias)
+        return y.view(*gate_up.shape[:-1], y.shape[-1])
+
+    def _async_permuted(
+        self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        return fp4_linear(
+            x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale, bias,
+            pdl=layer.launch_pdl, async_weight=True, x_permuted=True,
         )  # fmt: skip
 
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:

@@ -43,11 +43,18 @@ from kvserve.kernels.word_gemv import GEMV_ROWS, fp8_gemv, gated_fits
 from kvserve.quant.fp8_activation import Fp8Activation, Fp8InputScheme
 from kvserve.quant.fp8_config import Fp8Spec, fp8_spec
 from kvserve.quant.fp8_weights import quantize_weight, requantize_to_max
-from kvserve.quant.method import copy_checked, rows_from_env, shard_rows, unknown_param
+from kvserve.quant.method import (
+    copy_checked,
+    refuses_permuted_input,
+    rows_from_env,
+    shard_rows,
+    unknown_param,
+)
 from kvserve.quant.schemes import QuantConfig
 
 if TYPE_CHECKING:
     from kvserve.layers.linear import Linear
+    from kvserve.quant.permuted_activation import PermutedActivation
 
 ZERO_POINTS = ("weight_zero_point", "input_zero_point")
 DUMMY_INPUT_SCALE = 0.02  # static activations up to ~9 in a random model
@@ -259,6 +266,14 @@ class Fp8LinearMethod:
             )  # fmt: skip
         y = self._matmul_w8a8(layer, x.q, x.scales, x.dtype)
         return y if bias is None else y + bias
+
+    def step_order(self, layer: Linear, x: torch.Tensor) -> None:
+        return None
+
+    def apply_permuted(
+        self, layer: Linear, x: PermutedActivation, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        raise TypeError(refuses_permuted_input(self))
 
     def _matmul(
         self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None = None

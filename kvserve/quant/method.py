@@ -19,6 +19,7 @@ from kvserve.errors import ConfigError, ModelLoadError
 if TYPE_CHECKING:
     from kvserve.layers.linear import Linear
     from kvserve.quant.fp8_activation import Fp8Activation, Fp8InputScheme
+    from kvserve.quant.permuted_activation import PermutedActivation
 
 
 class LinearMethod(Protocol):
@@ -63,6 +64,17 @@ class LinearMethod(Protocol):
     def apply_fp8(self, layer: Linear, x: Fp8Activation, bias: torch.Tensor | None) -> torch.Tensor:
         """``x @ W.T + bias`` for an x quantized as ``fp8_input_scheme`` named; only the
         methods that name one receive it."""
+
+    def step_order(self, layer: Linear, x: torch.Tensor) -> bool | None:
+        """The K-step order (the asynchronous FP4 GEMM's ``bits``) this step (``x`` as for
+        ``fp8_input_scheme``) would permute x into by a kernel of its own, for x's producer to
+        write it in instead; None where x is taken as it is (every method but FP4's)."""
+
+    def apply_permuted(
+        self, layer: Linear, x: PermutedActivation, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``x @ W.T + bias`` for an x in the order ``step_order`` named; only the methods
+        that name one receive it."""
 
 
 def shard_rows(layer: Linear, shard: int) -> slice:
@@ -111,3 +123,16 @@ class SixteenBitInput:
 
     def apply_fp8(self, layer: Linear, x: Fp8Activation, bias: torch.Tensor | None) -> torch.Tensor:
         raise TypeError(f"{type(self).__name__} takes no pre-quantized FP8 input")
+
+    def step_order(self, layer: Linear, x: torch.Tensor) -> bool | None:
+        return None
+
+    def apply_permuted(
+        self, layer: Linear, x: PermutedActivation, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        raise TypeError(refuses_permuted_input(self))
+
+
+def refuses_permuted_input(method: object) -> str:
+    """The error of a method that names no ``step_order`` and still receives x in one."""
+    return f"{type(method).__name__} takes no input in the FP4 GEMM's step order"

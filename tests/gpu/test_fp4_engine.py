@@ -89,31 +89,72 @@ def test_async_gemm_in_the_engine_gives_the_triton_kernels_tokens(
     nearly every prompt. Not all: bf16 sums in another order flip a near tie now and then (s75,
     H100: MXFP4's 8th token of 1 prompt in 40), where a wrong scale, layout or permutation of
     x would change most tokens from the first."""
+    from kvserve.kernels import fp4_async_choice
+
+    tokens = {}
+    for mode in ("0", "1"):
+        tokens[mode], calls = _async_run(
+            fmt, tmp_path, monkeypatch, {fp4_async_choice.ASYNC_ENV: mode}
+        )
+        assert bool(calls) is (mode == "1")
+    assert [t[:4] for t in tokens["1"]] == [t[:4] for t in tokens["0"]]
+    assert sum(a == b for a, b in zip(tokens["1"], tokens["0"], strict=True)) >= 0.9 * len(_PROMPTS)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_x_permuted_by_its_producer_gives_the_same_tokens(
+    fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The RMSNorm before q/k/v and gate/up and the SiLU-mul before down write x in the async
+    GEMM's step order (``KVSERVE_FP4_PERMUTE_IN_PRODUCER=1``, the default) where that GEMM
+    takes the step: the same values reach the same kernel as when it permutes x itself, so the
+    tokens are identical; and three of a layer's four GEMMs take x so permuted (o's x comes
+    from attention)."""
+    from kvserve.kernels import fp4_async_choice
+
+    env = {fp4_async_choice.ASYNC_ENV: "1", fp4_async_choice.PERMUTE_IN_PRODUCER_ENV: "0"}
+    apart, calls = _async_run(fmt, tmp_path, monkeypatch, env)
+    assert calls and not any(permuted for _, permuted in calls)
+    env[fp4_async_choice.PERMUTE_IN_PRODUCER_ENV] = "1"
+    folded, calls = _async_run(fmt, tmp_path, monkeypatch, env)
+    assert calls and 3 * len(calls) == 4 * sum(permuted for _, permuted in calls)
+    assert folded == apart
+
+
+_PROMPTS = [[(29 * i + 7 * j) % 1000 + 1 for j in range(8 + i % 13)] for i in range(40)]
+
+
+def _async_run(
+    fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> tuple[list[list[int]], list[tuple[int, bool]]]:
+    """Greedy tokens of 40 prompts, decode batches of 17-40 rows in CUDA graphs, under the
+    settings ``env``; and each call of the async GEMM while the engine ran, as (rows, whether
+    x came permuted)."""
     from kvserve.kernels import fp4_async_choice, fp4_gemm
     from kvserve.kernels.fp4_async_gemm import HAS_GLUON
 
     if not (HAS_GLUON and torch.cuda.get_device_capability()[0] == 9):
         pytest.skip("the asynchronous-MMA FP4 GEMM needs Gluon and a Hopper GPU")
-    path = _tiny_checkpoint(tmp_path)
-    prompts = [[(29 * i + 7 * j) % 1000 + 1 for j in range(8 + i % 13)] for i in range(40)]
-    settings = {"device": "cuda", "dtype": "bfloat16", "quantization": fmt,
-                "max_total_tokens": 8192}  # fmt: skip
     calls = []
 
     def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        calls.append(args[0].shape[0])
+        calls.append((args[0].shape[0], kwargs.get("x_permuted", False)))
         return original(*args, **kwargs)
 
     original = fp4_gemm.fp4_async_linear
     monkeypatch.setattr(fp4_gemm, "fp4_async_linear", counted)
-    tokens = {}
-    for mode in ("0", "1"):
-        monkeypatch.setenv(fp4_async_choice.ASYNC_ENV, mode)
-        fp4_async_choice.async_gemm_mode.cache_clear()
-        core = EngineCore(build_engine_config(path, **settings))
-        tokens[mode] = _greedy(core, n_tokens=8, prompts=prompts, min_width=17)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    readers = (fp4_async_choice.async_gemm_mode, fp4_async_choice.permute_in_producer)
+    for reader in readers:
+        reader.cache_clear()
+    try:
+        settings = {"device": "cuda", "dtype": "bfloat16", "quantization": fmt,
+                    "max_total_tokens": 8192}  # fmt: skip
+        core = EngineCore(build_engine_config(str(_tiny_checkpoint(tmp_path)), **settings))
+        tokens = _greedy(core, n_tokens=8, prompts=_PROMPTS, min_width=17)
         del core
-        assert bool(calls) is (mode == "1")
-    fp4_async_choice.async_gemm_mode.cache_clear()
-    assert [t[:4] for t in tokens["1"]] == [t[:4] for t in tokens["0"]]
-    assert sum(a == b for a, b in zip(tokens["1"], tokens["0"], strict=True)) >= 0.9 * len(prompts)
+    finally:
+        for reader in readers:
+            reader.cache_clear()
+    return tokens, calls

@@ -1,6 +1,7 @@
-"""The Triton kernel that puts x's columns in the asynchronous FP4 GEMM's K-step permutation
-(``fp4_x_permute``) against the torch reference (``fp4_async_decode.permute_x_steps``), for both
-W decodes' permutations; and the GEMM with it. Runs under Triton's interpreter too (not bf16)."""
+"""The Triton kernels that put x's columns in the asynchronous FP4 GEMM's K-step permutation
+(``fp4_x_permute``, and the RMSNorm and SiLU-mul writing their output in it) against the torch
+reference (``fp4_step_order.permute_x_steps``), for both W decodes' permutations; and the GEMM
+with it. Runs under Triton's interpreter too (not bf16)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ pytest.importorskip("triton")
 
 from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, INTERPRETED  # noqa: E402
 
-from kvserve.kernels.fp4_async_decode import permute_x_steps  # noqa: E402
+from kvserve.kernels.activation import silu_and_mul  # noqa: E402
+from kvserve.kernels.fp4_step_order import permute_x_steps  # noqa: E402
 from kvserve.kernels.fp4_x_permute import permute_x_steps_triton  # noqa: E402
+from kvserve.kernels.rmsnorm import fused_add_rms_norm, rms_norm  # noqa: E402
 
 pytestmark = pytest.mark.gpu
+_PRODUCER_DTYPE = torch.float32 if INTERPRETED else torch.bfloat16  # numpy has no bf16
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, BF16_UNLESS_INTERPRETED])
@@ -40,6 +44,40 @@ def test_takes_rows_of_a_wider_tensor_and_refuses_partial_steps() -> None:
         permute_x_steps_triton(torch.zeros(2, 200, device=DEVICE))
 
 
+@pytest.mark.parametrize("bits", [False, True])
+@pytest.mark.parametrize(("m", "k"), [(1, 128), (3, 4096), (17, 1152)])
+def test_the_norm_writes_its_output_permuted(m: int, k: int, bits: bool) -> None:
+    """The plain and the residual-adding RMSNorm: the normed output in the step order, the
+    residual sum in natural order; the same values as the norm then the permutation."""
+    dtype = _PRODUCER_DTYPE
+    x, residual = torch.randn(2, m, k, device=DEVICE).to(dtype)
+    weight = torch.rand(k, device=DEVICE).to(dtype)
+    got = rms_norm(x, weight, 1e-6, step_order=bits)
+    assert torch.equal(got, permute_x_steps(rms_norm(x, weight, 1e-6), bits))
+    res_plain, res_permuted = residual.clone(), residual.clone()
+    want, _ = fused_add_rms_norm(x, res_plain, weight, 1e-6)
+    got, summed = fused_add_rms_norm(x, res_permuted, weight, 1e-6, step_order=bits)
+    assert torch.equal(got, permute_x_steps(want, bits))
+    assert torch.equal(summed, res_plain)
+
+
+@pytest.mark.parametrize("bits", [False, True])
+@pytest.mark.parametrize(("m", "inter"), [(2, 128), (5, 1408), (33, 2048)])
+def test_the_silu_mul_writes_its_output_permuted(m: int, inter: int, bits: bool) -> None:
+    """K past the kernel's 1,024-column block and not a multiple of it (1,408)."""
+    gate_up = torch.randn(m, 2 * inter, device=DEVICE).to(_PRODUCER_DTYPE)
+    got = silu_and_mul(gate_up, step_order=bits)
+    assert torch.equal(got, permute_x_steps(silu_and_mul(gate_up), bits))
+
+
+def test_producers_refuse_partial_steps() -> None:
+    with pytest.raises(ValueError, match="multiple of 128"):
+        rms_norm(torch.ones(2, 200, device=DEVICE), torch.ones(200, device=DEVICE), 1e-6,
+                 step_order=True)  # fmt: skip
+    with pytest.raises(ValueError, match="multiple of 128"):
+        silu_and_mul(torch.ones(2, 400, device=DEVICE), step_order=False)
+
+
 @pytest.mark.skipif(
     INTERPRETED
     or DEVICE.type != "cuda"
@@ -57,5 +95,11 @@ def test_the_async_gemm_with_it_gives_the_same_result(fmt: str, bits: bool) -> N
     weight = fp4_weight(fmt, 512, 1152)
     x = activations(40, 1152, torch.bfloat16)
     want = fp4_async_linear(x, *weight, split_k=3, bits=bits)
-    got = fp4_async_linear(x, *weight, split_k=3, bits=bits, triton_permute=True)
+    got = fp4_async_linear(x, *weight, split_k=3, bits=bits, triton_permute=False)
+    assert torch.equal(got, want)
+    # x written in the step order by its producer: no permutation in the GEMM
+    norm_weight = torch.rand(1152, device=DEVICE, dtype=torch.bfloat16)
+    want = fp4_async_linear(rms_norm(x, norm_weight, 1e-6), *weight, split_k=3, bits=bits)
+    permuted = rms_norm(x, norm_weight, 1e-6, step_order=bits)
+    got = fp4_async_linear(permuted, *weight, split_k=3, bits=bits, x_permuted=True)
     assert torch.equal(got, want)
