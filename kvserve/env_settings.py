@@ -100,9 +100,9 @@ SETTINGS: tuple[EnvSetting, ...] = (
     ),
     EnvSetting(
         name="KVSERVE_FP4_PERMUTE_IN_PRODUCER",
-        default="1",
-        meaning="0: the asynchronous-MMA FP4 kernel permutes x by a kernel of its own, not "
-        "the RMSNorm or SiLU-mul before it",
+        default="0",
+        meaning="1: the RMSNorm or SiLU-mul before an asynchronous-MMA FP4 GEMM writes x in its "
+        "K-step order, so the GEMM permutes none (untested on a GPU yet)",
         reader="kvserve.kernels.fp4_async_choice:permute_in_producer",
     ),
     EnvSetting(

@@ -59,10 +59,11 @@ def async_bits_enabled() -> bool:
 
 @functools.cache
 def permute_in_producer() -> bool:
-    """``KVSERVE_FP4_PERMUTE_IN_PRODUCER``: 1 (the default) has x's producer (the RMSNorm
-    before q/k/v or gate/up, the SiLU-mul before down) write x in this kernel's K-step order,
-    so the GEMM runs no permutation kernel of its own; 0 keeps that kernel."""
-    return env_switch(PERMUTE_IN_PRODUCER_ENV, default=True)
+    """``KVSERVE_FP4_PERMUTE_IN_PRODUCER``: 1 has x's producer (the RMSNorm before q/k/v or
+    gate/up, the SiLU-mul before down) write x in this kernel's K-step order, so the GEMM runs
+    no permutation kernel of its own; 0 (the default until it has run on a GPU: s76 got
+    none) keeps that kernel."""
+    return env_switch(PERMUTE_IN_PRODUCER_ENV, default=False)
 
 
 @functools.cache
