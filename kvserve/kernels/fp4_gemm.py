@@ -224,7 +224,7 @@ def fp4_linear(
     pdl: bool = False,
     gated: bool = False,
     async_weight: bool = False,
-    x_permuted: bool = False,
+    x_step_order: bool | None = None,
 ) -> torch.Tensor:
     """``x`` [..., K] @ W.T (+ bias) -> [..., N] in x's dtype; W in the layout of
     ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. A
@@ -235,9 +235,9 @@ def fp4_linear(
     (``fp4_async_choice.async_choice``) for a weight the caller found it takes at load
     (``async_weight``, from ``fp4_async_choice.weight_fits``). ``gated`` (the GEMV only): W is
     a gate/up stack and the result silu(gate) * up, [..., N / 2]
-    (``word_gemv.launch_word_gemv``). ``x_permuted``: x is in the Gluon kernel's K-step order
-    already (its producer was told ``async_choice``'s ``bits``), so only that kernel may take
-    the step."""
+    (``word_gemv.launch_word_gemv``). ``x_step_order``: x is in the Gluon kernel's K-step order
+    for that ``bits`` already (its producer was told ``async_choice``'s), so only that kernel,
+    with that decode, may take the step."""
     group = _check(x, packed, block_scale, row_scale)
     on_reference = x.device.type == "cpu" and not interpreting()
     if gated and (bias is not None or on_reference):
@@ -259,8 +259,10 @@ def fp4_linear(
         cfg = cfg or default_config(m, n, k, num_sms=sm_count(x.device), group=group)
         if gated and not isinstance(cfg, GemvConfig):
             raise ValueError(f"fp4_linear: only the GEMV applies the SiLU-mul, not {cfg}")
-        if x_permuted and not isinstance(cfg, AsyncGemmConfig):
-            raise ValueError(f"fp4_linear: x in the async GEMM's step order, but {cfg} takes it")
+        if x_step_order is not None and not (
+            isinstance(cfg, AsyncGemmConfig) and cfg.bits == x_step_order
+        ):
+            raise ValueError(f"fp4_linear: x in the step order of bits={x_step_order}, not {cfg}'s")
         if isinstance(cfg, Fp4GemmConfig):
             _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
         elif isinstance(cfg, DequantGemmConfig):
@@ -268,7 +270,7 @@ def fp4_linear(
         elif isinstance(cfg, AsyncGemmConfig):
             fp4_async_linear(x2, packed, block_scale, row_scale, bias, split_k=cfg.split_k,
                              num_warps=cfg.num_warps, stages=cfg.stages, bits=cfg.bits,
-                             max_registers=cfg.max_registers, x_permuted=x_permuted,
+                             max_registers=cfg.max_registers, x_permuted=x_step_order is not None,
                              out=out)  # fmt: skip
         else:
             launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group, pdl=pdl,

@@ -147,29 +147,27 @@ class Fp4LinearMethod(SixteenBitInput):
     def apply_permuted(
         self, layer: Linear, x: PermutedActivation, bias: torch.Tensor | None
     ) -> torch.Tensor:
-        return self._async_permuted(layer, x.values, bias)
+        return self._async_permuted(layer, x.values, x.bits, bias)
 
     def apply_after_silu_mul(
         self, layer: Linear, gate_up: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor | None:
         """silu(gate) * up written in the asynchronous GEMM's step order by the SiLU-mul
         kernel, where that GEMM takes the step; else None."""
-        if gate_up.device.type == "cpu":
-            return None
         bits = self.step_order(layer, gate_up)
         if bits is None:
             return None
         flat = gate_up.reshape(-1, gate_up.shape[-1])
         hidden = silu_and_mul(flat, pdl=layer.launch_pdl, step_order=bits)
-        y = self._async_permuted(layer, hidden, bias)
+        y = self._async_permuted(layer, hidden, bits, bias)
         return y.view(*gate_up.shape[:-1], y.shape[-1])
 
     def _async_permuted(
-        self, layer: Linear, x: torch.Tensor, bias: torch.Tensor | None
+        self, layer: Linear, x: torch.Tensor, bits: bool, bias: torch.Tensor | None
     ) -> torch.Tensor:
         return fp4_linear(
             x, layer.weight_packed, layer.weight_scale, layer.weight_row_scale, bias,
-            pdl=layer.launch_pdl, async_weight=True, x_permuted=True,
+            pdl=layer.launch_pdl, async_weight=True, x_step_order=bits,
         )  # fmt: skip
 
     def apply_gated(self, layer: Linear, x: torch.Tensor) -> torch.Tensor | None:

@@ -78,6 +78,19 @@ def test_producers_refuse_partial_steps() -> None:
         silu_and_mul(torch.ones(2, 400, device=DEVICE), step_order=False)
 
 
+@pytest.mark.parametrize("bits", [False, True])
+def test_x_in_a_step_order_is_refused_where_the_async_gemm_does_not_take_it(bits: bool) -> None:
+    """Four rows go to the GEMV (and off Hopper every step to the Triton kernels): x in a step
+    order there would multiply permuted columns by natural ones, so ``fp4_linear`` refuses it."""
+    from test_fp4_gemm import activations, fp4_weight
+
+    from kvserve.kernels.fp4_gemm import fp4_linear
+
+    x = activations(4, 256, _PRODUCER_DTYPE)
+    with pytest.raises(ValueError, match=f"step order of bits={bits}"):
+        fp4_linear(x, *fp4_weight("nvfp4", 128, 256), x_step_order=bits)
+
+
 @pytest.mark.skipif(
     INTERPRETED
     or DEVICE.type != "cuda"
