@@ -51,8 +51,33 @@ if HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+# sm_90's shared memory a block can opt into (227 KiB); the ring takes all but the barriers
+SHARED_MEMORY_BYTES = 232448
+_BARRIER_BYTES = 1024
+
 # x's ring: the 128-byte swizzle wgmma reads B with
 _X_SMEM = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16) if HAS_GLUON else None
+
+
+def ring_bytes(block_m: int, num_warps: int, stages: int) -> int:
+    """Shared memory of the ring: each slot holds x's [block_m, 128] bf16 tile and the
+    [16 * num_warps, 64] bytes of W's codes for one K step."""
+    return stages * (block_m * STEP_K * 2 + 16 * num_warps * STEP_K // 2)
+
+
+def ring_fits(block_m: int, num_warps: int, stages: int) -> bool:
+    need = ring_bytes(block_m, num_warps, stages) + _BARRIER_BYTES
+    return 4 <= stages <= 6 and need <= SHARED_MEMORY_BYTES
+
+
+def check_ring_fits(block_m: int, num_warps: int, stages: int) -> None:
+    if not ring_fits(block_m, num_warps, stages):
+        need = ring_bytes(block_m, num_warps, stages) + _BARRIER_BYTES
+        raise ValueError(
+            f"fp4_async_linear: {stages} ring slots of a {block_m}-row x tile and "
+            f"{num_warps} warps need {need} bytes of shared memory; 4-6 slots within "
+            f"{SHARED_MEMORY_BYTES} bytes fit"
+        )
 
 
 @jit
@@ -282,6 +307,7 @@ def fp4_async_linear(
     if not x_permuted:
         x = permute_x_steps_triton(x, bits) if triton_permute else permute_x_steps(x, bits)
     block_m = block_m_for(m)
+    check_ring_fits(block_m, num_warps, stages)
     x_desc = TensorDescriptor.from_tensor(x, [block_m, STEP_K], _X_SMEM)
     if out is None:
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)

@@ -16,7 +16,12 @@ from triton_target import stack_bytes  # noqa: E402
 from benchmarks.kernel_spills import cuobjdump, resource_usage  # noqa: E402
 from benchmarks.lowbit_sass import k_loop_span, loop_opcodes  # noqa: E402
 from kvserve.kernels.fp4_async_choice import TWO_PROGRAMS_REGISTERS  # noqa: E402
-from kvserve.kernels.fp4_async_gemm import HAS_GLUON, fp4_async_linear  # noqa: E402
+from kvserve.kernels.fp4_async_gemm import (  # noqa: E402
+    HAS_GLUON,
+    SHARED_MEMORY_BYTES,
+    fp4_async_linear,
+    ring_bytes,
+)
 
 pytestmark = pytest.mark.skipif(not HAS_GLUON, reason="this Triton has no Gluon")
 
@@ -66,6 +71,16 @@ def test_builds_for_sm90_without_spills(
 ) -> None:
     _build(rows, fmt, warps, split_k, stages)
     assert stack_bytes(compile_only) == [0]
+    # the ring is the kernel's shared memory, barriers aside: what ring_fits checks at launch
+    ring = ring_bytes(rows, warps, stages)
+    assert ring <= compile_only[0].metadata.shared <= min(ring + 1024, SHARED_MEMORY_BYTES)
+
+
+def test_a_ring_past_shared_memory_is_refused_before_it_builds(compile_only: list) -> None:
+    """Six slots of a 128-row x tile need 240 KiB; sm_90 gives a block 227."""
+    with pytest.raises(ValueError, match="shared memory"):
+        _build(128, "nvfp4", 8, 1, stages=6)
+    assert compile_only == []
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
