@@ -100,9 +100,9 @@ SETTINGS: tuple[EnvSetting, ...] = (
     ),
     EnvSetting(
         name="KVSERVE_FP4_PERMUTE_IN_PRODUCER",
-        default="0",
-        meaning="1: the RMSNorm or SiLU-mul before an asynchronous-MMA FP4 GEMM writes x in its "
-        "K-step order, so the GEMM permutes none (untested on a GPU yet)",
+        default="1",
+        meaning="0: the asynchronous-MMA FP4 GEMM permutes x itself, not the RMSNorm or "
+        "SiLU-mul before it writing x in its K-step order",
         reader="kvserve.kernels.fp4_async_choice:permute_in_producer",
     ),
     EnvSetting(
