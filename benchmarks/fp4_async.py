@@ -22,6 +22,7 @@ from kvserve.kernels.fp4_async_choice import TWO_PROGRAMS_REGISTERS, two_program
 from kvserve.kernels.fp4_async_gemm import fp4_async_linear
 from kvserve.kernels.fp4_gemm import default_config, fp4_linear
 from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP
+from kvserve.kernels.fp4_step_order import permute_x_steps
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
 SPAN_BYTES = 256 << 20
@@ -101,21 +102,31 @@ def variants(
     stages: tuple[int, ...] = STAGES,
     decodes: tuple[bool, ...] = (False, True),
     registers: tuple[int | None, ...] = (None, TWO_PROGRAMS_REGISTERS),
-    permutes: tuple[bool, ...] = (False,),
+    permutes: tuple[str, ...] = ("torch",),
 ) -> list[tuple[str, dict[str, Any]]]:
     """(name, ``fp4_async_linear`` keywords) of each setting to check or time, at 8 warps:
-    ``bits`` the bit-placing decode, ``regs 128`` two programs an SM, ``tperm`` x permuted by
-    the Triton kernel (``fp4_x_permute``) instead of torch's copy."""
+    ``bits`` the bit-placing decode, ``regs 128`` two programs an SM; x permuted by torch's
+    copy, ``tperm`` by the Triton kernel (``fp4_x_permute``), ``xperm`` by none (its producer
+    wrote it permuted: ``with_input`` hands the kernel x so)."""
     out = []
-    for split, slots, bits, regs, tperm in itertools.product(
+    for split, slots, bits, regs, permute in itertools.product(
         splits, stages, decodes, registers, permutes
     ):
         name = f"split {split} warps {WARPS[0]} stages {slots}" + (" bits" if bits else "")
-        name += (f" regs {regs}" if regs else "") + (" tperm" if tperm else "")
+        name += (f" regs {regs}" if regs else "") + PERMUTE_SUFFIX[permute]
         out.append((name, {"split_k": split, "num_warps": WARPS[0], "stages": slots,
                            "bits": bits, "max_registers": regs,
-                           "triton_permute": tperm}))  # fmt: skip
+                           "triton_permute": permute == "triton",
+                           "x_permuted": permute == "producer"}))  # fmt: skip
     return out
+
+
+PERMUTE_SUFFIX = {"torch": "", "triton": " tperm", "producer": " xperm"}
+
+
+def with_input(x: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
+    """x as the setting's kernel reads it: in its K-step order where its producer wrote it so."""
+    return permute_x_steps(x, kwargs["bits"]) if kwargs["x_permuted"] else x
 
 
 def check(fmt: str, settings: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -129,7 +140,7 @@ def check(fmt: str, settings: list[tuple[str, dict[str, Any]]]) -> list[dict[str
         bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
         ref = fp4_linear(x, packed, scales, row_scale, bias)
-        out = fp4_async_linear(x, packed, scales, row_scale, bias, **kwargs)
+        out = fp4_async_linear(with_input(x, kwargs), packed, scales, row_scale, bias, **kwargs)
         err = rel_err(out, ref)
         rows.append({"format": fmt, "m": m, "n": n, "k": k, "setting": name,
                      "rel_err": err, "ok": err <= CHECK_TOL})  # fmt: skip
@@ -155,8 +166,9 @@ def measure_shape(
         def op(xin: torch.Tensor, w: tuple, kw=kwargs) -> torch.Tensor:  # noqa: ANN001
             return fp4_async_linear(xin, *w, **kw)
 
-        err = rel_err(op(x, weights[0]), ref)  # compiles outside the capture
-        us, _ = graph_us(op, [x] * layers, weights, replays)
+        xin = with_input(x, kwargs)
+        err = rel_err(op(xin, weights[0]), ref)  # compiles outside the capture
+        us, _ = graph_us(op, [xin] * layers, weights, replays)
         row[key] = {"us": us, "rel_err": err}
     return row
 
@@ -169,7 +181,7 @@ def best_by_family(row: dict[str, Any]) -> dict[str, float]:
             family = ("bits" if " bits" in key else "e4m3") + (
                 f" regs {key.split(' regs ')[1].split()[0]}" if " regs " in key else ""
             )
-            family += " tperm" if key.endswith(" tperm") else ""
+            family += next((s for s in (" tperm", " xperm") if key.endswith(s)), "")
             best[family] = round(min(best.get(family, float("inf")), value["us"]), 1)
     return best
 
@@ -187,7 +199,9 @@ def main() -> None:
     ap.add_argument("--registers", default=f"0,{TWO_PROGRAMS_REGISTERS}",
                     help="register caps a thread to time (0: none)")  # fmt: skip
     ap.add_argument("--splits", default=",".join(map(str, SPLITS)))
-    ap.add_argument("--permutes", default="torch", help="x's permutations to time: torch, triton")
+    ap.add_argument(
+        "--permutes", default="torch", help="x's permutation: torch, triton, producer (none)"
+    )
     ap.add_argument("--sass", action="store_true", help="only the sm_90 K loops (no GPU needed)")
     args = ap.parse_args()
     if args.sass:
@@ -209,7 +223,9 @@ def main() -> None:
     decodes = tuple(d == "bits" for d in args.decodes.split(","))
     registers = tuple(int(r) or None for r in args.registers.split(","))
     stages = tuple(map(int, args.stages.split(",")))
-    permutes = tuple(p == "triton" for p in args.permutes.split(","))
+    permutes = tuple(args.permutes.split(","))
+    if not set(permutes) <= set(PERMUTE_SUFFIX):
+        ap.error(f"--permutes: each of {', '.join(PERMUTE_SUFFIX)}")
     settings = variants(
         tuple(map(int, args.splits.split(","))), stages, decodes, registers, permutes
     )

@@ -29,6 +29,9 @@ _MIN_STEPS_PER_SPLIT = 4
 # K steps a split that carry a program's fixed costs (the pipeline's fill, the split's sum),
 # by x tile: at 64 rows the Triton kernel's step is cheaper, so it takes a longer split to pay
 _LONG_SPLIT_STEPS = {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 24}
+# The same where x's producer writes it in the K-step order (``KVSERVE_FP4_PERMUTE_IN_PRODUCER``),
+# so this kernel's step spares the permutation kernel's 1-2 us too
+_LONG_SPLIT_STEPS_FROM_PRODUCER = {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 24}
 # A thread's registers for two 8-warp programs an SM (2 x 256 x 128 = the SM's 64K): ptxas fits
 # the K loop of x tiles up to 64 rows in them without spills (190 uncapped: one program an SM,
 # two warps a scheduler, the step latency-bound; s74 Nsight Compute); 128-row tiles would spill
@@ -135,7 +138,9 @@ def async_config(
     )
 
 
-def mode_takes_shape(mode: str, m: int, n: int, k: int, num_sms: int) -> bool:
+def mode_takes_shape(
+    mode: str, m: int, n: int, k: int, num_sms: int, from_producer: bool = False
+) -> bool:
     """Whether ``KVSERVE_FP4_ASYNC``'s ``mode`` hands this kernel an [m, k] x [k, n] GEMM of a
     weight it takes. ``auto``: where it beat the Triton kernel in s76's H100 sweep (Llama-3-8B,
     32-128 rows, x permuted by its Triton kernel): W tiles that fill the SMs with K unsplit
@@ -147,25 +152,30 @@ def mode_takes_shape(mode: str, m: int, n: int, k: int, num_sms: int) -> bool:
         return mode == "1"
     if _tiles(m, n, AsyncGemmConfig.num_warps) >= _FILLED_SHARE * num_sms:
         return True
-    long_split = _LONG_SPLIT_STEPS.get(block_m_for(m))
+    table = _LONG_SPLIT_STEPS_FROM_PRODUCER if from_producer else _LONG_SPLIT_STEPS
+    long_split = table.get(block_m_for(m))
     split = async_config(m, n, k, num_sms=num_sms).split_k
     return long_split is not None and k // STEP_K // split >= long_split
 
 
-def async_choice(x: torch.Tensor, n: int, k: int, num_sms: int) -> AsyncGemmConfig | None:
+def async_choice(
+    x: torch.Tensor, n: int, k: int, num_sms: int, from_producer: bool = False
+) -> AsyncGemmConfig | None:
     """This kernel's launch for x [m, k] times an [n, k] weight that ``weight_fits``, by the
-    settings; None when the Triton kernel takes it."""
+    settings; None when the Triton kernel takes it. ``from_producer``: x's producer is to
+    write it in the K-step order, so no permutation kernel runs before this one."""
     m = x.shape[0]
     if not async_gemm_takes(x, m):
         return None
-    return _shape_choice(async_gemm_mode(), m, n, k, num_sms, async_bits_enabled())
+    mode = async_gemm_mode()
+    return _shape_choice(mode, m, n, k, num_sms, async_bits_enabled(), from_producer)
 
 
 @functools.cache
 def _shape_choice(
-    mode: str, m: int, n: int, k: int, num_sms: int, bits: bool
+    mode: str, m: int, n: int, k: int, num_sms: int, bits: bool, from_producer: bool
 ) -> AsyncGemmConfig | None:
     """``async_choice`` of one shape and settings, worked out once (it runs each call)."""
-    if not mode_takes_shape(mode, m, n, k, num_sms):
+    if not mode_takes_shape(mode, m, n, k, num_sms, from_producer):
         return None
     return async_config(m, n, k, num_sms=num_sms, bits=bits)

@@ -141,7 +141,8 @@ class Fp4LinearMethod(SixteenBitInput):
         if not layer.__dict__.get(_ASYNC_WEIGHT, False) or not permute_in_producer():
             return None
         n, k = layer.weight_packed.shape[0], layer.weight_packed.shape[1] * 2
-        cfg = async_choice(x.reshape(-1, x.shape[-1]), n, k, num_sms=sm_count(x.device))
+        flat = x.reshape(-1, x.shape[-1])
+        cfg = async_choice(flat, n, k, num_sms=sm_count(x.device), from_producer=True)
         return None if cfg is None else cfg.bits
 
     def apply_permuted(
