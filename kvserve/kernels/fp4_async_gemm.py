@@ -304,10 +304,10 @@ def fp4_async_linear(
     words = code_words(packed)
     if words.dtype != torch.int32:
         raise ValueError("fp4_async_linear: W's rows must be word-aligned")
-    if not x_permuted:
-        x = permute_x_steps_triton(x, bits) if triton_permute else permute_x_steps(x, bits)
     block_m = block_m_for(m)
     check_ring_fits(block_m, num_warps, stages)
+    if not x_permuted:
+        x = permute_x_steps_triton(x, bits) if triton_permute else permute_x_steps(x, bits)
     x_desc = TensorDescriptor.from_tensor(x, [block_m, STEP_K], _X_SMEM)
     if out is None:
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
