@@ -364,6 +364,24 @@ def test_fp4_async_auto_takes_long_splits(m: int, n: int, k: int, takes: bool) -
     assert mode_takes_shape("auto", m, n, k, 132) is takes
 
 
+@pytest.mark.parametrize(
+    ("m", "n", "k", "takes"),
+    [(32, 6144, 4096, True), (17, 4096, 14336, True), (32, 4096, 4096, False),
+     (64, 6144, 4096, False), (64, 4096, 14336, True), (128, 6144, 4096, True)],
+)  # fmt: skip
+def test_fp4_async_auto_takes_32_row_splits_of_x_its_producer_permuted(
+    m: int, n: int, k: int, takes: bool
+) -> None:
+    """With x written in the step order by its producer, ``auto`` also takes 17-32-row steps
+    whose split keeps 16 K steps (Llama-3-8B's qkv and down; not o's 8), as the plain rule does
+    not; 33-128 rows as the plain rule."""
+    from kvserve.kernels.fp4_async_choice import mode_takes_shape
+
+    assert mode_takes_shape("auto", m, n, k, 132, from_producer=True) is takes
+    if m <= 32:
+        assert not mode_takes_shape("auto", m, n, k, 132)
+
+
 def test_fp4_async_mode_refuses_other_values(monkeypatch: pytest.MonkeyPatch) -> None:
     from kvserve.errors import ConfigError
     from kvserve.kernels import fp4_async_choice

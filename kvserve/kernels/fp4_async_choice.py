@@ -30,8 +30,9 @@ _MIN_STEPS_PER_SPLIT = 4
 # by x tile: at 64 rows the Triton kernel's step is cheaper, so it takes a longer split to pay
 _LONG_SPLIT_STEPS = {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 24}
 # The same where x's producer writes it in the K-step order (``KVSERVE_FP4_PERMUTE_IN_PRODUCER``),
-# so this kernel's step spares the permutation kernel's 1-2 us too
-_LONG_SPLIT_STEPS_FROM_PRODUCER = {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 24}
+# so no permutation kernel runs: then 32-row tiles pay from 16 K steps (s77 H100, qkv and down
+# at 32 rows: 5-24% less time than the Triton kernel; at 64 rows NVFP4's qkv still 3% more)
+_LONG_SPLIT_STEPS_FROM_PRODUCER = {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 24, MAX_BLOCK_M // 4: 16}
 # A thread's registers for two 8-warp programs an SM (2 x 256 x 128 = the SM's 64K): ptxas fits
 # the K loop of x tiles up to 64 rows in them without spills (190 uncapped: one program an SM,
 # two warps a scheduler, the step latency-bound; s74 Nsight Compute); 128-row tiles would spill
@@ -147,7 +148,10 @@ def mode_takes_shape(
     (gate_up: 19-31% less time); at 128-row x tiles (the Triton kernel's cost grows with rows,
     this one's hardly) a split of 16 K steps or more (down's 28: 25-26% less; qkv's 16: 7-9%);
     at 64-row tiles one of 24 or more (down: 4-11%; qkv 14% more in NVFP4); not o's 8 (12-13%
-    more at 128 rows), nor splits at 32-row tiles (down: NVFP4 3% more, MXFP4 17% less)."""
+    more at 128 rows), nor splits at 32-row tiles (down: NVFP4 3% more, MXFP4 17% less).
+    ``from_producer`` (x written in the step order, no permutation kernel): also 32-row tiles
+    whose split keeps 16 K steps (qkv and down; in the engine at batch 32, s77 H100: NVFP4
+    x1.010, MXFP4 x1.066)."""
     if mode != "auto":
         return mode == "1"
     if _tiles(m, n, AsyncGemmConfig.num_warps) >= _FILLED_SHARE * num_sms:
