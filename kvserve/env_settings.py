@@ -101,8 +101,8 @@ SETTINGS: tuple[EnvSetting, ...] = (
     EnvSetting(
         name="KVSERVE_FP4_PERMUTE_IN_PRODUCER",
         default="1",
-        meaning="0: the asynchronous-MMA FP4 GEMM permutes x itself, not the RMSNorm or "
-        "SiLU-mul before it writing x in its K-step order",
+        meaning="0: the asynchronous-MMA FP4 kernel permutes x by a kernel of its own, not "
+        "the RMSNorm or SiLU-mul before it",
         reader="kvserve.kernels.fp4_async_choice:permute_in_producer",
     ),
     EnvSetting(

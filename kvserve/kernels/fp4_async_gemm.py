@@ -66,6 +66,7 @@ def ring_bytes(block_m: int, num_warps: int, stages: int) -> int:
 
 
 def ring_fits(block_m: int, num_warps: int, stages: int) -> bool:
+    """4-6 slots (``_ring``'s) within the shared memory a block may take."""
     need = ring_bytes(block_m, num_warps, stages) + _BARRIER_BYTES
     return 4 <= stages <= 6 and need <= SHARED_MEMORY_BYTES
 

@@ -106,7 +106,7 @@ def test_x_permuted_by_its_producer_gives_the_same_tokens(
     fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The RMSNorm before q/k/v and gate/up and the SiLU-mul before down write x in the async
-    GEMM's step order (``KVSERVE_FP4_PERMUTE_IN_PRODUCER=1``) where that GEMM
+    GEMM's step order (``KVSERVE_FP4_PERMUTE_IN_PRODUCER=1``, the default) where that GEMM
     takes the step: the same values reach the same kernel as when it permutes x itself, so the
     tokens are identical; and three of a layer's four GEMMs take x so permuted (o's x comes
     from attention)."""
