@@ -365,20 +365,23 @@ def test_fp4_async_auto_takes_long_splits(m: int, n: int, k: int, takes: bool) -
 
 
 @pytest.mark.parametrize(
-    ("m", "n", "k", "takes"),
-    [(32, 6144, 4096, True), (17, 4096, 14336, True), (32, 4096, 4096, False),
-     (64, 6144, 4096, False), (64, 4096, 14336, True), (128, 6144, 4096, True)],
+    ("m", "n", "k", "group", "takes"),
+    [(32, 6144, 4096, 16, True), (17, 4096, 14336, 16, True), (32, 4096, 4096, 16, False),
+     (64, 6144, 4096, 16, False), (64, 4096, 14336, 16, True), (128, 6144, 4096, 16, True),
+     (32, 6144, 4096, 32, True), (32, 4096, 4096, 32, False), (64, 6144, 4096, 32, True),
+     (33, 6144, 4096, 32, True), (64, 4096, 4096, 32, False)],
 )  # fmt: skip
-def test_fp4_async_auto_takes_32_row_splits_of_x_its_producer_permuted(
-    m: int, n: int, k: int, takes: bool
+def test_fp4_async_auto_takes_shorter_splits_of_x_its_producer_permuted(
+    m: int, n: int, k: int, group: int, takes: bool
 ) -> None:
     """With x written in the step order by its producer, ``auto`` also takes 17-32-row steps
     whose split keeps 16 K steps (Llama-3-8B's qkv and down; not o's 8), as the plain rule does
-    not; 33-128 rows as the plain rule."""
+    not; in MXFP4 (32-value groups) 33-64-row steps so too (qkv); NVFP4 keeps the plain rule's
+    24 there."""
     from kvserve.kernels.fp4_async_choice import mode_takes_shape
 
-    assert mode_takes_shape("auto", m, n, k, 132, from_producer=True) is takes
-    if m <= 32:
+    assert mode_takes_shape("auto", m, n, k, 132, from_producer_group=group) is takes
+    if m <= 32 or (group == 32 and m <= 64 and n == 6144):
         assert not mode_takes_shape("auto", m, n, k, 132)
 
 

@@ -12,7 +12,7 @@ import torch
 from kvserve.config import env_switch
 from kvserve.errors import ConfigError
 from kvserve.kernels.fp4_async_decode import HAS_GLUON, STEP_K, W_ROWS_A_WARP, max_e8m0
-from kvserve.kernels.fp4_reference import MXFP4_GROUP, group_size_of
+from kvserve.kernels.fp4_reference import MXFP4_GROUP, NVFP4_GROUP, group_size_of
 from kvserve.kernels.fp4_tile import MAX_BLOCK_M, block_m_for, code_words
 
 ASYNC_ENV = "KVSERVE_FP4_ASYNC"
@@ -30,9 +30,13 @@ _MIN_STEPS_PER_SPLIT = 4
 # by x tile: at 64 rows the Triton kernel's step is cheaper, so it takes a longer split to pay
 _LONG_SPLIT_STEPS = {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 24}
 # The same where x's producer writes it in the K-step order (``KVSERVE_FP4_PERMUTE_IN_PRODUCER``),
-# so no permutation kernel runs: then 32-row tiles pay from 16 K steps (s77 H100, qkv and down
-# at 32 rows: 5-24% less time than the Triton kernel; at 64 rows NVFP4's qkv still 3% more)
-_LONG_SPLIT_STEPS_FROM_PRODUCER = {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 24, MAX_BLOCK_M // 4: 16}
+# so no permutation kernel runs, by block-scale group: 32-row tiles pay from 16 K steps (s77
+# H100, qkv and down at 32 rows: 5-24% less time than the Triton kernel); 64-row tiles from 16
+# in MXFP4 (qkv 17.9 against 20.0 us), where NVFP4's qkv still takes 3% more (19.3 against 18.7)
+_LONG_SPLIT_STEPS_FROM_PRODUCER = {
+    NVFP4_GROUP: {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 24, MAX_BLOCK_M // 4: 16},
+    MXFP4_GROUP: {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 16, MAX_BLOCK_M // 4: 16},
+}
 # A thread's registers for two 8-warp programs an SM (2 x 256 x 128 = the SM's 64K): ptxas fits
 # the K loop of x tiles up to 64 rows in them without spills (190 uncapped: one program an SM,
 # two warps a scheduler, the step latency-bound; s74 Nsight Compute); 128-row tiles would spill
@@ -140,7 +144,7 @@ def async_config(
 
 
 def mode_takes_shape(
-    mode: str, m: int, n: int, k: int, num_sms: int, from_producer: bool = False
+    mode: str, m: int, n: int, k: int, num_sms: int, from_producer_group: int | None = None
 ) -> bool:
     """Whether ``KVSERVE_FP4_ASYNC``'s ``mode`` hands this kernel an [m, k] x [k, n] GEMM of a
     weight it takes. ``auto``: where it beat the Triton kernel in s76's H100 sweep (Llama-3-8B,
@@ -149,37 +153,39 @@ def mode_takes_shape(
     this one's hardly) a split of 16 K steps or more (down's 28: 25-26% less; qkv's 16: 7-9%);
     at 64-row tiles one of 24 or more (down: 4-11%; qkv 14% more in NVFP4); not o's 8 (12-13%
     more at 128 rows), nor splits at 32-row tiles (down: NVFP4 3% more, MXFP4 17% less).
-    ``from_producer`` (x written in the step order, no permutation kernel): also 32-row tiles
-    whose split keeps 16 K steps (qkv and down; in the engine at batch 32, s77 H100: NVFP4
-    x1.010, MXFP4 x1.066)."""
+    ``from_producer_group`` (x written in the step order, no permutation kernel; the weight's
+    block-scale group): also 32-row tiles whose split keeps 16 K steps (qkv and down; in the
+    engine at batch 32, s77 H100: NVFP4 x1.010, MXFP4 x1.066), and in MXFP4 64-row tiles so
+    (qkv; x1.015 at batch 64)."""
     if mode != "auto":
         return mode == "1"
     if _tiles(m, n, AsyncGemmConfig.num_warps) >= _FILLED_SHARE * num_sms:
         return True
-    table = _LONG_SPLIT_STEPS_FROM_PRODUCER if from_producer else _LONG_SPLIT_STEPS
+    table = _LONG_SPLIT_STEPS_FROM_PRODUCER.get(from_producer_group, _LONG_SPLIT_STEPS)
     long_split = table.get(block_m_for(m))
     split = async_config(m, n, k, num_sms=num_sms).split_k
     return long_split is not None and k // STEP_K // split >= long_split
 
 
 def async_choice(
-    x: torch.Tensor, n: int, k: int, num_sms: int, from_producer: bool = False
+    x: torch.Tensor, n: int, k: int, num_sms: int, from_producer_group: int | None = None
 ) -> AsyncGemmConfig | None:
     """This kernel's launch for x [m, k] times an [n, k] weight that ``weight_fits``, by the
-    settings; None when the Triton kernel takes it. ``from_producer``: x's producer is to
-    write it in the K-step order, so no permutation kernel runs before this one."""
+    settings; None when the Triton kernel takes it. ``from_producer_group``: x's producer is to
+    write it in the K-step order, so no permutation kernel runs before this one; the weight's
+    block-scale group (16 or 32 values)."""
     m = x.shape[0]
     if not async_gemm_takes(x, m):
         return None
     mode = async_gemm_mode()
-    return _shape_choice(mode, m, n, k, num_sms, async_bits_enabled(), from_producer)
+    return _shape_choice(mode, m, n, k, num_sms, async_bits_enabled(), from_producer_group)
 
 
 @functools.cache
 def _shape_choice(
-    mode: str, m: int, n: int, k: int, num_sms: int, bits: bool, from_producer: bool
+    mode: str, m: int, n: int, k: int, num_sms: int, bits: bool, from_producer_group: int | None
 ) -> AsyncGemmConfig | None:
     """``async_choice`` of one shape and settings, worked out once (it runs each call)."""
-    if not mode_takes_shape(mode, m, n, k, num_sms, from_producer):
+    if not mode_takes_shape(mode, m, n, k, num_sms, from_producer_group):
         return None
     return async_config(m, n, k, num_sms=num_sms, bits=bits)

@@ -255,9 +255,8 @@ def fp4_linear(
     if m and n:
         cfg = config
         if cfg is None and async_weight:
-            cfg = async_choice(
-                x2, n, k, num_sms=sm_count(x.device), from_producer=x_step_order is not None
-            )
+            from_producer = None if x_step_order is None else group
+            cfg = async_choice(x2, n, k, sm_count(x.device), from_producer_group=from_producer)
         cfg = cfg or default_config(m, n, k, num_sms=sm_count(x.device), group=group)
         if gated and not isinstance(cfg, GemvConfig):
             raise ValueError(f"fp4_linear: only the GEMV applies the SiLU-mul, not {cfg}")

@@ -29,7 +29,7 @@ from kvserve.kernels.fp4_async_choice import (
     weight_fits,
 )
 from kvserve.kernels.fp4_gemm import GEMV_MAX_ROWS, fp4_linear
-from kvserve.kernels.fp4_reference import dequantize_fp4
+from kvserve.kernels.fp4_reference import dequantize_fp4, group_size_of
 from kvserve.quant.method import SixteenBitInput, copy_checked, shard_rows, unknown_param
 
 if TYPE_CHECKING:
@@ -142,7 +142,8 @@ class Fp4LinearMethod(SixteenBitInput):
             return None
         n, k = layer.weight_packed.shape[0], layer.weight_packed.shape[1] * 2
         flat = x.reshape(-1, x.shape[-1])
-        cfg = async_choice(flat, n, k, num_sms=sm_count(x.device), from_producer=True)
+        group = group_size_of(layer.weight_scale)
+        cfg = async_choice(flat, n, k, sm_count(x.device), from_producer_group=group)
         return None if cfg is None else cfg.bits
 
     def apply_permuted(
