@@ -37,7 +37,7 @@ from kvserve.kernels._triton import (
     tl,
     triton,
 )
-from kvserve.kernels.activation import silu_and_mul, silu_mul
+from kvserve.kernels.activation import silu_and_mul
 from kvserve.kernels.moe_tiles import MoeTiles, expert_tiles
 from kvserve.kernels.skinny_gemm import _arrival_counters, arrive
 
@@ -370,9 +370,6 @@ def _grouped_gemm_kernel(
     BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,  # "ieee" for float32 (no TF32 rounding of the inputs)
     USE_PDL: tl.constexpr,
-    # A is a gate/up output [rows, 2K]: its rows' silu(gate) * up, as the SiLU-mul kernel
-    # rounds it to A's dtype, is the GEMM's input (the down GEMM without that kernel's launch)
-    GATED_A: tl.constexpr = False,
 ):
     pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
@@ -396,9 +393,6 @@ def _grouped_gemm_kernel(
         k_ok = offs_k < K - k0
         a_mask = row_ok[:, None] & k_ok[None, :]
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-        if GATED_A:
-            up = tl.load(a_ptrs + K, mask=a_mask, other=0.0)
-            a = silu_mul(a, up).to(a_ptr.dtype.element_ty)
         w = tl.load(w_ptrs, mask=k_ok[:, None] & (offs_n[None, :] < N), other=0.0)
         acc = tl.dot(a, w, acc, input_precision=DOT_PRECISION)
         a_ptrs += BLOCK_K
@@ -484,16 +478,12 @@ def _grouped_gemm(
     experts: tuple[int, int] | None = None,
     token_sum: TokenSum | None = None,
     pdl: bool = False,
-    gated_a: bool = False,
 ) -> torch.Tensor:
     """``blocks``: slots sorted into expert blocks, or the flat expert ids [num_slots] for one
     slot per block (no sorting: small batches, where few slots share an expert). ``experts``:
     ``(lo, hi)`` when ``w`` holds experts lo..hi-1 only; the rows of the others in ``out`` are
-    left as they are. ``token_sum``: see ``SlotOutput``. ``gated_a``: ``a`` is a gate/up output
-    [rows, 2K] that the kernel SiLU-multiplies as it loads it."""
+    left as they are. ``token_sum``: see ``SlotOutput``."""
     n, k = w.shape[1], w.shape[2]
-    if a.shape[1] != (2 * k if gated_a else k):
-        raise ValueError(f"grouped GEMM: A of {a.shape[1]} columns for K {k} (gated: {gated_a})")
     lo, hi = experts or (0, w.shape[0])
     tiles = {key: config[key] for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
     block_expert, slots, one_slot = block_tables(blocks)
@@ -506,7 +496,7 @@ def _grouped_gemm(
         SCALE_ROWS=row_weights is not None, ONE_SLOT_PER_BLOCK=one_slot,
         SUM_TOKENS=dest.sum_mode, num_warps=config["num_warps"],
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
-        num_stages=config["num_stages"], GATED_A=gated_a, **tiles, **launch_options(pdl),
+        num_stages=config["num_stages"], **tiles, **launch_options(pdl),
     )  # fmt: skip
     return dest.out
 
@@ -537,25 +527,18 @@ def fused_moe(
     ``shared``: the stacks' last expert is a stacked shared expert (``moe_tiles.expert_tiles``)."""
     assert x.stride(-1) == 1 and w13.stride(-1) == 1 and w2.stride(-1) == 1
     tiles = half_weight_tiles(w13.shape, w13.dtype, topk_ids, x.device, shared)
-    # decode steps: the down GEMM SiLU-multiplies its input, sparing a launch a layer
-    gated = one_slot_per_block(topk_ids.numel(), w13.shape[0])
-    gemm = expert_gemm(w13, w2, pdl, gated_down=gated)
+    gemm = expert_gemm(w13, w2, pdl)
     return fused_moe_with(
-        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, tiles, pdl, addend,
-        gated_down=gated,
-    )  # fmt: skip
+        x, topk_weights, topk_ids, w13.shape[0], w2.shape[1], gemm, tiles, pdl, addend
+    )
 
 
-def expert_gemm(
-    w13: torch.Tensor, w2: torch.Tensor, pdl: bool = False, gated_down: bool = False
-) -> ExpertGemm:
-    """``fused_moe``'s grouped GEMM over these stacks; ``gated_down``: the down GEMM takes the
-    gate/up output and applies the SiLU-mul as it loads it (``fused_moe_with``'s)."""
+def expert_gemm(w13: torch.Tensor, w2: torch.Tensor, pdl: bool = False) -> ExpertGemm:
+    """``fused_moe``'s grouped GEMM over these stacks."""
 
     def gemm(a, which, blocks, num_slots, top_k, config, row_weights, token_sum):  # noqa: ANN001, ANN202
-        gated_a = gated_down and which == 1
         return _grouped_gemm(a, (w13, w2)[which], blocks, num_slots, top_k, config, row_weights,
-                             token_sum=token_sum, pdl=pdl, gated_a=gated_a)  # fmt: skip
+                             token_sum=token_sum, pdl=pdl)  # fmt: skip
 
     return gemm
 

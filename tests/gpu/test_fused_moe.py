@@ -140,30 +140,6 @@ def test_shared_expert_output_joins_the_sum(tokens: int, dtype: torch.dtype) -> 
     assert (got - want).abs().max().item() <= 2e-2 * want.abs().max().item()
 
 
-@pytest.mark.parametrize("dtype", [BF16_UNLESS_INTERPRETED, torch.float16])
-@pytest.mark.parametrize("tokens", [1, 2])
-def test_down_gemm_silu_multiplies_its_gate_up_input_as_the_kernel_does(
-    tokens: int, dtype: torch.dtype
-) -> None:
-    """At a decode step the down GEMM reads the gate/up output and SiLU-multiplies it as it
-    loads it (``gated_a``): the same bits as the SiLU-mul kernel's output through the plain
-    GEMM; an input of the other width is refused."""
-    from kvserve.kernels.activation import silu_and_mul
-    from kvserve.kernels.fused_moe import _block_config, _grouped_gemm
-
-    x, w13, w2, weights, ids = _case(tokens, 64, 320, 96, 8, "random", dtype)
-    blocks = ids.flatten()
-    slots = ids.numel()
-    config = _block_config(slots, 64)
-    gate_up = _grouped_gemm(x, w13, blocks, slots, 8, config, None)
-    flat = weights.flatten().float().contiguous()
-    apart = _grouped_gemm(silu_and_mul(gate_up), w2, blocks, slots, 8, config, flat)
-    fused = _grouped_gemm(gate_up, w2, blocks, slots, 8, config, flat, gated_a=True)
-    torch.testing.assert_close(fused, apart, atol=0, rtol=0)
-    with pytest.raises(ValueError, match="A of 96 columns for K 96"):
-        _grouped_gemm(silu_and_mul(gate_up), w2, blocks, slots, 8, config, flat, gated_a=True)
-
-
 def test_token_sums_refuse_a_tensor_of_the_wrong_shape() -> None:
     """The down GEMM writes over ``into`` in place, so it must be [tokens, N], contiguous, in the
     activations' dtype."""
