@@ -89,7 +89,8 @@ SETTINGS: tuple[EnvSetting, ...] = (
         name="KVSERVE_FP4_ASYNC",
         default="auto",
         meaning="FP4 steps of 17-128 rows the asynchronous-MMA kernel takes (Hopper): 0 none, "
-        "auto where it was faster (W tiles filling the SMs; at 65-128 rows, long K splits), 1 all",
+        "auto where it was faster (W tiles filling the SMs; long K splits, by rows, format and "
+        "x's producer), 1 all",
         reader="kvserve.kernels.fp4_async_choice:async_gemm_mode",
     ),
     EnvSetting(

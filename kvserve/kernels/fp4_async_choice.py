@@ -34,8 +34,8 @@ _LONG_SPLIT_STEPS = {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 24}
 # H100, qkv and down at 32 rows: 5-24% less time than the Triton kernel); 64-row tiles from 16
 # in MXFP4 (qkv 17.9 against 20.0 us), where NVFP4's qkv still takes 3% more (19.3 against 18.7)
 _LONG_SPLIT_STEPS_FROM_PRODUCER = {
-    NVFP4_GROUP: {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 24, MAX_BLOCK_M // 4: 16},
-    MXFP4_GROUP: {MAX_BLOCK_M: 16, MAX_BLOCK_M // 2: 16, MAX_BLOCK_M // 4: 16},
+    NVFP4_GROUP: _LONG_SPLIT_STEPS | {MAX_BLOCK_M // 4: 16},
+    MXFP4_GROUP: _LONG_SPLIT_STEPS | {MAX_BLOCK_M // 2: 16, MAX_BLOCK_M // 4: 16},
 }
 # A thread's registers for two 8-warp programs an SM (2 x 256 x 128 = the SM's 64K): ptxas fits
 # the K loop of x tiles up to 64 rows in them without spills (190 uncapped: one program an SM,
