@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from kvserve.kernels._triton import launch_options
 from kvserve.kernels.fp4_async_decode import (
     BITS_SUM_SCALE,
     HAS_GLUON,
@@ -116,6 +117,25 @@ def _copy_x(x_desc, x_at, step, buf, ready, ok):
 
 
 @jit
+def _pdl_wait(USE_PDL: gl.constexpr):
+    """Gluon's ``_triton.pdl_wait``: until the kernel before has finished and its writes show."""
+    if USE_PDL:
+        gl.inline_asm_elementwise(
+            "griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+        )
+
+
+@jit
+def _pdl_release(USE_PDL: gl.constexpr):
+    """Gluon's ``_triton.pdl_release``: the next kernel may launch."""
+    if USE_PDL:
+        gl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+            is_pure=False, pack=1,
+        )  # fmt: skip
+
+
+@jit
 def _k_step(
     i, SLOT: gl.constexpr, steps, acc, scales, code_bufs, x_bufs, x_ready, w_ptrs, x_desc,
     x_at, s_ptrs, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr, BITS: gl.constexpr,
@@ -155,7 +175,7 @@ def _fp4_async_kernel(
     M, N, K, stride_wn, stride_sn, stride_om, k_per_split,
     BLOCK_M: gl.constexpr, GROUP: gl.constexpr, SCALE_E8M0: gl.constexpr,
     HAS_ROW_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, DIRECT: gl.constexpr,
-    STAGES: gl.constexpr, BITS: gl.constexpr,
+    STAGES: gl.constexpr, BITS: gl.constexpr, USE_PDL: gl.constexpr,
 ):  # fmt: skip
     """out [M, N] = x @ W.T; grid (M tiles, N tiles, splits of K), the splits summed as in the
     skinny GEMM (``_split_total``; unused ws_ptr / counter_ptr when DIRECT). x_desc: a TMA
@@ -163,7 +183,8 @@ def _fp4_async_kernel(
     [BLOCK_M, 128] (rows past M read as zeros). The codes (cp.async) and x's steps (TMA) go
     into rings of STAGES buffers, AHEAD = STAGES - 2 steps ahead: the slot a step fills was
     last read by the wgmma two steps back, finished in every warpgroup once all have passed
-    the last barrier."""
+    the last barrier. With USE_PDL the first steps' codes and scales (weights: no kernel of a
+    step writes them) are asked for before the dependent-launch wait, x's tiles after it."""
     WARPS: gl.constexpr = gl.num_warps()
     BLOCK_N: gl.constexpr = ROWS_A_WARP * WARPS
     AHEAD: gl.constexpr = STAGES - 2
@@ -201,12 +222,14 @@ def _fp4_async_kernel(
     for j in gl.static_range(AHEAD):
         mbarrier.expect(x_ready[j], x_desc.block_type.nbytes, pred=j < steps)
     gl.thread_barrier()
+    # each step's codes are one commit group: _k_step's wait_group counts on it
     for j in gl.static_range(AHEAD):
-        ok = j < steps
-        async_copy.async_copy_global_to_shared(code_bufs[j], w_ptrs + j * 16, mask=ok)
+        async_copy.async_copy_global_to_shared(code_bufs[j], w_ptrs + j * 16, mask=j < steps)
         async_copy.commit_group()
-        _copy_x(x_desc, x_at, j, x_bufs[j], x_ready[j], ok)
     scales = (gl.load(s_ptrs), gl.load(s_ptrs + STEP // GROUP, mask=steps > 1, other=0))
+    _pdl_wait(USE_PDL)
+    for j in gl.static_range(AHEAD):
+        _copy_x(x_desc, x_at, j, x_bufs[j], x_ready[j], j < steps)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, ACC)
     # STAGES steps an iteration: each reads and fills static slots, and decodes W into registers
     # of its own (the module docstring says why)
@@ -224,6 +247,7 @@ def _fp4_async_kernel(
                 x_at, s_ptrs, GROUP, SCALE_E8M0, BITS, A_OP,
             )  # fmt: skip
     acc = warpgroup_mma_wait(0, deps=(acc,))
+    _pdl_release(USE_PDL)
     async_copy.wait_group(0)
     for j in gl.static_range(STAGES):
         mbarrier.invalidate(x_ready[j])
@@ -287,6 +311,7 @@ def fp4_async_linear(
     triton_permute: bool = True,
     x_permuted: bool = False,
     out: torch.Tensor | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """``x`` [M, K] bf16 @ W.T (+ bias) -> [M, N] bf16; W in the layout of ``fp4_reference``,
     K a multiple of 128 and word-aligned rows; MXFP4 block scales up to ``max_e8m0(bits)`` (2**9,
@@ -296,7 +321,9 @@ def fp4_async_linear(
     two 8-warp programs share an SM (``TWO_PROGRAMS_REGISTERS``). ``triton_permute``: x
     permuted by one Triton kernel (``fp4_x_permute``), not torch's strided copy (the reference,
     1-2 us slower a GEMM at 32-128 rows of Llama-3-8B on an H100, s76). ``x_permuted``: x's
-    producer wrote it in that order already (``fp4_step_order``), so no permutation runs."""
+    producer wrote it in that order already (``fp4_step_order``), so no permutation runs.
+    ``pdl``: programmatic dependent launch of the permutation and the GEMM
+    (``kvserve.kernels._triton``)."""
     group = group_size_of(block_scale)
     m, k = x.shape
     n = packed.shape[0]
@@ -308,7 +335,7 @@ def fp4_async_linear(
     block_m = block_m_for(m)
     check_ring_fits(block_m, num_warps, stages)
     if not x_permuted:
-        x = permute_x_steps_triton(x, bits) if triton_permute else permute_x_steps(x, bits)
+        x = permute_x_steps_triton(x, bits, pdl) if triton_permute else permute_x_steps(x, bits)
     x_desc = TensorDescriptor.from_tensor(x, [block_m, STEP_K], _X_SMEM)
     if out is None:
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
@@ -321,7 +348,7 @@ def fp4_async_linear(
         plan.k_per_split, BLOCK_M=block_m, GROUP=group,
         SCALE_E8M0=block_scale.dtype == torch.uint8, HAS_ROW_SCALE=row_scale is not None,
         HAS_BIAS=bias is not None, DIRECT=plan.direct,
-        STAGES=stages, BITS=bits, num_warps=num_warps,
+        STAGES=stages, BITS=bits, num_warps=num_warps, **launch_options(pdl),
         **({"maxnreg": max_registers} if max_registers else {}),
     )  # fmt: skip
     return out

@@ -27,7 +27,16 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kvserve.kernels._triton import interpreting, next_pow2, require_triton, sm_count, tl
+from kvserve.kernels._triton import (
+    interpreting,
+    launch_options,
+    next_pow2,
+    pdl_release,
+    pdl_wait,
+    require_triton,
+    sm_count,
+    tl,
+)
 from kvserve.kernels.fp4_async_choice import AsyncGemmConfig, async_choice
 from kvserve.kernels.fp4_async_gemm import fp4_async_linear
 from kvserve.kernels.fp4_dequantize import DequantGemmConfig, dequant_gemm
@@ -141,6 +150,7 @@ def _fp4_gemm_kernel(
     DOT_PRECISION: tl.constexpr,
     WORD_DEQUANT: tl.constexpr,  # Fp4GemmConfig.word_dequant
     W_AS_B: tl.constexpr,  # Fp4GemmConfig.w_as_b: acc is [BLOCK_M, BLOCK_N] until the end
+    USE_PDL: tl.constexpr,
 ):
     PER_ELEMENT: tl.constexpr = 8 if WORD_DEQUANT else 2  # codes per element of w_ptr
     pid_m = tl.program_id(0)
@@ -167,6 +177,7 @@ def _fp4_gemm_kernel(
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     SCALES_AHEAD: tl.constexpr = BLOCK_K // GROUP < 8  # fp4_tile.step_scales
     s_ahead = first_scales(s_ptrs, k_start, K, rg, GROUP, EVEN_K, SCALES_AHEAD)
+    pdl_wait(USE_PDL)  # before the loop's prologue, which loads x
     for k0 in range(k_start, k_end, BLOCK_K):
         # codes, scales, x: the copies issued in the measured kernel's order
         if EVEN_K:
@@ -185,7 +196,7 @@ def _fp4_gemm_kernel(
         w_ptrs += BLOCK_K // PER_ELEMENT
         s_ptrs += BLOCK_K // GROUP
         x_ptrs += BLOCK_K
-
+    pdl_release(USE_PDL)
     if W_AS_B:
         acc = tl.trans(acc)
     _finish_tile(
@@ -228,13 +239,13 @@ def fp4_linear(
 ) -> torch.Tensor:
     """``x`` [..., K] @ W.T (+ bias) -> [..., N] in x's dtype; W in the layout of
     ``fp4_reference``. CPU tensors (outside Triton's interpreter) go to the reference. A
-    ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``, with
-    programmatic dependent launch if ``pdl``; a ``DequantGemmConfig`` dequantizes W and runs
-    cuBLAS (``fp4_dequantize.py``); an ``AsyncGemmConfig`` the Gluon kernel of
-    ``fp4_async_gemm.py``, which the default picks by ``KVSERVE_FP4_ASYNC``
-    (``fp4_async_choice.async_choice``) for a weight the caller found it takes at load
-    (``async_weight``, from ``fp4_async_choice.weight_fits``). ``gated`` (the GEMV only): W is
-    a gate/up stack and the result silu(gate) * up, [..., N / 2]
+    ``GemvConfig`` (at most 4 rows) runs the CUDA-core kernel of ``word_gemv.py``; a
+    ``DequantGemmConfig`` dequantizes W and runs cuBLAS (``fp4_dequantize.py``); an
+    ``AsyncGemmConfig`` the Gluon kernel of ``fp4_async_gemm.py``, which the default picks by
+    ``KVSERVE_FP4_ASYNC`` (``fp4_async_choice.async_choice``) for a weight the caller found it
+    takes at load (``async_weight``, from ``fp4_async_choice.weight_fits``). ``pdl``: every
+    kernel but cuBLAS's launches with programmatic dependent launch. ``gated`` (the GEMV only):
+    W is a gate/up stack and the result silu(gate) * up, [..., N / 2]
     (``word_gemv.launch_word_gemv``). ``x_step_order``: x is in the Gluon kernel's K-step order
     for that ``bits`` already (its producer was told ``async_choice``'s), so only that kernel,
     with that decode, may take the step."""
@@ -265,14 +276,14 @@ def fp4_linear(
         ):
             raise ValueError(f"fp4_linear: x in the step order of bits={x_step_order}, not {cfg}'s")
         if isinstance(cfg, Fp4GemmConfig):
-            _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group)
+            _launch(x2, packed, block_scale, row_scale, bias, out, cfg, group, pdl)
         elif isinstance(cfg, DequantGemmConfig):
             dequant_gemm(x2, packed, block_scale, row_scale, bias, out, cfg)
         elif isinstance(cfg, AsyncGemmConfig):
             fp4_async_linear(x2, packed, block_scale, row_scale, bias, split_k=cfg.split_k,
                              num_warps=cfg.num_warps, stages=cfg.stages, bits=cfg.bits,
                              max_registers=cfg.max_registers, x_permuted=x_step_order is not None,
-                             out=out)  # fmt: skip
+                             out=out, pdl=pdl)  # fmt: skip
         else:
             launch_word_gemv(x2, packed, block_scale, row_scale, bias, out, cfg, group, pdl=pdl,
                              gated=gated)  # fmt: skip
@@ -288,6 +299,7 @@ def _launch(
     out: torch.Tensor,
     cfg: Fp4GemmConfig,
     group: int,
+    pdl: bool = False,
 ) -> None:
     m, k = x.shape
     n = packed.shape[0]
@@ -338,6 +350,7 @@ def _launch(
         W_AS_B=cfg.w_as_b,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        **launch_options(pdl),
     )
 
 

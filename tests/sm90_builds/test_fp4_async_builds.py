@@ -37,6 +37,7 @@ def _build(
     bits: bool = False,
     max_registers: int | None = None,
     triton_permute: bool = False,
+    pdl: bool = False,
 ) -> None:
     x = torch.zeros(rows, K, dtype=torch.bfloat16)
     packed = torch.zeros(N, K // 2, dtype=torch.uint8)
@@ -46,8 +47,31 @@ def _build(
         scales, row_scale = torch.zeros(N, K // 16, dtype=torch.float8_e4m3fn), torch.ones(N)
     fp4_async_linear(
         x, packed, scales, row_scale, split_k=split_k, num_warps=warps, stages=stages, bits=bits,
-        max_registers=max_registers, triton_permute=triton_permute,
+        max_registers=max_registers, triton_permute=triton_permute, pdl=pdl,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("split_k", [1, 4])
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_with_dependent_launch_w_is_asked_for_before_the_wait_and_x_after(
+    compile_only: list, fmt: str, split_k: int
+) -> None:
+    """``pdl``: the first steps' codes (cp.async) and scales are loaded before
+    ``griddepcontrol.wait``, x's tiles (TMA) after it, and the next kernel may launch once the
+    K loop's MMAs are done, before the split sum and the stores; the permutation kernel waits
+    before its loads. Neither spills."""
+    _build(64, fmt, 8, split_k, bits=True, triton_permute=True, pdl=True)
+    permute, gemm = (kernel.asm["ptx"] for kernel in compile_only)
+    assert permute.index("griddepcontrol.wait") < permute.index("ld.global")
+    assert permute.index("griddepcontrol.launch_dependents") < permute.index("st.global")
+    wait = gemm.index("griddepcontrol.wait")
+    assert gemm.index("cp.async.cg.shared.global") < wait
+    assert gemm.index("ld.global") < wait
+    assert wait < gemm.index("cp.async.bulk.tensor")
+    release = gemm.index("griddepcontrol.launch_dependents")
+    assert gemm.rindex("wgmma.mma_async") < release < gemm.index("st.global")
+    assert gemm.count("griddepcontrol.wait") == 1
+    assert stack_bytes(compile_only) == [0, 0]
 
 
 @pytest.mark.parametrize("bits", [False, True])
