@@ -141,3 +141,45 @@ def test_fp4_linear_takes_it_by_the_setting(
         check(fp4_linear(x, *weight), x, weight)
     fp4_async_choice.async_gemm_mode.cache_clear()
     assert calls == taken
+
+
+@pytest.mark.parametrize("m", [16, 64])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dependent_launches_in_a_graph_read_what_the_kernel_before_wrote(
+    fmt: str, m: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pdl=True`` in a CUDA graph, as the engine launches them: an RMSNorm writes x, the FP4
+    kernels read it (16 rows: the Triton MMA kernel; 64: x's permutation, then the async GEMM
+    split over K) and another RMSNorm reads their output, every launch dependent on the one
+    before. Each replay takes new input: every result is that input's, so no kernel read
+    before the one before it had written."""
+    from kvserve.kernels import fp4_async_choice
+    from kvserve.kernels.fp4_gemm import fp4_linear
+    from kvserve.kernels.rmsnorm import rms_norm
+
+    monkeypatch.setenv(fp4_async_choice.ASYNC_ENV, "1")
+    fp4_async_choice.async_gemm_mode.cache_clear()
+    n, k = 1000, 4096
+    weight = fp4_weight(fmt, n, k)
+    norm_k = torch.ones(k, dtype=torch.bfloat16, device=DEVICE)
+    norm_n = torch.ones(n, dtype=torch.bfloat16, device=DEVICE)
+    source = activations(m, k, torch.bfloat16)
+
+    def chain() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = rms_norm(source, norm_k, 1e-6, pdl=True)
+        y = fp4_linear(x, *weight, pdl=True, async_weight=True)
+        return x, y, rms_norm(y, norm_n, 1e-6, pdl=True)
+
+    chain()  # compiles outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        x, y, z = chain()
+    for seed in range(4):
+        fresh = torch.randn(m, k, generator=torch.Generator().manual_seed(seed))
+        source.copy_(fresh.to(torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected_x = rms_norm(source, norm_k, 1e-6)
+        assert torch.equal(x, expected_x)
+        check(y, x, weight)
+        assert torch.equal(z, rms_norm(y, norm_n, 1e-6))
