@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from kvserve.kernels._triton import launch_options
+from kvserve.kernels._triton import launch_options, pdl_release, pdl_wait
 from kvserve.kernels.fp4_async_decode import (
     BITS_SUM_SCALE,
     HAS_GLUON,
@@ -114,25 +114,6 @@ def _copy_x(x_desc, x_at, step, buf, ready, ok):
     has in flight, the scales' included."""
     row, col = x_at
     tma.async_copy_global_to_shared(x_desc, [row, col + step * STEP], ready, buf, pred=ok)
-
-
-@jit
-def _pdl_wait(USE_PDL: gl.constexpr):
-    """Gluon's ``_triton.pdl_wait``: until the kernel before has finished and its writes show."""
-    if USE_PDL:
-        gl.inline_asm_elementwise(
-            "griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
-        )
-
-
-@jit
-def _pdl_release(USE_PDL: gl.constexpr):
-    """Gluon's ``_triton.pdl_release``: the next kernel may launch."""
-    if USE_PDL:
-        gl.inline_asm_elementwise(
-            "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
-            is_pure=False, pack=1,
-        )  # fmt: skip
 
 
 @jit
@@ -227,7 +208,7 @@ def _fp4_async_kernel(
         async_copy.async_copy_global_to_shared(code_bufs[j], w_ptrs + j * 16, mask=j < steps)
         async_copy.commit_group()
     scales = (gl.load(s_ptrs), gl.load(s_ptrs + STEP // GROUP, mask=steps > 1, other=0))
-    _pdl_wait(USE_PDL)
+    pdl_wait(USE_PDL)
     for j in gl.static_range(AHEAD):
         _copy_x(x_desc, x_at, j, x_bufs[j], x_ready[j], j < steps)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, ACC)
@@ -247,7 +228,7 @@ def _fp4_async_kernel(
                 x_at, s_ptrs, GROUP, SCALE_E8M0, BITS, A_OP,
             )  # fmt: skip
     acc = warpgroup_mma_wait(0, deps=(acc,))
-    _pdl_release(USE_PDL)
+    pdl_release(USE_PDL)
     async_copy.wait_group(0)
     for j in gl.static_range(STAGES):
         mbarrier.invalidate(x_ready[j])
