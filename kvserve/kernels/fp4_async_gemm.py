@@ -303,8 +303,8 @@ def fp4_async_linear(
     permuted by one Triton kernel (``fp4_x_permute``), not torch's strided copy (the reference,
     1-2 us slower a GEMM at 32-128 rows of Llama-3-8B on an H100, s76). ``x_permuted``: x's
     producer wrote it in that order already (``fp4_step_order``), so no permutation runs.
-    ``pdl``: programmatic dependent launch of the permutation and the GEMM
-    (``kvserve.kernels._triton``)."""
+    ``pdl``: programmatic dependent launch of the GEMM and of the Triton permutation (torch's
+    copy launches as it always does; ``kvserve.kernels._triton``)."""
     group = group_size_of(block_scale)
     m, k = x.shape
     n = packed.shape[0]
