@@ -111,6 +111,9 @@ class ModelConfig:
     quantization: dict[str, Any] | None = None  # checkpoint's quantization_config, if any
     moe: MoEConfig | None = None  # None: a dense model
     rotary_dim: int | None = None  # leading head dims that rotary turns (None: all, GLM: half)
+    # attention over the last N positions in some or all layers (Mistral's ``sliding_window``);
+    # kvserve computes full attention, the same as the window's up to N tokens of context
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         positive = (
@@ -374,10 +377,12 @@ def allow_longer_context() -> bool:
 def check_context_length(requested: int | None, model: ModelConfig) -> int:
     """The context length to serve: ``requested``, or the model's own when None. Longer than
     the model's (``max_position_embeddings``, or what its rope scaling covers) is refused unless
-    ``KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``."""
+    ``KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``; longer than a sliding attention window,
+    always (``_within_sliding_window``)."""
     limit = max(model.max_position_embeddings, rope_max_positions(model))
     if requested is None:
-        return model.max_position_embeddings
+        return _within_sliding_window(model.max_position_embeddings, model, requested=False)
+    _within_sliding_window(requested, model, requested=True)
     if requested <= limit:
         return requested
     if allow_longer_context():
@@ -392,3 +397,25 @@ def check_context_length(requested: int | None, model: ModelConfig) -> int:
         f"(max_position_embeddings {source}); lower --context-length, or set "
         f"{ALLOW_LONGER_CONTEXT_ENV}=1 to serve it anyway"
     )
+
+
+def _within_sliding_window(length: int, model: ModelConfig, requested: bool) -> int:
+    """A model with a sliding attention window of W tokens is served at most W tokens of
+    context: kvserve has no windowed attention, and full attention is the window's while every
+    key is inside it (a query at position i sees keys i - W + 1 .. i). The model's own length
+    is cut to W with a warning; a longer ``context_length`` asked for is refused."""
+    window = model.sliding_window
+    if window is None or length <= window:
+        return length
+    if requested:
+        raise ConfigError(
+            f"context_length {length} is longer than the model's sliding attention window of "
+            f"{window} tokens: kvserve computes full attention, which is the model's only "
+            f"within the window; lower --context-length to {window} or less"
+        )
+    log.warning(
+        "the model attends over a sliding window of %d tokens, which kvserve does not "
+        "implement: serving %d tokens of context (not %d), where full attention is the same",
+        window, window, length,
+    )  # fmt: skip
+    return window

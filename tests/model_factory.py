@@ -33,11 +33,14 @@ _ARCH_CONFIGS = {
     "Qwen3ForCausalLM": "Qwen3Config",
     "Qwen3MoeForCausalLM": "Qwen3MoeConfig",
     "Glm4MoeForCausalLM": "Glm4MoeConfig",
+    "MixtralForCausalLM": "MixtralConfig",
+    "MistralForCausalLM": "MistralConfig",
 }
 
 
-# Tiny mixture-of-experts configs (make_tiny_model overrides): both have a sparse and a dense
-# layer; GLM adds grouped sigmoid routing, a shared expert, partial rotary and q/k/v biases.
+# Tiny mixture-of-experts configs (make_tiny_model overrides): Qwen3 and GLM have a sparse and a
+# dense layer; GLM adds grouped sigmoid routing, a shared expert, partial rotary and q/k/v
+# biases; Mixtral's layers are all sparse, its experts as wide as intermediate_size.
 MOE_TINY: dict[str, dict[str, Any]] = {
     "Qwen3MoeForCausalLM": {
         "num_experts": 8,
@@ -56,6 +59,12 @@ MOE_TINY: dict[str, dict[str, Any]] = {
         "first_k_dense_replace": 1,
         "routed_scaling_factor": 2.5,
         "attention_bias": True,
+    },
+    "MixtralForCausalLM": {
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "intermediate_size": 32,
+        "sliding_window": None,
     },
 }
 
@@ -187,7 +196,8 @@ def make_tiny_gguf(
 
     hf_dir = make_tiny_model(arch, out_dir / "hf", **overrides)
     config = json.loads((hf_dir / "config.json").read_text())
-    gguf_arch = {v: k for k, v in GGUF_ARCHITECTURES.items()}[arch]
+    # llama.cpp writes Mixtral as llama with experts
+    gguf_arch = {v: k for k, v in GGUF_ARCHITECTURES.items()}.get(arch, "llama")
     path = out_dir / f"tiny-{gguf_arch}-{tensor_type}.gguf"
     writer = gguf.GGUFWriter(str(path), gguf_arch)
     _write_gguf_metadata(writer, config, nextn_layers)
@@ -200,7 +210,7 @@ def make_tiny_gguf(
         config["num_hidden_layers"] + nextn_layers,
     )  # fmt: skip
     for hf_name, weight in sorted(tensors.items()):
-        if arch == "LlamaForCausalLM" and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+        if gguf_arch == "llama" and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = config["num_attention_heads" if "q_proj" in hf_name else "num_key_value_heads"]
             weight = llama_cpp_permute(weight, heads)
         array = weight.float().numpy()
@@ -281,8 +291,9 @@ def _write_gguf_metadata(writer: Any, config: dict[str, Any], nextn_layers: int 
     if experts:
         writer.add_expert_count(experts)
         writer.add_expert_used_count(config["num_experts_per_tok"])
-        writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
-        writer.add_expert_weights_norm(config["norm_topk_prob"])
+        if "moe_intermediate_size" in config:  # not Mixtral's: its experts' is the FFN's
+            writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
+            writer.add_expert_weights_norm(config["norm_topk_prob"])
     if "n_routed_experts" in config:  # GLM-4.5
         _write_glm4_moe_metadata(writer, config, nextn_layers)
     scaling = config["rope_parameters"]

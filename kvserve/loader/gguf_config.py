@@ -42,7 +42,7 @@ def read_gguf_config(reader: Any, path: str) -> ModelConfig:
     rotary_dim = int(meta("rope.dimension_count", head_dim))
     try:
         return ModelConfig(
-            architecture=GGUF_ARCHITECTURES[arch],
+            architecture=_architecture(arch, meta),
             vocab_size=_vocab_size(reader, arch),
             hidden_size=hidden,
             intermediate_size=int(meta("feed_forward_length")),
@@ -60,12 +60,37 @@ def read_gguf_config(reader: Any, path: str) -> ModelConfig:
             attention_bias=arch == "qwen2" or "blk.0.attn_q.bias" in names,
             qk_norm=arch in ("qwen3", "qwen3moe") or "blk.0.attn_q_norm.weight" in names,
             rotary_dim=rotary_dim if rotary_dim < head_dim else None,
-            moe=_MOE_READERS[arch](meta) if arch in _MOE_READERS else None,
+            moe=_moe(arch, meta),
             bos_token_id=gguf_field(reader, "tokenizer.ggml.bos_token_id"),
             eos_token_ids=gguf_eos_token_ids(reader),
         )
     except ConfigError as exc:
         raise ModelLoadError(f"{path}: {exc}") from exc
+
+
+def _architecture(arch: str, meta: Any) -> str:
+    """llama.cpp writes Mixtral as ``llama`` with experts (``expert_count``)."""
+    if arch == "llama" and int(meta("expert_count", 0)):
+        return "MixtralForCausalLM"
+    return GGUF_ARCHITECTURES[arch]
+
+
+def _moe(arch: str, meta: Any) -> MoEConfig | None:
+    if _architecture(arch, meta) == "MixtralForCausalLM":
+        return _mixtral(meta)
+    return _MOE_READERS[arch](meta) if arch in _MOE_READERS else None
+
+
+def _mixtral(meta: Any) -> MoEConfig:
+    """llama.cpp's Mixtral (``llama`` with experts): every block sparse, each expert
+    ``feed_forward_length`` wide, the top-k weights renormalised."""
+    return MoEConfig(
+        num_experts=int(meta("expert_count")),
+        top_k=int(meta("expert_used_count")),
+        expert_intermediate_size=int(meta("feed_forward_length")),
+        scoring="softmax",
+        norm_topk_prob=True,
+    )
 
 
 def _qwen3_moe(meta: Any) -> MoEConfig:

@@ -19,7 +19,7 @@ SUPPORTED_GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q
 def iter_gguf_weights(
     reader: Any, config: ModelConfig, path: str
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    unpermute = config.architecture == "LlamaForCausalLM"
+    unpermute = config.architecture in ("LlamaForCausalLM", "MixtralForCausalLM")  # arch llama
     for tensor in reader.tensors:
         if tensor.name in IGNORED_GGUF_TENSORS or _past_the_decoder(tensor.name, config):
             continue

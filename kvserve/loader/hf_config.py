@@ -11,6 +11,7 @@ from kvserve.loader.architectures import check_supported
 from kvserve.loader.files import read_json_object
 from kvserve.loader.generation_defaults import eos_ids_of, read_generation_defaults
 from kvserve.loader.hf_moe_config import moe_config_of, qk_norm_of, rotary_dim_of
+from kvserve.loader.mixtral_names import decoder_quantization
 
 
 def read_hf_config(directory: Path) -> ModelConfig:
@@ -67,12 +68,36 @@ def hf_config_to_model_config(
             hidden_act=str(data.get("hidden_act", "silu")),
             bos_token_id=data.get("bos_token_id"),
             eos_token_ids=eos_token_ids,
-            quantization=data.get("quantization_config"),
+            quantization=_quantization(data, architecture),
             moe=moe_config_of(data, architecture),
             rotary_dim=rotary_dim_of(data, head_dim),
+            sliding_window=_sliding_window(data, architecture),
         )
     except ConfigError as exc:
         raise ModelLoadError(str(exc)) from exc
+
+
+def _quantization(data: dict[str, Any], architecture: str) -> dict[str, Any] | None:
+    qc = data.get("quantization_config")
+    return decoder_quantization(qc) if architecture == "MixtralForCausalLM" else qc
+
+
+def _sliding_window(data: dict[str, Any], architecture: str) -> int | None:
+    """The attention window of the config's windowed layers, None when no layer has one:
+    Mistral's ``sliding_window`` (4096 when the key is absent, as transformers reads it); Qwen2 /
+    Qwen3's only with ``use_sliding_window``, in layers from ``max_window_layers`` on, or where
+    ``layer_types`` says ``sliding_attention``."""
+    default = 4096 if architecture == "MistralForCausalLM" else None
+    window = data.get("sliding_window", default)
+    if not window or ("use_sliding_window" in data and not data["use_sliding_window"]):
+        return None
+    types = data.get("layer_types")
+    if types is not None:
+        return int(window) if "sliding_attention" in types else None
+    first = data.get("max_window_layers")
+    if first is not None and int(first) >= int(data["num_hidden_layers"]):
+        return None
+    return int(window)
 
 
 def _rope(data: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:

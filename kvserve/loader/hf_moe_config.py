@@ -1,8 +1,9 @@
 """The mixture-of-experts and partial-rotary fields of an HF ``config.json``, normalised.
 
 Each family spells them its own way: Qwen3-MoE (``num_experts``, ``decoder_sparse_step``,
-``mlp_only_layers``), GLM-4.5 (``n_routed_experts``, ``first_k_dense_replace``, grouped
-sigmoid routing, shared experts, ``partial_rotary_factor``).
+``mlp_only_layers``), Mixtral (``num_local_experts``, experts of ``intermediate_size``),
+GLM-4.5 (``n_routed_experts``, ``first_k_dense_replace``, grouped sigmoid routing, shared
+experts, ``partial_rotary_factor``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from kvserve.config import MoEConfig
 
-MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "Glm4MoeForCausalLM")
+MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "Glm4MoeForCausalLM", "MixtralForCausalLM")
 
 
 def moe_config_of(data: dict[str, Any], architecture: str) -> MoEConfig | None:
@@ -19,6 +20,8 @@ def moe_config_of(data: dict[str, Any], architecture: str) -> MoEConfig | None:
         return _qwen3_moe(data)
     if architecture == "Glm4MoeForCausalLM":
         return _glm4_moe(data)
+    if architecture == "MixtralForCausalLM":
+        return _mixtral(data)
     return None
 
 
@@ -35,6 +38,18 @@ def _qwen3_moe(data: dict[str, Any]) -> MoEConfig:
         scoring="softmax",
         norm_topk_prob=bool(data.get("norm_topk_prob", False)),
         dense_layers=dense,
+    )
+
+
+def _mixtral(data: dict[str, Any]) -> MoEConfig:
+    """Every layer sparse; each expert as wide as ``intermediate_size``; the top-k weights are
+    always renormalised (a softmax over the chosen logits)."""
+    return MoEConfig(
+        num_experts=int(data["num_local_experts"]),
+        top_k=int(data["num_experts_per_tok"]),
+        expert_intermediate_size=int(data["intermediate_size"]),
+        scoring="softmax",
+        norm_topk_prob=True,
     )
 
 

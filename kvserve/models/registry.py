@@ -15,6 +15,7 @@ _MODELS: dict[str, tuple[str, str]] = {
     "Qwen3ForCausalLM": ("kvserve.models.qwen3", "Qwen3ForCausalLM"),
     "Qwen3MoeForCausalLM": ("kvserve.models.qwen3_moe", "Qwen3MoeForCausalLM"),
     "Glm4MoeForCausalLM": ("kvserve.models.glm4_moe", "Glm4MoeForCausalLM"),
+    "MixtralForCausalLM": ("kvserve.models.mixtral", "MixtralForCausalLM"),
 }
 
 SUPPORTED_ARCHITECTURES = tuple(_MODELS)

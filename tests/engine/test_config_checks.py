@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from kvserve import LLM
+from kvserve import LLM, SamplingParams
 from kvserve.config import (
     ALLOW_LONGER_CONTEXT_ENV,
     ModelConfig,
@@ -174,3 +174,59 @@ def test_cudnn_prefill_reasons(
     old.backend_version = lambda: 90100
     monkeypatch.setitem(sys.modules, "cudnn", old)
     assert "older than 9.5" in cudnn_prefill_unavailable(gpu, bf16, bf16, 128)
+
+
+def test_a_sliding_window_caps_the_context(caplog) -> None:
+    """kvserve has no windowed attention: a model with a window of W tokens is served W tokens
+    at most (its own length is cut, with a warning; a longer one asked for is refused)."""
+    model = _model(sliding_window=1024)
+    with caplog.at_level("WARNING", logger="kvserve.config"):
+        assert check_context_length(None, model) == 1024
+    assert "sliding window of 1024 tokens" in caplog.text
+    assert check_context_length(512, model) == 512
+    with pytest.raises(ConfigError, match="sliding attention window of 1024 tokens.* 1024 or less"):
+        check_context_length(2048, model)
+    assert check_context_length(None, _model(sliding_window=8192)) == 4096
+
+
+@pytest.mark.parametrize(
+    ("arch", "fields", "window"),
+    [
+        ("MistralForCausalLM", {}, 4096),  # transformers' default when the key is absent
+        ("MistralForCausalLM", {"sliding_window": None}, None),
+        ("MistralForCausalLM", {"sliding_window": 2048}, 2048),
+        ("LlamaForCausalLM", {}, None),
+        ("Qwen2ForCausalLM", {"use_sliding_window": False, "sliding_window": 4096}, None),
+        ("Qwen2ForCausalLM", {"use_sliding_window": True, "sliding_window": 4096,
+                              "max_window_layers": 28}, None),  # from layer 28 of 2
+        ("Qwen2ForCausalLM", {"use_sliding_window": True, "sliding_window": 4096,
+                              "max_window_layers": 1}, 4096),
+        ("Qwen3ForCausalLM", {"sliding_window": 512,
+                              "layer_types": ["full_attention", "sliding_attention"]}, 512),
+        ("Qwen3ForCausalLM", {"sliding_window": 512,
+                              "layer_types": ["full_attention", "full_attention"]}, None),
+    ],
+)  # fmt: skip
+def test_the_sliding_window_is_read_from_the_config(arch, fields, window) -> None:
+    from kvserve.loader.hf_config import hf_config_to_model_config
+
+    data = {
+        "architectures": [arch], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, **fields,
+    }  # fmt: skip
+    assert hf_config_to_model_config(data).sliding_window == window
+
+
+def test_a_windowed_model_is_served_within_its_window(tiny_model_dir) -> None:
+    """A tiny Mistral with a 64-token window: served 64 tokens of context, where its greedy
+    tokens are transformers' (whose attention is windowed); longer is refused at start."""
+    from model_factory import hf_greedy
+
+    path = tiny_model_dir("MistralForCausalLM", sliding_window=64)
+    llm = LLM(model=str(path), device="cpu", max_total_tokens=256)
+    assert llm.engine.context_length == 64
+    prompt = list(range(5, 59))
+    greedy = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    assert llm.generate([prompt], greedy)[0].outputs[0].token_ids == hf_greedy(path, prompt, 10)
+    with pytest.raises(ConfigError, match="sliding attention window of 64 tokens"):
+        LLM(model=str(path), context_length=128, device="cpu", max_total_tokens=256)

@@ -1,4 +1,4 @@
-"""Mixture-of-experts models (Qwen3-MoE, GLM-4.5-MoE): config normalisation, the expert
+"""Mixture-of-experts models (Qwen3-MoE, GLM-4.5-MoE, Mixtral): config normalisation, the expert
 sorting behind the fused kernel, and greedy outputs that engine settings must not change.
 Logits against transformers are in test_tiny_models_vs_hf.py (same variants)."""
 
@@ -29,8 +29,12 @@ def test_config_is_normalised(moe_dir) -> None:
     cfg = read_hf_config(path)
     moe = cfg.moe
     assert moe is not None and moe.num_experts == 8
-    assert moe.dense_layers == (0,)
-    if arch == "Glm4MoeForCausalLM":
+    assert moe.dense_layers == (() if arch == "MixtralForCausalLM" else (0,))
+    if arch == "MixtralForCausalLM":
+        assert (moe.scoring, moe.top_k, moe.norm_topk_prob) == ("softmax", 2, True)
+        assert moe.expert_intermediate_size == 32 and moe.shared_expert_intermediate_size == 0
+        assert cfg.rotary_dim is None and not cfg.qk_norm and cfg.sliding_window is None
+    elif arch == "Glm4MoeForCausalLM":
         assert (moe.scoring, moe.num_groups, moe.topk_groups, moe.top_k) == (
             "grouped_sigmoid", 4, 2, 3)  # fmt: skip
         assert moe.routed_scaling_factor == 2.5 and moe.shared_expert_intermediate_size == 32

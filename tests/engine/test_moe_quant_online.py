@@ -6,6 +6,7 @@ formats tests/quant checks against compressed-tensors and torchao), run in fp32.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -31,7 +32,10 @@ CASES = [
     ("Qwen3MoeForCausalLM", "mxfp4"),
     ("Glm4MoeForCausalLM", "nvfp4"),
     ("Qwen3MoeForCausalLM", "fp8"),
+    ("MixtralForCausalLM", "mxfp4"),
 ]
+# the projections kvserve quantizes, as checkpoints name them (Mixtral's experts: w1, w2, w3)
+PROJECTION = re.compile(r"(_proj|\.w[123])\.weight$")
 
 
 def _fake_quantized(w: torch.Tensor, scheme: str) -> torch.Tensor:
@@ -48,7 +52,7 @@ def _reference_dir(src: Path, scheme: str, out: Path) -> Path:
 
     tensors = load_file(str(src / "model.safetensors"))
     dense = {
-        n: _fake_quantized(t, scheme) if n.endswith("_proj.weight") else t.float()
+        n: _fake_quantized(t, scheme) if PROJECTION.search(n) else t.float()
         for n, t in tensors.items()
     }
     out.mkdir()

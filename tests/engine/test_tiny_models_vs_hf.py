@@ -1,4 +1,4 @@
-"""Logits of tiny random Llama/Qwen2/Qwen3 (and Qwen3-MoE, GLM-4.5-MoE) models through
+"""Logits of tiny random Llama/Qwen2/Qwen3 (and Qwen3-MoE, GLM-4.5-MoE, Mixtral) models through
 kvserve's engine path (scheduler plan -> model inputs -> paged attention) against Hugging Face
 transformers, float32."""
 
@@ -24,6 +24,7 @@ VARIANTS = [
     ("Qwen3ForCausalLM", {}),
     ("Qwen3MoeForCausalLM", MOE_TINY["Qwen3MoeForCausalLM"]),
     ("Glm4MoeForCausalLM", MOE_TINY["Glm4MoeForCausalLM"]),
+    ("MixtralForCausalLM", MOE_TINY["MixtralForCausalLM"]),
 ]
 
 

@@ -21,6 +21,7 @@ from kvserve.engine.config_builder import build_engine_config
 from kvserve.engine.engine_core import EngineCore
 from kvserve.loader import open_model_source
 from kvserve.loader.gguf_weights import unpermute_rope_rows
+from kvserve.loader.mixtral_names import decoder_name
 
 
 def test_bundled_config() -> None:
@@ -130,6 +131,25 @@ def test_glm4_moe_gguf_loads_as_its_hf_checkpoint(tmp_path: Path) -> None:
     assert set(ours) == set(reference)  # blk.3 (the nextn block) is not read
     for name, weight in reference.items():
         assert torch.equal(ours[name], weight), name
+    prompt = [5, 17, 300, 42, 9, 77, 1000, 3]
+    assert _greedy(str(path), prompt) == _greedy(str(hf_dir), prompt)
+
+
+def test_mixtral_gguf_loads_as_its_hf_checkpoint(tmp_path: Path) -> None:
+    """llama.cpp writes Mixtral as ``llama`` with stacked experts (Q/K permuted as Llama's): it
+    reads as the HF checkpoint's config and weights (``block_sparse_moe.experts.<e>.w1`` there)
+    and gives its greedy tokens."""
+    mixtral = "MixtralForCausalLM"
+    path, hf_dir = make_tiny_gguf(mixtral, tmp_path, "F32", **MOE_TINY[mixtral])
+    src, hf = open_model_source(str(path)), open_model_source(str(hf_dir))
+    assert src.config.architecture == mixtral
+    eps = pytest.approx(hf.config.rms_norm_eps)  # GGUF stores it as float32
+    assert replace(src.config, rms_norm_eps=eps) == hf.config
+    reference = load_file(str(hf_dir / "model.safetensors"))
+    ours = dict(src.weights())
+    assert set(ours) == {decoder_name(n) for n in reference}
+    for name, weight in reference.items():
+        assert torch.equal(ours[decoder_name(name)], weight), name
     prompt = [5, 17, 300, 42, 9, 77, 1000, 3]
     assert _greedy(str(path), prompt) == _greedy(str(hf_dir), prompt)
 

@@ -139,7 +139,7 @@ def test_missing_shard_and_corrupt_header_fail_files(tmp_path: Path) -> None:
 def test_unsupported_architecture_and_quantization_fail(tmp_path: Path) -> None:
     d = _hf_dir(
         tmp_path,
-        architectures=["MixtralForCausalLM"],
+        architectures=["DeepseekV3ForCausalLM"],
         quantization_config={"quant_method": "awq", "bits": 4},
     )
     rows = {r.name: r for r in check_model(probe_model(d), NO_GPU, PreflightOptions())}

@@ -33,15 +33,16 @@ def _tiles_row(model, gpu: GpuFacts, tp: int = 1):  # noqa: ANN001, ANN202
     return rows.get("model: MoE tiles")
 
 
-def test_moe_weights_held_and_read_per_token(tiny_model_dir) -> None:  # noqa: ANN001
-    arch = "Qwen3MoeForCausalLM"
+@pytest.mark.parametrize("arch", ["Qwen3MoeForCausalLM", "MixtralForCausalLM"])
+def test_moe_weights_held_and_read_per_token(arch: str, tiny_model_dir) -> None:  # noqa: ANN001
     path = Path(tiny_model_dir(arch, **MOE_TINY[arch]))
     with safe_open(str(path / "model.safetensors"), "pt") as f:
         sizes = {k: f.get_slice(k).get_shape() for k in f.keys()}  # noqa: SIM118
     expert = sum(4 * s[0] * s[1] for k, s in sizes.items() if ".experts." in k)  # fp32
     model = probe_model(path)
     assert model.problems == []
-    assert (model.num_experts, model.experts_per_token) == (8, 2)
+    facts = (model.num_experts, model.experts_per_token, model.expert_intermediate_size)
+    assert facts == (8, 2, 32)
     assert model.expert_bytes == expert > 0
     assert model.active_weight_bytes == model.weight_bytes - expert * 6 // 8
     rows = {r.name: r for r in check_model(model, _gpu(), PreflightOptions())}

@@ -69,7 +69,9 @@ def _apply_hf_config(cfg: dict[str, Any], facts: ModelFacts) -> None:
         shape.get("num_experts") or shape.get("n_routed_experts") or shape.get("num_local_experts")
     )
     facts.experts_per_token = shape.get("num_experts_per_tok")
-    facts.expert_intermediate_size = shape.get("moe_intermediate_size")
+    facts.expert_intermediate_size = shape.get("moe_intermediate_size") or (
+        shape.get("intermediate_size") if shape.get("num_local_experts") else None
+    )  # Mixtral's experts are intermediate_size wide
 
 
 def read_hf_dir(directory: Path) -> ModelFacts:
@@ -141,6 +143,9 @@ def _apply_gguf_experts(reader: Any, arch: str, facts: ModelFacts) -> None:
     facts.num_experts = _field(reader, f"{arch}.expert_count")
     facts.experts_per_token = _field(reader, f"{arch}.expert_used_count")
     facts.expert_intermediate_size = _field(reader, f"{arch}.expert_feed_forward_length")
+    if arch == "llama" and facts.num_experts:  # llama.cpp's Mixtral
+        facts.architecture = "MixtralForCausalLM"
+        facts.expert_intermediate_size = _field(reader, f"{arch}.feed_forward_length")
     layers = facts.num_layers or 0
     facts.expert_bytes = sum(
         int(t.n_bytes)
