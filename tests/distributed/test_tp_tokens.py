@@ -23,6 +23,7 @@ TINY = {  # name: (architecture, config overrides, engine settings)
     # experts split along their intermediate size; GLM adds a shared expert and q/k/v biases
     "qwen3-moe": ("Qwen3MoeForCausalLM", MOE_TINY["Qwen3MoeForCausalLM"], {}),
     "glm4-moe": ("Glm4MoeForCausalLM", MOE_TINY["Glm4MoeForCausalLM"], {}),
+    "mixtral": ("MixtralForCausalLM", MOE_TINY["MixtralForCausalLM"], {}),
 }
 
 
