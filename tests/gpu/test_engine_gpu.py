@@ -43,6 +43,10 @@ MOE_FIELDS = {
         "n_group": 4, "topk_group": 2, "n_shared_experts": 1, "first_k_dense_replace": 1,
         "routed_scaling_factor": 2.5, "partial_rotary_factor": 0.5, "use_qk_norm": True,
     },
+    # every layer sparse, experts intermediate_size (256) wide, no q/k norm
+    "MixtralForCausalLM": {
+        "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": None,
+    },
 }  # fmt: skip
 
 
@@ -91,7 +95,7 @@ def test_no_memory_for_kv_pages_is_refused_before_the_warm_up(tmp_path) -> None:
     assert torch.zeros(1, device="cuda").item() == 0  # the context is still usable
 
 
-@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM"])
 def test_gpu_triton_float32_matches_cpu(arch, tmp_path) -> None:
     path = _tiny_checkpoint(arch, tmp_path)
     cpu = _greedy(EngineCore(build_engine_config(path, device="cpu", dtype="float32")))
