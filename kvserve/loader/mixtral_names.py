@@ -1,6 +1,6 @@
 """Mixtral's checkpoint names -> the decoder's: ``block_sparse_moe`` is ``mlp``, and an expert's
 ``w1`` / ``w3`` / ``w2`` are its ``gate_proj`` / ``up_proj`` / ``down_proj``. For its tensors and
-for the layers a quantization config leaves unquantized. Imports no torch."""
+for the layers a quantization config leaves unquantized."""
 
 from __future__ import annotations
 
