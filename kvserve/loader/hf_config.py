@@ -7,6 +7,7 @@ from typing import Any
 
 from kvserve.config import ModelConfig
 from kvserve.errors import ConfigError, ModelLoadError
+from kvserve.hf_sliding_window import sliding_window_of
 from kvserve.loader.architectures import check_supported
 from kvserve.loader.files import read_json_object
 from kvserve.loader.generation_defaults import eos_ids_of, read_generation_defaults
@@ -71,7 +72,7 @@ def hf_config_to_model_config(
             quantization=_quantization(data, architecture),
             moe=moe_config_of(data, architecture),
             rotary_dim=rotary_dim_of(data, head_dim),
-            sliding_window=_sliding_window(data, architecture),
+            sliding_window=sliding_window_of(data, architecture),
         )
     except ConfigError as exc:
         raise ModelLoadError(str(exc)) from exc
@@ -80,24 +81,6 @@ def hf_config_to_model_config(
 def _quantization(data: dict[str, Any], architecture: str) -> dict[str, Any] | None:
     qc = data.get("quantization_config")
     return decoder_quantization(qc) if architecture == "MixtralForCausalLM" else qc
-
-
-def _sliding_window(data: dict[str, Any], architecture: str) -> int | None:
-    """The attention window of the config's windowed layers, None when no layer has one:
-    Mistral's ``sliding_window`` (4096 when the key is absent, as transformers reads it); Qwen2 /
-    Qwen3's only with ``use_sliding_window``, in layers from ``max_window_layers`` on, or where
-    ``layer_types`` says ``sliding_attention``."""
-    default = 4096 if architecture == "MistralForCausalLM" else None
-    window = data.get("sliding_window", default)
-    if not window or ("use_sliding_window" in data and not data["use_sliding_window"]):
-        return None
-    types = data.get("layer_types")
-    if types is not None:
-        return int(window) if "sliding_attention" in types else None
-    first = data.get("max_window_layers")
-    if first is not None and int(first) >= int(data["num_hidden_layers"]):
-        return None
-    return int(window)
 
 
 def _rope(data: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:

@@ -196,3 +196,15 @@ def test_nonexistent_model_path_is_a_failed_check(tmp_path: Path) -> None:
     rows = check_model(probe_model(tmp_path / "nope"), NO_GPU, PreflightOptions())
     assert rows[0].status is Status.FAIL and "does not exist" in rows[0].observed
     assert all(r.status is Status.SKIP for r in rows[1:])
+
+
+def test_a_windowed_model_is_checked_against_its_window(tmp_path: Path) -> None:
+    """Mistral-7B-v0.1's 4,096-token window under 32K positions: the engine serves the window
+    at most, so preflight's context line checks against it."""
+    d = _hf_dir(tmp_path, architectures=["MistralForCausalLM"], sliding_window=4096,
+                max_position_embeddings=32768)  # fmt: skip
+    model = probe_model(d)
+    assert model.max_context == 4096
+    rows = {r.name: r for r in check_model(model, NO_GPU, PreflightOptions(context_length=8192))}
+    assert rows["model: context length"].status is Status.WARN
+    assert "<= the model's 4096" in rows["model: context length"].expected

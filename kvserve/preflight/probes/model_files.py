@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from kvserve.hf_sliding_window import sliding_window_of
 from kvserve.preflight.facts import ModelFacts
 
 GGUF_ARCHITECTURES = {
@@ -63,6 +64,9 @@ def _apply_hf_config(cfg: dict[str, Any], facts: ModelFacts) -> None:
     facts.hidden_size = shape.get("hidden_size")
     facts.head_dim = shape.get("head_dim")
     facts.max_context = shape.get("max_position_embeddings")
+    window = sliding_window_of(shape, facts.architecture or "")
+    if window and facts.max_context and window < facts.max_context:
+        facts.max_context = window  # the engine serves a windowed model its window at most
     facts.dtype = cfg.get("torch_dtype") or cfg.get("dtype")
     facts.quantization = cfg.get("quantization_config")
     facts.num_experts = (
