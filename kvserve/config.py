@@ -377,12 +377,20 @@ def allow_longer_context() -> bool:
 def check_context_length(requested: int | None, model: ModelConfig) -> int:
     """The context length to serve: ``requested``, or the model's own when None. Longer than
     the model's (``max_position_embeddings``, or what its rope scaling covers) is refused unless
-    ``KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``; longer than a sliding attention window,
-    always (``_within_sliding_window``)."""
+    ``KVSERVE_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``. A model with a sliding attention window
+    of W tokens is served W at most: kvserve has no windowed attention, and full attention is
+    the window's while every key is inside it (a query at position i sees keys i - W + 1 .. i).
+    Its own length is cut to W with a warning; a longer ``requested`` is always refused."""
     limit = max(model.max_position_embeddings, rope_max_positions(model))
+    window = model.sliding_window
     if requested is None:
-        return _within_sliding_window(model.max_position_embeddings, model, requested=False)
-    _within_sliding_window(requested, model, requested=True)
+        return _cut_to_window(model.max_position_embeddings, window)
+    if window is not None and requested > window:
+        raise ConfigError(
+            f"context_length {requested} is longer than the model's sliding attention window "
+            f"of {window} tokens: kvserve computes full attention, which is the model's only "
+            f"within the window; lower --context-length to {window} or less"
+        )
     if requested <= limit:
         return requested
     if allow_longer_context():
@@ -399,20 +407,9 @@ def check_context_length(requested: int | None, model: ModelConfig) -> int:
     )
 
 
-def _within_sliding_window(length: int, model: ModelConfig, requested: bool) -> int:
-    """A model with a sliding attention window of W tokens is served at most W tokens of
-    context: kvserve has no windowed attention, and full attention is the window's while every
-    key is inside it (a query at position i sees keys i - W + 1 .. i). The model's own length
-    is cut to W with a warning; a longer ``context_length`` asked for is refused."""
-    window = model.sliding_window
+def _cut_to_window(length: int, window: int | None) -> int:
     if window is None or length <= window:
         return length
-    if requested:
-        raise ConfigError(
-            f"context_length {length} is longer than the model's sliding attention window of "
-            f"{window} tokens: kvserve computes full attention, which is the model's only "
-            f"within the window; lower --context-length to {window} or less"
-        )
     log.warning(
         "the model attends over a sliding window of %d tokens, which kvserve does not "
         "implement: serving %d tokens of context (not %d), where full attention is the same",

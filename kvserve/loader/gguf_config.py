@@ -40,9 +40,10 @@ def read_gguf_config(reader: Any, path: str) -> ModelConfig:
     head_dim = int(meta("attention.key_length", hidden // heads))
     names = {t.name for t in reader.tensors}
     rotary_dim = int(meta("rope.dimension_count", head_dim))
+    architecture = _architecture(arch, meta)
     try:
         return ModelConfig(
-            architecture=_architecture(arch, meta),
+            architecture=architecture,
             vocab_size=_vocab_size(reader, arch),
             hidden_size=hidden,
             intermediate_size=int(meta("feed_forward_length")),
@@ -60,7 +61,7 @@ def read_gguf_config(reader: Any, path: str) -> ModelConfig:
             attention_bias=arch == "qwen2" or "blk.0.attn_q.bias" in names,
             qk_norm=arch in ("qwen3", "qwen3moe") or "blk.0.attn_q_norm.weight" in names,
             rotary_dim=rotary_dim if rotary_dim < head_dim else None,
-            moe=_moe(arch, meta),
+            moe=_moe(architecture, arch, meta),
             bos_token_id=gguf_field(reader, "tokenizer.ggml.bos_token_id"),
             eos_token_ids=gguf_eos_token_ids(reader),
         )
@@ -75,8 +76,8 @@ def _architecture(arch: str, meta: Any) -> str:
     return GGUF_ARCHITECTURES[arch]
 
 
-def _moe(arch: str, meta: Any) -> MoEConfig | None:
-    if _architecture(arch, meta) == "MixtralForCausalLM":
+def _moe(architecture: str, arch: str, meta: Any) -> MoEConfig | None:
+    if architecture == "MixtralForCausalLM":
         return _mixtral(meta)
     return _MOE_READERS[arch](meta) if arch in _MOE_READERS else None
 

@@ -12,8 +12,6 @@ from typing import Any
 
 from kvserve.config import MoEConfig
 
-MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "Glm4MoeForCausalLM", "MixtralForCausalLM")
-
 
 def moe_config_of(data: dict[str, Any], architecture: str) -> MoEConfig | None:
     if architecture == "Qwen3MoeForCausalLM":
