@@ -12,6 +12,7 @@ from torch import nn
 from kvserve.config import ModelConfig, MoEConfig
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.errors import ModelLoadError
+from kvserve.kernels.l2_warm import NextWeights
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rotary_store_kv import QKNorm, fusable, rotary_store_kv
 from kvserve.kernels.word_gemv import gated_gemv_enabled
@@ -103,6 +104,7 @@ class Attention(nn.Module):
             rotary.kernels, tp, "row",
         )  # fmt: skip
         self.rotary = rotary
+        self.next_weights = NextWeights([self.o_proj])  # asked of L2 while decoding
         kernels = rotary.kernels
         self.q_norm = (
             RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, kernels) if cfg.qk_norm else None
@@ -154,7 +156,8 @@ class Attention(nn.Module):
             qk_norm=self.qk_norm,
             pdl=self.rotary.kernels.pdl,
         )
-        return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale, kv_scales)
+        warm = self.next_weights.warm()
+        return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale, kv_scales, l2_warm=warm)
 
     def _rotate(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
@@ -271,6 +274,8 @@ class DecoderLayer(nn.Module):
         kernels = rotary.kernels
         self.self_attn = Attention(cfg, idx, dtype, rotary, quant, tp)
         self.mlp = _feed_forward(cfg, idx, dtype, kernels, quant, tp)
+        if isinstance(self.mlp, MLP):
+            self.self_attn.next_weights.layers.append(self.mlp.gate_up_proj)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
 

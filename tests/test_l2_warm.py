@@ -1,0 +1,103 @@
+"""The L2 warm of a decoder layer's next weights (``kvserve.kernels.l2_warm``): which bytes a
+layer's attention asks for, cut to the budget, and its setting. The kernel's requests are
+checked where they can run: built for sm_90 (``tests/sm90_builds``) and on the GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvserve.config import ModelConfig, MoEConfig
+from kvserve.errors import ConfigError
+from kvserve.kernels.l2_warm import (
+    WARM_ENV,
+    NextWeights,
+    l2_warm_of,
+    warm_budget_mb,
+    warm_kernel_args,
+    weight_bytes,
+)
+from kvserve.layers.linear import Linear
+from kvserve.models.decoder import DecoderForCausalLM
+from kvserve.quant.registry import linear_method, resolve
+
+
+def test_weight_bytes_is_the_largest_tensor_as_flat_bytes() -> None:
+    layer = Linear(64, [32], bias=True, dtype=torch.bfloat16)
+    flat = weight_bytes(layer)
+    assert flat is not None and flat.dtype == torch.uint8
+    assert flat.numel() == 64 * 32 * 2
+    assert flat.data_ptr() == layer.weight.data_ptr()
+
+
+def test_weight_bytes_of_an_fp8_layer_is_its_e4m3_weight() -> None:
+    quant = resolve(None, "fp8")
+    layer = Linear(256, [128], bias=False, dtype=torch.bfloat16, method=linear_method(quant, ["x"]))
+    layer.init_dummy(torch.Generator().manual_seed(0))
+    flat = weight_bytes(layer)
+    assert flat is not None and flat.numel() == 256 * 128  # one byte a value; scales are smaller
+
+
+def test_warm_takes_the_first_weight_then_the_second_up_to_the_budget() -> None:
+    a, b = torch.zeros(1000, dtype=torch.uint8), torch.zeros(5000, dtype=torch.uint8)
+    whole = l2_warm_of([a, b], 10_000)
+    assert whole is not None and (whole.first_bytes, whole.second_bytes) == (1000, 5000)
+    cut = l2_warm_of([a, b], 2500)
+    assert cut is not None and (cut.first_bytes, cut.second_bytes) == (1000, 1500)
+    first_only = l2_warm_of([b, a], 3000)
+    assert first_only is not None and (first_only.first_bytes, first_only.second_bytes) == (3000, 0)
+    alone = l2_warm_of([a], 10_000)
+    assert alone is not None and (alone.total_bytes, alone.second_bytes) == (1000, 0)
+    assert l2_warm_of([a, b], 0) is None
+    assert l2_warm_of([], 1 << 20) is None
+
+
+def test_kernel_args_turn_the_warm_off_without_one() -> None:
+    stand_in = torch.zeros(4, dtype=torch.bfloat16)
+    off = warm_kernel_args(None, stand_in)
+    assert off["WARM"] is False and off["warm0_bytes"] == off["warm1_bytes"] == 0
+    warm = l2_warm_of([torch.zeros(256, dtype=torch.uint8)], 128)
+    on = warm_kernel_args(warm, stand_in)
+    assert on["WARM"] is True and on["warm0_bytes"] == 128 and on["warm0_ptr"] is warm.first
+
+
+def test_budget_setting_reads_whole_mb_and_refuses_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    warm_budget_mb.cache_clear()
+    try:
+        monkeypatch.delenv(WARM_ENV, raising=False)
+        assert warm_budget_mb() == 0
+        for good, mb in (("16", 16), ("0", 0), ("64", 64)):
+            warm_budget_mb.cache_clear()
+            monkeypatch.setenv(WARM_ENV, good)
+            assert warm_budget_mb() == mb
+        for bad in ("65", "-1", "1.5", "lots"):
+            warm_budget_mb.cache_clear()
+            monkeypatch.setenv(WARM_ENV, bad)
+            with pytest.raises(ConfigError, match=WARM_ENV):
+                warm_budget_mb()
+    finally:
+        warm_budget_mb.cache_clear()
+
+
+def test_next_weights_warm_nothing_off_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A budget with CPU weights gives no warm: the requests are a GPU kernel's."""
+    warm_budget_mb.cache_clear()
+    monkeypatch.setenv(WARM_ENV, "8")
+    try:
+        layers = [Linear(64, [64], bias=False, dtype=torch.bfloat16)]
+        assert NextWeights(layers).warm() is None
+    finally:
+        warm_budget_mb.cache_clear()
+
+
+def test_a_dense_layer_warms_o_then_gate_up_and_a_sparse_one_o_alone() -> None:
+    moe = MoEConfig(num_experts=4, top_k=2, expert_intermediate_size=32, dense_layers=(0,))
+    cfg = ModelConfig(
+        architecture="Qwen3MoeForCausalLM", vocab_size=64, hidden_size=32, intermediate_size=64,
+        num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, moe=moe,
+    )  # fmt: skip
+    dense, sparse = DecoderForCausalLM(cfg, torch.float32, max_positions=64).model.layers
+    assert dense.self_attn.next_weights.layers == [dense.self_attn.o_proj, dense.mlp.gate_up_proj]
+    assert sparse.self_attn.next_weights.layers == [sparse.self_attn.o_proj]
