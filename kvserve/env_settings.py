@@ -158,6 +158,13 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels.l2_warm:warm_budget_mb",
     ),
     EnvSetting(
+        name="KVSERVE_ROUTER_L2_WARM",
+        default="0",
+        meaning="1 has a MoE decode step's norm + router kernel ask L2 for a stacked shared "
+        "expert's gate/up rows once the kernel before is done",
+        reader="kvserve.kernels.l2_warm:router_warm_enabled",
+    ),
+    EnvSetting(
         name="KVSERVE_FP8_Q_TERMS",
         default="1",
         meaning="2 takes q as two e4m3 terms in FP8-cache attention (more exact, slower)",

@@ -10,9 +10,13 @@ import torch
 from kvserve.config import ModelConfig, MoEConfig
 from kvserve.errors import ConfigError
 from kvserve.kernels.l2_warm import (
+    ROUTER_WARM_ENV,
     WARM_ENV,
-    NextWeights,
+    LazyWarm,
     l2_warm_of,
+    next_weights_warm,
+    router_warm_enabled,
+    shared_expert_warm,
     warm_budget_mb,
     warm_kernel_args,
     weight_bytes,
@@ -81,23 +85,64 @@ def test_budget_setting_reads_whole_mb_and_refuses_the_rest(
         warm_budget_mb.cache_clear()
 
 
-def test_next_weights_warm_nothing_off_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A budget with CPU weights gives no warm: the requests are a GPU kernel's."""
-    warm_budget_mb.cache_clear()
+def test_nothing_is_warmed_off_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A budget, or the router's switch, with CPU weights gives no warm: the requests are a GPU
+    kernel's."""
+    for reader in (warm_budget_mb, router_warm_enabled):
+        reader.cache_clear()
     monkeypatch.setenv(WARM_ENV, "8")
+    monkeypatch.setenv(ROUTER_WARM_ENV, "1")
     try:
-        layers = [Linear(64, [64], bias=False, dtype=torch.bfloat16)]
-        assert NextWeights(layers).warm() is None
+        assert next_weights_warm([Linear(64, [64], bias=False, dtype=torch.bfloat16)]) is None
+        assert shared_expert_warm(_sparse_layers(shared=True)[1].mlp) is None
     finally:
-        warm_budget_mb.cache_clear()
+        for reader in (warm_budget_mb, router_warm_enabled):
+            reader.cache_clear()
 
 
-def test_a_dense_layer_warms_o_then_gate_up_and_a_sparse_one_o_alone() -> None:
-    moe = MoEConfig(num_experts=4, top_k=2, expert_intermediate_size=32, dense_layers=(0,))
+def test_a_lazy_warm_is_made_once() -> None:
+    made: list[int] = []
+    lazy = LazyWarm(lambda: made.append(1))  # type: ignore[arg-type, func-returns-value]
+    assert lazy.get() is None and lazy.get() is None
+    assert made == [1]
+
+
+def _sparse_layers(shared: bool) -> list:
+    moe = MoEConfig(
+        num_experts=4, top_k=2, expert_intermediate_size=32, dense_layers=(0,),
+        shared_expert_intermediate_size=32 if shared else 0,
+    )  # fmt: skip
     cfg = ModelConfig(
         architecture="Qwen3MoeForCausalLM", vocab_size=64, hidden_size=32, intermediate_size=64,
         num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, moe=moe,
     )  # fmt: skip
-    dense, sparse = DecoderForCausalLM(cfg, torch.float32, max_positions=64).model.layers
-    assert dense.self_attn.next_weights.layers == [dense.self_attn.o_proj, dense.mlp.gate_up_proj]
-    assert sparse.self_attn.next_weights.layers == [sparse.self_attn.o_proj]
+    return list(DecoderForCausalLM(cfg, torch.float32, max_positions=64).model.layers)
+
+
+def test_a_dense_layer_warms_o_then_gate_up_and_a_sparse_one_o_alone() -> None:
+    dense, sparse = _sparse_layers(shared=False)
+    assert dense.self_attn.next_layers == [dense.self_attn.o_proj, dense.mlp.gate_up_proj]
+    assert sparse.self_attn.next_layers == [sparse.self_attn.o_proj]
+
+
+def test_the_router_warms_the_stacked_shared_expert_gate_up_rows_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The last expert of the stack, where the shared expert sits: its gate/up rows' bytes; a
+    layer without a stacked shared expert warms nothing. The CPU stands in for the GPU."""
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
+    router_warm_enabled.cache_clear()
+    monkeypatch.setenv(ROUTER_WARM_ENV, "1")
+    try:
+        moe = _sparse_layers(shared=True)[1].mlp
+        warm = shared_expert_warm(moe)
+        assert warm is not None and moe.shared_expert
+        rows = moe.w13[-1]
+        assert warm.first.data_ptr() == rows.data_ptr()
+        assert warm.total_bytes == rows.numel() * rows.element_size() == 2 * 32 * 32 * 4
+        assert shared_expert_warm(_sparse_layers(shared=False)[1].mlp) is None
+        monkeypatch.setenv(ROUTER_WARM_ENV, "0")
+        router_warm_enabled.cache_clear()
+        assert shared_expert_warm(moe) is None
+    finally:
+        router_warm_enabled.cache_clear()

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from kvserve.config import env_switch
 from kvserve.errors import ConfigError
 from kvserve.kernels._triton import constexpr, jit, prefetch_l2, tl
 
 WARM_ENV = "KVSERVE_DECODE_L2_WARM_MB"
+ROUTER_WARM_ENV = "KVSERVE_ROUTER_L2_WARM"
 MAX_WARM_MB = 64  # the H200's L2 is 50 MB: more can only evict what was asked first
 LINE_BYTES = constexpr(128)
 LINES_A_PASS = constexpr(512)  # requests a program issues at once: 4 a thread at 4 warps
@@ -110,21 +113,48 @@ def warm_l2_share(warm0_ptr, warm0_bytes, warm1_ptr, warm1_bytes, share, shares)
         prefetch_l2(warm1_ptr + later, live & (line >= lines0))
 
 
-class NextWeights:
-    """The layers whose weights a decoder layer reads after its attention, in order (its o
-    projection, then a dense MLP's gate/up), and the warm over them, made at the first decode
-    step: after loading, when the weights are where they stay. The warm's views hold the
-    tensors they were made from."""
+class LazyWarm:
+    """An L2 warm made by ``make`` at its first use, the first decode step: after loading, when
+    the weights are where they stay. The warm's views hold the tensors they were made from."""
 
-    def __init__(self, layers: list[torch.nn.Module]) -> None:
-        self.layers = layers
+    def __init__(self, make: Callable[[], L2Warm | None]) -> None:
+        self._make = make
         self._warm: L2Warm | None = None
         self._made = False
 
-    def warm(self) -> L2Warm | None:
+    def get(self) -> L2Warm | None:
         if not self._made:
-            budget = warm_budget_mb() << 20
-            weights = [w for w in map(weight_bytes, self.layers) if w is not None and w.is_cuda]
-            self._warm = l2_warm_of(weights, budget) if budget else None
-            self._made = True
+            self._warm, self._made = self._make(), True
         return self._warm
+
+
+def next_weights_warm(layers: list[torch.nn.Module]) -> L2Warm | None:
+    """The first ``KVSERVE_DECODE_L2_WARM_MB`` of the weights of ``layers`` (those a decoder
+    layer reads after its attention, in order: its o projection, then a dense MLP's gate/up);
+    None off the GPU or without a budget."""
+    budget = warm_budget_mb() << 20
+    weights = [w for w in map(weight_bytes, layers) if w is not None and w.is_cuda]
+    return l2_warm_of(weights, budget) if budget else None
+
+
+@functools.cache
+def router_warm_enabled() -> bool:
+    """``KVSERVE_ROUTER_L2_WARM``: 1 has a decode step's fused norm + router kernel ask L2 for
+    a stacked shared expert's gate/up rows, which the experts' GEMV reads next whatever the
+    routing (0, the default: nothing asked)."""
+    return env_switch(ROUTER_WARM_ENV, default=False)
+
+
+def shared_expert_warm(moe: torch.nn.Module) -> L2Warm | None:
+    """The shared expert's gate/up rows of a mixture-of-experts layer that stacks it last
+    (``w13`` [E + 1, 2I, ...]), as an L2 warm; None off the GPU, without such a stack, or
+    switched off."""
+    stack = getattr(moe, "w13", None) if getattr(moe, "shared_expert", False) else None
+    if stack is None or not stack.is_cuda or not router_warm_enabled():
+        return None
+    last = stack[-1]
+    if not last.is_contiguous():
+        return None
+    return l2_warm_of(
+        [last.detach().reshape(-1).view(torch.uint8)], last.numel() * last.element_size()
+    )

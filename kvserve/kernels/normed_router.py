@@ -28,6 +28,7 @@ from kvserve.kernels._triton import (
     require_triton,
     tl,
 )
+from kvserve.kernels.l2_warm import L2Warm, warm_l2_share
 from kvserve.kernels.moe_routing import Routing, routed_outputs, topk_row
 from kvserve.kernels.rmsnorm import normed_row, row_warps
 from kvserve.kernels.router_logits import FUSED_TOPK_MAX_TOKENS
@@ -47,6 +48,8 @@ def _normed_router_kernel(
     topk_ids_ptr,  # int32 [T, TOP_K + SHARED] out
     bias_ptr,  # HAS_BIAS: fp32 [E] correction bias
     counter_ptr,  # int32 arrival counter, zero between launches
+    warm_ptr,  # WARM: bytes the programs ask L2 for once the kernel before is done
+    warm_bytes,
     scaling,
     eps,
     T,
@@ -73,6 +76,7 @@ def _normed_router_kernel(
     BLOCK_P: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SHARED: tl.constexpr,
+    WARM: tl.constexpr,
 ):
     experts = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
     cols = tl.arange(0, BLOCK_H)
@@ -83,6 +87,9 @@ def _normed_router_kernel(
     w = tl.load(w_rows + cols[None, :], mask=(experts < E)[:, None] & in_row[None, :], other=0.0)
     pdl_wait(USE_PDL)
     pdl_release(USE_PDL)
+    if WARM:  # DRAM is idle from here to the experts' GEMV (the kernel before has finished)
+        pid, programs = tl.program_id(0), tl.num_programs(0)
+        warm_l2_share(warm_ptr, warm_bytes, warm_ptr, 0, pid, programs)
     writer = tl.program_id(0) == 0
     for t in tl.static_range(BLOCK_T):
         if t < T:
@@ -114,6 +121,7 @@ def normed_router_topk(
     correction_bias: torch.Tensor | None = None,
     *,
     pdl: bool = False,
+    l2_warm: L2Warm | None = None,  # asked of L2 once the kernel before is done
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(norm(x + residual), x + residual, top-k weights fp32 [T, k], ids int32 [T, k])`` (k + 1
     columns with ``routing.shared``), as ``fused_add_rms_norm`` then ``router_topk`` give them,
@@ -138,11 +146,16 @@ def normed_router_topk(
     bias = correction_bias if correction_bias is not None else weights
     _normed_router_kernel[(-(-experts // block_e),)](
         x, residual, norm_weight, router_weight, normed, summed, logits, weights, ids, bias,
-        _arrival_counters(x.device, 1), float(routing.scaling), eps, tokens, experts, hidden,
+        _arrival_counters(x.device, 1), *_warm_args(l2_warm, x), float(routing.scaling), eps,
+        tokens, experts, hidden,
         x.stride(0), residual.stride(0), normed.stride(0), router_weight.stride(0),
         logits.stride(0), BLOCK_T=next_pow2(tokens), BLOCK_E=block_e, BLOCK_H=block_h,
         # the plain norm's warps: its layout of the row, so its sum order and bits
         num_warps=row_warps(block_h), **routing.constants(correction_bias is not None),
-        **launch_options(pdl),
+        WARM=l2_warm is not None, **launch_options(pdl),
     )  # fmt: skip
     return normed, summed, weights, ids
+
+
+def _warm_args(warm: L2Warm | None, stand_in: torch.Tensor) -> tuple[torch.Tensor, int]:
+    return (stand_in, 0) if warm is None else (warm.first, warm.first_bytes)

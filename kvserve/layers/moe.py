@@ -19,6 +19,7 @@ MXFP4), which also reads each checkpoint tensor ``experts.{e}.{proj}.{name}`` in
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 from torch import nn
@@ -27,6 +28,7 @@ from kvserve.config import MoEConfig, env_switch
 from kvserve.distributed.collectives import all_reduce
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.distributed.sharding import column_shard, row_shard
+from kvserve.kernels.l2_warm import LazyWarm, shared_expert_warm
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.layers.moe_router import normed_route, route
 from kvserve.layers.norm import RMSNorm
@@ -80,6 +82,8 @@ class SparseMoE(nn.Module):
         self.cfg, self.kernels, self.hidden_size, self.prefix = cfg, kernels, hidden_size, prefix
         assert not (shared_expert and shared_experts), "the shared expert is stacked or separate"
         self.shared_expert = shared_expert
+        # a stacked shared expert's gate/up, asked of L2 by the router's kernel at decode
+        self.router_warm = LazyWarm(functools.partial(shared_expert_warm, self))
         self.stacked_experts = cfg.num_experts + int(shared_expert)
         self.gate = Router(hidden_size, cfg)
         self.method = method or UnquantizedExpertMethod()
@@ -159,6 +163,7 @@ class SparseMoE(nn.Module):
         routed = normed_route(
             x, residual, norm.weight, norm.eps, self.gate.weight, self.cfg,
             self.gate.e_score_correction_bias, self.kernels, self.shared_expert,
+            self.router_warm.get(),
         )  # fmt: skip
         if routed is None:
             return None

@@ -4,6 +4,7 @@ rotary, mixture-of-experts layers)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import torch
@@ -12,7 +13,7 @@ from torch import nn
 from kvserve.config import ModelConfig, MoEConfig
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.errors import ModelLoadError
-from kvserve.kernels.l2_warm import NextWeights
+from kvserve.kernels.l2_warm import LazyWarm, next_weights_warm
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rotary_store_kv import QKNorm, fusable, rotary_store_kv
 from kvserve.kernels.word_gemv import gated_gemv_enabled
@@ -104,7 +105,10 @@ class Attention(nn.Module):
             rotary.kernels, tp, "row",
         )  # fmt: skip
         self.rotary = rotary
-        self.next_weights = NextWeights([self.o_proj])  # asked of L2 while decoding
+        # the weights read after the attention, asked of L2 while it decodes (a dense MLP's
+        # gate/up joins them: DecoderLayer)
+        self.next_layers: list[nn.Module] = [self.o_proj]
+        self.l2_warm = LazyWarm(functools.partial(next_weights_warm, self.next_layers))
         kernels = rotary.kernels
         self.q_norm = (
             RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, kernels) if cfg.qk_norm else None
@@ -156,7 +160,7 @@ class Attention(nn.Module):
             qk_norm=self.qk_norm,
             pdl=self.rotary.kernels.pdl,
         )
-        warm = self.next_weights.warm()
+        warm = self.l2_warm.get()
         return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale, kv_scales, l2_warm=warm)
 
     def _rotate(
@@ -275,7 +279,7 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(cfg, idx, dtype, rotary, quant, tp)
         self.mlp = _feed_forward(cfg, idx, dtype, kernels, quant, tp)
         if isinstance(self.mlp, MLP):
-            self.self_attn.next_weights.layers.append(self.mlp.gate_up_proj)
+            self.self_attn.next_layers.append(self.mlp.gate_up_proj)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
 

@@ -10,7 +10,12 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
-from kernel_test_device import BF16_UNLESS_INTERPRETED, DEVICE, NEEDS_CUDA_GRAPHS  # noqa: E402
+from kernel_test_device import (  # noqa: E402
+    BF16_UNLESS_INTERPRETED,
+    DEVICE,
+    INTERPRETED,
+    NEEDS_CUDA_GRAPHS,
+)
 
 from kvserve.kernels.fused_moe import (  # noqa: E402
     SlotOutput,
@@ -26,6 +31,7 @@ from kvserve.kernels.fused_moe_half_gemv import (  # noqa: E402
     half_moe_gemv_enabled,
     half_moe_gemv_here,
 )
+from kvserve.kernels.l2_warm import l2_warm_of  # noqa: E402
 from kvserve.kernels.moe_routing import (  # noqa: E402
     Routing,
     grouped_sigmoid_topk,
@@ -346,7 +352,8 @@ def test_the_norm_in_the_router_gives_the_norm_then_the_router(
 ) -> None:
     """One launch gives the plain norm's bits (normed rows and the residual sum, the residual
     left as it was) and the experts the router kernel picks from those normed rows, on a first
-    and a second launch (its arrival counter resets itself)."""
+    and a second launch (its arrival counter resets itself), and on a GPU a third that asks L2
+    for 12 MB as it goes (``kernels.l2_warm``)."""
     gen = torch.Generator().manual_seed(tokens * experts + hidden)
     x = torch.randn(tokens, hidden, generator=gen).to(DEVICE, dtype)
     residual = (torch.randn(tokens, hidden, generator=gen) * 4).to(DEVICE, dtype)
@@ -358,9 +365,11 @@ def test_the_norm_in_the_router_gives_the_norm_then_the_router(
     kept = residual.clone()
     want_normed, want_sum = fused_add_rms_norm(x, residual.clone(), norm_weight, 1e-6)
     want_weights, want_ids = router_topk(want_normed, weight, routing, bias)
-    for _ in range(2):
+    stack = torch.ones(12 << 20, dtype=torch.uint8, device=DEVICE)
+    warms = [None, None] + ([] if INTERPRETED else [l2_warm_of([stack], stack.numel())])
+    for warm in warms:
         normed, summed, weights, ids = normed_router_topk(
-            x, residual, norm_weight, 1e-6, weight, routing, bias
+            x, residual, norm_weight, 1e-6, weight, routing, bias, l2_warm=warm
         )
         assert torch.equal(normed, want_normed) and torch.equal(summed, want_sum)
         assert torch.equal(residual, kept)

@@ -21,6 +21,7 @@ from triton_target import stack_bytes  # noqa: E402
 from kvserve.kernels.fused_moe import fused_moe  # noqa: E402
 from kvserve.kernels.fused_moe_fp4 import fused_moe_fp4  # noqa: E402
 from kvserve.kernels.fused_moe_fp8 import fused_moe_fp8  # noqa: E402
+from kvserve.kernels.l2_warm import l2_warm_of  # noqa: E402
 from kvserve.kernels.moe_routing import Routing, grouped_sigmoid_topk, softmax_topk  # noqa: E402
 from kvserve.kernels.normed_router import normed_router_topk  # noqa: E402
 from kvserve.kernels.router_logits import router_logits, router_topk  # noqa: E402
@@ -120,12 +121,20 @@ def test_the_router_builds_for_sm90_without_spills(
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("tokens", [1, 4])
+@pytest.mark.parametrize("warm", [False, True])
 def test_the_norm_in_the_router_builds_for_sm90_without_spills(
-    compile_only: list, model: str, tokens: int
+    compile_only: list, model: str, tokens: int, warm: bool
 ) -> None:
+    """With ``warm``, the kernel also asks L2 for a shared expert's rows (``kernels.l2_warm``)
+    once the kernel before is done: its requests come after the dependent-launch wait."""
     experts, hidden, _, _, shared = MODELS[model]
     x = torch.zeros(tokens, hidden, dtype=torch.bfloat16)
     routing, bias = _routing(model)
     weight = torch.zeros(experts - shared, hidden)
-    normed_router_topk(x, x, x[0], 1e-6, weight, routing, bias, pdl=True)
+    stack = torch.zeros(1 << 20, dtype=torch.uint8)
+    l2_warm = l2_warm_of([stack], stack.numel()) if warm else None
+    normed_router_topk(x, x, x[0], 1e-6, weight, routing, bias, pdl=True, l2_warm=l2_warm)
     assert stack_bytes(compile_only) == [0] * len(compile_only)
+    ptx = compile_only[-1].asm["ptx"]
+    assert ("prefetch.global.L2" in ptx) == warm
+    assert not warm or ptx.index("prefetch.global.L2") > ptx.index("griddepcontrol.wait")
