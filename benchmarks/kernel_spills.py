@@ -94,9 +94,6 @@ def compile_decode(cache: str, block_n: int, num_warps: int, fused: bool, cut: s
         signature |= {"k_scale_ptr": "*fp32", "v_scale_ptr": "*fp32"}
     else:
         kernel, constants["DOT_PRECISION"] = _decode_split_kernel, "tf32"
-        constants["WARM"] = False
-        signature |= {"warm0_ptr": "*u8", "warm1_ptr": "*u8", "warm0_bytes": "i32",
-                      "warm1_bytes": "i32"}  # fmt: skip
     divisible = tuple(name for name, kind in signature.items() if kind.startswith("*"))
     options = {"num_warps": num_warps, "num_stages": 3}
     return compile_sm90(kernel, signature, constants, options, divisible + _LAUNCH_MULTIPLES_OF_16)

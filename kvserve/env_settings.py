@@ -150,14 +150,6 @@ SETTINGS: tuple[EnvSetting, ...] = (
         reader="kvserve.kernels._triton:early_loads_enabled",
     ),
     EnvSetting(
-        name="KVSERVE_DECODE_L2_WARM_MB",
-        default="0",
-        meaning="MB of the weights a layer reads after its attention (o projection, then a dense "
-        "MLP's gate/up) that idle decode attention programs ask L2 for, at batches of 1-4 over a "
-        "bf16 cache; 0 asks for nothing",
-        reader="kvserve.kernels.l2_warm:warm_budget_mb",
-    ),
-    EnvSetting(
         name="KVSERVE_ROUTER_L2_WARM",
         default="0",
         meaning="1 has a MoE decode step's norm + router kernel ask L2 for a stacked shared "

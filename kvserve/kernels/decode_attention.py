@@ -32,7 +32,6 @@ import torch
 from kvserve.config import env_switch
 from kvserve.kernels._triton import (
     early_loads,
-    interpreting,
     jit,
     launch_options,
     next_pow2,
@@ -53,7 +52,6 @@ from kvserve.kernels.attention_partials import (
 )
 from kvserve.kernels.fp8_attention_operands import q_terms_setting
 from kvserve.kernels.fp8_decode_attention import _fp8_decode_split_kernel
-from kvserve.kernels.l2_warm import L2Warm, warm_kernel_args, warm_l2_share
 from kvserve.kernels.skinny_gemm import _arrival_counters
 from kvserve.kernels.store_kv_cache import (
     KVScales,
@@ -74,9 +72,6 @@ _MIN_SPLIT_TOKENS = 64
 _MAX_SPLITS = 64
 _PROGRAMS_PER_SM = 4
 BALANCED_ENV = "KVSERVE_DECODE_BALANCED"
-# The L2 warm at batches up to this: from 8 rows, 1K contexts read 32 MB+ of keys and values a
-# layer, and the attention has DRAM to itself
-WARM_MAX_BATCH = 4
 _MERGE_MIN_BLOCK = 32  # merge kernels compiled: splits <= 32 share one, and one for 33-64
 # Page tables longer than this split as the longest does (by_length stops at _MAX_SPLITS)
 SPLIT_COUNT_TABLE_TOKENS = _MIN_SPLIT_TOKENS * _MAX_SPLITS
@@ -134,10 +129,7 @@ FP8_DECODE_CONFIG = DecodeConfig(
 # ``benchmarks/decode_attention_sweep.py --small``).
 
 
-_VARYING = ("stride_bt", "num_splits", "min_split", "budget", "warm0_bytes", "warm1_bytes")
-
-
-@jit(do_not_specialize=_VARYING)
+@jit(do_not_specialize=("stride_bt", "num_splits", "min_split", "budget"))
 def _decode_split_kernel(
     q_ptr,
     k_cache_ptr,
@@ -148,8 +140,6 @@ def _decode_split_kernel(
     part_lse_ptr,
     out_ptr,
     counter_ptr,  # int32 [B * Hkv], zero between launches; used by FUSED_MERGE only
-    warm0_ptr,  # WARM: the bytes idle programs ask L2 for (kernels.l2_warm), then warm1's
-    warm1_ptr,
     scale_log2,
     stride_qb,
     stride_qh,
@@ -162,8 +152,6 @@ def _decode_split_kernel(
     num_splits,
     min_split,  # a multiple of BLOCK_N
     budget,  # BALANCED: the batch's splits in all, a kv head
-    warm0_bytes,
-    warm1_bytes,
     PAGE_SIZE: tl.constexpr,  # a constant: // and % by it are shifts, not division sequences
     GROUP: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -180,7 +168,6 @@ def _decode_split_kernel(
     BLOCK_B: tl.constexpr,  # BALANCED: >= B
     MAX_SPLITS: tl.constexpr,  # BALANCED: at most this many splits a sequence
     MEAN_FLOOR: tl.constexpr,  # BALANCED: no split shorter than the mean length
-    WARM: tl.constexpr,  # programs with no keys to read ask L2 for the warm bytes, then exit
 ):
     if not EARLY_LOADS:
         pdl_wait(USE_PDL)
@@ -192,13 +179,10 @@ def _decode_split_kernel(
             GROUP, BALANCED, MAX_SPLITS, MEAN_FLOOR, BLOCK_B, BLOCK_N, False,
         )
     )  # fmt: skip
-    if past or (split > 0 and start >= end):
-        # past the batch's splits, or the sequence's end: the merge reads only the splits
-        # before this one
-        if WARM:
-            share, shares = _idle_share(kv_head, split, seq_len, split_len, num_splits, BALANCED)
-            warm_l2_share(warm0_ptr, warm0_bytes, warm1_ptr, warm1_bytes, share, shares)
-        return
+    if past:
+        return  # past the batch's splits
+    if split > 0 and start >= end:
+        return  # past the sequence's end: the merge reads only the splits before this one
     table = block_tables_ptr + b.to(tl.int64) * stride_bt
     if EARLY_LOADS:
         _first_tile_to_l2(
@@ -241,22 +225,6 @@ def _decode_split_kernel(
         heads, row_mask, seq_len, split, split_len, row0, head_stride, split_stride, alone,
         stride_ob, stride_oh, GROUP, HEAD_DIM, DIRECT, FUSED_MERGE, BLOCK_S,
     )  # fmt: skip
-
-
-@jit
-def _idle_share(kv_head, split, seq_len, split_len, num_splits, BALANCED: tl.constexpr):
-    """An idle split program's share of the L2 warm, and the shares in all. Cut evenly, the
-    splits past a sequence's end share it (exact for one sequence, or equal lengths); balanced,
-    the grid's every program has a share and only those past the batch's splits ask."""
-    pid_b, batch = tl.program_id(0), tl.num_programs(0)
-    if BALANCED:
-        grid_splits = tl.num_programs(2)
-        share = (kv_head * batch + pid_b) * grid_splits + tl.program_id(2)
-        return share, tl.num_programs(1) * batch * grid_splits
-    active = tl.maximum(tl.cdiv(seq_len, tl.maximum(split_len, 1)), 1)
-    idle = num_splits - active
-    share = (pid_b * tl.num_programs(1) + kv_head) * idle + split - active
-    return share, batch * tl.num_programs(1) * idle
 
 
 @jit
@@ -431,29 +399,15 @@ def launch_variant(
 
 
 def _split_kernel(
-    q: torch.Tensor,
-    kv_cache: torch.Tensor,
-    kv_scales: KVScales | None,
-    cfg: DecodeConfig,
-    warm: L2Warm | None,
+    q: torch.Tensor, kv_cache: torch.Tensor, kv_scales: KVScales | None, cfg: DecodeConfig
 ) -> tuple[Any, dict[str, Any]]:
     """The split kernel for the cache's dtype, with its own arguments: the bf16 kernel's dot
-    precision and L2 warm, or the FP8 kernel's scales and q's terms (no warm: not built)."""
+    precision, or the FP8 kernel's scales and q's terms."""
     if is_fp8_kv(kv_cache):
         k_scale, v_scale = scale_args(kv_cache, kv_scales)
         own = {"k_scale_ptr": k_scale, "v_scale_ptr": v_scale, "Q_TERMS": cfg.fp8_q_terms}
         return _fp8_decode_split_kernel, own
-    own = {"DOT_PRECISION": _dot_precision(q.dtype)} | warm_kernel_args(warm, q)
-    return _decode_split_kernel, own
-
-
-def _warm_for_launch(warm: L2Warm | None, batch: int, splits: int) -> L2Warm | None:
-    """The L2 warm a launch takes: only at batches of up to ``WARM_MAX_BATCH``, whose attention
-    leaves DRAM idle at short contexts, with splits to spare, and on the GPU (the interpreter
-    runs no inline PTX)."""
-    if warm is None or batch > WARM_MAX_BATCH or splits == 1 or interpreting():
-        return None
-    return warm
+    return _decode_split_kernel, {"DOT_PRECISION": _dot_precision(q.dtype)}
 
 
 def paged_decode_attention(
@@ -467,7 +421,6 @@ def paged_decode_attention(
     *,
     config: DecodeConfig | None = None,
     pdl: bool = False,
-    l2_warm: L2Warm | None = None,  # bytes the idle split programs ask L2 for (kernels.l2_warm)
 ) -> torch.Tensor:
     require_triton()
     cfg = config or default_decode_config(kv_cache)
@@ -490,8 +443,7 @@ def paged_decode_attention(
     plan_args = _plan_args(plan, batch)
     early = early_loads(pdl)
     k_cache, v_cache = cache_keys(kv_cache), kv_cache[1]  # keys [pages, page, Hkv, D]
-    warm = _warm_for_launch(l2_warm, batch, splits)
-    kernel, own_args = _split_kernel(q, kv_cache, kv_scales, cfg, warm)
+    kernel, own_args = _split_kernel(q, kv_cache, kv_scales, cfg)
     kernel[(batch, num_kv_heads, splits)](
         q_ptr=q,
         k_cache_ptr=k_cache,

@@ -89,7 +89,7 @@ def _normed_router_kernel(
     pdl_release(USE_PDL)
     if WARM:  # DRAM is idle from here to the experts' GEMV (the kernel before has finished)
         pid, programs = tl.program_id(0), tl.num_programs(0)
-        warm_l2_share(warm_ptr, warm_bytes, warm_ptr, 0, pid, programs)
+        warm_l2_share(warm_ptr, warm_bytes, pid, programs)
     writer = tl.program_id(0) == 0
     for t in tl.static_range(BLOCK_T):
         if t < T:
@@ -158,4 +158,4 @@ def normed_router_topk(
 
 
 def _warm_args(warm: L2Warm | None, stand_in: torch.Tensor) -> tuple[torch.Tensor, int]:
-    return (stand_in, 0) if warm is None else (warm.first, warm.first_bytes)
+    return (stand_in, 0) if warm is None else (warm.data, warm.size)

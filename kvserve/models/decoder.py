@@ -4,7 +4,6 @@ rotary, mixture-of-experts layers)."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 
 import torch
@@ -13,7 +12,6 @@ from torch import nn
 from kvserve.config import ModelConfig, MoEConfig
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.errors import ModelLoadError
-from kvserve.kernels.l2_warm import LazyWarm, next_weights_warm
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.kernels.rotary_store_kv import QKNorm, fusable, rotary_store_kv
 from kvserve.kernels.word_gemv import gated_gemv_enabled
@@ -105,10 +103,6 @@ class Attention(nn.Module):
             rotary.kernels, tp, "row",
         )  # fmt: skip
         self.rotary = rotary
-        # the weights read after the attention, asked of L2 while it decodes (a dense MLP's
-        # gate/up joins them: DecoderLayer)
-        self.next_layers: list[nn.Module] = [self.o_proj]
-        self.l2_warm = LazyWarm(functools.partial(next_weights_warm, self.next_layers))
         kernels = rotary.kernels
         self.q_norm = (
             RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, kernels) if cfg.qk_norm else None
@@ -160,8 +154,7 @@ class Attention(nn.Module):
             qk_norm=self.qk_norm,
             pdl=self.rotary.kernels.pdl,
         )
-        warm = self.l2_warm.get()
-        return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale, kv_scales, l2_warm=warm)
+        return ctx.backend.attend(q, kv_cache, ctx.meta, self.scale, kv_scales)
 
     def _rotate(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
@@ -278,8 +271,6 @@ class DecoderLayer(nn.Module):
         kernels = rotary.kernels
         self.self_attn = Attention(cfg, idx, dtype, rotary, quant, tp)
         self.mlp = _feed_forward(cfg, idx, dtype, kernels, quant, tp)
-        if isinstance(self.mlp, MLP):
-            self.self_attn.next_layers.append(self.mlp.gate_up_proj)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, kernels)
 

@@ -24,7 +24,6 @@ from kvserve.engine.runner.warmup import warm_up_eager  # noqa: E402
 from kvserve.kernels import skinny_gemm  # noqa: E402
 from kvserve.kernels.activation import silu_and_mul  # noqa: E402
 from kvserve.kernels.decode_attention import DecodeConfig, paged_decode_attention  # noqa: E402
-from kvserve.kernels.l2_warm import l2_warm_of  # noqa: E402
 from kvserve.kernels.options import KernelOptions  # noqa: E402
 from kvserve.kernels.prefill_attention import (  # noqa: E402
     PrefillConfig,
@@ -365,31 +364,6 @@ def test_decode_128k_context_in_a_graph_wide_table(
     paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, b.meta.seq_lens, scale, out=out,
                            config=cfg)  # fmt: skip
     assert_close(out, ref, torch.bfloat16)
-
-
-@pytest.mark.skipif(INTERPRETED, reason="the L2 requests are inline PTX, which the interpreter "
-                    "does not run")  # fmt: skip
-@pytest.mark.parametrize("lens", [[1024], [1000, 3, 77, 1024], [40000]])
-@pytest.mark.parametrize("pdl", [False, True])
-def test_decode_with_an_l2_warm_equals_it_without(lens: list[int], pdl: bool) -> None:
-    """The idle split programs' L2 requests (``kernels.l2_warm``) leave the output bit-equal, at
-    one and four sequences in a 128K engine's table (most splits idle) and at one of 40K (none
-    idle); a budget past the weights' bytes asks for them whole."""
-    b = make_batch(
-        [1] * len(lens), lens, page_size=16, num_heads=32, num_kv_heads=8, head_dim=128,
-        dtype=torch.bfloat16, min_table_width=8192,
-    )  # fmt: skip
-    store_kv_cache(b.k, b.v, b.kv_cache, b.meta.slot_mapping)
-    weights = [torch.ones(n, dtype=torch.uint8, device=DEVICE) for n in (33 << 20, 5000)]
-    outs = []
-    for warm in (None, l2_warm_of(weights, 48 << 20)):
-        out = torch.full_like(b.q, float("nan"))
-        paged_decode_attention(b.q, b.kv_cache, b.meta.block_tables, b.meta.seq_lens, 128**-0.5,
-                               out=out, pdl=pdl, l2_warm=warm)  # fmt: skip
-        outs.append(out)
-    torch.cuda.synchronize()
-    assert torch.isfinite(outs[0]).all() and torch.equal(outs[0], outs[1])
-    assert all(torch.equal(w, torch.ones_like(w)) for w in weights)
 
 
 def test_decode_padding_rows_give_zeros() -> None:

@@ -366,7 +366,7 @@ def test_the_norm_in_the_router_gives_the_norm_then_the_router(
     want_normed, want_sum = fused_add_rms_norm(x, residual.clone(), norm_weight, 1e-6)
     want_weights, want_ids = router_topk(want_normed, weight, routing, bias)
     stack = torch.ones(12 << 20, dtype=torch.uint8, device=DEVICE)
-    warms = [None, None] + ([] if INTERPRETED else [l2_warm_of([stack], stack.numel())])
+    warms = [None, None] + ([] if INTERPRETED else [l2_warm_of(stack, stack.numel())])
     for warm in warms:
         normed, summed, weights, ids = normed_router_topk(
             x, residual, norm_weight, 1e-6, weight, routing, bias, l2_warm=warm

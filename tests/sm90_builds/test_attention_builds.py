@@ -14,11 +14,7 @@ pytest.importorskip("triton")
 
 from triton_target import stack_bytes  # noqa: E402
 
-from kvserve.kernels.decode_attention import (  # noqa: E402
-    WARM_MAX_BATCH,
-    paged_decode_attention,
-)
-from kvserve.kernels.l2_warm import l2_warm_of  # noqa: E402
+from kvserve.kernels.decode_attention import paged_decode_attention  # noqa: E402
 from kvserve.kernels.prefill_attention import paged_prefill_attention  # noqa: E402
 from kvserve.kernels.rotary_store_kv import QKNorm, rotary_store_kv  # noqa: E402
 from kvserve.kernels.store_kv_cache import store_kv_cache  # noqa: E402
@@ -52,35 +48,6 @@ def test_decode_attention_builds_for_sm90_without_spills(
     paged_decode_attention(q, kv_cache, tables, lengths, HEAD_DIM**-0.5, kv_scales=scales,
                            pdl=True)  # fmt: skip
     assert stack_bytes(compile_only) == [0] * len(compile_only)
-
-
-@pytest.mark.parametrize("model", HEADS)
-@pytest.mark.parametrize("batch", [1, 4, 8])
-def test_decode_attention_with_an_l2_warm_builds_for_sm90_without_spills(
-    compile_only: list, model: str, batch: int
-) -> None:
-    """A bf16 cache's split kernel with the idle programs' L2 warm (batches of up to four, as a
-    decode step at 1K launches it from a 32K engine's tables): its requests compile and spill
-    nothing; from eight rows the launch is the one without a warm."""
-    q_heads, kv_heads = HEADS[model]
-    kv_cache, _ = _cache(kv_heads, torch.bfloat16)
-    q = torch.zeros(batch, q_heads, HEAD_DIM, dtype=torch.bfloat16)
-    tables = torch.zeros(batch, 32768 // PAGE, dtype=torch.int32)
-    lengths = torch.full((batch,), 1024, dtype=torch.int32)
-    weight = torch.zeros(4096 * 4096, dtype=torch.uint8)
-    warm = l2_warm_of([weight, weight], 24 << 20)
-    for l2_warm in (None, warm):
-        paged_decode_attention(q, kv_cache, tables, lengths, HEAD_DIM**-0.5, pdl=True,
-                               l2_warm=l2_warm)  # fmt: skip
-    plain, warmed = (compile_only[i].asm["ptx"] for i in (0, 2))  # each launch: split, merge
-    assert stack_bytes(compile_only) == [0] * len(compile_only)
-    if batch > WARM_MAX_BATCH:
-        assert warmed == plain
-        return
-    # a pass's 512 lines are 4 requests a thread of 4 warps, for each of the two runs (the
-    # first tile's requests are in both builds)
-    extra = warmed.count("prefetch.global.L2") - plain.count("prefetch.global.L2")
-    assert extra == 2 * 4
 
 
 @pytest.mark.parametrize("cache", CACHES)

@@ -132,7 +132,7 @@ def test_the_norm_in_the_router_builds_for_sm90_without_spills(
     routing, bias = _routing(model)
     weight = torch.zeros(experts - shared, hidden)
     stack = torch.zeros(1 << 20, dtype=torch.uint8)
-    l2_warm = l2_warm_of([stack], stack.numel()) if warm else None
+    l2_warm = l2_warm_of(stack, stack.numel()) if warm else None
     normed_router_topk(x, x, x[0], 1e-6, weight, routing, bias, pdl=True, l2_warm=l2_warm)
     assert stack_bytes(compile_only) == [0] * len(compile_only)
     ptx = compile_only[-1].asm["ptx"]

@@ -12,7 +12,6 @@ from kvserve.kernels.store_kv_cache import FP8_KV_DTYPE, KVScales
 from kvserve.layers.attention.metadata import AttentionMetadata
 
 if TYPE_CHECKING:
-    from kvserve.kernels.l2_warm import L2Warm
     from kvserve.layers.attention.cudnn_prefill import CudnnPrefill, GraphDims
 
 log = logging.getLogger(__name__)
@@ -43,7 +42,6 @@ class AttentionBackend(Protocol):
         meta: AttentionMetadata,
         scale: float,
         kv_scales: KVScales | None = None,
-        l2_warm: L2Warm | None = None,  # weights to ask L2 for while decoding, if it can
     ) -> torch.Tensor:  # [T, num_heads, head_dim]
         """Attend causally over the cache, which already holds this step's k/v."""
         ...

@@ -4,8 +4,6 @@ are attended one sequence at a time."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 
@@ -20,9 +18,6 @@ from kvserve.kernels.store_kv_cache import (
 )
 from kvserve.kv_layout import pages_for
 from kvserve.layers.attention.metadata import AttentionMetadata
-
-if TYPE_CHECKING:
-    from kvserve.kernels.l2_warm import L2Warm
 
 
 def gather_pages(
@@ -79,7 +74,6 @@ class TorchAttentionBackend:
         meta: AttentionMetadata,
         scale: float,
         kv_scales: KVScales | None = None,
-        l2_warm: L2Warm | None = None,  # a GPU kernel's hint: nothing to do here
     ) -> torch.Tensor:
         if meta.is_decode_only:
             seqs = list(range(meta.num_seqs))

@@ -20,7 +20,6 @@ from kvserve.kernels.store_kv_cache import KVScales, store_kv_cache
 from kvserve.layers.attention.metadata import AttentionMetadata
 
 if TYPE_CHECKING:
-    from kvserve.kernels.l2_warm import L2Warm
     from kvserve.layers.attention.cudnn_prefill import CudnnPrefill
 
 
@@ -58,13 +57,12 @@ class TritonAttentionBackend:
         meta: AttentionMetadata,
         scale: float,
         kv_scales: KVScales | None = None,
-        l2_warm: L2Warm | None = None,  # asked of L2 by idle decode programs (kernels.l2_warm)
     ) -> torch.Tensor:  # [T, Hq, D]
         if meta.is_decode_only:
             # T == B: row i is sequence i's single new token.
             return paged_decode_attention(
                 q, kv_cache, meta.block_tables, meta.seq_lens, scale, None, kv_scales,
-                pdl=self.pdl, l2_warm=l2_warm,
+                pdl=self.pdl,
             )  # fmt: skip
         nd = meta.num_leading_decodes
         if nd == 0:
