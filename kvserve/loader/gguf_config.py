@@ -6,7 +6,7 @@ from typing import Any
 
 from kvserve.config import ModelConfig, MoEConfig
 from kvserve.errors import ConfigError, ModelLoadError
-from kvserve.loader.architectures import GGUF_ARCHITECTURES
+from kvserve.gguf_architectures import GGUF_ARCHITECTURES, hf_architecture
 from kvserve.loader.gguf_reader import gguf_field
 
 _EOS_KEYS = (
@@ -40,7 +40,7 @@ def read_gguf_config(reader: Any, path: str) -> ModelConfig:
     head_dim = int(meta("attention.key_length", hidden // heads))
     names = {t.name for t in reader.tensors}
     rotary_dim = int(meta("rope.dimension_count", head_dim))
-    architecture = _architecture(arch, meta)
+    architecture = hf_architecture(arch, int(meta("expert_count", 0)))
     try:
         return ModelConfig(
             architecture=architecture,
@@ -61,25 +61,12 @@ def read_gguf_config(reader: Any, path: str) -> ModelConfig:
             attention_bias=arch == "qwen2" or "blk.0.attn_q.bias" in names,
             qk_norm=arch in ("qwen3", "qwen3moe") or "blk.0.attn_q_norm.weight" in names,
             rotary_dim=rotary_dim if rotary_dim < head_dim else None,
-            moe=_moe(architecture, arch, meta),
+            moe=_MOE_READERS[architecture](meta) if architecture in _MOE_READERS else None,
             bos_token_id=gguf_field(reader, "tokenizer.ggml.bos_token_id"),
             eos_token_ids=gguf_eos_token_ids(reader),
         )
     except ConfigError as exc:
         raise ModelLoadError(f"{path}: {exc}") from exc
-
-
-def _architecture(arch: str, meta: Any) -> str:
-    """llama.cpp writes Mixtral as ``llama`` with experts (``expert_count``)."""
-    if arch == "llama" and int(meta("expert_count", 0)):
-        return "MixtralForCausalLM"
-    return GGUF_ARCHITECTURES[arch]
-
-
-def _moe(architecture: str, arch: str, meta: Any) -> MoEConfig | None:
-    if architecture == "MixtralForCausalLM":
-        return _mixtral(meta)
-    return _MOE_READERS[arch](meta) if arch in _MOE_READERS else None
 
 
 def _mixtral(meta: Any) -> MoEConfig:
@@ -133,7 +120,11 @@ def _glm4_moe(meta: Any) -> MoEConfig:
     )
 
 
-_MOE_READERS = {"qwen3moe": _qwen3_moe, "glm4moe": _glm4_moe}
+_MOE_READERS = {
+    "Qwen3MoeForCausalLM": _qwen3_moe,
+    "Glm4MoeForCausalLM": _glm4_moe,
+    "MixtralForCausalLM": _mixtral,
+}
 
 
 def _vocab_size(reader: Any, arch: str) -> int:

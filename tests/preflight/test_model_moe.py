@@ -126,8 +126,14 @@ def test_gguf_moe_experts_and_multi_token_prediction_block(tmp_path: Path) -> No
 
 
 def test_preflight_names_every_gguf_architecture_the_loader_reads() -> None:
-    """Preflight keeps its own table (it must not import torch); it must not fall behind."""
+    """Preflight and the loader read one table, in a module that imports no torch (preflight
+    must not), so the probe cannot fall behind the loader."""
+    from kvserve import gguf_architectures
     from kvserve.loader.architectures import GGUF_ARCHITECTURES as LOADED
-    from kvserve.preflight.probes.model_files import GGUF_ARCHITECTURES
+    from kvserve.preflight.probes import model_files
 
-    assert GGUF_ARCHITECTURES == LOADED
+    assert gguf_architectures.GGUF_ARCHITECTURES is LOADED
+    assert model_files.hf_architecture is gguf_architectures.hf_architecture
+    imports = [line for line in Path(gguf_architectures.__file__).read_text().splitlines()
+               if line.startswith(("import ", "from "))]  # fmt: skip
+    assert imports == ["from __future__ import annotations"]

@@ -11,16 +11,10 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from kvserve.gguf_architectures import hf_architecture
 from kvserve.hf_sliding_window import sliding_window_of
 from kvserve.preflight.facts import ModelFacts
 
-GGUF_ARCHITECTURES = {
-    "llama": "LlamaForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "qwen3moe": "Qwen3MoeForCausalLM",
-    "glm4moe": "Glm4MoeForCausalLM",
-}
 _MAX_HEADER = 100 * 2**20  # a larger safetensors header means a corrupt file
 
 
@@ -124,7 +118,8 @@ def read_gguf(path: Path) -> ModelFacts:
         return facts
     arch = _field(reader, "general.architecture")
     facts.files = 1
-    facts.architecture = GGUF_ARCHITECTURES.get(arch, f"gguf:{arch}")
+    experts = _field(reader, f"{arch}.expert_count")
+    facts.architecture = hf_architecture(arch, experts) or f"gguf:{arch}"
     blocks = _field(reader, f"{arch}.block_count")
     # GLM-4.5's multi-token-prediction blocks are counted in block_count; serving skips them
     nextn = _field(reader, f"{arch}.nextn_predict_layers") or 0
@@ -147,8 +142,7 @@ def _apply_gguf_experts(reader: Any, arch: str, facts: ModelFacts) -> None:
     facts.num_experts = _field(reader, f"{arch}.expert_count")
     facts.experts_per_token = _field(reader, f"{arch}.expert_used_count")
     facts.expert_intermediate_size = _field(reader, f"{arch}.expert_feed_forward_length")
-    if arch == "llama" and facts.num_experts:  # llama.cpp's Mixtral
-        facts.architecture = "MixtralForCausalLM"
+    if facts.architecture == "MixtralForCausalLM":  # experts as wide as the dense FFN
         facts.expert_intermediate_size = _field(reader, f"{arch}.feed_forward_length")
     layers = facts.num_layers or 0
     facts.expert_bytes = sum(
