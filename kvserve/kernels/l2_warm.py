@@ -16,8 +16,6 @@ flat while it asked for o alone, slower past it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
@@ -27,20 +25,6 @@ from kvserve.kernels._triton import constexpr, jit, prefetch_l2, tl
 ROUTER_WARM_ENV = "KVSERVE_ROUTER_L2_WARM"
 LINE_BYTES = constexpr(128)
 LINES_A_PASS = constexpr(512)  # requests a program issues at once: 4 a thread at 4 warps
-
-
-@dataclass(frozen=True)
-class L2Warm:
-    """A run of bytes to ask L2 for: ``data[:size]`` (a flat uint8 view of a weight)."""
-
-    data: torch.Tensor
-    size: int
-
-
-def l2_warm_of(data: torch.Tensor, budget_bytes: int) -> L2Warm | None:
-    """The first ``budget_bytes`` of flat bytes ``data``; None when that is nothing."""
-    size = min(data.numel(), budget_bytes)
-    return L2Warm(data, size) if size > 0 else None
 
 
 @jit
@@ -56,21 +40,6 @@ def warm_l2_share(warm_ptr, warm_bytes, share, shares):
         prefetch_l2(warm_ptr + line.to(tl.int64) * LINE_BYTES, line < last)
 
 
-class LazyWarm:
-    """An L2 warm made by ``make`` at its first use, the first decode step: after loading, when
-    the weights are where they stay. The warm's view holds the tensor it was made from."""
-
-    def __init__(self, make: Callable[[], L2Warm | None]) -> None:
-        self._make = make
-        self._warm: L2Warm | None = None
-        self._made = False
-
-    def get(self) -> L2Warm | None:
-        if not self._made:
-            self._warm, self._made = self._make(), True
-        return self._warm
-
-
 @functools.cache
 def router_warm_enabled() -> bool:
     """``KVSERVE_ROUTER_L2_WARM``: 1 has a decode step's fused norm + router kernel ask L2 for
@@ -79,15 +48,14 @@ def router_warm_enabled() -> bool:
     return env_switch(ROUTER_WARM_ENV, default=False)
 
 
-def shared_expert_warm(moe: torch.nn.Module) -> L2Warm | None:
+def shared_expert_warm(moe: torch.nn.Module) -> torch.Tensor | None:
     """The shared expert's gate/up rows of a mixture-of-experts layer that stacks it last
-    (``w13`` [E + 1, 2I, ...]), as an L2 warm; None off the GPU, without such a stack, or
-    switched off."""
+    (``w13`` [E + 1, 2I, ...]), as flat bytes to ask L2 for (a view: it holds the stack); None
+    off the GPU, without such a stack, or switched off."""
     stack = getattr(moe, "w13", None) if getattr(moe, "shared_expert", False) else None
     if stack is None or not stack.is_cuda or not router_warm_enabled():
         return None
     last = stack[-1]
     if not last.is_contiguous():
         return None
-    rows = last.detach().reshape(-1).view(torch.uint8)
-    return l2_warm_of(rows, rows.numel())
+    return last.detach().reshape(-1).view(torch.uint8)

@@ -28,7 +28,7 @@ from kvserve.kernels._triton import (
     require_triton,
     tl,
 )
-from kvserve.kernels.l2_warm import L2Warm, warm_l2_share
+from kvserve.kernels.l2_warm import warm_l2_share
 from kvserve.kernels.moe_routing import Routing, routed_outputs, topk_row
 from kvserve.kernels.rmsnorm import normed_row, row_warps
 from kvserve.kernels.router_logits import FUSED_TOPK_MAX_TOKENS
@@ -121,7 +121,7 @@ def normed_router_topk(
     correction_bias: torch.Tensor | None = None,
     *,
     pdl: bool = False,
-    l2_warm: L2Warm | None = None,  # asked of L2 once the kernel before is done
+    l2_warm: torch.Tensor | None = None,  # flat bytes asked of L2 once the kernel before is done
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(norm(x + residual), x + residual, top-k weights fp32 [T, k], ids int32 [T, k])`` (k + 1
     columns with ``routing.shared``), as ``fused_add_rms_norm`` then ``router_topk`` give them,
@@ -157,5 +157,5 @@ def normed_router_topk(
     return normed, summed, weights, ids
 
 
-def _warm_args(warm: L2Warm | None, stand_in: torch.Tensor) -> tuple[torch.Tensor, int]:
-    return (stand_in, 0) if warm is None else (warm.data, warm.size)
+def _warm_args(warm: torch.Tensor | None, stand_in: torch.Tensor) -> tuple[torch.Tensor, int]:
+    return (stand_in, 0) if warm is None else (warm, warm.numel())

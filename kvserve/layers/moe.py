@@ -28,7 +28,7 @@ from kvserve.config import MoEConfig, env_switch
 from kvserve.distributed.collectives import all_reduce
 from kvserve.distributed.parallel_state import SINGLE, TPGroup
 from kvserve.distributed.sharding import column_shard, row_shard
-from kvserve.kernels.l2_warm import LazyWarm, shared_expert_warm
+from kvserve.kernels.l2_warm import shared_expert_warm
 from kvserve.kernels.options import TORCH_REFERENCE, KernelOptions
 from kvserve.layers.moe_router import normed_route, route
 from kvserve.layers.norm import RMSNorm
@@ -82,8 +82,6 @@ class SparseMoE(nn.Module):
         self.cfg, self.kernels, self.hidden_size, self.prefix = cfg, kernels, hidden_size, prefix
         assert not (shared_expert and shared_experts), "the shared expert is stacked or separate"
         self.shared_expert = shared_expert
-        # a stacked shared expert's gate/up, asked of L2 by the router's kernel at decode
-        self.router_warm = LazyWarm(functools.partial(shared_expert_warm, self))
         self.stacked_experts = cfg.num_experts + int(shared_expert)
         self.gate = Router(hidden_size, cfg)
         self.method = method or UnquantizedExpertMethod()
@@ -163,12 +161,18 @@ class SparseMoE(nn.Module):
         routed = normed_route(
             x, residual, norm.weight, norm.eps, self.gate.weight, self.cfg,
             self.gate.e_score_correction_bias, self.kernels, self.shared_expert,
-            self.router_warm.get(),
+            self.router_warm,
         )  # fmt: skip
         if routed is None:
             return None
         normed, residual, weights, ids = routed
         return self._experts(normed, weights, ids), residual
+
+    @functools.cached_property
+    def router_warm(self) -> torch.Tensor | None:
+        """A stacked shared expert's gate/up rows, which the router's kernel asks L2 for at
+        decode (``kernels.l2_warm``): read at the first step, after loading."""
+        return shared_expert_warm(self)
 
     def _experts(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         if self.tp.is_parallel:  # the shared expert's row-parallel down reduces on its own

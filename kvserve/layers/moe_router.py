@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 from kvserve.config import MoEConfig, env_switch
-from kvserve.kernels.l2_warm import L2Warm
 from kvserve.kernels.moe_routing import (
     Routing,
     grouped_sigmoid_topk,
@@ -99,11 +98,11 @@ def normed_route(
     correction_bias: torch.Tensor | None,
     kernels: KernelOptions,
     shared: bool = False,
-    l2_warm: L2Warm | None = None,
+    l2_warm: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """``(norm(x + residual), x + residual, weights, ids)`` in one launch, what
     ``fused_add_rms_norm`` then ``route`` give, for a step ``route`` takes in one kernel; None
-    for the others, and with ``KVSERVE_NORM_ROUTER=0``. ``l2_warm``: bytes the kernel asks L2
+    for the others, and with ``KVSERVE_NORM_ROUTER=0``. ``l2_warm``: flat bytes the kernel asks L2
     for (``kernels.l2_warm``)."""
     if not (_routed_in_one_launch(x, kernels) and norm_router_enabled()):
         return None

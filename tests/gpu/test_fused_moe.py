@@ -31,7 +31,6 @@ from kvserve.kernels.fused_moe_half_gemv import (  # noqa: E402
     half_moe_gemv_enabled,
     half_moe_gemv_here,
 )
-from kvserve.kernels.l2_warm import l2_warm_of  # noqa: E402
 from kvserve.kernels.moe_routing import (  # noqa: E402
     Routing,
     grouped_sigmoid_topk,
@@ -366,7 +365,7 @@ def test_the_norm_in_the_router_gives_the_norm_then_the_router(
     want_normed, want_sum = fused_add_rms_norm(x, residual.clone(), norm_weight, 1e-6)
     want_weights, want_ids = router_topk(want_normed, weight, routing, bias)
     stack = torch.ones(12 << 20, dtype=torch.uint8, device=DEVICE)
-    warms = [None, None] + ([] if INTERPRETED else [l2_warm_of(stack, stack.numel())])
+    warms = [None, None] + ([] if INTERPRETED else [stack])
     for warm in warms:
         normed, summed, weights, ids = normed_router_topk(
             x, residual, norm_weight, 1e-6, weight, routing, bias, l2_warm=warm

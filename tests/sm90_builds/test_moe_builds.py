@@ -21,7 +21,6 @@ from triton_target import stack_bytes  # noqa: E402
 from kvserve.kernels.fused_moe import fused_moe  # noqa: E402
 from kvserve.kernels.fused_moe_fp4 import fused_moe_fp4  # noqa: E402
 from kvserve.kernels.fused_moe_fp8 import fused_moe_fp8  # noqa: E402
-from kvserve.kernels.l2_warm import l2_warm_of  # noqa: E402
 from kvserve.kernels.moe_routing import Routing, grouped_sigmoid_topk, softmax_topk  # noqa: E402
 from kvserve.kernels.normed_router import normed_router_topk  # noqa: E402
 from kvserve.kernels.router_logits import router_logits, router_topk  # noqa: E402
@@ -132,7 +131,7 @@ def test_the_norm_in_the_router_builds_for_sm90_without_spills(
     routing, bias = _routing(model)
     weight = torch.zeros(experts - shared, hidden)
     stack = torch.zeros(1 << 20, dtype=torch.uint8)
-    l2_warm = l2_warm_of(stack, stack.numel()) if warm else None
+    l2_warm = stack if warm else None
     normed_router_topk(x, x, x[0], 1e-6, weight, routing, bias, pdl=True, l2_warm=l2_warm)
     assert stack_bytes(compile_only) == [0] * len(compile_only)
     ptx = compile_only[-1].asm["ptx"]
