@@ -12,6 +12,7 @@ from kvserve.config import ModelConfig
 from kvserve.errors import ModelLoadError
 from kvserve.loader.files import one_line
 from kvserve.loader.gguf_names import IGNORED_GGUF_TENSORS, block_index, hf_name
+from kvserve.loader.gguf_reader import gguf_field
 
 SUPPORTED_GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
 
@@ -19,7 +20,8 @@ SUPPORTED_GGUF_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q
 def iter_gguf_weights(
     reader: Any, config: ModelConfig, path: str
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    unpermute = config.architecture in ("LlamaForCausalLM", "MixtralForCausalLM")  # arch llama
+    # llama.cpp permutes Q/K rows for its ``llama`` arch (Llama, and Mixtral: llama with experts)
+    unpermute = gguf_field(reader, "general.architecture") == "llama"
     for tensor in reader.tensors:
         if tensor.name in IGNORED_GGUF_TENSORS or _past_the_decoder(tensor.name, config):
             continue
